@@ -1,0 +1,118 @@
+"""What the audit room produces: findings, transactions and producer summaries (CONTRACT.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Severity(str, Enum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class FindingKind(str, Enum):
+    SEQUENCE_GAP = "sequence_gap"
+    SEQUENCE_DUPLICATE = "sequence_duplicate"
+    EPOCH_REGRESSION = "epoch_regression"
+    PRODUCER_FENCED = "producer_fenced"
+    ZOMBIE_WRITE_ACCEPTED = "zombie_write_accepted"
+    HANGING_TRANSACTION = "hanging_transaction"
+    CAPTURE_GAP = "capture_gap"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str  # a FindingKind value, or a newer kind the audit adds
+    severity: str  # a Severity value
+    ts: float
+    message: str
+    transactional_id: str | None = None
+    producer_id: int | None = None
+    producer_epoch: int | None = None
+    topic: str | None = None
+    partition: int | None = None
+    group: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def as_contract(self) -> dict:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "ts": self.ts,
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "topic": self.topic,
+            "partition": self.partition,
+            "group": self.group,
+            "message": self.message,
+            "evidence": dict(self.evidence),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Transaction:
+    transactional_id: str
+    producer_id: int | None
+    producer_epoch: int | None
+    start_ts: float
+    end_ts: float | None
+    outcome: str  # "commit" | "abort" | "open" | "unknown"
+    partitions: tuple[str, ...]  # "topic-partition"
+    records: int
+    groups: tuple[str, ...]
+
+    def as_contract(self) -> dict:
+        return {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "start_ts": self.start_ts,
+            "end_ts": self.end_ts,
+            "outcome": self.outcome,
+            "partitions": list(self.partitions),
+            "records": self.records,
+            "groups": list(self.groups),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSummary:
+    transactional_id: str | None
+    producer_id: int | None
+    epochs: tuple[int, ...]
+    clients: tuple[str, ...]
+    client_ids: tuple[str, ...]
+    batches: int
+    records: int
+    commit: int
+    abort: int
+    open: int
+    unknown: int
+
+    def as_contract(self) -> dict:
+        return {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "epochs": list(self.epochs),
+            "clients": list(self.clients),
+            "client_ids": list(self.client_ids),
+            "batches": self.batches,
+            "records": self.records,
+            "transactions": {
+                "commit": self.commit,
+                "abort": self.abort,
+                "open": self.open,
+                "unknown": self.unknown,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOutput:
+    producers: tuple[ProducerSummary, ...]
+    transactions: tuple[Transaction, ...]
+    findings: tuple[Finding, ...]  # sorted by ts

@@ -1,0 +1,1 @@
+"""Capture room: capture files and live interfaces into reassembled TCP streams with gap events."""

@@ -1,0 +1,105 @@
+"""What the capture room hands to the decode room: connection lifecycle, in-order stream bytes and gaps.
+
+Nothing above the capture room knows about packets. A connection has two directions; `from_src` is True
+for bytes flowing from `src` to `dst`. When the TCP handshake was captured, `src` is the side that sent
+the SYN (the client); otherwise it is the sender of the first segment seen, and the decode room works
+out which side is the Kafka client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    ip: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOpened:
+    conn: int  # unique within one run; never reused, even when a 4-tuple is
+    src: Endpoint
+    dst: Endpoint
+    ts: float
+    handshake_seen: bool  # the SYN was captured, so `src` is certainly the client
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """In-order bytes of one direction, starting at `offset` of that direction's stream."""
+
+    conn: int
+    from_src: bool
+    offset: int  # bytes since the first byte of this direction seen (0 = first payload byte)
+    data: bytes
+    first_ts: float  # capture time of the segment carrying the first byte
+    last_ts: float  # capture time of the segment carrying the last byte
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGap:
+    """Bytes [offset, offset + length) of one direction are missing from the capture."""
+
+    conn: int
+    from_src: bool
+    offset: int
+    length: int
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionClosed:
+    conn: int
+    ts: float
+    reason: str  # "fin" | "rst" | "idle" | "evicted" | "end_of_capture"
+
+
+StreamEvent = ConnectionOpened | StreamChunk | StreamGap | ConnectionClosed
+
+
+@dataclass(frozen=True, slots=True)
+class InputInfo:
+    """One capture source, as the JSON document's `inputs` lists it."""
+
+    path: str  # file path, or the interface name for live capture
+    format: str  # "pcap" | "pcapng" | "live"
+    linktype: str  # e.g. "EN10MB", "LINUX_SLL2", "NULL", "RAW" (several joined by "," for pcapng)
+    packets: int
+    bytes: int
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    """Counters of the capture stage: the JSON document's `capture` block, plus what limits dropped."""
+
+    packets: int = 0
+    tcp_segments: int = 0
+    connections: int = 0
+    kafka_connections: int = 0  # filled in by the decode room
+    gaps: int = 0
+    gap_bytes: int = 0
+    first_ts: float | None = None
+    last_ts: float | None = None
+    ip_fragments: int = 0
+    non_tcp_packets: int = 0
+    truncated_packets: int = 0  # captured length shorter than the headers or the TCP payload
+    overlaps_differing: int = 0  # retransmitted bytes that disagreed with what was already delivered
+    dropped_by_limits: int = 0  # segments or bytes dropped because a memory cap was hit
+    kernel_drops: int = 0  # live capture only
+
+    def as_contract(self) -> dict:
+        return {
+            "packets": self.packets,
+            "tcp_segments": self.tcp_segments,
+            "connections": self.connections,
+            "kafka_connections": self.kafka_connections,
+            "gaps": self.gaps,
+            "gap_bytes": self.gap_bytes,
+            "first_ts": self.first_ts,
+            "last_ts": self.last_ts,
+        }

@@ -1,0 +1,155 @@
+"""What the decode room hands to the audit room and the exports.
+
+Message bodies are `Struct` values built by the schema machinery (ksniff.decode.schema): attribute access
+by Kafka's field name in snake_case (`TransactionalId` -> `transactional_id`). Every field of the
+message's schema is present at every version; a field outside its version range holds the schema's
+default (Kafka's own rule), so the audit reads `request.transactional_id` of a Produce v2 and gets None.
+Record data inside Produce requests is replaced by the parsed batch headers (`RecordBatchHeader`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class RecordBatchHeader:
+    """The 61-byte header of a magic-2 record batch (or the few fields of a magic 0/1 message set)."""
+
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    crc_ok: bool | None  # None when the batch was not whole in the capture
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    codec: str  # "none" | "gzip" | "snappy" | "lz4" | "zstd" | "unknown"
+    transactional: bool
+    control: bool
+    control_type: str | None  # "COMMIT" | "ABORT" for control batches, when readable
+    coordinator_epoch: int | None  # of a control batch's marker
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedBatch:
+    """One record batch written by a Produce request, with the broker's answer for its partition."""
+
+    ts: float  # request's first byte
+    response_ts: float | None
+    conn: int
+    client: str  # "ip:port"
+    broker: str
+    client_id: str | None
+    correlation_id: int
+    api_version: int
+    transactional_id: str | None
+    acks: int
+    topic: str  # the name; for topic-id versions, resolved from Metadata, else the id as a string
+    partition: int
+    header: RecordBatchHeader
+    error_code: int | None  # None: no response (acks=0, unanswered)
+    base_offset: int | None  # assigned by the broker, from the response
+    unverified: bool  # capture lost bytes on this connection before this exchange was re-synchronised
+
+
+@dataclass(frozen=True, slots=True)
+class Exchange:
+    """A request matched with its response (or a request that got none)."""
+
+    conn: int
+    client: str
+    broker: str
+    api_key: int
+    api_name: str  # Kafka's own name: "Produce", "InitProducerId", ...
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    request: Any  # Struct, or None when the body was not decoded (see `decode_error`)
+    response: Any  # Struct, or None (no response, or not decoded)
+    request_ts: float  # first byte of the request frame
+    request_end_ts: float  # last byte of the request frame
+    response_ts: float | None  # last byte of the response frame
+    status: str  # "ok" | "no_response" (acks=0 Produce) | "unanswered" (connection closed or capture ended)
+    unverified: bool  # a capture gap on this connection came before this exchange
+    decode_error: str | None  # why a body is None: "unknown_version", "skipped_api", "malformed: ..."
+    batches: tuple[ProducedBatch, ...] = ()  # Produce only
+
+    @property
+    def latency(self) -> float | None:
+        return None if self.response_ts is None else self.response_ts - self.request_ts
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLost:
+    """Bytes of a Kafka connection went missing: what the audit needs to mark findings unverified."""
+
+    conn: int
+    client: str
+    broker: str
+    ts: float
+    offset: int
+    length: int
+    to_broker: bool  # the gap is in the client -> broker direction
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionEnded:
+    conn: int
+    client: str
+    broker: str
+    ts: float
+    reason: str
+
+
+DecodeEvent = Exchange | ConnectionLost | ConnectionEnded
+
+
+@dataclass(slots=True)
+class ApiCounts:
+    requests: int = 0
+    responses: int = 0
+    exchanges: int = 0
+    versions: set[int] | None = None
+
+
+@dataclass(slots=True)
+class DecodeStats:
+    """Counters of the decode stage: the JSON document's `decode` block."""
+
+    requests: int = 0
+    responses: int = 0
+    exchanges: int = 0
+    unmatched_requests: int = 0
+    unmatched_responses: int = 0
+    errors: int = 0  # malformed frames or bodies
+    undecoded_bodies: int = 0  # versions newer than the tables, or APIs whose bodies are skipped
+    resyncs: int = 0
+    tls_connections: int = 0
+    by_api: dict[str, ApiCounts] | None = None
+
+    def as_contract(self) -> dict:
+        return {
+            "requests": self.requests,
+            "responses": self.responses,
+            "exchanges": self.exchanges,
+            "unmatched_requests": self.unmatched_requests,
+            "unmatched_responses": self.unmatched_responses,
+            "errors": self.errors,
+            "by_api": {
+                name: {
+                    "requests": c.requests,
+                    "responses": c.responses,
+                    "exchanges": c.exchanges,
+                    "versions": sorted(c.versions or ()),
+                }
+                for name, c in sorted((self.by_api or {}).items())
+            },
+        }

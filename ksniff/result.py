@@ -1,0 +1,41 @@
+"""The whole result of one run, as the report room renders and exports it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ksniff import __version__
+from ksniff.audit.model import Finding, ProducerSummary, Transaction
+from ksniff.capture.events import CaptureStats, InputInfo
+from ksniff.decode.events import DecodeStats
+
+
+@dataclass(slots=True)
+class AuditResult:
+    inputs: list[InputInfo]
+    capture: CaptureStats
+    decode: DecodeStats
+    producers: list[ProducerSummary]
+    transactions: list[Transaction]
+    findings: list[Finding]
+    # Table rows for the exports, built incrementally by ksniff.report.tables (lists of dicts, sorted by ts).
+    exchanges: list[dict] = field(default_factory=list)
+    batches: list[dict] = field(default_factory=list)
+    engine: str = "local"
+    version: str = __version__
+    warnings: list[str] = field(default_factory=list)  # damage reported for a partial result
+
+    def as_contract(self) -> dict:
+        return {
+            "version": self.version,
+            "inputs": [
+                {"path": i.path, "format": i.format, "linktype": i.linktype, "packets": i.packets,
+                 "bytes": i.bytes}
+                for i in self.inputs
+            ],
+            "capture": self.capture.as_contract(),
+            "decode": self.decode.as_contract(),
+            "producers": [p.as_contract() for p in self.producers],
+            "transactions": [t.as_contract() for t in self.transactions],
+            "findings": [f.as_contract() for f in self.findings],
+        }
