@@ -40,6 +40,7 @@ class Options:
     """What both commands take (CONTRACT.md), after parsing."""
 
     ports: tuple[int, ...]
+    ports_explicit: bool  # --port given: only those ports, no auto-detection elsewhere
     json_path: str | None
     csv_dir: str | None
     parquet_dir: str | None
@@ -89,8 +90,10 @@ def make_options(kw: dict) -> Options:
     if kw["quiet"] and kw["verbose"]:
         raise click.UsageError("--quiet and --verbose exclude each other")
     no_color = kw["no_color"] or bool(os.environ.get("NO_COLOR"))
+    ports = _parse_ports(kw["ports"])
     return Options(
-        ports=_parse_ports(kw["ports"]) or (9092,),
+        ports=ports or (9092,),
+        ports_explicit=bool(ports),
         json_path=kw["json_path"],
         csv_dir=kw["csv_dir"],
         parquet_dir=kw["parquet_dir"],

@@ -1,15 +1,102 @@
-"""Wires the rooms for the CLI: inputs -> engine -> report and exports -> exit code."""
+"""Wires the rooms for the CLI: inputs -> engine -> terminal report and exports -> exit code."""
 
 from __future__ import annotations
 
-from ksniff.cli import EXIT_ERROR, Options, abort
+import os
+import sys
+
+from rich.console import Console
+
+from ksniff.cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Options, abort
+from ksniff.result import AuditResult
+
+
+def _consoles(opts: Options) -> tuple[Console, Console]:
+    """The report console (stdout, or stderr when stdout carries the JSON) and the diagnostics console."""
+    no_color = not opts.color
+    err = Console(stderr=True, no_color=no_color, highlight=False)
+    out = err if opts.json_path == "-" else Console(no_color=no_color, highlight=False)
+    return out, err
+
+
+def _engine_config(opts: Options):
+    from ksniff.engine.local import EngineConfig
+
+    keep_tables = bool(opts.csv_dir or opts.parquet_dir or opts.producer)
+    return EngineConfig(ports=opts.ports, auto_detect=not opts.ports_explicit, txn_timeout_ms=opts.txn_timeout_ms, keep_tables=keep_tables,
+                        keep_records=opts.records)
+
+
+def exit_code(result: AuditResult, opts: Options) -> int:
+    serious = any(f.severity in ("critical", "warning") for f in result.findings)
+    return EXIT_FINDINGS if serious and not opts.exit_zero else EXIT_CLEAN
+
+
+def _emit(result: AuditResult, opts: Options, out: Console, err: Console) -> int:
+    from ksniff.report.formats import ReportError, write_csv, write_json, write_parquet
+    from ksniff.report.terminal import render_report
+
+    for warning in result.warnings:
+        err.print(f"ksniff: warning: {warning}", markup=False, highlight=False)
+    try:
+        if opts.json_path:
+            write_json(result, opts.json_path)
+        if opts.csv_dir:
+            write_csv(result, opts.csv_dir)
+        if opts.parquet_dir:
+            write_parquet(result, opts.parquet_dir)
+    except ReportError as e:
+        abort(str(e))
+    render_report(out, result, quiet=opts.quiet, verbose=opts.verbose, producer=opts.producer)
+    return exit_code(result, opts)
 
 
 def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: str) -> int:
-    abort("ksniff audit is not yet implemented")
-    return EXIT_ERROR
+    from ksniff.capture import CaptureError
+
+    out, err = _consoles(opts)
+    config = _engine_config(opts)
+    try:
+        if engine == "spark":
+            from ksniff.engine.spark import SparkUnavailable, audit_paths_spark
+
+            try:
+                result = audit_paths_spark(captures, config, master=master)
+            except SparkUnavailable as e:
+                abort(str(e))
+        else:
+            from ksniff.engine.local import audit_paths
+            from ksniff.report.terminal import progress
+
+            bar = progress(err, 0) if err.is_terminal and not opts.quiet else None
+            try:
+                result = audit_paths(captures, config,
+                                     progress=(lambda done, total: bar.update(done, total)) if bar else None)
+            finally:
+                if bar is not None:
+                    bar.close()
+    except CaptureError as e:
+        abort(str(e))
+    except KeyboardInterrupt:
+        abort("interrupted", 130)
+    return _emit(result, opts, out, err)
 
 
 def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> int:
-    abort("ksniff live is not yet implemented")
-    return EXIT_ERROR
+    from ksniff.capture import CaptureError
+    from ksniff.engine.live import live_audit
+
+    out, err = _consoles(opts)
+    config = _engine_config(opts)
+    try:
+        result = live_audit(iface, config, console=err, duration=duration, count=count,
+                            write_path=write_path, bpf=bpf, quiet=opts.quiet,
+                            explicit_ports=opts.ports_explicit)
+    except CaptureError as e:
+        abort(str(e))
+    return _emit(result, opts, out, err)
+
+
+def ensure_utf8_stdout() -> None:
+    if os.name != "nt" and sys.stdout.encoding and sys.stdout.encoding.lower() not in ("utf-8", "utf8"):
+        sys.stdout.reconfigure(errors="replace")

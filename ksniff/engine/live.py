@@ -1,0 +1,99 @@
+"""The live engine: capture from an interface, audit as traffic flows, show a live view on stderr.
+
+It stops at --duration, --count, Ctrl-C or SIGTERM, whichever comes first; what was captured up to
+then is audited in full and reported, so stopping loses nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ksniff.capture.live import open_live
+from ksniff.engine.local import EngineConfig, Pipeline
+from ksniff.result import AuditResult
+
+
+def capture_filter(ports: tuple[int, ...], explicit_ports: bool, bpf: str | None) -> str:
+    """The kernel filter: the named ports when given, else all TCP (Kafka is auto-detected on any port)."""
+    base = " or ".join(f"tcp port {p}" for p in ports) if explicit_ports else "tcp"
+    return f"({base}) and ({bpf})" if bpf else base
+
+
+class LiveView:
+    """What the terminal shows a few times a second while capturing."""
+
+    def __init__(self, run, pipeline: Pipeline, iface: str) -> None:
+        self.run, self.pipeline, self.iface = run, pipeline, iface
+        self.started = time.monotonic()
+        self._last = (self.started, 0)
+        self._rate = 0.0
+
+    def __rich__(self) -> Group:
+        now = time.monotonic()
+        t0, n0 = self._last
+        n = self.pipeline.exchanges_seen
+        if now - t0 >= 1.0:
+            self._rate, self._last = (n - n0) / (now - t0), (now, n)
+        stats = self.run.stats
+        table = Table.grid(padding=(0, 2))
+        table.add_row("interface", self.iface, "elapsed", f"{now - self.started:.0f}s")
+        table.add_row("packets", f"{stats.packets:,}", "kernel drops", f"{stats.kernel_drops:,}")
+        table.add_row("exchanges", f"{n:,}", "per second", f"{self._rate:,.0f}")
+        snapshot = self.pipeline.auditor.snapshot() if hasattr(self.pipeline.auditor, "snapshot") else {}
+        table.add_row("producers", str(snapshot.get("producers", "-")),
+                      "open transactions", str(snapshot.get("open_transactions", "-")))
+        latest = self.pipeline.findings_so_far[-5:]
+        lines = [Text(f"{f.severity:8} {f.kind}: {f.message}", overflow="ellipsis", no_wrap=True)
+                 for f in reversed(latest)]
+        return Group(Text("ksniff live (Ctrl-C to stop and report)", style="bold"), table, *lines)
+
+
+def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: float | None,
+               count: int | None, write_path: str | None, bpf: str | None, quiet: bool = False,
+               explicit_ports: bool = False) -> AuditResult:
+    run = open_live(iface, bpf=capture_filter(config.ports, explicit_ports, bpf), count=count,
+                    duration=duration, write_path=write_path, limits=config.limits)
+    pipeline = Pipeline(config, on_not_kafka=run.drop)
+    stop_on_term = _stop_on_sigterm(run)
+    try:
+        with Live(LiveView(run, pipeline, iface), console=console, refresh_per_second=4,
+                  transient=True, redirect_stdout=False, redirect_stderr=False) if (
+                console.is_terminal and not quiet) else _Nothing():
+            try:
+                for event in run:
+                    pipeline.feed(event)
+            except KeyboardInterrupt:
+                run.stop()
+                for event in run:  # what the capture already holds
+                    pipeline.feed(event)
+    finally:
+        stop_on_term()
+    output = pipeline.finish()
+    stats = run.stats
+    stats.kafka_connections = pipeline.decoder.kafka_connections
+    return AuditResult(inputs=list(run.inputs), capture=stats, decode=pipeline.decoder.stats,
+                       producers=list(output.producers), transactions=list(output.transactions),
+                       findings=list(output.findings), exchanges=pipeline.exchanges,
+                       batches=pipeline.batches, engine="live", warnings=list(run.warnings))
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _stop_on_sigterm(run):
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, lambda *_: run.stop())
+    return lambda: signal.signal(signal.SIGTERM, previous)
