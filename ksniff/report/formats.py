@@ -1,0 +1,184 @@
+"""The export formats behind `--json`, `--csv DIR` and `--parquet DIR`, one interface for all three.
+
+Every file is written to a temporary file in its own directory and then renamed over the target, so a
+reader (or an interrupted run) never sees half a file: either the previous file or the whole new one.
+Failures to write come out as `ReportError` with one line the CLI can print as is.
+
+CSV: one file per table (`exchanges.csv`, `batches.csv`, `transactions.csv`, `findings.csv`). Each time
+column keeps its float epoch seconds (exact, and the same number as in the JSON) and gains a
+`<name>_utc` column right after it, `YYYY-MM-DD HH:MM:SS.mmm` in UTC: ISO 8601 with the space separator
+RFC 3339 allows, no zone suffix and milliseconds, because that is what Excel, LibreOffice and Google
+Sheets all read as a date-time without an import wizard (they reject `T`, `Z` or microseconds in places).
+
+Parquet: the same four tables; time columns are `timestamp[us, tz=UTC]`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING, Protocol
+
+import pandas as pd
+
+from ksniff.report import tables
+
+if TYPE_CHECKING:
+    from ksniff.result import AuditResult
+
+STDOUT = "-"
+UTC_SUFFIX = "_utc"
+CSV_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+class ReportError(Exception):
+    """An export could not be written; the message is one line, fit for `ksniff: error: ...`."""
+
+
+class OutputFormat(Protocol):
+    """What `--json`, `--csv` and `--parquet` have in common: a name and where the result goes."""
+
+    name: str
+
+    def write(self, result: AuditResult, target: str) -> None: ...
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or err.__class__.__name__
+
+
+@contextmanager
+def atomic_file(path: str, mode: str = "w") -> Iterator[IO]:
+    """A temporary file beside `path`, renamed onto it only when the block finishes without error."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())  # the rename must not land before the data does
+        os.replace(tmp, path)
+    except BaseException:  # also KeyboardInterrupt: the point is never to leave a partial file
+        _unlink_quietly(tmp)
+        raise
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _write_atomically(path: str, write: Callable[[IO], None], mode: str = "w") -> None:
+    try:
+        with atomic_file(path, mode) as fh:
+            write(fh)
+    except OSError as err:
+        raise ReportError(f"cannot write {path}: {_reason(err)}") from err
+
+
+def _ensure_dir(directory: str) -> None:
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        raise ReportError(f"cannot create directory {directory}: {_reason(err)}") from err
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ReportError(f"cannot write into {directory}: permission denied")
+
+
+def _ensure_parent(path: str) -> None:
+    parent = os.path.dirname(path)
+    if parent:
+        _ensure_dir(parent)
+
+
+def json_text(result: AuditResult) -> str:
+    """The JSON document of CONTRACT.md, whole, ending with a newline."""
+    try:
+        return json.dumps(result.as_contract(), indent=2, default=tables.json_default) + "\n"
+    except (TypeError, ValueError) as err:
+        raise ReportError(f"cannot write the JSON document: {err}") from err
+
+
+class JsonFormat:
+    name = "json"
+
+    def write(self, result: AuditResult, target: str) -> None:
+        # Serialise first, write second: a value that cannot be serialised then costs nothing on disk
+        # or on stdout, and stdout never carries half a document.
+        text = json_text(result)
+        if target == STDOUT:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        _ensure_parent(target)
+        _write_atomically(target, lambda fh: fh.write(text))
+
+
+def _frames(result: AuditResult) -> dict[str, pd.DataFrame]:
+    # Every table is built before the first file is written, so a bad value writes nothing at all.
+    try:
+        return tables.frames(result)
+    except (TypeError, ValueError) as err:
+        raise ReportError(f"cannot build the tables: {err}") from err
+
+
+def csv_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
+    """The CSV layout of a table: each time column followed by its `_utc` text twin."""
+    out = df.copy()
+    for col in tables.TIME_COLUMNS[table]:
+        text = tables.utc_timestamps(df[col]).dt.strftime(CSV_TIME_FORMAT).str.slice(0, 23)  # to the ms
+        out.insert(out.columns.get_loc(col) + 1, col + UTC_SUFFIX, text.astype("string"))
+    return out
+
+
+class CsvFormat:
+    name = "csv"
+
+    def write(self, result: AuditResult, target: str) -> None:
+        _ensure_dir(target)
+        for table, df in _frames(result).items():
+            out = csv_frame(df, table)
+            path = os.path.join(target, f"{table}.csv")
+            # No float_format: pandas then writes floats exactly, so epoch seconds keep their microseconds.
+            _write_atomically(path, lambda fh, out=out: out.to_csv(fh, index=False))
+
+
+class ParquetFormat:
+    name = "parquet"
+
+    def write(self, result: AuditResult, target: str) -> None:
+        _ensure_dir(target)
+        for table, df in _frames(result).items():
+            out = tables.with_datetimes(df, table)
+            path = os.path.join(target, f"{table}.parquet")
+            _write_atomically(path, lambda fh, out=out: out.to_parquet(fh, engine="pyarrow", index=False),
+                              mode="wb")
+
+
+FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JsonFormat(), CsvFormat(), ParquetFormat())}
+
+
+def write_json(result: AuditResult, path: str) -> None:
+    FORMATS["json"].write(result, path)
+
+
+def write_csv(result: AuditResult, directory: str) -> None:
+    FORMATS["csv"].write(result, directory)
+
+
+def write_parquet(result: AuditResult, directory: str) -> None:
+    FORMATS["parquet"].write(result, directory)
+
+
+def write_outputs(result: AuditResult, *, json_path: str | None = None, csv_dir: str | None = None,
+                  parquet_dir: str | None = None) -> None:
+    """Writes every export asked for, in the order the CLI documents them."""
+    for name, target in (("json", json_path), ("csv", csv_dir), ("parquet", parquet_dir)):
+        if target:
+            FORMATS[name].write(result, target)

@@ -1,0 +1,353 @@
+"""The four export tables (CONTRACT.md): row builders, an incremental accumulator, and pandas frames.
+
+`exchanges` (one row per request/response), `batches` (one row per record batch written),
+`transactions` and `findings`: the same fields as the JSON, one column each, sorted by time. Rows are plain
+dicts so the local engine can build them as events flow and Spark can build them inside its workers.
+
+Conventions, the same in every table:
+
+- time columns (`TIME_COLUMNS`) hold seconds since the epoch as floats, as in the JSON; the CSV export adds
+  an `<name>_utc` text column beside each, the Parquet export stores them as UTC timestamps;
+- integers that may be absent use pandas' nullable `Int64`, booleans `boolean`, text `string`;
+- list fields (`partitions`, `groups`) and `evidence` are JSON text, so one schema serves CSV and Parquet
+  and a notebook gets them back with `json.loads`.
+
+The report room knows no protocol: message bodies are read by attribute name with None as default, so a
+body lacking a field (or not decoded at all) simply leaves the cell empty.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from ksniff.audit.model import Finding, Transaction
+from ksniff.decode.events import Exchange, ProducedBatch
+
+if TYPE_CHECKING:
+    from ksniff.result import AuditResult
+
+try:  # the decode room's error table; the report still works (codes only) without it
+    from ksniff.decode.apis.errors import error_name as _error_name
+except ImportError:  # pragma: no cover - depends on what the decode room has landed
+    _error_name = None
+
+# Column -> pandas dtype, in column order. Documented here because CSV readers need them back:
+# `pd.read_csv(path, dtype=EXCHANGE_SCHEMA, usecols=list(EXCHANGE_SCHEMA))` gives the frame back.
+EXCHANGE_SCHEMA: dict[str, str] = {
+    "ts": "float64",  # first byte of the request
+    "response_ts": "float64",  # last byte of the response; empty when none came
+    "latency_ms": "float64",
+    "conn": "Int64",
+    "client": "string",  # "ip:port"
+    "broker": "string",
+    "client_id": "string",
+    "api": "string",  # Kafka's own name: Produce, InitProducerId, EndTxn, ...
+    "api_version": "Int64",
+    "correlation_id": "Int64",
+    "status": "string",  # ok | no_response (acks=0) | unanswered
+    "unverified": "boolean",  # the capture lost bytes on this connection before this exchange
+    "transactional_id": "string",
+    "producer_id": "Int64",
+    "producer_epoch": "Int64",
+    "error_code": "Int64",  # the response's top-level error code, where it has one
+    "error": "string",  # Kafka's name for error_code
+    "decode_error": "string",  # why a body was not decoded
+}
+
+BATCH_SCHEMA: dict[str, str] = {
+    "ts": "float64",
+    "response_ts": "float64",
+    "conn": "Int64",
+    "client": "string",
+    "broker": "string",
+    "client_id": "string",
+    "transactional_id": "string",
+    "topic": "string",
+    "partition": "Int64",
+    "producer_id": "Int64",
+    "producer_epoch": "Int64",
+    "base_sequence": "Int64",
+    "last_sequence": "Int64",  # base_sequence + last_offset_delta, wrapping as Kafka does; -1 if none
+    "records": "Int64",
+    "codec": "string",
+    "transactional": "boolean",
+    "control": "boolean",
+    "crc_ok": "boolean",  # empty when the batch was not whole in the capture
+    "error_code": "Int64",  # the broker's answer for this partition; empty without a response
+    "error": "string",
+    "base_offset": "Int64",  # assigned by the broker
+    "unverified": "boolean",
+    "correlation_id": "Int64",
+    "api_version": "Int64",
+    "acks": "Int64",
+}
+
+TRANSACTION_SCHEMA: dict[str, str] = {
+    "start_ts": "float64",
+    "end_ts": "float64",  # empty while open or when the end was not captured
+    "duration_ms": "float64",
+    "transactional_id": "string",
+    "producer_id": "Int64",
+    "producer_epoch": "Int64",
+    "outcome": "string",  # commit | abort | open | unknown
+    "partitions": "string",  # JSON list of "topic-partition"
+    "records": "Int64",
+    "groups": "string",  # JSON list of consumer groups whose offsets it committed
+}
+
+FINDING_SCHEMA: dict[str, str] = {
+    "ts": "float64",
+    "severity": "string",
+    "kind": "string",
+    "transactional_id": "string",
+    "producer_id": "Int64",
+    "producer_epoch": "Int64",
+    "topic": "string",
+    "partition": "Int64",
+    "group": "string",
+    "message": "string",
+    "evidence": "string",  # JSON object
+}
+
+SCHEMAS: dict[str, dict[str, str]] = {
+    "exchanges": EXCHANGE_SCHEMA,
+    "batches": BATCH_SCHEMA,
+    "transactions": TRANSACTION_SCHEMA,
+    "findings": FINDING_SCHEMA,
+}
+
+EXCHANGE_COLUMNS = tuple(EXCHANGE_SCHEMA)
+BATCH_COLUMNS = tuple(BATCH_SCHEMA)
+TRANSACTION_COLUMNS = tuple(TRANSACTION_SCHEMA)
+FINDING_COLUMNS = tuple(FINDING_SCHEMA)
+
+# The column each table is sorted by, and every column holding epoch seconds.
+SORT_COLUMN = {"exchanges": "ts", "batches": "ts", "transactions": "start_ts", "findings": "ts"}
+TIME_COLUMNS = {
+    "exchanges": ("ts", "response_ts"),
+    "batches": ("ts", "response_ts"),
+    "transactions": ("start_ts", "end_ts"),
+    "findings": ("ts",),
+}
+
+_SEQUENCE_MODULUS = 2**31  # producer sequences wrap to 0 after Int32.MAX
+
+
+def error_name(code: int | None) -> str | None:
+    """Kafka's name for an error code (NONE for 0), or None when there is no code."""
+    if code is None:
+        return None
+    if _error_name is not None:
+        return _error_name(code)
+    return "NONE" if code == 0 else None
+
+
+def to_json_text(value: Any) -> str:
+    """Compact, key-sorted JSON for list and evidence cells; JSONable values as `json_default` allows."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=json_default)
+
+
+def json_default(value: Any) -> Any:
+    """What the exports accept besides JSON's own types; anything else is a bug and raises TypeError."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, Enum):
+        return value.value
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _body_field(body: Any, name: str) -> Any:
+    return None if body is None else getattr(body, name, None)
+
+
+def _known_id(value: Any) -> int | None:
+    """Kafka sends -1 for 'no producer id / epoch'; the tables leave such cells empty."""
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _producer_of(ex: Exchange) -> tuple[int | None, int | None]:
+    """The producer id and epoch an exchange speaks for, wherever the exchange carries them."""
+    req, resp = ex.request, ex.response
+    # Produce carries them in its batch headers; InitProducerId asks with -1 and learns them from the answer.
+    candidates = [(_body_field(req, "producer_id"), _body_field(req, "producer_epoch"))]
+    candidates += [(b.header.producer_id, b.header.producer_epoch) for b in ex.batches[:1]]
+    candidates.append((_body_field(resp, "producer_id"), _body_field(resp, "producer_epoch")))
+    for pid, epoch in candidates:
+        if _known_id(pid) is not None:
+            return pid, _known_id(epoch)
+    return None, None
+
+
+def _millis(seconds: float | None) -> float | None:
+    # to the microsecond: float epochs subtract with sub-microsecond noise nobody wants in a table
+    return None if seconds is None else round(seconds * 1000.0, 3)
+
+
+def exchange_row(ex: Exchange) -> dict[str, Any]:
+    """One row of `exchanges`: the request's identity and the broker's top-level answer."""
+    producer_id, epoch = _producer_of(ex)
+    error_code = _body_field(ex.response, "error_code")
+    return {
+        "ts": ex.request_ts,
+        "response_ts": ex.response_ts,
+        "latency_ms": _millis(ex.latency),
+        "conn": ex.conn,
+        "client": ex.client,
+        "broker": ex.broker,
+        "client_id": ex.client_id,
+        "api": ex.api_name,
+        "api_version": ex.api_version,
+        "correlation_id": ex.correlation_id,
+        "status": ex.status,
+        "unverified": ex.unverified,
+        "transactional_id": _body_field(ex.request, "transactional_id"),
+        "producer_id": producer_id,
+        "producer_epoch": epoch,
+        "error_code": error_code,
+        "error": error_name(error_code),
+        "decode_error": ex.decode_error,
+    }
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    if base_sequence < 0:
+        return -1
+    return (base_sequence + last_offset_delta) % _SEQUENCE_MODULUS
+
+
+def batch_row(b: ProducedBatch) -> dict[str, Any]:
+    """One row of `batches`: a record batch header and the broker's answer for its partition."""
+    h = b.header
+    return {
+        "ts": b.ts,
+        "response_ts": b.response_ts,
+        "conn": b.conn,
+        "client": b.client,
+        "broker": b.broker,
+        "client_id": b.client_id,
+        "transactional_id": b.transactional_id,
+        "topic": b.topic,
+        "partition": b.partition,
+        "producer_id": h.producer_id,
+        "producer_epoch": h.producer_epoch,
+        "base_sequence": h.base_sequence,
+        "last_sequence": last_sequence(h.base_sequence, h.last_offset_delta),
+        "records": h.records_count,
+        "codec": h.codec,
+        "transactional": h.transactional,
+        "control": h.control,
+        "crc_ok": h.crc_ok,
+        "error_code": b.error_code,
+        "error": error_name(b.error_code),
+        "base_offset": b.base_offset,
+        "unverified": b.unverified,
+        "correlation_id": b.correlation_id,
+        "api_version": b.api_version,
+        "acks": b.acks,
+    }
+
+
+def transaction_row(t: Transaction) -> dict[str, Any]:
+    return {
+        "start_ts": t.start_ts,
+        "end_ts": t.end_ts,
+        "duration_ms": None if t.end_ts is None else _millis(t.end_ts - t.start_ts),
+        "transactional_id": t.transactional_id,
+        "producer_id": t.producer_id,
+        "producer_epoch": t.producer_epoch,
+        "outcome": t.outcome,
+        "partitions": to_json_text(list(t.partitions)),
+        "records": t.records,
+        "groups": to_json_text(list(t.groups)),
+    }
+
+
+def finding_row(f: Finding) -> dict[str, Any]:
+    return {
+        "ts": f.ts,
+        "severity": f.severity,
+        "kind": f.kind,
+        "transactional_id": f.transactional_id,
+        "producer_id": f.producer_id,
+        "producer_epoch": f.producer_epoch,
+        "topic": f.topic,
+        "partition": f.partition,
+        "group": f.group,
+        "message": f.message,
+        "evidence": to_json_text(f.evidence),
+    }
+
+
+def _ts_key(row: dict[str, Any]) -> float:
+    return row["ts"]
+
+
+@dataclass(slots=True)
+class TableRows:
+    """Builds the `exchanges` and `batches` rows as the decode room hands over exchanges.
+
+    Exchanges complete in response order, not request order, so `finish()` sorts (stably, by request time)
+    once at the end rather than on every insert.
+    """
+
+    exchanges: list[dict[str, Any]] = field(default_factory=list)
+    batches: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, ex: Exchange) -> None:
+        self.exchanges.append(exchange_row(ex))
+        self.batches.extend(batch_row(b) for b in ex.batches)
+
+    def extend(self, events: Iterable[object]) -> None:
+        """Adds every Exchange among decode events; connection events have no row."""
+        for event in events:
+            if isinstance(event, Exchange):
+                self.add(event)
+
+    def finish(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        self.exchanges.sort(key=_ts_key)
+        self.batches.sort(key=_ts_key)
+        return self.exchanges, self.batches
+
+
+def frame(rows: Iterable[dict[str, Any]], table: str) -> pd.DataFrame:
+    """One table as a DataFrame: the schema's columns and dtypes, sorted by time, index 0..n-1."""
+    schema = SCHEMAS[table]
+    df = pd.DataFrame.from_records(list(rows), columns=list(schema))
+    # `None` in a float column must become NaN before astype; pandas does that for object columns.
+    df = df.astype(schema)
+    return df.sort_values(SORT_COLUMN[table], kind="stable", ignore_index=True)
+
+
+def frames(result: AuditResult) -> dict[str, pd.DataFrame]:
+    """The four tables of CONTRACT.md; empty tables still carry their columns and dtypes."""
+    return {
+        "exchanges": frame(result.exchanges, "exchanges"),
+        "batches": frame(result.batches, "batches"),
+        "transactions": frame((transaction_row(t) for t in result.transactions), "transactions"),
+        "findings": frame((finding_row(f) for f in result.findings), "findings"),
+    }
+
+
+def utc_timestamps(epoch_seconds: pd.Series) -> pd.Series:
+    """Float epoch seconds as UTC timestamps with microsecond resolution (NaN becomes NaT)."""
+    # Through whole microseconds: a float epoch is off by a few hundred ns, which must not truncate.
+    micros = epoch_seconds.mul(1e6).round()
+    return pd.to_datetime(micros, unit="us", utc=True).astype("datetime64[us, UTC]")
+
+
+def with_datetimes(df: pd.DataFrame, table: str) -> pd.DataFrame:
+    """A copy whose time columns are UTC timestamps instead of epoch seconds."""
+    out = df.copy()
+    for col in TIME_COLUMNS[table]:
+        out[col] = utc_timestamps(out[col])
+    return out
