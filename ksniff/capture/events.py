@@ -56,7 +56,7 @@ class StreamGap:
 class ConnectionClosed:
     conn: int
     ts: float
-    reason: str  # "fin" | "rst" | "idle" | "evicted" | "end_of_capture"
+    reason: str  # "fin" | "rst" | "idle" | "evicted" | "end_of_capture" | "reused" (new SYN on its 4-tuple)
 
 
 StreamEvent = ConnectionOpened | StreamChunk | StreamGap | ConnectionClosed

@@ -1,0 +1,94 @@
+"""A capture run over files: open all inputs up front, then stream events in capture-time order."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from operator import itemgetter
+
+from ksniff.capture.errors import CaptureError, CaptureLimits
+from ksniff.capture.events import CaptureStats, InputInfo, StreamEvent
+from ksniff.capture.files import CaptureFile, expand_paths
+from ksniff.capture.reassembly import Reassembler
+
+
+class CaptureRun:
+    """Iterate once for the events; `stats`, `inputs` and `warnings` are complete after that."""
+
+    def __init__(self, files: list[CaptureFile], limits: CaptureLimits | None = None) -> None:
+        self._files = files
+        self.stats = CaptureStats()
+        self.reassembler = Reassembler(limits, self.stats)
+        self.inputs: list[InputInfo] = []
+        self.warnings: list[str] = []
+        self.bytes_total = sum(f.size for f in files)
+        self._started = False
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(f.bytes_read for f in self._files)
+
+    def drop(self, conn_id: int) -> None:
+        """The decoder found this connection is not Kafka: no more events or buffering for it."""
+        self.reassembler.drop(conn_id)
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        if self._started:
+            raise RuntimeError("a capture run can be iterated only once")
+        self._started = True
+        return self._events()
+
+    def _events(self) -> Iterator[StreamEvent]:
+        try:
+            yield from self.reassembler.events(segments(self._files))
+        finally:
+            self._summarise()
+
+    def _summarise(self) -> None:
+        stats = self.stats
+        for f in self._files:
+            c = f.counts
+            stats.packets += c.packets
+            stats.non_tcp_packets += c.non_tcp
+            stats.ip_fragments += c.fragments
+            stats.truncated_packets += c.cut_short
+            stats.tcp_segments += c.packets - c.non_tcp - c.fragments - c.cut_short
+            if c.first_ts is not None:
+                stats.first_ts = c.first_ts if stats.first_ts is None else min(stats.first_ts, c.first_ts)
+                stats.last_ts = c.last_ts if stats.last_ts is None else max(stats.last_ts, c.last_ts)
+            self.inputs.append(InputInfo(f.path, f.format, ",".join(f.linktypes), c.packets, f.size))
+            self.warnings.extend(f.warnings)
+            if c.fragments:
+                self.warnings.append(f"{f.path}: {c.fragments} IP fragments not reassembled")
+        self.warnings.extend(self.reassembler.warnings())
+
+
+def segments(files: list[CaptureFile]) -> Iterator[tuple]:
+    """Segments of all files; several files are merged by timestamp."""
+    if len(files) == 1:
+        return files[0].segments()
+    return heapq.merge(*(f.segments() for f in files), key=itemgetter(0))
+
+
+def iter_segments(path: str) -> Iterator[tuple]:
+    """Segment tuples `(ts, src_ip, src_port, dst_ip, dst_port, seq, ack, flags, payload)` of one file.
+
+    For engines that partition by connection: feed each group to its own `Reassembler`.
+    Raises CaptureError when the file cannot be read at all.
+    """
+    return CaptureFile(path).segments()
+
+
+def read_files(paths: Sequence[str], limits: CaptureLimits | None = None) -> CaptureRun:
+    """Open capture files and folders (recursively); raises CaptureError for any input we cannot read."""
+    if not paths:
+        raise CaptureError("no capture files given")
+    files: list[CaptureFile] = []
+    try:
+        for path in expand_paths(list(paths)):
+            files.append(CaptureFile(path))
+    except CaptureError:
+        for f in files:
+            f.close()
+        raise
+    return CaptureRun(files, limits)
