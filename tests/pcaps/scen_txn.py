@@ -90,3 +90,8 @@ def txn_kafka_python_tansu(out: Path) -> None:
 def txn_aiokafka_mock(out: Path) -> None:
     # Not on tansu: aiokafka only speaks InitProducerId v0, which tansu 0.6 answers with UNKNOWN_SERVER_ERROR.
     record_story(out, "txn_aiokafka_mock", "aiokafka", clients.aiokafka_story, broker="librdkafka-mock")
+
+
+@scenario("txn_confluent_mock", "the same story with confluent-kafka on librdkafka's 3-broker mock cluster")
+def txn_confluent_mock(out: Path) -> None:
+    record_story(out, "txn_confluent_mock", "confluent-kafka", clients.confluent_story, broker="librdkafka-mock")
