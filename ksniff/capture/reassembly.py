@@ -126,8 +126,13 @@ class Reassembler:
         slow = self._segment
         max_chunk = self.limits.max_chunk_bytes
         ts = None
+        sweep_at = self._next_sweep
         for seg in segments:
             ts, sip, sp, dip, dp, seq, ack, flags, payload = seg
+            if ts >= sweep_at:  # idle expiry runs on capture time, a few times per timeout
+                if ts >= self._next_sweep:
+                    self._sweep(ts)
+                sweep_at = self._next_sweep
             h = table_get((sip, sp, dip, dp))
             if h is None or not h.fast or flags & _SLOW_FLAGS:
                 slow(h, seg)
@@ -162,8 +167,6 @@ class Reassembler:
         ts, sip, sp, dip, dp, seq, ack, flags, payload = seg
         if ts > self._now:
             self._now = ts
-        if ts >= self._next_sweep:
-            self._sweep(ts)
         if h is None:
             if flags & RST:
                 return  # a reset of a connection we never saw carries nothing
@@ -444,6 +447,7 @@ class Reassembler:
 
     def _sweep(self, now: float) -> None:
         """Expires idle connections and forgets closed ones, by capture time."""
+        self._now = max(self._now, now)
         self._next_sweep = now + self._sweep_every
         idle_before = now - self.limits.idle_timeout
         linger_before = now - self.limits.closed_linger

@@ -1,0 +1,299 @@
+"""Reassembly rules, each with a crafted segment sequence written to a real pcap file."""
+
+from __future__ import annotations
+
+import pytest
+from capture_builders import Flow, run_file, streams, write_ip_packets
+
+from ksniff.capture import CaptureLimits
+from ksniff.capture.events import ConnectionClosed, ConnectionOpened, StreamChunk, StreamGap
+
+
+def read(tmp_path, packets, limits=None, step=0.001, link="EN10MB"):
+    path = tmp_path / "t.pcap"
+    write_ip_packets(path, packets, link=link, step=step)
+    return run_file(path, limits)
+
+
+def kinds(events, kind):
+    return [e for e in events if isinstance(e, kind)]
+
+
+def test_in_order_with_handshake_and_fin(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send(True, b"hello "), f.send(True, b"world"), f.send(False, b"ok")] + f.close()
+    events, run = read(tmp_path, pkts)
+    assert isinstance(events[0], ConnectionOpened) and events[0].handshake_seen
+    assert str(events[0].src) == "10.0.0.1:40000" and str(events[0].dst) == "10.0.0.2:9092"
+    assert streams(events) == {(1, True): b"hello world", (1, False): b"ok"}
+    assert kinds(events, ConnectionClosed)[-1].reason == "fin"
+    assert run.stats.connections == 1 and run.stats.gaps == 0 and run.stats.packets == len(pkts)
+
+
+def test_chunk_timestamps_are_first_and_last_byte(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send(True, b"a" * 10), f.send(True, b"b" * 10), f.send(False, b"c")]
+    events, _ = read(tmp_path, pkts, step=1.0)
+    chunk = kinds(events, StreamChunk)[0]
+    assert chunk.data == b"a" * 10 + b"b" * 10
+    assert (chunk.first_ts, chunk.last_ts) == (1003.0, 1004.0)
+
+
+def test_out_of_order_is_buffered_and_delivered_in_order(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a, b, c = f.send(True, b"AAA"), f.send(True, b"BBB"), f.send(True, b"CCC")
+    events, run = read(tmp_path, hs + [a, c, b])
+    assert streams(events)[(1, True)] == b"AAABBBCCC"
+    assert run.stats.gaps == 0
+
+
+def test_retransmission_same_bytes_is_ignored(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a = f.send(True, b"hello")
+    b = f.send(True, b"world")
+    events, run = read(tmp_path, hs + [a, a, b, b, a])
+    assert streams(events)[(1, True)] == b"helloworld"
+    assert run.stats.overlaps_differing == 0
+
+
+def test_overlap_first_received_wins_and_differences_counted(tmp_path):
+    f = Flow(isn_c=999)
+    hs = f.handshake()
+    first = f.raw(True, 1000, payload=b"abcdef")
+    overlap_same = f.raw(True, 1003, payload=b"defghi")
+    overlap_diff = f.raw(True, 1006, payload=b"XXXjkl")  # bytes 6..9 already came as "ghi"
+    events, run = read(tmp_path, hs + [first, overlap_same, overlap_diff])
+    assert streams(events)[(1, True)] == b"abcdefghijkl"
+    assert run.stats.overlaps_differing == 1
+
+
+def test_overlap_between_buffered_segments(tmp_path):
+    f = Flow(isn_c=999)
+    hs = f.handshake()
+    late = f.raw(True, 1004, payload=b"efgh")
+    late_overlap = f.raw(True, 1006, payload=b"ZZij")  # "gh" buffered first wins; "ZZ" differs
+    fill = f.raw(True, 1000, payload=b"abcd")
+    events, run = read(tmp_path, hs + [late, late_overlap, fill])
+    assert streams(events)[(1, True)] == b"abcdefghij"
+    assert run.stats.overlaps_differing == 1
+
+
+def test_in_order_segment_does_not_overwrite_buffered_bytes(tmp_path):
+    f = Flow(isn_c=999)
+    hs = f.handshake()
+    late = f.raw(True, 1004, payload=b"efgh")
+    spanning = f.raw(True, 1000, payload=b"abcdXXgh")
+    events, run = read(tmp_path, hs + [late, spanning])
+    assert streams(events)[(1, True)] == b"abcdefgh"
+    assert run.stats.overlaps_differing == 1
+
+
+def test_sequence_wrap_around(tmp_path):
+    f = Flow(isn_c=0xFFFFFFF0)
+    pkts = f.handshake() + [f.send(True, b"x" * 10), f.send(True, b"y" * 10), f.send(True, b"z" * 10)]
+    assert f.seq[True] < 100  # the sequence number did wrap
+    reordered = pkts[:3] + [pkts[3], pkts[5], pkts[4]]
+    events, run = read(tmp_path, reordered)
+    assert streams(events)[(1, True)] == b"x" * 10 + b"y" * 10 + b"z" * 10
+    assert run.stats.gaps == 0
+
+
+def test_lost_segment_is_a_gap_at_end_of_capture(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a, _lost, c = f.send(True, b"AAA"), f.send(True, b"BBBB"), f.send(True, b"CC")
+    events, run = read(tmp_path, hs + [a, c])
+    assert streams(events)[(1, True)] == b"AAA<gap 4>CC"
+    gap = kinds(events, StreamGap)[0]
+    assert (gap.offset, gap.length) == (3, 4)
+    assert run.stats.gaps == 1 and run.stats.gap_bytes == 4
+    assert kinds(events, ConnectionClosed)[0].reason == "end_of_capture"
+
+
+def test_gap_reported_as_soon_as_the_peer_acks_past_it(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a, _lost, c = f.send(True, b"AAA"), f.send(True, b"BBBB"), f.send(True, b"CC")
+    ack = f.send(False, b"")  # the server acknowledges everything, including the bytes we never saw
+    d = f.send(True, b"DD")
+    events, _ = read(tmp_path, hs + [a, ack, c, d])
+    gap_at = next(i for i, e in enumerate(events) if isinstance(e, StreamGap))
+    closed_at = next(i for i, e in enumerate(events) if isinstance(e, ConnectionClosed))
+    assert gap_at < closed_at  # not held until the end of the capture
+    assert streams(events)[(1, True)] == b"AAA<gap 4>CCDD"
+
+
+def test_gap_before_fin_when_connection_closes(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a, _lost = f.send(True, b"AAA"), f.send(True, b"BBBB")
+    events, _ = read(tmp_path, hs + [a] + f.close())
+    assert streams(events)[(1, True)] == b"AAA<gap 4>"
+    assert kinds(events, ConnectionClosed)[0].reason == "fin"
+
+
+def test_rst_closes_and_turns_holes_into_gaps(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    a, _lost, c = f.send(True, b"AAA"), f.send(True, b"BBBB"), f.send(True, b"CC")
+    rst = f.send(False, flags="R")
+    after = f.send(True, b"late")
+    events, run = read(tmp_path, hs + [a, c, rst, after])
+    assert streams(events)[(1, True)] == b"AAA<gap 4>CC"
+    closed = kinds(events, ConnectionClosed)
+    assert len(closed) == 1 and closed[0].reason == "rst"
+    assert run.stats.connections == 1  # the straggler after the reset is not a new connection
+
+
+def test_connection_first_seen_mid_stream(tmp_path):
+    f = Flow()
+    f.handshake()
+    pkts = [f.send(True, b"middle"), f.send(False, b"reply"), f.send(True, b"more")]
+    events, _ = read(tmp_path, pkts)
+    opened = events[0]
+    assert isinstance(opened, ConnectionOpened) and not opened.handshake_seen
+    assert streams(events) == {(1, True): b"middlemore", (1, False): b"reply"}
+
+
+def test_syn_ack_first_makes_the_receiver_the_client(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    events, _ = read(tmp_path, hs[1:] + [f.send(True, b"req"), f.send(False, b"resp")])
+    opened = events[0]
+    assert str(opened.src) == "10.0.0.1:40000" and opened.handshake_seen
+    assert streams(events) == {(1, True): b"req", (1, False): b"resp"}
+
+
+def test_four_tuple_reused_after_close_is_a_new_connection(tmp_path):
+    first = Flow(isn_c=1000, isn_s=5000)
+    second = Flow(isn_c=777777, isn_s=888888)
+    pkts = first.handshake() + [first.send(True, b"one")] + first.close()
+    pkts += second.handshake() + [second.send(True, b"two")] + second.close()
+    events, run = read(tmp_path, pkts)
+    opened = kinds(events, ConnectionOpened)
+    assert [o.conn for o in opened] == [1, 2]
+    assert streams(events) == {(1, True): b"one", (2, True): b"two"}
+    assert run.stats.connections == 2
+
+
+def test_four_tuple_reused_without_a_captured_close(tmp_path):
+    first = Flow(isn_c=1000)
+    second = Flow(isn_c=900000)
+    pkts = first.handshake() + [first.send(True, b"one")] + second.handshake() + [second.send(True, b"two")]
+    events, _ = read(tmp_path, pkts)
+    assert kinds(events, ConnectionClosed)[0].reason == "reused"
+    assert streams(events) == {(1, True): b"one", (2, True): b"two"}
+
+
+def test_retransmitted_syn_is_not_a_new_connection(tmp_path):
+    f = Flow()
+    syn = f.send(True, flags="S")
+    pkts = [syn, syn, f.send(False, flags="SA"), f.send(True, b"x")]
+    events, run = read(tmp_path, pkts)
+    assert run.stats.connections == 1
+    assert streams(events) == {(1, True): b"x"}
+
+
+def test_idle_connection_expires(tmp_path):
+    quiet, busy = Flow(client=("10.0.0.3", 1111)), Flow(client=("10.0.0.4", 2222))
+    pkts = quiet.handshake() + [quiet.send(True, b"q")] + busy.handshake()
+    pkts += [busy.send(True, b"b") for _ in range(30)]
+    events, _ = read(tmp_path, pkts, limits=CaptureLimits(idle_timeout=10.0), step=1.0)
+    closed = kinds(events, ConnectionClosed)
+    assert closed[0].conn == 1 and closed[0].reason == "idle"
+    idle_at = events.index(closed[0])
+    assert any(isinstance(e, StreamChunk) and e.conn == 2 for e in events[idle_at:])
+
+
+def test_out_of_order_cap_per_direction_gives_up_the_hole(tmp_path):
+    f = Flow()
+    hs = f.handshake()
+    segs = [f.send(True, bytes([65 + i]) * 100) for i in range(10)]
+    limits = CaptureLimits(ooo_bytes_per_direction=350)
+    events, run = read(tmp_path, hs + segs[1:], limits=limits)
+    data = streams(events)[(1, True)]
+    assert data.startswith(b"<gap 100>") and data.endswith(b"J" * 100)
+    assert run.stats.dropped_by_limits == 1
+    assert any("out-of-order" in w for w in run.warnings)
+
+
+def test_out_of_order_total_cap(tmp_path):
+    flows = [Flow(client=(f"10.0.1.{i}", 3000 + i)) for i in range(1, 4)]
+    pkts = []
+    for f in flows:
+        pkts += f.handshake()
+        f.send(True, b"L" * 50)  # lost: everything after it waits
+    for f in flows:
+        pkts += [f.send(True, b"x" * 100), f.send(True, b"y" * 100)]
+    limits = CaptureLimits(ooo_bytes_total=450)
+    events, run = read(tmp_path, pkts, limits=limits)
+    assert run.stats.dropped_by_limits >= 1
+    for f in range(1, 4):
+        assert streams(events)[(f, True)] == b"<gap 50>" + b"x" * 100 + b"y" * 100
+
+
+def test_connection_cap_evicts_the_longest_idle(tmp_path):
+    flows = [Flow(client=(f"10.0.2.{i}", 4000 + i)) for i in range(1, 5)]
+    pkts = []
+    for f in flows:
+        pkts += f.handshake() + [f.send(True, b"data")]
+    events, run = read(tmp_path, pkts, limits=CaptureLimits(max_connections=2))
+    closed = kinds(events, ConnectionClosed)
+    assert [c.reason for c in closed][:2] == ["evicted", "evicted"]
+    assert [c.conn for c in closed][:2] == [1, 2]
+    assert run.stats.dropped_by_limits == 2 and run.stats.connections == 4
+    assert any("connection limit" in w for w in run.warnings)
+
+
+def test_snaplen_cut_payload_is_a_gap_not_zeros(tmp_path):
+    from capture_builders import ethernet, pcap_bytes
+
+    f = Flow()
+    pkts = [ethernet(p) for p in f.handshake() + [f.send(True, b"A" * 100), f.send(True, b"B" * 10)]]
+    cut = pkts[3][:-60]  # the capture kept only the first 40 payload bytes
+    frames = [(1000.0 + i, p) for i, p in enumerate(pkts)]
+    frames[3] = (1003.0, cut, len(pkts[3]))
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(pcap_bytes(frames))
+    events, run = run_file(path)
+    assert streams(events)[(1, True)] == b"<gap 100>" + b"B" * 10
+    assert run.stats.truncated_packets == 1
+
+
+def test_drop_stops_events_for_a_connection(tmp_path):
+    from ksniff.capture import read_files
+
+    one, two = Flow(client=("10.0.3.1", 1)), Flow(client=("10.0.3.2", 2))
+    pkts = one.handshake() + two.handshake()
+    for _ in range(5):
+        pkts += [one.send(True, b"1111"), two.send(True, b"2222")]
+    path = tmp_path / "d.pcap"
+    write_ip_packets(path, pkts)
+    run = read_files([str(path)])
+    seen = []
+    for event in run:
+        seen.append(event)
+        if isinstance(event, StreamChunk) and event.conn == 1:
+            run.drop(1)
+    assert [e for e in seen if e.conn == 1 and isinstance(e, StreamChunk)] == [seen[2]]
+    assert streams(seen)[(2, True)] == b"2222" * 5
+    assert not any(isinstance(e, ConnectionClosed) and e.conn == 1 for e in seen)
+
+
+def test_large_stream_is_chunked(tmp_path):
+    f = Flow()
+    pkts = f.handshake() + [f.send(True, bytes([i % 256]) * 1000) for i in range(300)]
+    events, _ = read(tmp_path, pkts, limits=CaptureLimits(max_chunk_bytes=64 << 10))
+    chunks = kinds(events, StreamChunk)
+    assert len(chunks) > 1 and all(len(c.data) <= (64 << 10) + 1000 for c in chunks)
+    assert streams(events)[(1, True)] == b"".join(bytes([i % 256]) * 1000 for i in range(300))
+
+
+@pytest.mark.parametrize("link", ["EN10MB", "LINUX_SLL2", "NULL", "RAW"])
+def test_same_streams_over_link_types(tmp_path, link):
+    f = Flow()
+    pkts = f.handshake() + [f.send(True, b"req"), f.send(False, b"resp")] + f.close()
+    events, _ = read(tmp_path, pkts, link=link)
+    assert streams(events) == {(1, True): b"req", (1, False): b"resp"}
