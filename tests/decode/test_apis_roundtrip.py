@@ -20,9 +20,7 @@ from ksniff.decode.schema import Api, Array, Field, Primitive
 interp = pytest.importorskip("ksniff.decode.interp")
 pytest.importorskip("kafka.protocol.api_message")
 
-from kafka.protocol import old as kp_old  # noqa: E402
 from kafka.protocol.api_message import ApiMessage  # noqa: E402
-from kafka.protocol.old.types import BitField, Schema  # noqa: E402
 from kafka.record.memory_records import MemoryRecordsBuilder  # noqa: E402
 
 INT_BITS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16, "uint32": 32}
@@ -181,14 +179,16 @@ def test_kafka_python_messages(api: Api, version: int, is_request: bool, nulls: 
     _check(decoded, sample, fields, f"{api.name}v{version}")
 
 
-def _legacy_classes() -> dict[tuple[int, bool, int], type]:
+def _legacy_classes(package: str) -> dict[tuple[int, bool, int], type]:
+    """The hand-written per-version structs of a client: (API key, is request, version) -> class."""
     import importlib
     import inspect
     import pkgutil
 
     found = {}
-    for mod in pkgutil.iter_modules(kp_old.__path__):
-        module = importlib.import_module(f"{kp_old.__name__}.{mod.name}")
+    root = importlib.import_module(package)
+    for mod in pkgutil.iter_modules(root.__path__):
+        module = importlib.import_module(f"{package}.{mod.name}")
         for _, cls in inspect.getmembers(module, inspect.isclass):
             key = getattr(cls, "API_KEY", None)
             version = getattr(cls, "API_VERSION", None)
@@ -199,12 +199,24 @@ def _legacy_classes() -> dict[tuple[int, bool, int], type]:
     return found
 
 
-LEGACY = _legacy_classes()
+# kafka-python's legacy layer and aiokafka's protocol module: written by hand per version, independently
+# of the JSON specs our tables were read from.
+LEGACY = {package: _legacy_classes(package) for package in ("kafka.protocol.old", "aiokafka.protocol")}
 BY_KEY = {api.key: api for api in FULL_BODY}
+# Where a hand-written struct contradicts Kafka's spec, the struct is wrong, not our table.
+_EPOCH_BUG = "aiokafka encodes ListOffsets current_leader_epoch as int64; Kafka's spec says int32"
+LEGACY_BUGS = {
+    ("aiokafka.protocol", 2, True, 4): _EPOCH_BUG,
+    ("aiokafka.protocol", 2, True, 5): _EPOCH_BUG,
+}
 LEGACY_CASES = [
-    pytest.param(BY_KEY[key], version, is_request, id=f"{BY_KEY[key].name}-v{version}-"
-                 + ("req" if is_request else "resp"))
-    for (key, is_request, version) in sorted(LEGACY)
+    pytest.param(package, BY_KEY[key], version, is_request,
+                 id=f"{package.split('.')[0]}-{BY_KEY[key].name}-v{version}-"
+                    f"{'req' if is_request else 'resp'}",
+                 marks=[pytest.mark.xfail(reason=bug, strict=True)]
+                 if (bug := LEGACY_BUGS.get((package, key, is_request, version))) else [])
+    for package, classes in LEGACY.items()
+    for (key, is_request, version) in sorted(classes)
     if key in BY_KEY and BY_KEY[key].valid.contains(version)
 ]
 
@@ -221,19 +233,19 @@ def _positional(fields: tuple[Field, ...], data: dict[str, Any], schema) -> list
         t = f.type
         if value is not None and isinstance(t, Array) and isinstance(t.of, tuple):
             inner = schema.fields[len(out)].array_of
-            if isinstance(inner, Schema):
+            if type(inner).__name__ == "Schema":
                 value = [_positional(t.of, v, inner) for v in value]
             else:
                 value = [next(iter(v.values())) for v in value]
-        elif schema.fields[len(out)] is BitField:
+        elif getattr(schema.fields[len(out)], "__name__", "") == "BitField":
             value = {bit for bit in range(32) if value >> bit & 1}
         out.append(value)
     return out
 
 
-@pytest.mark.parametrize("api, version, is_request", LEGACY_CASES)
-def test_kafka_python_legacy_structs(api: Api, version: int, is_request: bool):
-    cls = LEGACY[(api.key, is_request, version)]
+@pytest.mark.parametrize("package, api, version, is_request", LEGACY_CASES)
+def test_hand_written_structs(package: str, api: Api, version: int, is_request: bool):
+    cls = LEGACY[package][(api.key, is_request, version)]
     fields = api.request if is_request else api.response
     sample = Sample(version, api.flexible.contains(version), nulls=False, tags=False).struct(fields)
     values = _positional(fields, sample, cls.SCHEMA)
