@@ -54,7 +54,7 @@ HEADER_ONLY: tuple[Api, ...] = (
     _skipped(53, "BeginQuorumEpoch", "0-1", "1+", "KRaft controllers only."),
     _skipped(54, "EndQuorumEpoch", "0-1", "1+", "KRaft controllers only."),
     _skipped(55, "DescribeQuorum", "0-2", "0+"),
-    _skipped(56, "AlterPartition", "0-3", "0+", "Broker to controller."),
+    _skipped(56, "AlterPartition", "2-3", "0+", "Broker to controller. " + _KIP_896),
     _skipped(57, "UpdateFeatures", "0-2", "0+"),
     _skipped(58, "Envelope", "0", "0+", "Broker to controller, wraps a forwarded request."),
     _skipped(59, "FetchSnapshot", "0-1", "0+", "KRaft controllers only."),
