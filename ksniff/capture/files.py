@@ -40,6 +40,35 @@ class _Counts:
         self.last_ts: float | None = None
 
 
+class _Gunzip:
+    """Decompresses a gzip file step by step; a cut or damaged stream just ends (the walk reports where)."""
+
+    def __init__(self, file) -> None:
+        self._file = file
+        self._z = zlib.decompressobj(31)
+        self.damaged = False
+
+    def read(self, size: int) -> bytes:
+        out = []
+        have = 0
+        while have < size:
+            raw = self._file.read(1 << 20)
+            if not raw:
+                break
+            try:
+                data = self._z.decompress(raw)
+                while self._z.eof and self._z.unused_data:  # concatenated gzip members
+                    rest = self._z.unused_data
+                    self._z = zlib.decompressobj(31)
+                    data += self._z.decompress(rest)
+            except zlib.error:
+                self.damaged = True
+                break
+            out.append(data)
+            have += len(data)
+        return b"".join(out)
+
+
 class _Buffer:
     """The bytes of one capture: a memory map for plain files, a sliding window for gzip streams."""
 
@@ -57,18 +86,18 @@ class _Buffer:
         self.gz = head[:2] == GZIP_MAGIC
         self.base = 0  # offset in the (uncompressed) stream of buf[0]
         self.read_pos = 0  # bytes of the file on disk consumed so far, for progress
-        self._gz: gzip.GzipFile | None = None
+        self._gz: _Gunzip | None = None
         self._map: mmap.mmap | None = None
         try:
             self._open_view()
-        except (OSError, EOFError, zlib.error, ValueError) as exc:
+        except (OSError, ValueError) as exc:
             self.close()
             raise CaptureError(f"{path}: cannot read ({exc})") from None
 
     def _open_view(self) -> None:
         if self.gz:
             self._file.seek(0)
-            self._gz = gzip.GzipFile(fileobj=self._file, mode="rb")
+            self._gz = _Gunzip(self._file)
             data = self._gz.read(WINDOW)
             self.buf = memoryview(data)
             self.end = len(data)
@@ -86,10 +115,7 @@ class _Buffer:
             self.end = min(self.size, self.end + WINDOW)
             self.read_pos = self.end
             return pos
-        try:
-            data = self._gz.read(WINDOW)
-        except (OSError, EOFError, zlib.error):
-            data = b""  # a damaged or cut gzip stream ends the capture there; the walk reports where
+        data = self._gz.read(WINDOW)
         if not data:
             return None
         tail = bytes(self.buf[pos:self.end])
