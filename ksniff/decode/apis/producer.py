@@ -98,11 +98,11 @@ _TXN_TOPIC_RESULTS = ARRAY([
 
 ADD_PARTITIONS_TO_TXN = API(
     24, "AddPartitionsToTxn", valid="0-5", flexible="3+",
-    notes="v0-3: one transaction per request, fields prefixed v3_and_below_. v4+: a batch of "
-          "transactions, sent by brokers to the coordinator (verify_only=True checks that the partitions "
-          "are already in the transaction, KIP-890); the response has a top-level error_code and results "
-          "per transaction. Clients use v0-3 for their own adds up to transaction.version 1 and v5 with "
-          "transaction.version 2.",
+    notes="v0-3: sent by producers, one transaction per request, fields prefixed v3_and_below_. v4+: "
+          "broker to coordinator only, a batch of transactions and a top-level error_code: with "
+          "verify_only=True a partition leader checks that a transactional Produce's partition is in the "
+          "transaction (KIP-890 part 1); with transaction.version 2 (part 2) producers stop sending this "
+          "API and the leader adds the partition itself (verify_only=False).",
     request=[
         F("transactions", ARRAY([
             F("transactional_id", STRING, "4+"),
