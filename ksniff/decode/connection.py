@@ -1,0 +1,262 @@
+"""One Kafka connection: frames from both directions into exchanges paired by correlation id.
+
+Kafka answers the requests of one connection in order, and a client may pipeline several. Requests
+wait in an insertion-ordered in-flight table keyed by correlation id; a response takes its request
+out, and any older request still waiting can then never be answered (it is reported `unanswered`).
+Produce with acks=0 gets no response at all (`no_response`). A response whose request was not captured
+is counted, never guessed at.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ksniff.decode.events import (
+    ConnectionEnded,
+    ConnectionLost,
+    DecodeEvent,
+    Exchange,
+    ProducedBatch,
+)
+from ksniff.decode.frames import (
+    MIN_REQUEST,
+    MIN_RESPONSE,
+    Frame,
+    FrameSplitter,
+    parse_request_header,
+    parse_response_header,
+)
+from ksniff.decode.reader import ZERO_UUID
+from ksniff.decode.sync import response_finder
+from ksniff.decode.values import Struct
+
+if TYPE_CHECKING:
+    from ksniff.decode.decoder import Decoder
+    from ksniff.decode.schema import Api
+
+PRODUCE = 0
+METADATA = 3
+
+_API_HEAD = struct.Struct(">hh").unpack_from
+_CORRELATION = struct.Struct(">i").unpack_from
+
+
+@dataclass(slots=True)
+class Pending:
+    """A request waiting for its response."""
+
+    seq: int
+    api: Api | None
+    api_key: int
+    api_name: str
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Struct | None
+    decode_error: str | None
+    first_ts: float
+    last_ts: float
+    unverified: bool
+
+
+class Connection:
+    """Decoding state of one Kafka connection (client and broker sides known)."""
+
+    def __init__(self, dec: Decoder, conn: int, client: str, broker: str, client_is_src: bool,
+                 mid_stream: bool) -> None:
+        self.dec = dec
+        self.conn = conn
+        self.client = client
+        self.broker = broker
+        self.client_is_src = client_is_src
+        self.pending: dict[int, Pending] = {}
+        self.seq = 0
+        self.last_correlation: int | None = None
+        self.unverified = False
+        self.requests = FrameSplitter(min_size=MIN_REQUEST, max_frame=dec.max_frame,
+                                      finder=dec.request_check.finder(lambda: self.last_correlation),
+                                      syncing=mid_stream)
+        self.responses = FrameSplitter(min_size=MIN_RESPONSE, max_frame=dec.max_frame,
+                                       finder=response_finder(dec.max_frame, lambda: self.pending.keys(),
+                                                              self._verify_response),
+                                       syncing=mid_stream)
+
+    def _verify_response(self, payload: memoryview, correlation_id: int) -> bool:
+        p = self.pending.get(correlation_id)
+        if p is None:
+            return False
+        api = p.api
+        flexible = api is not None and api.flexible.contains(p.api_version) and not api.response_header_v0
+        header = parse_response_header(payload, flexible)
+        return header is not None and self.dec.verify(api, p.api_version, False, payload[header[1]:])
+
+    # -- stream events -----------------------------------------------------------------------------
+
+    def chunk(self, from_src: bool, data: bytes, first_ts: float, last_ts: float, offset: int
+              ) -> list[DecodeEvent]:
+        out: list[DecodeEvent] = []
+        if from_src == self.client_is_src:
+            splitter = self.requests
+            before = splitter.malformed
+            for frame in splitter.feed(data, first_ts, last_ts, offset):
+                self._request(frame, out)
+        else:
+            splitter = self.responses
+            before = splitter.malformed
+            for frame in splitter.feed(data, first_ts, last_ts, offset):
+                self._response(frame, out)
+        if splitter.malformed != before:
+            self.dec.stats.errors += splitter.malformed - before
+        return out
+
+    def gap(self, from_src: bool, offset: int, length: int, ts: float) -> list[DecodeEvent]:
+        to_broker = from_src == self.client_is_src
+        (self.requests if to_broker else self.responses).gap()
+        self.unverified = True
+        self.dec.stats.resyncs += 1
+        return [ConnectionLost(self.conn, self.client, self.broker, ts, offset, length, to_broker)]
+
+    def close(self, ts: float, reason: str) -> list[DecodeEvent]:
+        out: list[DecodeEvent] = []
+        for p in self.pending.values():
+            out.append(self._unanswered(p))
+        self.pending.clear()
+        out.append(ConnectionEnded(self.conn, self.client, self.broker, ts, reason))
+        return out
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _request(self, frame: Frame, out: list[DecodeEvent]) -> None:
+        dec = self.dec
+        payload = frame.payload
+        if len(payload) < MIN_REQUEST:
+            dec.stats.errors += 1
+            return
+        api_key, api_version = _API_HEAD(payload, 0)
+        api = dec.apis.get(api_key)
+        header = parse_request_header(payload, api is not None and api.flexible.contains(api_version))
+        if header is None:
+            dec.stats.errors += 1
+            return
+        name = api.name if api is not None else f"Unknown{api_key}"
+        dec.count(name, api_version).requests += 1
+        dec.stats.requests += 1
+        body, error = dec.decode(api, api_version, True, payload[header.body_offset:])
+        self.last_correlation = header.correlation_id
+        self.seq += 1
+        pending = Pending(self.seq, api, api_key, name, api_version, header.correlation_id, header.client_id,
+                          body, error, frame.first_ts, frame.last_ts, self.unverified)
+        if api_key == PRODUCE and body is not None and getattr(body, "acks", None) == 0:
+            out.append(self._exchange(pending, None, None, None, "no_response"))
+            return
+        old = self.pending.pop(header.correlation_id, None)
+        if old is not None:  # a reused correlation id: the older request was never answered
+            out.append(self._unanswered(old))
+        self.pending[header.correlation_id] = pending
+        if len(self.pending) > dec.max_in_flight:
+            out.append(self._unanswered(self.pending.pop(next(iter(self.pending)))))
+
+    # -- responses ---------------------------------------------------------------------------------
+
+    def _response(self, frame: Frame, out: list[DecodeEvent]) -> None:
+        dec = self.dec
+        payload = frame.payload
+        correlation_id = _CORRELATION(payload, 0)[0]
+        dec.stats.responses += 1
+        pending = self.pending.pop(correlation_id, None)
+        if pending is None:
+            dec.stats.unmatched_responses += 1
+            return
+        # Kafka answers in order: whatever was sent before this request will never be answered now.
+        while self.pending:
+            first = next(iter(self.pending.values()))
+            if first.seq > pending.seq:
+                break
+            out.append(self._unanswered(self.pending.pop(first.correlation_id)))
+        api = pending.api
+        flexible = (api is not None and api.flexible.contains(pending.api_version)
+                    and not api.response_header_v0)
+        header = parse_response_header(payload, flexible)
+        counts = dec.count(pending.api_name, pending.api_version)
+        counts.responses += 1
+        counts.exchanges += 1
+        dec.stats.exchanges += 1
+        if header is None:
+            dec.stats.errors += 1
+            body, error = None, "malformed: response header"
+        else:
+            body, error = dec.decode(api, pending.api_version, False, payload[header[1]:])
+        if body is not None and pending.api_key == METADATA:
+            self._learn_topic_ids(body)
+        out.append(self._exchange(pending, body, error, frame.last_ts, "ok"))
+
+    def _learn_topic_ids(self, body: Struct) -> None:
+        for topic in getattr(body, "topics", None) or ():
+            topic_id = getattr(topic, "topic_id", None)
+            name = getattr(topic, "name", None)
+            if topic_id is not None and topic_id != ZERO_UUID and name:
+                self.dec.topic_names[topic_id] = name
+
+    # -- exchanges ---------------------------------------------------------------------------------
+
+    def _unanswered(self, p: Pending) -> Exchange:
+        self.dec.stats.unmatched_requests += 1
+        return self._exchange(p, None, None, None, "unanswered")
+
+    def _exchange(self, p: Pending, response: Struct | None, response_error: str | None,
+                  response_ts: float | None, status: str) -> Exchange:
+        error = p.decode_error
+        if response_error is not None and response_error != error:
+            error = response_error if error is None else f"{error}; response {response_error}"
+        unverified = p.unverified or self.unverified
+        batches: tuple[ProducedBatch, ...] = ()
+        if p.api_key == PRODUCE and p.body is not None:
+            batches = self._produced(p, response, response_ts, unverified)
+        return Exchange(self.conn, self.client, self.broker, p.api_key, p.api_name, p.api_version,
+                        p.correlation_id, p.client_id, p.body, response, p.first_ts, p.last_ts, response_ts,
+                        status, unverified, error, batches)
+
+    def _produced(self, p: Pending, response: Struct | None, response_ts: float | None, unverified: bool
+                  ) -> tuple[ProducedBatch, ...]:
+        request = p.body
+        names = self.dec.topic_names
+        answers: dict[tuple[Any, int], Any] = {}
+        if response is not None:
+            for topic in getattr(response, "responses", ()) or ():
+                key = _topic_key(topic)
+                for part in getattr(topic, "partition_responses", ()) or ():
+                    answers[(key, part.index)] = part
+        transactional_id = getattr(request, "transactional_id", None)
+        acks = getattr(request, "acks", -1)
+        out = []
+        for topic in getattr(request, "topic_data", ()) or ():
+            key = _topic_key(topic)
+            topic_name = key if isinstance(key, str) else names.get(key, str(key))
+            for part in getattr(topic, "partition_data", ()) or ():
+                answer = answers.get((key, part.index))
+                error_code = None if answer is None else answer.error_code
+                next_offset = None
+                if answer is not None and error_code == 0 and answer.base_offset >= 0:
+                    next_offset = answer.base_offset
+                for header in part.records or ():
+                    out.append(ProducedBatch(
+                        ts=p.first_ts, response_ts=response_ts, conn=self.conn, client=self.client,
+                        broker=self.broker, client_id=p.client_id, correlation_id=p.correlation_id,
+                        api_version=p.api_version, transactional_id=transactional_id, acks=acks,
+                        topic=topic_name, partition=part.index, header=header, error_code=error_code,
+                        base_offset=next_offset, unverified=unverified))
+                    # Several batches for one partition: the broker's base offset is that of the first;
+                    # each later batch starts where the previous one's offsets end.
+                    if next_offset is not None:
+                        next_offset += header.last_offset_delta + 1
+        return tuple(out)
+
+
+def _topic_key(topic: Any) -> Any:
+    """Topics are named up to Produce v12 and identified by topic id from v13."""
+    topic_id = getattr(topic, "topic_id", None)
+    if topic_id is not None and topic_id != ZERO_UUID:
+        return topic_id
+    return getattr(topic, "name", "") or ""

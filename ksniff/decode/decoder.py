@@ -1,0 +1,276 @@
+"""The decode room's entry point: stream events in, Kafka exchanges and connection events out.
+
+Which connections are Kafka: those with a side on a `--port` (that side is the broker), and, with
+auto-detection, any other connection whose client side parses as plausible Kafka requests and whose
+server side answers with the same correlation id. Undecided connections are buffered (capped) until
+they are decided, then replayed; connections that are not Kafka are handed back through `on_not_kafka`
+so the capture room can stop reassembling them. TLS on a Kafka port is counted, not decoded.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ksniff.capture.events import (
+    ConnectionClosed,
+    ConnectionOpened,
+    StreamChunk,
+    StreamEvent,
+    StreamGap,
+)
+from ksniff.decode import compiled
+from ksniff.decode.connection import Connection
+from ksniff.decode.events import ApiCounts, DecodeEvent, DecodeStats
+from ksniff.decode.frames import DEFAULT_MAX_FRAME, FOUND, MIN_RESPONSE, NONE, WAIT, parse_request_header
+from ksniff.decode.reader import DecodeError
+from ksniff.decode.schema import Api
+from ksniff.decode.sync import RequestCheck, looks_like_tls
+from ksniff.decode.values import Struct
+
+DEFAULT_MAX_IN_FLIGHT = 4096  # requests waiting for responses on one connection
+DETECT_BUFFER = 1 << 20  # bytes held per undecided connection before it is declared not Kafka
+
+BodyDecoder = Callable[[Api, int, bool, Any], Struct]
+
+
+def _default_apis() -> Mapping[int, Api]:
+    from ksniff.decode.apis import ALL_APIS
+
+    return ALL_APIS
+
+
+@dataclass(slots=True)
+class _Undecided:
+    """A connection on no Kafka port, held until its first request and response say what it is."""
+
+    opened: ConnectionOpened
+    events: list = field(default_factory=list)
+    prefix: dict = field(default_factory=lambda: {True: bytearray(), False: bytearray()})
+    size: int = 0
+
+
+class Decoder:
+    """Feed it the capture room's stream events; it yields DecodeEvents."""
+
+    def __init__(self, ports: Iterable[int] = (9092,), auto_detect: bool = True,
+                 max_frame: int = DEFAULT_MAX_FRAME, on_not_kafka: Callable[[int], Any] | None = None,
+                 keep_records: bool = False, *, apis: Mapping[int, Api] | None = None,
+                 body_decoder: BodyDecoder | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+        self.ports = frozenset(ports)
+        self.auto_detect = auto_detect
+        self.max_frame = max_frame
+        self.on_not_kafka = on_not_kafka
+        self.keep_records = keep_records
+        self.apis: Mapping[int, Api] = apis if apis is not None else _default_apis()
+        self.body_decoder: BodyDecoder = body_decoder or compiled.decode_body
+        self.max_in_flight = max_in_flight
+        self.request_check = RequestCheck(self.apis, max_frame, verify=self.verify_request)
+        self.stats = DecodeStats(by_api={})
+        self.kafka_connections = 0
+        # Topic id -> name, learnt from Metadata responses anywhere in the run.
+        self.topic_names: dict[Any, str] = {}
+        self._conns: dict[int, Connection] = {}
+        self._undecided: dict[int, _Undecided] = {}
+        self._ported: dict[int, ConnectionOpened] = {}  # on a Kafka port, awaiting the first bytes
+        self._ignored: set[int] = set()
+
+    # -- the engine's interface --------------------------------------------------------------------
+
+    def feed(self, event: StreamEvent) -> list[DecodeEvent]:
+        if isinstance(event, StreamChunk):
+            c = self._conns.get(event.conn)
+            if c is not None:
+                return c.chunk(event.from_src, event.data, event.first_ts, event.last_ts, event.offset)
+            return self._chunk_slow(event)
+        if isinstance(event, StreamGap):
+            c = self._conns.get(event.conn)
+            if c is not None:
+                return c.gap(event.from_src, event.offset, event.length, event.ts)
+            u = self._undecided.get(event.conn)
+            if u is not None:
+                u.events.append(event)
+            return []
+        if isinstance(event, ConnectionOpened):
+            return self._opened(event)
+        if isinstance(event, ConnectionClosed):
+            return self._closed(event.conn, event.ts, event.reason)
+        return []
+
+    def finish(self) -> list[DecodeEvent]:
+        """End of capture: requests still waiting are unanswered; undecided connections are dropped."""
+        out: list[DecodeEvent] = []
+        for conn in list(self._conns):
+            out += self._closed(conn, self._last_ts(conn), "end_of_capture")
+        self._undecided.clear()
+        self._ported.clear()
+        return out
+
+    def topic_name(self, topic_id: Any) -> str:
+        """A topic id's name when a Metadata response told it, else the id as a string."""
+        return self.topic_names.get(topic_id, str(topic_id))
+
+    # -- body decoding, shared by connections ------------------------------------------------------
+
+    def count(self, name: str, version: int) -> ApiCounts:
+        by_api = self.stats.by_api
+        c = by_api.get(name)
+        if c is None:
+            c = by_api[name] = ApiCounts(versions=set())
+        c.versions.add(version)
+        return c
+
+    def decode(self, api: Api | None, version: int, is_request: bool, body: memoryview
+               ) -> tuple[Struct | None, str | None]:
+        if api is None:
+            self.stats.undecoded_bodies += 1
+            return None, "unknown_api"
+        if api.extra.get("body") == "skipped" or not (api.request or api.response):
+            self.stats.undecoded_bodies += 1
+            return None, "skipped_api"
+        if not api.valid.contains(version):
+            # Never guess a newer (or retired) version's layout from one we know.
+            self.stats.undecoded_bodies += 1
+            return None, "unknown_version"
+        try:
+            return self.body_decoder(api, version, is_request, body), None
+        except DecodeError as e:
+            self.stats.errors += 1
+            return None, f"malformed: {e}"
+        except Exception as e:  # noqa: BLE001 - untrusted bytes must never stop the run
+            self.stats.errors += 1
+            return None, f"malformed: {type(e).__name__}: {e}"
+
+    def verify(self, api: Api | None, version: int, is_request: bool, body: memoryview) -> bool:
+        """Whether a body decodes strictly (resynchronisation's test of a candidate frame); bodies that are
+        never decoded pass."""
+        if api is None or api.extra.get("body") == "skipped" or not api.valid.contains(version):
+            return True
+        try:
+            self.body_decoder(api, version, is_request, body, strict=True)
+        except Exception:  # noqa: BLE001 - any failure means "not a frame"
+            return False
+        return True
+
+    def verify_request(self, payload: memoryview) -> bool:
+        api_key, api_version = struct.unpack_from(">hh", payload, 0)
+        api = self.apis.get(api_key)
+        header = parse_request_header(payload, api is not None and api.flexible.contains(api_version))
+        return header is not None and self.verify(api, api_version, True, payload[header.body_offset:])
+
+    # -- connection lifecycle ----------------------------------------------------------------------
+
+    def _opened(self, ev: ConnectionOpened) -> list[DecodeEvent]:
+        self._closed(ev.conn, ev.ts, "reopened", quiet=True)
+        if ev.dst.port in self.ports or ev.src.port in self.ports:
+            self._ported[ev.conn] = ev
+        elif self.auto_detect:
+            self._undecided[ev.conn] = _Undecided(ev)
+        else:
+            self._not_kafka(ev.conn)
+        return []
+
+    def _closed(self, conn: int, ts: float, reason: str, quiet: bool = False) -> list[DecodeEvent]:
+        self._ignored.discard(conn)
+        self._undecided.pop(conn, None)
+        self._ported.pop(conn, None)
+        c = self._conns.pop(conn, None)
+        if c is None:
+            return []
+        out = c.close(ts, reason)
+        return [] if quiet else out
+
+    def _last_ts(self, conn: int) -> float:
+        c = self._conns[conn]
+        return max((p.last_ts for p in c.pending.values()), default=0.0)
+
+    def _not_kafka(self, conn: int) -> None:
+        self._ignored.add(conn)
+        self._undecided.pop(conn, None)
+        self._ported.pop(conn, None)
+        if self.on_not_kafka is not None:
+            self.on_not_kafka(conn)
+
+    def _start(self, ev: ConnectionOpened, client_is_src: bool) -> Connection:
+        client, broker = (ev.src, ev.dst) if client_is_src else (ev.dst, ev.src)
+        c = Connection(self, ev.conn, str(client), str(broker), client_is_src,
+                       mid_stream=not ev.handshake_seen)
+        self._conns[ev.conn] = c
+        self.kafka_connections += 1
+        return c
+
+    def _chunk_slow(self, ev: StreamChunk) -> list[DecodeEvent]:
+        if ev.conn in self._ignored:
+            return []
+        opened = self._ported.get(ev.conn)
+        if opened is not None:
+            return self._first_on_port(opened, ev)
+        u = self._undecided.get(ev.conn)
+        if u is not None:
+            return self._detect(u, ev)
+        return []
+
+    def _first_on_port(self, opened: ConnectionOpened, ev: StreamChunk) -> list[DecodeEvent]:
+        del self._ported[opened.conn]
+        if looks_like_tls(ev.data[:3]):
+            self.stats.tls_connections += 1
+            self._not_kafka(opened.conn)
+            return []
+        if opened.dst.port in self.ports and (opened.src.port not in self.ports or opened.handshake_seen):
+            client_is_src = True
+        elif opened.src.port in self.ports and opened.dst.port not in self.ports:
+            client_is_src = False
+        else:  # both sides on Kafka ports and no handshake: the side sending requests is the client
+            client_is_src = ev.from_src == (self.request_check.header_at(bytes(ev.data[:64]), 0) != NONE)
+        return self._start(opened, client_is_src).chunk(ev.from_src, ev.data, ev.first_ts, ev.last_ts,
+                                                         ev.offset)
+
+    # -- auto-detection ----------------------------------------------------------------------------
+
+    def _detect(self, u: _Undecided, ev: StreamChunk) -> list[DecodeEvent]:
+        u.events.append(ev)
+        u.size += len(ev.data)
+        prefix = u.prefix[ev.from_src]
+        if len(prefix) < 64:
+            prefix += ev.data[:64 - len(prefix)]
+        verdict = self._verdict(u)
+        if verdict is None:
+            if u.size > DETECT_BUFFER:
+                self._not_kafka(u.opened.conn)
+            return []
+        if verdict is False:
+            self._not_kafka(u.opened.conn)
+            return []
+        del self._undecided[u.opened.conn]
+        c = self._start(u.opened, verdict == "src")
+        out: list[DecodeEvent] = []
+        for e in u.events:
+            if isinstance(e, StreamChunk):
+                out += c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset)
+            else:
+                out += c.gap(e.from_src, e.offset, e.length, e.ts)
+        return out
+
+    def _verdict(self, u: _Undecided) -> str | bool | None:
+        """"src"/"dst": Kafka with that side the client; False: not Kafka; None: not yet known."""
+        sides = (True,) if u.opened.handshake_seen else (True, False)
+        undecided = False
+        for client_is_src in sides:
+            req, resp = bytes(u.prefix[client_is_src]), bytes(u.prefix[not client_is_src])
+            if looks_like_tls(req):
+                return False
+            first = self.request_check.header_at(req, 0)
+            if first == WAIT:
+                undecided = True
+                continue
+            if first != FOUND:
+                continue
+            if len(resp) < 8:
+                undecided = True
+                continue
+            size = int.from_bytes(resp[:4], "big", signed=True)
+            if MIN_RESPONSE <= size <= self.max_frame and resp[4:8] == req[8:12]:
+                return "src" if client_is_src else "dst"
+        return None if undecided else False

@@ -1,0 +1,203 @@
+"""Kafka framing: one direction's byte stream into size-prefixed frames, and request/response headers.
+
+`FrameSplitter` is a per-direction parser in Suricata's style: each chunk yields the frames it
+completes; a partial frame waits in a capped buffer (need more); a size outside [minimum, cap] is
+malformed and switches the splitter to resynchronising, where a finder supplied by the connection
+(which knows the APIs and the requests in flight) locates the next plausible frame. Frames are never
+allocated from a claimed size: bytes are buffered only as they arrive, and a frame above the cap is never
+buffered at all.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ksniff.decode.reader import Reader
+
+DEFAULT_MAX_FRAME = 100 * 2**20  # Kafka's socket.request.max.bytes
+MIN_REQUEST = 8  # api_key, api_version, correlation_id
+MIN_RESPONSE = 4  # correlation_id
+
+_SIZE = struct.Struct(">i").unpack_from
+_REQUEST_HEAD = struct.Struct(">hhi").unpack_from
+_I16 = struct.Struct(">h").unpack_from
+
+# What a resync finder answers: the next plausible frame starts at `pos` (FOUND); a candidate at `pos`
+# needs more bytes to judge (WAIT); nothing plausible before `pos`, keep bytes from there (NONE).
+FOUND, WAIT, NONE = 0, 1, 2
+Finder = Callable[[bytes, int], tuple[int, int]]
+
+
+@dataclass(slots=True)
+class Frame:
+    payload: memoryview  # the bytes after the size prefix
+    first_ts: float  # capture time of the frame's first byte
+    last_ts: float  # ... and of its last byte
+    offset: int  # stream offset of the size prefix
+    resynced: bool  # the first frame found by resynchronisation
+
+
+class FrameSplitter:
+    """Splits one direction of a connection into frames."""
+
+    __slots__ = ("max_frame", "min_size", "max_buffer", "buf", "buf_ts", "buf_offset", "need", "syncing",
+                 "finder", "malformed", "skipped", "next_offset")
+
+    def __init__(self, *, min_size: int, max_frame: int = DEFAULT_MAX_FRAME,
+                 max_buffer: int | None = None, finder: Finder | None = None, syncing: bool = False) -> None:
+        self.max_frame = max_frame
+        self.min_size = min_size
+        # A partial frame is buffered up to its own size; the cap only bounds what resync scanning keeps.
+        self.max_buffer = max_buffer if max_buffer is not None else 1 << 20
+        self.buf = bytearray()
+        self.buf_ts = 0.0
+        self.buf_offset = 0
+        self.need = 0  # bytes the buffered frame needs in all (0: size not yet known)
+        self.syncing = syncing
+        self.finder = finder
+        self.malformed = 0  # frames whose size was out of range
+        self.skipped = 0  # bytes skipped while resynchronising
+        self.next_offset: int | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self.buf)
+
+    def gap(self) -> None:
+        """Bytes were lost: whatever is buffered can no longer complete; find the next frame afresh."""
+        self.skipped += len(self.buf)
+        self.buf.clear()
+        self.need = 0
+        self.syncing = True
+        self.next_offset = None
+
+    def feed(self, data: bytes, first_ts: float, last_ts: float, offset: int = 0) -> list[Frame]:
+        """Frames completed by this chunk, in order."""
+        if self.next_offset is not None and offset != self.next_offset and self.buf:
+            # Chunks must be contiguous; a jump without a gap event is treated as one.
+            self.gap()
+        self.next_offset = offset + len(data)
+        if self.buf:
+            self.buf += data
+            if self.need and len(self.buf) < self.need:
+                return []
+            data = bytes(self.buf)
+            later_ts = first_ts
+            first_ts, offset = self.buf_ts, self.buf_offset
+            self.buf.clear()
+            self.need = 0
+            return self._split(data, first_ts, last_ts, offset, later_ts)
+        return self._split(data, first_ts, last_ts, offset, first_ts)
+
+    def _split(self, data: bytes, first_ts: float, last_ts: float, offset: int, later_ts: float
+               ) -> list[Frame]:
+        view = memoryview(data)
+        end = len(data)
+        pos = 0
+        frames: list[Frame] = []
+        resynced = False
+        while True:
+            if self.syncing:
+                pos = self._resync(data, pos)
+                if self.syncing:
+                    return frames
+                resynced = True
+            if end - pos < 4:
+                break
+            size = _SIZE(data, pos)[0]
+            if size < self.min_size or size > self.max_frame:
+                self.malformed += 1
+                self.syncing = True
+                pos += 1
+                continue
+            stop = pos + 4 + size
+            if stop > end:
+                self.need = 4 + size
+                break
+            frames.append(Frame(view[pos + 4:stop], first_ts, last_ts, offset + pos, resynced))
+            # Later frames began in the newest chunk (a buffered frame only ever starts the data).
+            first_ts = later_ts
+            resynced = False
+            pos = stop
+        if pos < end:
+            self._keep(data, pos, first_ts, offset)
+        return frames
+
+    def _keep(self, data: bytes, pos: int, ts: float, offset: int) -> None:
+        self.buf += memoryview(data)[pos:]
+        self.buf_ts = ts
+        self.buf_offset = offset + pos
+
+    def _resync(self, data: bytes, pos: int) -> int:
+        """Advance to the next plausible frame; when none is found, keep a tail for the next chunk."""
+        if self.finder is None:
+            self.syncing = False
+            return pos
+        status, at = self.finder(data, pos)
+        if status == FOUND:
+            self.skipped += at - pos
+            self.syncing = False
+            return at
+        keep_from = at
+        if len(data) - keep_from > self.max_buffer:
+            keep_from = len(data) - self.max_buffer
+        self.skipped += keep_from - pos
+        self.buf += memoryview(data)[keep_from:]
+        self.buf_offset = (self.next_offset or 0) - len(self.buf)
+        return len(data)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int  # where the body starts in the frame payload
+    unknown_tags: tuple = ()
+
+
+def parse_request_header(payload: memoryview | bytes, flexible: bool) -> RequestHeader | None:
+    """Request header v1 (v2 when the API version is flexible: the client id stays an INT16-length
+    string, then tagged fields). None when the payload is too short for it."""
+    if len(payload) < MIN_REQUEST + 2:
+        if len(payload) < MIN_REQUEST:
+            return None
+        api_key, api_version, correlation_id = _REQUEST_HEAD(payload, 0)
+        return RequestHeader(api_key, api_version, correlation_id, None, len(payload))
+    api_key, api_version, correlation_id = _REQUEST_HEAD(payload, 0)
+    n = _I16(payload, 8)[0]
+    pos = 10
+    client_id = None
+    if n >= 0:
+        if pos + n > len(payload):
+            return None
+        client_id = str(payload[pos:pos + n], "utf-8", "replace")
+        pos += n
+    elif n != -1:
+        return None
+    tags: tuple = ()
+    if flexible:
+        r = Reader(payload, pos, complete=True)
+        found = r.tagged_fields()
+        if r.error is not None:
+            return None
+        tags = tuple((t, bytes(d)) for t, d in found)
+        pos = r.pos
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos, tags)
+
+
+def parse_response_header(payload: memoryview | bytes, flexible: bool) -> tuple[int, int] | None:
+    """(correlation_id, body offset) of a response header v0, or v1 (tagged fields) when flexible."""
+    if len(payload) < MIN_RESPONSE:
+        return None
+    correlation_id = _SIZE(payload, 0)[0]
+    if not flexible:
+        return correlation_id, 4
+    r = Reader(payload, 4, complete=True)
+    r.tagged_fields()
+    if r.error is not None:
+        return None
+    return correlation_id, r.pos

@@ -1,0 +1,222 @@
+"""Record batches: the headers the audit needs, read without touching the records; records on request.
+
+Magic 2 (Kafka 0.11+) batches have a fixed 61-byte header read with one precompiled struct. CRC-32C
+covers attributes to the end of the batch and is checked when the whole batch is in the capture.
+Control batches (transaction markers) carry one record whose key says COMMIT or ABORT and whose value
+holds the coordinator epoch. Magic 0/1 message sets are recognised too; they predate idempotence, so
+they have no producer fields (producer id -1).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import cramjam
+import crc32c
+
+from ksniff.decode.events import RecordBatchHeader
+from ksniff.decode.reader import Reader
+
+# baseOffset q, batchLength i, partitionLeaderEpoch i, magic b, crc I, attributes h, lastOffsetDelta i,
+# baseTimestamp q, maxTimestamp q, producerId q, producerEpoch h, baseSequence i, recordsCount i.
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+assert BATCH_HEADER.size == 61
+HEADER_SIZE = BATCH_HEADER.size
+# batchLength counts the bytes after itself: everything but baseOffset and batchLength.
+LOG_OVERHEAD = 12
+# The CRC covers attributes (offset 21) to the end of the batch.
+CRC_START = 21
+MAGIC_OFFSET = 16
+
+# Attribute bits of a magic-2 batch.
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08  # 0 create time, 1 log append time
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+CONTROL_TYPES = {0: "ABORT", 1: "COMMIT"}
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+# Magic 0/1 message: offset q, size i, crc I, magic b, attributes b (+ timestamp q in magic 1).
+_LEGACY_HEADER = struct.Struct(">qiIbb")
+_LEGACY_TS = struct.Struct(">q")
+_LEGACY_MIN = _LEGACY_HEADER.size - LOG_OVERHEAD + 4 + 4  # crc..attributes + key len + value len
+
+_unpack_header = BATCH_HEADER.unpack_from
+
+
+def codec_name(attributes: int) -> str:
+    c = attributes & CODEC_MASK
+    return CODECS[c] if c < len(CODECS) else "unknown"
+
+
+def parse_batches(view: memoryview | bytes) -> tuple[RecordBatchHeader, ...]:
+    """Headers of every batch in a records field, in order. A trailing partial batch (Fetch responses may
+    end with one) is reported with crc_ok=None when its header is whole, and otherwise ignored."""
+    out: list[RecordBatchHeader] = []
+    pos, end = 0, len(view)
+    while end - pos >= LOG_OVERHEAD + 5:  # up to and including magic
+        batch_length = struct.unpack_from(">i", view, pos + 8)[0]
+        if batch_length < 0:
+            break
+        magic = view[pos + MAGIC_OFFSET]
+        if magic == 2:
+            header = _magic2(view, pos, end, batch_length)
+        elif magic in (0, 1):
+            header = _legacy(view, pos, end, batch_length, magic)
+        else:
+            break  # not a batch we know: stop rather than guess at the rest
+        if header is None:
+            break
+        out.append(header)
+        pos += LOG_OVERHEAD + batch_length
+    return tuple(out)
+
+
+def _magic2(view, pos: int, end: int, batch_length: int) -> RecordBatchHeader | None:
+    if end - pos < HEADER_SIZE or batch_length < HEADER_SIZE - LOG_OVERHEAD:
+        return None
+    (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta, base_ts, max_ts,
+     producer_id, producer_epoch, base_sequence, records_count) = _unpack_header(view, pos)
+    batch_end = pos + LOG_OVERHEAD + batch_length
+    whole = batch_end <= end
+    crc_ok = (crc32c.crc32c(view[pos + CRC_START:batch_end]) == crc) if whole else None
+    control = bool(attributes & CONTROL_BIT)
+    control_type = coordinator_epoch = None
+    if control and whole:
+        control_type, coordinator_epoch = _control_marker(view, pos + HEADER_SIZE, batch_end)
+    return RecordBatchHeader(
+        base_offset=base_offset, batch_length=batch_length, partition_leader_epoch=leader_epoch,
+        magic=magic, crc=crc, crc_ok=crc_ok, attributes=attributes, last_offset_delta=last_offset_delta,
+        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=producer_id,
+        producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=records_count,
+        codec=codec_name(attributes), transactional=bool(attributes & TRANSACTIONAL_BIT), control=control,
+        control_type=control_type, coordinator_epoch=coordinator_epoch)
+
+
+def _control_marker(view, start: int, end: int) -> tuple[str | None, int | None]:
+    """The COMMIT/ABORT marker of a control batch's single record (control batches are never
+    compressed): key = (version i16, type i16), value = (version i16, coordinator epoch i32)."""
+    r = Reader(view, start, end, complete=True)
+    r.varint("length")
+    r.int8("attributes")
+    r.varlong("timestamp_delta")
+    r.varint("offset_delta")
+    key = r.raw(max(r.varint("key_length"), 0), "key")
+    value_len = r.varint("value_length")
+    value = r.raw(max(value_len, 0), "value")
+    if r.error is not None or len(key) < 4:
+        return None, None
+    ctype = struct.unpack_from(">h", key, 2)[0]
+    epoch = struct.unpack_from(">i", value, 2)[0] if len(value) >= 6 else None
+    return CONTROL_TYPES.get(ctype, f"UNKNOWN({ctype})"), epoch
+
+
+def _legacy(view, pos: int, end: int, size: int, magic: int) -> RecordBatchHeader | None:
+    if size < _LEGACY_MIN or end - pos < _LEGACY_HEADER.size:
+        return None
+    offset, size, crc, magic, attributes = _LEGACY_HEADER.unpack_from(view, pos)
+    timestamp = -1
+    if magic == 1 and end - pos >= _LEGACY_HEADER.size + 8:
+        timestamp = _LEGACY_TS.unpack_from(view, pos + _LEGACY_HEADER.size)[0]
+    msg_end = pos + LOG_OVERHEAD + size
+    whole = msg_end <= end
+    # Magic 0/1 use CRC-32 (zlib's) over magic..end of the message.
+    crc_ok = (zlib.crc32(view[pos + 16:msg_end]) == crc) if whole else None
+    return RecordBatchHeader(
+        base_offset=offset, batch_length=size, partition_leader_epoch=-1, magic=magic, crc=crc,
+        crc_ok=crc_ok, attributes=attributes, last_offset_delta=0, base_timestamp=timestamp,
+        max_timestamp=timestamp, producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE, records_count=1, codec=codec_name(attributes & 0x03),
+        transactional=False, control=False, control_type=None, coordinator_epoch=None)
+
+
+# -- records, on request only -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _snappy(data: bytes) -> bytes:
+    # The Java client writes xerial-framed snappy (magic, version, compatible version, then blocks of
+    # i32 length + raw snappy); other clients write plain raw snappy. Accept both.
+    if data[:8] == _XERIAL_MAGIC:
+        out = bytearray()
+        pos = 16
+        while pos + 4 <= len(data):
+            n = struct.unpack_from(">i", data, pos)[0]
+            pos += 4
+            out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
+            pos += n
+        return bytes(out)
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+_DECOMPRESS = {
+    "none": bytes,
+    "gzip": lambda d: bytes(cramjam.gzip.decompress(d)),
+    "snappy": _snappy,
+    "lz4": lambda d: bytes(cramjam.lz4.decompress(d)),
+    "zstd": lambda d: bytes(cramjam.zstd.decompress(d)),
+}
+
+
+def decompress(codec: str, data: bytes) -> bytes:
+    try:
+        return _DECOMPRESS[codec](data)
+    except KeyError:
+        raise ValueError(f"unknown compression codec {codec!r}") from None
+
+
+def iter_records(raw_batch: bytes | memoryview) -> Iterator[Record]:
+    """The records of one magic-2 batch (its full bytes, header included), decompressing as needed.
+    Raises ValueError on bytes that do not decode."""
+    view = memoryview(raw_batch)
+    if len(view) < HEADER_SIZE or view[MAGIC_OFFSET] != 2:
+        raise ValueError("not a magic-2 record batch")
+    fields = _unpack_header(view, 0)
+    base_offset, batch_length, attributes, base_ts, count = fields[0], fields[1], fields[5], fields[7], \
+        fields[12]
+    body = bytes(view[HEADER_SIZE:LOG_OVERHEAD + batch_length])
+    data = decompress(codec_name(attributes), body)
+    r = Reader(data, complete=True)
+    for _ in range(max(count, 0)):
+        r.varint("length")
+        r.int8("attributes")
+        ts_delta = r.varlong("timestamp_delta")
+        offset_delta = r.varint("offset_delta")
+        key = _varbytes(r, "key")
+        value = _varbytes(r, "value")
+        n_headers = r.varint("headers")
+        if n_headers > r.remaining:
+            raise ValueError("record claims more headers than bytes")
+        headers = []
+        for _ in range(max(n_headers, 0)):
+            hkey = _varbytes(r, "header_key")
+            headers.append((str(hkey or b"", "utf-8", "replace"), _varbytes(r, "header_value")))
+        if r.error is not None:
+            raise ValueError(str(r.error))
+        yield Record(base_offset + offset_delta, base_ts + ts_delta, key, value, tuple(headers))
+
+
+def _varbytes(r: Reader, field: str) -> bytes | None:
+    n = r.varint(field)
+    return None if n < 0 else bytes(r.raw(n, field))

@@ -1,0 +1,150 @@
+"""Where a Kafka frame plausibly starts: resynchronisation after gaps, mid-stream starts and detection.
+
+A request is plausible when its size is in range, its API key is known, its version is one the API
+defines, its correlation id is non-negative (and after the last one seen on the connection), and its
+client id is a sane string. A response is plausible when its size is in range and its correlation id is
+that of a request in flight (responses carry nothing else to check). Candidates are found with a regular
+expression scan in C, then checked in Python, so skipping a megabyte of lost context stays cheap.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable, Collection, Mapping
+
+from ksniff.decode.frames import FOUND, MIN_REQUEST, MIN_RESPONSE, NONE, WAIT
+from ksniff.decode.schema import Api
+
+_HEAD = struct.Struct(">ihhih").unpack_from  # size, api_key, api_version, correlation_id, client id len
+_HEAD_SIZE = 14
+_SIZE_CORR = struct.Struct(">ii").unpack_from
+# Versions accepted for APIs the tables know only by name (no version range to check against).
+_ANY_VERSION = 64
+# Correlation ids grow by one per request; a jump beyond this after a gap is not believed.
+MAX_CORRELATION_JUMP = 1 << 20
+
+
+def _request_pattern(max_frame: int, keys: Collection[int]) -> re.Pattern[bytes]:
+    top = min(max_frame >> 24, 0x7F)
+    size = (rb"(?:[\x01-" + re.escape(bytes([top])) + rb"][\s\S]{3}|\x00[\x01-\xff][\s\S]{2}"
+            rb"|\x00\x00[\x01-\xff][\s\S]|\x00\x00\x00[\x0a-\xff])") if top else (
+        rb"(?:\x00[\x01-\xff][\s\S]{2}|\x00\x00[\x01-\xff][\s\S]|\x00\x00\x00[\x0a-\xff])")
+    small = sorted(k for k in keys if 0 <= k < 256)
+    key = b"\\x00[" + b"".join(re.escape(bytes([k])) for k in small) + b"]"
+    # size, api key (known), version (< 256), correlation id (non-negative)
+    return re.compile(b"(?=" + size + key + rb"\x00[\s\S][\x00-\x7f])")
+
+
+def _versions_ok(api: Api, version: int) -> bool:
+    # Versions below the range were retired (KIP-896) but old clients still send them.
+    return 0 <= version <= (api.valid.high if api.valid.low <= api.valid.high else _ANY_VERSION)
+
+
+def _printable(data: bytes) -> bool:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return text.isprintable()
+
+
+class RequestCheck:
+    """Plausibility of request frames for one set of APIs.
+
+    `verify(payload, api, version)`, when given, decodes a candidate's body: a frame found by scanning
+    is believed only when its body decodes, which random bytes almost never do.
+    """
+
+    def __init__(self, apis: Mapping[int, Api], max_frame: int,
+                 verify: Callable[[memoryview], bool] | None = None, max_wait: int = 1 << 20) -> None:
+        self.apis = apis
+        self.max_frame = max_frame
+        self.verify = verify
+        self.max_wait = max_wait
+        self.pattern = _request_pattern(max_frame, apis.keys())
+
+    def header_at(self, data: bytes, i: int, last_correlation: int | None = None) -> int:
+        """FOUND, WAIT (not enough bytes to judge) or NONE for a request header starting at `i`."""
+        if len(data) - i < _HEAD_SIZE:
+            return WAIT
+        size, key, version, corr, n = _HEAD(data, i)
+        if size < MIN_REQUEST + 2 or size > self.max_frame or corr < 0:
+            return NONE
+        api = self.apis.get(key)
+        if api is None or not _versions_ok(api, version):
+            return NONE
+        if last_correlation is not None and not 0 < corr - last_correlation <= MAX_CORRELATION_JUMP:
+            return NONE
+        if n < -1 or n > size - 10:
+            return NONE
+        if n > 0:
+            if len(data) - i < _HEAD_SIZE + n:
+                return WAIT
+            if not _printable(data[i + _HEAD_SIZE:i + _HEAD_SIZE + n]):
+                return NONE
+        return FOUND
+
+    def at(self, data: bytes, i: int, last_correlation: int | None = None) -> int:
+        """Like `header_at`, and the whole frame must be there and decode."""
+        verdict = self.header_at(data, i, last_correlation)
+        if verdict != FOUND or self.verify is None:
+            return verdict
+        size = _SIZE_CORR(data, i)[0]
+        if i + 4 + size > len(data):
+            return WAIT if size <= self.max_wait else NONE
+        return FOUND if self.verify(memoryview(data)[i + 4:i + 4 + size]) else NONE
+
+    def finder(self, last_correlation: Callable[[], int | None]) -> Callable[[bytes, int], tuple[int, int]]:
+        def find(data: bytes, pos: int) -> tuple[int, int]:
+            last = last_correlation()
+            for m in self.pattern.finditer(data, pos):
+                i = m.start()
+                verdict = self.at(data, i, last)
+                if verdict != NONE:
+                    return verdict, i
+            return NONE, max(pos, len(data) - (_HEAD_SIZE - 1))
+        return find
+
+
+def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
+                    verify: Callable[[memoryview, int], bool] | None = None, max_wait: int = 1 << 20
+                    ) -> Callable[[bytes, int], tuple[int, int]]:
+    """Finds the next response whose correlation id is in flight (`pending()` lists them in order) and,
+    with `verify(payload, correlation_id)`, whose body decodes as the answer to that request."""
+
+    def plausible_size(size: int) -> bool:
+        return MIN_RESPONSE <= size <= max_frame
+
+    def verdict(data: bytes, i: int, cid: int) -> int:
+        size = _SIZE_CORR(data, i)[0]
+        if not plausible_size(size):
+            return NONE
+        stop = i + 4 + size
+        if stop > len(data):
+            return WAIT if size <= max_wait else NONE
+        if verify is None:
+            return FOUND
+        return FOUND if verify(memoryview(data)[i + 4:stop], cid) else NONE
+
+    def find(data: bytes, pos: int) -> tuple[int, int]:
+        best, best_verdict = -1, NONE
+        for cid in pending():
+            needle = struct.pack(">i", cid)
+            j = data.find(needle, pos + 4)
+            while j >= 0 and (best < 0 or j - 4 < best):
+                v = verdict(data, j - 4, cid)
+                if v != NONE:
+                    best, best_verdict = j - 4, v
+                    break
+                j = data.find(needle, j + 1)
+        if best >= 0:
+            return best_verdict, best
+        return NONE, max(pos, len(data) - 7)
+
+    return find
+
+
+def looks_like_tls(data: bytes) -> bool:
+    """A TLS record header: content type 20-23, version 3.x. As a Kafka size this would be >300 MiB."""
+    return len(data) >= 3 and 0x14 <= data[0] <= 0x17 and data[1] == 0x03 and data[2] <= 0x04

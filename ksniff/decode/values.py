@@ -1,0 +1,103 @@
+"""Decoded message bodies: `Struct` records and the schema defaults that fill fields absent at a version.
+
+A Struct is an immutable tuple with attribute access by the schema's field names. Every field of the
+schema is present at every version, so the audit reads `request.transactional_id` of any Produce version
+without asking which version it was. One Struct class is made per schema struct and shared by the
+interpreter and the compiled decoders, so their results compare equal exactly when their values do.
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any
+
+from ksniff.decode.reader import ZERO_UUID
+from ksniff.decode.schema import Array, Field, Primitive
+
+UNKNOWN_TAGS = "_unknown_tags"
+
+
+class Struct(tuple):
+    """Base of the generated record classes. `_fields` lists names in wire order; `_unknown_tags` holds
+    (tag, raw bytes) of tagged fields the schema does not know."""
+
+    __slots__ = ()
+    _fields: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        pairs = zip(self._fields, self, strict=True)
+        inner = ", ".join(f"{n}={v!r}" for n, v in pairs if n != UNKNOWN_TAGS or v)
+        return f"{type(self).__name__}({inner})"
+
+    def _replace(self, **changes: Any) -> Struct:
+        return type(self)(changes.get(n, v) for n, v in zip(self._fields, self, strict=True))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dicts and lists all the way down (for JSON and tabular exports)."""
+        return {n: _plain(v) for n, v in zip(self._fields, self, strict=True)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Struct):
+        return value.as_dict()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).hex()
+    return value
+
+
+_classes: dict[int, tuple[tuple[Field, ...], type[Struct]]] = {}
+
+
+def struct_class(fields: tuple[Field, ...], name: str) -> type[Struct]:
+    """The Struct class of one schema struct, made once (keyed by the identity of its field tuple)."""
+    hit = _classes.get(id(fields))
+    if hit is not None and hit[0] is fields:
+        return hit[1]
+    names = tuple(f.name for f in fields) + (UNKNOWN_TAGS,)
+    attrs: dict[str, Any] = {"__slots__": (), "_fields": names}
+    for i, n in enumerate(names):
+        attrs[n] = property(itemgetter(i), doc=f"field {i}")
+    cls = type(name, (Struct,), attrs)
+    _classes[id(fields)] = (fields, cls)  # keeps `fields` alive so its id is never reused
+    return cls
+
+
+def camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def ever_nullable(f: Field) -> bool:
+    return f.nullable.low <= f.nullable.high
+
+
+_NATURAL = {"bool": False, "int8": 0, "int16": 0, "uint16": 0, "int32": 0, "uint32": 0, "int64": 0,
+            "float64": 0.0, "uuid": ZERO_UUID}
+
+
+def default_of(f: Field) -> Any:
+    """A field's value at versions where it is absent: the table's default, else the type's natural one
+    (Kafka's rule: zero, false, empty; null for strings, bytes and records that can be null)."""
+    if f.default is not None:
+        return f.default
+    t = f.type
+    if f.secret:
+        return None
+    if isinstance(t, Primitive):
+        if t.name in _NATURAL:
+            return _NATURAL[t.name]
+        if t.name == "string":
+            return None if ever_nullable(f) else ""
+        if t.name == "bytes":
+            return None if ever_nullable(f) else b""
+        return None  # records
+    if isinstance(t, Array):
+        return ()
+    # A nested struct: all its own defaults.
+    cls = struct_class(t, camel(f.name))
+    return cls(tuple(default_of(g) for g in t) + ((),))
+
+
+def version_defaults(fields: tuple[Field, ...]) -> list[Any]:
+    return [default_of(f) for f in fields]

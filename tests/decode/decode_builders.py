@@ -1,0 +1,157 @@
+"""Test helpers for the decode room: frames encoded by kafka-python, stream events as capture emits them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataResponse
+from kafka.protocol.producer import (
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from ksniff.capture.events import ConnectionClosed, ConnectionOpened, Endpoint, StreamChunk, StreamGap
+
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def record_batch(producer_id: int = 1000, epoch: int = 0, sequence: int = 0, records: int = 2, *,
+                 codec: str = "none", transactional: bool = True, value_size: int = 10,
+                 base_offset: int = 0) -> bytes:
+    """One magic-2 batch built by kafka-python's record encoder (what a real client writes)."""
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=CODECS[codec], is_transactional=transactional,
+                                  producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                                  batch_size=1 << 30)
+    for i in range(records):
+        value = bytes([65 + i % 26]) * value_size
+        b.append(i, timestamp=1_700_000_000_000 + i, key=b"key-%d" % i, value=value, headers=[("h", b"x")])
+    raw = bytearray(b.build())
+    raw[0:8] = base_offset.to_bytes(8, "big", signed=True)  # the CRC starts after base offset
+    return bytes(raw)
+
+
+def frame(message, version: int, correlation_id: int, client_id: str | None = "ksniff-test") -> bytes:
+    """A whole frame (size, header, body) as kafka-python sends it."""
+    message.with_header(correlation_id=correlation_id, client_id=client_id)
+    assert message.API_VERSION == version
+    return bytes(message.encode(header=True, framed=True))
+
+
+def produce_request(version: int = 9, *, transactional_id: str | None = "tx-1", acks: int = -1,
+                    partitions: dict[tuple[str, int], list[bytes]] | None = None, topic_ids=None):
+    """A ProduceRequest; `partitions` maps (topic, partition) to the batches written there."""
+    partitions = partitions or {("orders", 0): [record_batch()]}
+    T = ProduceRequest.TopicProduceData
+    P = T.PartitionProduceData
+    topics: dict[str, list] = {}
+    for (topic, part), batches in partitions.items():
+        topics.setdefault(topic, []).append(P(index=part, records=b"".join(batches)))
+    data = []
+    for topic, parts in topics.items():
+        if version >= 13:
+            data.append(T(topic_id=(topic_ids or {})[topic], partition_data=parts))
+        else:
+            data.append(T(name=topic, partition_data=parts))
+    return ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=30000, topic_data=data,
+                          version=version)
+
+
+def produce_response(version: int = 9, answers: dict[tuple[str, int], tuple[int, int]] | None = None,
+                     topic_ids=None):
+    """A ProduceResponse; `answers` maps (topic, partition) to (error_code, base_offset)."""
+    answers = answers or {("orders", 0): (0, 100)}
+    R = ProduceResponse.TopicProduceResponse
+    P = R.PartitionProduceResponse
+    topics: dict[str, list] = {}
+    for (topic, part), (error, offset) in answers.items():
+        topics.setdefault(topic, []).append(P(index=part, error_code=error, base_offset=offset))
+    data = []
+    for topic, parts in topics.items():
+        if version >= 13:
+            data.append(R(topic_id=(topic_ids or {})[topic], partition_responses=parts))
+        else:
+            data.append(R(name=topic, partition_responses=parts))
+    return ProduceResponse(responses=data, throttle_time_ms=0, version=version)
+
+
+def init_producer_id(version: int = 4, transactional_id: str | None = "tx-1"):
+    return InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=60000,
+                                 producer_id=-1, producer_epoch=-1, version=version)
+
+
+def init_producer_id_response(version: int = 4, producer_id: int = 1000, epoch: int = 0, error: int = 0):
+    return InitProducerIdResponse(throttle_time_ms=0, error_code=error, producer_id=producer_id,
+                                  producer_epoch=epoch, version=version)
+
+
+def end_txn(version: int = 3, commit: bool = True):
+    return EndTxnRequest(transactional_id="tx-1", producer_id=1000, producer_epoch=0, committed=commit,
+                         version=version)
+
+
+def end_txn_response(version: int = 3, error: int = 0):
+    return EndTxnResponse(throttle_time_ms=0, error_code=error, version=version)
+
+
+def api_versions(version: int = 3):
+    return ApiVersionsRequest(client_software_name="ksniff", client_software_version="1", version=version)
+
+
+def api_versions_response(version: int = 3):
+    K = ApiVersionsResponse.ApiVersion
+    return ApiVersionsResponse(error_code=0, api_keys=[K(api_key=0, min_version=0, max_version=11)],
+                               throttle_time_ms=0, version=version)
+
+
+def metadata_response(version: int, topics: dict[str, object]):
+    T = MetadataResponse.MetadataResponseTopic
+    return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=1,
+                            topics=[T(error_code=0, name=n, topic_id=i, is_internal=False, partitions=[])
+                                    for n, i in topics.items()], version=version)
+
+
+CLIENT = Endpoint("10.0.0.1", 50000)
+BROKER = Endpoint("10.0.0.2", 9092)
+
+
+@dataclass
+class Stream:
+    """Builds the events of one connection as the capture room would deliver them."""
+
+    conn: int = 1
+    src: Endpoint = CLIENT
+    dst: Endpoint = BROKER
+    ts: float = 1000.0
+    offsets: dict = field(default_factory=lambda: {True: 0, False: 0})
+
+    def opened(self, handshake: bool = True) -> ConnectionOpened:
+        return ConnectionOpened(self.conn, self.src, self.dst, self.ts, handshake)
+
+    def send(self, data: bytes, from_src: bool = True, step: float = 0.001) -> StreamChunk:
+        self.ts += step
+        off = self.offsets[from_src]
+        self.offsets[from_src] = off + len(data)
+        return StreamChunk(self.conn, from_src, off, bytes(data), self.ts, self.ts)
+
+    def request(self, data: bytes) -> StreamChunk:
+        return self.send(data, self.src is CLIENT or self.src.port != 9092)
+
+    def gap(self, length: int, from_src: bool = True) -> StreamGap:
+        off = self.offsets[from_src]
+        self.offsets[from_src] = off + length
+        return StreamGap(self.conn, from_src, off, length, self.ts)
+
+    def closed(self, reason: str = "fin") -> ConnectionClosed:
+        return ConnectionClosed(self.conn, self.ts, reason)
+
+
+def run(decoder, events) -> list:
+    out = []
+    for ev in events:
+        out += decoder.feed(ev)
+    return out
