@@ -65,12 +65,26 @@ ADVICE: dict[str, str] = {
     "capture_gap": "The capture lost bytes, so findings on that connection are unverified: capture with a "
                    "bigger buffer (tcpdump -B), full packets (-s 0) and a port filter, ideally on the "
                    "broker host.",
+    "sequence_out_of_order": "The broker and the producer disagree on sequence numbers, usually after a "
+                             "retry of an expired batch: an idempotent producer must reset and a "
+                             "transactional one abort; keep max.in.flight.requests.per.connection <= 5.",
+    "write_to_unregistered_partition": "A transactional write went to a partition never added with "
+                                       "AddPartitionsToTxn: brokers without KIP-890 verification accept it "
+                                       "and the partition may hang; upgrade the client, or look for a "
+                                       "capture gap before the write.",
+    "txn_offset_commit_unregistered_group": "A transaction committed offsets for a group it never added "
+                                            "with AddOffsetsToTxn, so they may not commit atomically with "
+                                            "its writes: check how the client calls "
+                                            "sendOffsetsToTransaction, or look for a capture gap.",
+    "end_txn_without_transaction": "EndTxn came with no transaction open, typically a commit or abort "
+                                   "retried after a timeout: harmless if the broker refused it; otherwise "
+                                   "check the client's error handling around commitTransaction.",
     "unanswered_request": "The broker never answered (connection closed or capture ended): check the "
                           "broker's log at that time and request.timeout.ms, or whether the capture "
                           "stopped early.",
-    "write_outside_transaction": "A transactional producer wrote to a partition it never added to its "
-                                 "transaction: those records escape its commit or abort; upgrade the client "
-                                 "or check for a capture gap before the write.",
+    "write_outside_transaction": "A transactional producer wrote while no transaction was open (before "
+                                 "AddPartitionsToTxn or after EndTxn): the records escape any commit or "
+                                 "abort; upgrade the client, or look for a capture gap before the write.",
     "offset_commit_backwards": "A consumer group committed an offset below its previous one: its consumers "
                                "will re-read records; look for a zombie group member, a rebalance, or a "
                                "manual offset reset at that time.",
@@ -268,13 +282,15 @@ def producers_table(producers: Sequence[ProducerSummary], *, verbose: bool = Fal
     """One row per producer: identity, epochs, the instances that used it, what it wrote and ended."""
     if not producers:
         return Text("No idempotent or transactional producer seen.", style="dim")
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False)
-    table.add_column("Producer", overflow="fold", ratio=3)
+    # Ratios on the two free-text columns make them give way first when a row is too wide; every column
+    # folds rather than being cut at the screen's edge.
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+    table.add_column("Producer", overflow="fold", ratio=1)
     table.add_column("Epochs", overflow="fold")
-    table.add_column("Clients", overflow="fold", ratio=4)
-    table.add_column("Batches", justify="right")
-    table.add_column("Records", justify="right")
-    table.add_column("Transactions", no_wrap=True)
+    table.add_column("Clients", overflow="fold", ratio=1)
+    table.add_column("Batches", justify="right", overflow="fold")
+    table.add_column("Records", justify="right", overflow="fold")
+    table.add_column("Transactions", overflow="fold")
     shown = producers if verbose else producers[:PRODUCERS_SHOWN]
     for p in shown:
         table.add_row(_producer_cell(p), Text(ranges(p.epochs)), _clients_cell(p, verbose),
@@ -380,15 +396,16 @@ def _pid_epoch(t: Transaction) -> str:
 
 
 def _txn_table(txns: Sequence[Transaction], time_title: str, end_of, outcome_of=None) -> Table:
-    # Only the two free-text columns may fold; the rest must stay whole to be read down the page.
+    # Every column may fold, so a huge producer id cannot push Records off the screen; the ratios make
+    # the two free-text columns give way first (rich ignores ratios, min widths aside, when all fits).
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
     table.add_column("Start", no_wrap=True)
-    table.add_column("Transactional id", overflow="fold", min_width=16)
-    table.add_column("Pid/epoch", no_wrap=True)
-    table.add_column(time_title, justify="right", no_wrap=True)
-    table.add_column("Outcome", no_wrap=True)
-    table.add_column("Partitions", overflow="fold", min_width=12)
-    table.add_column("Records", justify="right", no_wrap=True)
+    table.add_column("Transactional id", overflow="fold", ratio=1)
+    table.add_column("Pid/epoch", overflow="fold")
+    table.add_column(time_title, justify="right", overflow="fold")
+    table.add_column("Outcome", overflow="fold")
+    table.add_column("Partitions", overflow="fold", ratio=1)
+    table.add_column("Records", justify="right", overflow="fold")
     for t in txns:
         outcome = outcome_of(t) if outcome_of else t.outcome
         style = "yellow" if outcome in ("HANGING", "abort") else ""
@@ -664,8 +681,9 @@ def _timeline_table(chunk: list[list[Text]], widths: list[int], *, header: bool)
         return None
     table = Table(box=None, padding=(0, 1, 0, 0), show_header=header, header_style="bold", show_edge=False)
     for title, width in zip(TIMELINE_COLUMNS, widths, strict=True):
-        last = title == "Outcome"
-        table.add_column(title, min_width=width, max_width=None if last else width,
+        # Outcome takes what is left and wraps; fixing its width too could push the table past the screen.
+        fixed = title != "Outcome"
+        table.add_column(title, min_width=width if fixed else None, max_width=width if fixed else None,
                          overflow="fold", no_wrap=title in ("Time", "#", "Seq"))
     for cells in chunk:
         table.add_row(*cells)
