@@ -15,7 +15,14 @@ import zlib
 from collections.abc import Iterator
 
 from ksniff.capture.errors import CaptureError
-from ksniff.capture.packets import CUT_SHORT, FRAGMENT, is_supported, linktype_name, parse_frame
+from ksniff.capture.packets import (
+    CUT_SHORT,
+    FAST_PATHS,
+    FRAGMENT,
+    is_supported,
+    linktype_name,
+    parse_frame,
+)
 
 PCAP_MAGICS = {  # first four bytes as read little-endian -> (byte order, fraction units per second)
     0xA1B2C3D4: ("<", 1e6), 0xD4C3B2A1: (">", 1e6),
@@ -177,6 +184,10 @@ class CaptureFile:
         self._order, self._unit = PCAP_MAGICS[magic]
         network = struct.unpack_from(self._order + "I", b.buf, 20)[0]
         self._link = network & 0xFFFF  # the upper bits carry FCS information, not the link type
+        self._first_record_ts = None
+        if b.end >= 32:
+            sec, frac = struct.unpack_from(self._order + "II", b.buf, 24)
+            self._first_record_ts = sec + frac / self._unit
         if not is_supported(self._link):
             self._fail(f"unsupported link type {self._link}")
         self.linktypes.append(linktype_name(self._link))
@@ -200,11 +211,7 @@ class CaptureFile:
 
     def segments(self) -> Iterator[tuple]:
         """Every TCP segment in the file, in file order; the walk's counts land in `counts`."""
-        walk = self._pcap_segments() if self.format == "pcap" else self._pcapng_segments()
-        try:
-            yield from walk
-        finally:
-            self._buffer.close()
+        return self._pcap_segments() if self.format == "pcap" else self._pcapng_segments()
 
     def _truncated(self, pos: int) -> None:
         self.warnings.append(f"{self.path}: truncated at byte {self._buffer.base + pos}")
@@ -216,12 +223,23 @@ class CaptureFile:
         b = self._buffer
         record = struct.Struct(self._order + "IIII").unpack_from
         unit, link, parse = self._unit, self._link, parse_frame
+        l2, fast = FAST_PATHS.get(link, (0, None))
+        fast_len = fast.size if fast else 1 << 30
+        fast = fast.unpack_from if fast else None
         buf, end, pos = b.buf, b.end, 24
         packets = non_tcp = fragments = cut_short = 0
         ts = first_ts = None
         try:
             while True:
-                if pos + 16 > end or pos + 16 + record(buf, pos)[2] > end:
+                if pos + 16 <= end:
+                    sec, frac, caplen, _wire = record(buf, pos)
+                    p = pos + 16
+                else:
+                    caplen, p = 0, end + 1
+                if p + caplen > end:  # the record runs past the bytes available: get more, or stop
+                    if caplen > MAX_RECORD:
+                        self._corrupt(pos, "corrupt record")
+                        break
                     new_pos = b.more(pos)
                     if new_pos is None:
                         if pos < end:
@@ -229,14 +247,18 @@ class CaptureFile:
                         break
                     pos, buf, end = new_pos, b.buf, b.end
                     continue
-                sec, frac, caplen, _wire = record(buf, pos)
-                if caplen > MAX_RECORD:
-                    self._corrupt(pos, "corrupt record")
-                    break
-                p = pos + 16
                 pos = p + caplen
                 ts = sec + frac / unit
                 packets += 1
+                if caplen >= fast_len:
+                    # Inlined common case (IPv4, no options, TCP, whole): one unpack for all headers.
+                    et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = fast(buf, p)
+                    if et == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x3FFF:
+                        ip_end = p + l2 + total
+                        d = p + l2 + 20 + (off >> 4) * 4
+                        if d <= ip_end <= pos:
+                            yield (ts, src, sp, dst, dp, seq, ack, flags, buf[d:ip_end])
+                            continue
                 seg = parse(ts, buf, p, pos, link)
                 if seg.__class__ is tuple:
                     yield seg
@@ -246,10 +268,11 @@ class CaptureFile:
                     cut_short += 1
                 else:
                     non_tcp += 1
-                if first_ts is None:
-                    first_ts = ts
         finally:
+            if packets:  # read at open, so the loop does not test for the first packet every time
+                first_ts = self._first_record_ts
             self._store(packets, non_tcp, fragments, cut_short, first_ts, ts)
+            b.close()
 
     def _store(self, packets: int, non_tcp: int, fragments: int, cut_short: int,
                first_ts: float | None, last_ts: float | None) -> None:
@@ -264,6 +287,7 @@ class CaptureFile:
         finally:
             self._store(walk.packets, walk.non_tcp, walk.fragments, walk.cut_short, walk.first_ts,
                         walk.last_ts)
+            self._buffer.close()
 
 
 class _PcapngWalk:

@@ -42,6 +42,16 @@ _IPV6_EXT = frozenset((0, 43, 60))  # hop-by-hop, routing, destination options: 
 _IPV6_FRAG, _IPV6_AH, _PROTO_TCP = 44, 51, 6
 
 
+# The common frame, IPv4 without options carrying TCP, read with one struct per link type:
+# (link header length, struct over link type field + IPv4 header + TCP header).
+_FAST_TAIL = "BxHxxHxBxx4s4sHHIIBB"
+FAST_PATHS = {
+    1: (14, struct.Struct("!12xH" + _FAST_TAIL)),
+    113: (16, struct.Struct("!14xH" + _FAST_TAIL)),
+    276: (20, struct.Struct("!H18x" + _FAST_TAIL)),
+}
+
+
 def linktype_name(linktype: int) -> str:
     return LINKTYPE_NAMES.get(linktype, f"LINKTYPE_{linktype}")
 
