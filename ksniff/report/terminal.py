@@ -436,7 +436,7 @@ def findings_view(findings: Sequence[Finding], *, verbose: bool = False) -> Rend
         parts.append(title)
         limit = None if verbose else FINDINGS_SHOWN.get(severity, 10)
         shown = group[:limit]
-        parts += [finding_block(f) for f in shown]
+        parts += [finding_block(f, verbose=verbose) for f in shown]
         if len(group) > len(shown):
             parts.append(_more(len(group) - len(shown), f"{severity} finding", "--verbose or --json"))
         parts.append(Text(""))
@@ -476,37 +476,57 @@ def _where(f: Finding) -> str:
     return " ".join(parts)
 
 
-def finding_block(f: Finding) -> RenderableType:
+def finding_block(f: Finding, *, verbose: bool = False) -> RenderableType:
     """The headline, then the audit's message and its evidence indented beneath it."""
     body = Text(f.message)
-    evidence = evidence_text(f.evidence)
+    evidence = evidence_text(f.evidence, verbose=verbose)
     if evidence.plain:
         body.append("\n")
         body.append_text(evidence)
     return Group(finding_headline(f), Padding(body, (0, 0, 0, 4)))
 
 
-def evidence_text(evidence: dict[str, Any]) -> Text:
-    """Evidence as `key value` pairs; error codes as the broker's answer, epoch seconds as times."""
-    text = Text(style="dim")
-    for key, value in evidence.items():
-        if key == "unverified":
-            continue  # already on the headline
-        if text:
-            text.append(", ")
-        text.append(_evidence_item(key, value))
+# Evidence keys every exchange-based finding carries (ksniff.audit.findings): said once, compactly, up front.
+_ANSWER_KEYS = ("broker_error", "error", "error_code")
+# In the JSON and CSV for joining; noise on a terminal unless --verbose.
+_QUIET_KEYS = frozenset({"conn", "correlation_id", "broker", "unverified"})
+
+
+def evidence_text(evidence: dict[str, Any], *, verbose: bool = False) -> Text:
+    """Evidence as one run of text: the request and its sender, what the broker answered, then the rest
+    as `key value` pairs (times of day for epoch seconds); empty values are left out."""
+    rest = {k: v for k, v in evidence.items() if v is not None and (verbose or k not in _QUIET_KEYS)}
+    items = [_request_item(rest, verbose), _answer_item(rest)]
+    items += [_evidence_item(k, v) for k, v in rest.items() if k != "unverified"]
+    return Text(", ".join(i for i in items if i), style="dim")
+
+
+def _request_item(ev: dict[str, Any], verbose: bool) -> str:
+    api, client, client_id = ev.pop("api", None), ev.pop("client", None), ev.pop("client_id", None)
+    text = str(api) if api else ""
+    if verbose and "correlation_id" in ev:
+        text += f" #{ev.pop('correlation_id')}"
+    if client:
+        text += f" from {client}" if text else f"client {client}"
+    if client_id:
+        text += f" ({client_id})" if text else f"client_id {client_id}"
     return text
 
 
+def _answer_item(ev: dict[str, Any]) -> str:
+    for key in _ANSWER_KEYS:
+        if key in ev:
+            value = ev.pop(key)
+            name = error_name(value) if isinstance(value, int) else value
+            return f"broker answered {name or value}"
+    return ""
+
+
 def _evidence_item(key: str, value: Any) -> str:
-    if key == "error_code" and isinstance(value, int):
-        return f"broker answered {error_name(value) or value}"
-    if key == "error" and isinstance(value, str):
-        return f"broker answered {value}"
     if isinstance(value, float) and (key.endswith("_ts") or key.endswith("_at")):
         return f"{key} {clock(value)}"
-    if isinstance(value, (list, tuple, set)):
-        return f"{key} {', '.join(str(v) for v in value)}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return f"{key} {', '.join(str(v) for v in value) or '-'}"
     if isinstance(value, bool):
         return key if value else f"not {key}"
     return f"{key} {value}"

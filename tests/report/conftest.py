@@ -157,33 +157,44 @@ def sample_producers() -> list[ProducerSummary]:
     ]
 
 
+def evidence(who, api: str, corr: int, answer: str | None, **more) -> dict:
+    """Evidence shaped as the audit room builds it for a finding about one exchange."""
+    client, client_id = who
+    return {"api": api, "client": client, "broker": BROKER, "client_id": client_id, "correlation_id": corr,
+            "conn": CONNS[who], "broker_error": answer, **more}
+
+
 def sample_findings() -> list[Finding]:
     orders = {"transactional_id": "orders-txn", "producer_id": 4001}
     return [
-        Finding("producer_fenced", "info", T0 + 2.012,
-                "orders-app-2 took over orders-txn: epoch 0 -> 1; the instance at 10.0.0.11:53422 is fenced",
+        Finding("producer_fenced", "info", T0 + 2.000,
+                "orders-app-2 took over 'orders-txn': epoch 0 -> 1; 10.0.0.11:53422 is fenced",
                 **orders, producer_epoch=1,
-                evidence={"old_epoch": 0, "new_epoch": 1, "old_client": APP1[0], "new_client": APP2[0]}),
-        Finding("producer_fenced", "warning", T0 + 2.106,
-                "the broker rejected a write from the fenced epoch 0",
+                evidence=evidence(APP2, "InitProducerId v4", 1, "NONE", previous_producer_id=4001,
+                                  previous_epoch=0, previous_client=APP1[0])),
+        Finding("producer_fenced", "warning", T0 + 2.100,
+                "the broker rejected a write from fenced epoch 0 with INVALID_PRODUCER_EPOCH",
                 **orders, producer_epoch=0, topic="orders", partition=0,
-                evidence={"client": APP1[0], "error_code": INVALID_PRODUCER_EPOCH, "base_sequence": 20}),
+                evidence=evidence(APP1, "Produce v9", 7, "INVALID_PRODUCER_EPOCH", base_sequence=20,
+                                  records=10, base_offset=None)),
         Finding("zombie_write_accepted", "critical", T0 + 2.156,
                 "the broker accepted 3 records from fenced epoch 0 (current epoch 1)",
                 **orders, producer_epoch=0, topic="orders", partition=2,
-                evidence={"client": APP1[0], "error_code": 0, "base_offset": 350, "fenced_at": T0 + 2.012}),
-        Finding("sequence_gap", "critical", T0 + 3.206,
+                evidence=evidence(APP1, "Produce v9", 8, "NONE", base_sequence=0, records=3, base_offset=350,
+                                  fenced_at=T0 + 2.012)),
+        Finding("sequence_gap", "critical", T0 + 3.200,
                 "base sequence 15, expected 5: 10 records never written",
                 **orders, producer_epoch=1, topic="orders", partition=1,
-                evidence={"expected": 5, "base_sequence": 15, "error_code": 0, "base_offset": 215}),
-        Finding("sequence_duplicate", "warning", T0 + 4.306, "sequences 40-59 sent again; the broker refused",
+                evidence=evidence(APP2, "Produce v9", 4, "NONE", expected_sequence=5, base_sequence=15,
+                                  records=5, base_offset=215)),
+        Finding("sequence_duplicate", "warning", T0 + 4.300, "sequences 40-59 sent again; the broker refused",
                 producer_id=5002, producer_epoch=0, topic="metrics", partition=0,
-                evidence={"base_sequence": 40, "last_sequence": 59, "error_code": DUPLICATE_SEQUENCE_NUMBER,
-                          "unverified": True}),
-        Finding("unanswered_request", "info", T0 + 5.000, "Metadata v12 got no response",
-                evidence={"conn": 3, "correlation_id": 12}),
+                evidence=evidence(METRICS, "Produce v9", 11, None, error_code=DUPLICATE_SEQUENCE_NUMBER,
+                                  base_sequence=40, records=20, unverified=True)),
+        Finding("unanswered_request", "info", T0 + 5.000, "Metadata v12: no answer before the capture ended",
+                evidence=evidence(METRICS, "Metadata v12", 12, None)),
         Finding("capture_gap", "info", T0 + 4.200, "1448 bytes missing from 10.0.0.13:51000 -> broker",
-                evidence={"conn": 3, "bytes": 1448, "to_broker": True}),
+                evidence={"conn": 3, "client": METRICS[0], "bytes": 1448, "to_broker": True}),
         Finding("hanging_transaction", "warning", T0 + 63.0,
                 "open for 60.0 s, past transaction.timeout.ms 60000; blocks read_committed consumers",
                 **orders, producer_epoch=1, topic="orders", partition=1,

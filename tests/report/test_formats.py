@@ -117,8 +117,8 @@ def _csv_columns(table):
 
 def test_csv_time_text_opens_in_a_spreadsheet(result, tmp_path):
     write_csv(result, str(tmp_path))
-    first = (tmp_path / "findings.csv").read_text().splitlines()[1]
-    assert first.startswith("1714564802.012,2024-05-01 12:00:02.012,info,producer_fenced,")
+    zombie = (tmp_path / "findings.csv").read_text().splitlines()[3]
+    assert zombie.startswith("1714564802.156,2024-05-01 12:00:02.156,critical,zombie_write_accepted,")
 
 
 def test_empty_csv_has_headers(empty, tmp_path):

@@ -103,8 +103,15 @@ def test_unknown_kinds_and_severities_still_render():
 def test_evidence_reads_error_codes_as_the_broker_answer(result):
     text = render(findings_view(result.findings))
     flat = " ".join(text.split())
-    assert "broker answered INVALID_PRODUCER_EPOCH" in flat
+    assert "Produce v9 from 10.0.0.11:53422 (orders-app-1), broker answered INVALID_PRODUCER_EPOCH" in flat
+    assert "broker answered DUPLICATE_SEQUENCE_NUMBER" in flat  # a bare error code, named
     assert "fenced_at 12:00:02.012" in flat  # epoch seconds shown as time of day
+    assert "base_offset None" not in flat and "correlation_id" not in flat
+
+
+def test_verbose_evidence_keeps_the_joining_keys(result):
+    flat = " ".join(render(findings_view(result.findings, verbose=True)).split())
+    assert "Produce v9 #7 from 10.0.0.11:53422" in flat and "conn 1" in flat
 
 
 def test_wire_values_are_never_rich_markup(result):
