@@ -302,6 +302,7 @@ class _PcapngWalk:
         self.units: list[float] = []
         self.offsets: list[float] = []
         self.snaplens: list[int] = []
+        self.fasts: list[tuple | None] = []
 
     def _section(self, buf: memoryview, pos: int) -> str | None:
         magic = _LE32(buf, pos + 8)[0]
@@ -311,7 +312,7 @@ class _PcapngWalk:
             order = ">"
         else:
             return None
-        self.links, self.units, self.offsets, self.snaplens = [], [], [], []
+        self.links, self.units, self.offsets, self.snaplens, self.fasts = [], [], [], [], []
         return order
 
     def _interface(self, buf: memoryview, pos: int, blen: int, order: str) -> None:
@@ -339,34 +340,41 @@ class _PcapngWalk:
         self.units.append(unit)
         self.offsets.append(offset)
         self.snaplens.append(snaplen or MAX_RECORD)
+        fast = FAST_PATHS.get(link)
+        self.fasts.append(None if fast is None else (fast[0], fast[1].unpack_from, fast[1].size))
 
     def segments(self) -> Iterator[tuple]:
         cap = self.capture
         b = cap._buffer
         buf, end, pos = b.buf, b.end, 0
         order = "<"
-        head = epb = None
+        head = block = None  # set by each section header, in its byte order
         parse = parse_frame
-        links, units, offsets = self.links, self.units, self.offsets
+        links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
+        packets = non_tcp = fragments = cut_short = 0
+        first_ts = None
         ts = 0.0
         try:
             while True:
-                blen = 0
-                if pos + 12 <= end:
+                if pos + 28 <= end and block is not None:
+                    btype, blen, iface, hi, lo, caplen, _wire = block(buf, pos)
+                elif pos + 12 <= end:
                     btype, blen = head(buf, pos) if head else (PCAPNG_SHB, 0)
-                    if btype == PCAPNG_SHB:  # a new section may switch the byte order
-                        order = self._section(buf, pos)
-                        if order is None:
-                            cap._corrupt(pos, "corrupt section header")
-                            break
-                        head = struct.Struct(order + "II").unpack_from
-                        epb = struct.Struct(order + "IIIII").unpack_from
-                        links, units, offsets = self.links, self.units, self.offsets
-                        blen = head(buf, pos)[1]
-                    if blen < 12 or blen & 3 or blen > MAX_RECORD:
-                        cap._corrupt(pos, "corrupt block")
+                else:
+                    btype = blen = -1
+                if btype == PCAPNG_SHB:  # a new section: its own byte order and interfaces
+                    order = self._section(buf, pos)
+                    if order is None:
+                        cap._corrupt(pos, "corrupt section header")
                         break
-                if blen == 0 or pos + blen > end:
+                    head = struct.Struct(order + "II").unpack_from
+                    block = struct.Struct(order + "IIIIIII").unpack_from
+                    links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
+                    blen = head(buf, pos)[1]
+                if blen != -1 and (blen < 12 or blen & 3 or blen > MAX_RECORD):
+                    cap._corrupt(pos, "corrupt block")
+                    break
+                if blen == -1 or pos + blen > end:
                     new_pos = b.more(pos)
                     if new_pos is None:
                         if pos < end:
@@ -375,18 +383,18 @@ class _PcapngWalk:
                     pos, buf, end = new_pos, b.buf, b.end
                     continue
                 if btype == 6:  # enhanced packet block
-                    iface, hi, lo, caplen, _wire = epb(buf, pos + 8)
                     if iface >= len(links) or 28 + caplen > blen:
                         cap._corrupt(pos, "corrupt packet block")
                         break
                     ts = ((hi << 32) | lo) / units[iface] + offsets[iface]
-                    seg = parse(ts, buf, pos + 28, pos + 28 + caplen, links[iface])
+                    p = pos + 28
+                    link = links[iface]
                 elif btype == 3:  # simple packet block: interface 0, no timestamp of its own
                     if not links:
                         cap._corrupt(pos, "packet block before any interface")
                         break
                     caplen = min(head(buf, pos + 8)[0], self.snaplens[0], blen - 16)
-                    seg = parse(ts, buf, pos + 12, pos + 12 + caplen, links[0])
+                    p, iface, link = pos + 12, 0, links[0]
                 elif btype == 2:  # obsolete packet block: 16-bit interface id and drop count first
                     iface = struct.unpack_from(order + "H", buf, pos + 8)[0]
                     hi, lo, caplen = struct.unpack_from(order + "III", buf, pos + 12)
@@ -394,31 +402,41 @@ class _PcapngWalk:
                         cap._corrupt(pos, "corrupt packet block")
                         break
                     ts = ((hi << 32) | lo) / units[iface] + offsets[iface]
-                    seg = parse(ts, buf, pos + 28, pos + 28 + caplen, links[iface])
+                    p, link = pos + 28, links[iface]
                 else:
                     if btype == 1:
                         self._interface(buf, pos, blen, order)
                     pos += blen
                     continue
                 pos += blen
-                self._count(seg, ts)
+                packets += 1
+                if first_ts is None:
+                    first_ts = ts
+                q = p + caplen
+                fast = fasts[iface]
+                if fast is not None and caplen >= fast[2]:
+                    # Inlined common case (IPv4, no options, TCP, whole): one unpack for all headers.
+                    et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = fast[1](buf, p)
+                    if et == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x3FFF:
+                        l2 = fast[0]
+                        ip_end = p + l2 + total
+                        d = p + l2 + 20 + (off >> 4) * 4
+                        if d <= ip_end <= q:
+                            yield (ts, src, sp, dst, dp, seq, ack, flags, buf[d:ip_end])
+                            continue
+                seg = parse(ts, buf, p, q, link)
                 if seg.__class__ is tuple:
                     yield seg
+                elif seg == FRAGMENT:
+                    fragments += 1
+                elif seg == CUT_SHORT:
+                    cut_short += 1
+                else:
+                    non_tcp += 1
         finally:
-            self.last_ts = ts if self.packets else None
-
-    def _count(self, seg, ts: float) -> None:
-        self.packets += 1
-        if self.first_ts is None:
-            self.first_ts = ts
-        if seg.__class__ is tuple:
-            return
-        if seg == FRAGMENT:
-            self.fragments += 1
-        elif seg == CUT_SHORT:
-            self.cut_short += 1
-        else:
-            self.non_tcp += 1
+            self.packets, self.non_tcp = packets, non_tcp
+            self.fragments, self.cut_short = fragments, cut_short
+            self.first_ts, self.last_ts = first_ts, (ts if packets else None)
 
 
 def expand_paths(paths: list[str]) -> list[str]:
