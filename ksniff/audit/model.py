@@ -21,6 +21,14 @@ class FindingKind(str, Enum):
     ZOMBIE_WRITE_ACCEPTED = "zombie_write_accepted"
     HANGING_TRANSACTION = "hanging_transaction"
     CAPTURE_GAP = "capture_gap"
+    # Added by the audit room (CONTRACT.md: "more may be added").
+    SEQUENCE_OUT_OF_ORDER = "sequence_out_of_order"
+    WRITE_TO_UNREGISTERED_PARTITION = "write_to_unregistered_partition"
+    WRITE_OUTSIDE_TRANSACTION = "write_outside_transaction"
+    TXN_OFFSET_COMMIT_UNREGISTERED_GROUP = "txn_offset_commit_unregistered_group"
+    END_TXN_WITHOUT_TRANSACTION = "end_txn_without_transaction"
+    UNANSWERED_REQUEST = "unanswered_request"
+    OFFSET_COMMIT_BACKWARDS = "offset_commit_backwards"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +100,7 @@ class ProducerSummary:
     abort: int
     open: int
     unknown: int
+    first_ts: float | None = None  # when the capture first saw this producer id (for ordering)
 
     def as_contract(self) -> dict:
         return {

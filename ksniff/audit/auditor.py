@@ -1,0 +1,28 @@
+"""The fold wrapped for engines that feed events one at a time (the in-process run, the live view)."""
+
+from __future__ import annotations
+
+from ksniff.audit.fold import finish, step
+from ksniff.audit.model import AuditOutput, Finding
+from ksniff.audit.state import AuditConfig, AuditState
+from ksniff.audit.txn import TxnState
+from ksniff.decode.events import DecodeEvent
+
+
+class Auditor:
+    def __init__(self, config: AuditConfig | None = None, key: str | None = None) -> None:
+        self.state = AuditState.initial(config, key)
+
+    def feed(self, event: DecodeEvent) -> list[Finding]:
+        self.state, findings = step(self.state, event)
+        return findings
+
+    def finish(self, end_ts: float | None = None) -> AuditOutput:
+        return finish(self.state, end_ts)
+
+    def snapshot(self) -> dict[str, int]:
+        """Counters for the live view."""
+        open_txns = sum(1 for t in self.state.txn_ids.values()
+                        if t.state is TxnState.ONGOING and t.txn is not None and t.txn.outcome is None)
+        return {"producers": len(self.state.producers), "open_transactions": open_txns,
+                "findings": len(self.state.emitted)}

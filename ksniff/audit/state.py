@@ -1,0 +1,189 @@
+"""The audit's memory: what it knows of each producer id, transactional id, partition and connection.
+
+Mutable on purpose: `step` updates it in place for speed and returns it. Everything in it is keyed so
+that it can be split by producer key (see ksniff.audit.keys): a transactional id's state holds its
+instances and transactions, a producer id's state its epochs and sequences; only connection losses and
+the cluster's transaction.version are shared, and those arrive as context events every partition sees.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from ksniff.audit.model import Finding, Transaction
+from ksniff.audit.txn import TxnState
+from ksniff.decode.events import Exchange
+
+# How many accepted batches per partition are remembered to recognise a retry (brokers cache five).
+RECENT_BATCHES = 16
+
+
+@dataclass(frozen=True, slots=True)
+class AuditConfig:
+    txn_timeout_ms: int = 60000  # when the producer's own TransactionTimeoutMillis was not seen
+    # An exchange seen again (captured at both ends) within this many seconds counts once.
+    duplicate_window_s: float = 5.0
+
+
+@dataclass(slots=True)
+class Instance:
+    """One producer instance: the (producer id, epoch) a transactional id was handed, and who holds it."""
+
+    producer_id: int
+    epoch: int
+    since: float
+    client: str | None = None
+    client_id: str | None = None
+
+
+@dataclass(slots=True)
+class ProducerState:
+    """One producer id: its epochs, where it was seen, and what it wrote."""
+
+    producer_id: int
+    first_ts: float
+    transactional_id: str | None = None
+    epochs: set[int] = field(default_factory=set)
+    # Epochs whose start the capture saw (InitProducerId, EndTxn v5, or a bump seen in Produce): every
+    # partition's sequence starts at 0 in them.
+    started_epochs: set[int] = field(default_factory=set)
+    clients: set[str] = field(default_factory=set)
+    client_ids: set[str] = field(default_factory=set)
+    conns: set[int] = field(default_factory=set)
+    batches: int = 0
+    records: int = 0
+
+    @property
+    def max_epoch(self) -> int:
+        return max(self.epochs, default=-1)
+
+
+@dataclass(slots=True)
+class TxnRecord:
+    """A transaction being built; `as_transaction` gives the contract's row."""
+
+    transactional_id: str
+    producer_id: int | None
+    producer_epoch: int | None
+    start_ts: float
+    # False when the transaction began before the capture: its registrations were not seen.
+    registration_known: bool = True
+    end_ts: float | None = None
+    outcome: str | None = None  # None while open
+    partitions: dict[str, None] = field(default_factory=dict)  # "topic-partition", in order seen
+    registered: set[tuple[str, int]] = field(default_factory=set)
+    groups: dict[str, None] = field(default_factory=dict)
+    groups_added: set[str] = field(default_factory=set)
+    records: int = 0
+    batches: int = 0
+    end_requested: bool = False  # an EndTxn went unanswered
+    markers: str | None = None  # "commit"/"abort" from WriteTxnMarkers, where captured
+
+    def add_partition(self, topic: str, partition: int) -> None:
+        self.partitions.setdefault(f"{topic}-{partition}", None)
+
+    def as_transaction(self) -> Transaction:
+        return Transaction(
+            transactional_id=self.transactional_id,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            start_ts=self.start_ts,
+            end_ts=self.end_ts,
+            outcome=self.outcome or "open",
+            partitions=tuple(self.partitions),
+            records=self.records,
+            groups=tuple(self.groups),
+        )
+
+
+@dataclass(slots=True)
+class TxnIdState:
+    """One transactional id: its current instance, the ones it superseded, and its transactions."""
+
+    transactional_id: str
+    first_ts: float
+    state: TxnState = TxnState.UNKNOWN
+    current: Instance | None = None
+    timeout_ms: int | None = None
+    superseded_pids: set[int] = field(default_factory=set)
+    fenced_upto: dict[int, int] = field(default_factory=dict)  # producer id -> highest fenced epoch
+    txn: TxnRecord | None = None  # the transaction open or last ended
+    conns: set[int] = field(default_factory=set)
+    tv2: bool = False  # the client speaks transaction.version 2 (EndTxn v5, Produce v12)
+
+    def is_superseded(self, producer_id: int, epoch: int) -> bool:
+        """Whether (producer id, epoch) belongs to an instance a later one replaced."""
+        if producer_id in self.superseded_pids:
+            return True
+        if epoch <= self.fenced_upto.get(producer_id, -1):
+            return True
+        cur = self.current
+        return cur is not None and cur.producer_id == producer_id and epoch < cur.epoch
+
+
+@dataclass(slots=True)
+class PartitionSeq:
+    """Sequence numbers of one producer id on one partition."""
+
+    epoch: int
+    next_seq: int | None  # None: not known yet (the capture began mid-stream)
+    last_ts: float
+    # base sequence -> (last sequence, base offset) of recently accepted batches.
+    recent: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+    order: deque[int] = field(default_factory=deque)
+    # Batches that got no answer: (base, last); the broker may have written them.
+    unanswered: list[tuple[int, int]] = field(default_factory=list)
+
+    def remember(self, base: int, last: int, offset: int | None) -> None:
+        if base not in self.recent:
+            self.order.append(base)
+            if len(self.order) > RECENT_BATCHES:
+                self.recent.pop(self.order.popleft(), None)
+        self.recent[base] = (last, offset)
+
+
+@dataclass(slots=True)
+class AuditState:
+    """Everything the fold knows. `key` restricts it to one producer key (a Spark group); None: all."""
+
+    config: AuditConfig
+    key: str | None = None
+    producers: dict[int, ProducerState] = field(default_factory=dict)
+    txn_ids: dict[str, TxnIdState] = field(default_factory=dict)
+    transactions: list[TxnRecord] = field(default_factory=list)
+    sequences: dict[tuple[int, str, int], PartitionSeq] = field(default_factory=dict)
+    # (group, topic, partition) -> last committed offset the broker accepted.
+    offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    losses: dict[int, list[float]] = field(default_factory=dict)  # conn -> when bytes went missing
+    unanswered: dict[int, list[Exchange]] = field(default_factory=dict)  # conn -> waiting for its end
+    # (client, broker, api key, correlation id) -> (conn, request_ts): exchanges seen twice count once.
+    seen: dict[tuple[str, str, int, int], tuple[int, float]] = field(default_factory=dict)
+    seen_pruned_ts: float = 0.0
+    cluster_txn_version: int | None = None  # transaction.version finalized feature, from ApiVersions
+    first_ts: float | None = None
+    last_ts: float | None = None
+    emitted: list[Finding] = field(default_factory=list)  # every finding `step` returned, for `finish`
+
+    @classmethod
+    def initial(cls, config: AuditConfig | None = None, key: str | None = None) -> AuditState:
+        return cls(config=config or AuditConfig(), key=key)
+
+    def owns(self, key: str | None) -> bool:
+        return key is not None and (self.key is None or self.key == key)
+
+    def producer(self, producer_id: int, ts: float) -> ProducerState:
+        p = self.producers.get(producer_id)
+        if p is None:
+            p = self.producers[producer_id] = ProducerState(producer_id, ts)
+        return p
+
+    def txn_id(self, transactional_id: str, ts: float) -> TxnIdState:
+        t = self.txn_ids.get(transactional_id)
+        if t is None:
+            t = self.txn_ids[transactional_id] = TxnIdState(transactional_id, ts)
+        return t
+
+    def lost_since(self, conns: set[int], since: float) -> bool:
+        """Whether the capture lost bytes of any of `conns` at or after `since`."""
+        return any(ts >= since for c in conns for ts in self.losses.get(c, ()))

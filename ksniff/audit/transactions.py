@@ -1,0 +1,333 @@
+"""Transactions per transactional id: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
+TxnOffsetCommit, EndTxn and WriteTxnMarkers, driven through the table in ksniff.audit.txn.
+
+A transaction begins with the first accepted AddPartitionsToTxn or AddOffsetsToTxn (or, under
+transaction.version 2, the first transactional write), and ends with an accepted EndTxn; an EndTxn the
+broker rejected does not end it. Its outcome is `unknown` when its end was not seen: a newer instance
+took over, or the next transaction began first.
+"""
+
+from __future__ import annotations
+
+from ksniff.audit.codes import error_name
+from ksniff.audit.findings import exchange_evidence, judge, make
+from ksniff.audit.identity import adopt, fenced_by_broker, see_producer, take_over, zombie
+from ksniff.audit.model import Finding, FindingKind, Severity
+from ksniff.audit.state import AuditState, Instance, TxnIdState, TxnRecord
+from ksniff.audit.txn import ILLEGAL, Trigger, TxnState, next_state
+from ksniff.decode.events import Exchange
+
+_END = {TxnState.PREPARE_COMMIT: "commit", TxnState.PREPARE_ABORT: "abort"}
+
+
+def answer_of(ex: Exchange) -> int | None:
+    """The broker's top-level error code; None when there was no (decoded) answer."""
+    return None if ex.response is None else ex.response.error_code
+
+
+def close_unknown(t: TxnIdState, ts: float) -> None:
+    """The open transaction ended without its end on the wire."""
+    rec = t.txn
+    if rec is not None and rec.outcome is None:
+        rec.outcome, rec.end_ts = "unknown", ts
+
+
+def enter(state: AuditState, t: TxnIdState, trigger: Trigger, producer_id: int, epoch: int, ts: float,
+          end_ts: float | None = None) -> TxnRecord | None:
+    """Apply an allowed, accepted trigger; returns the transaction it belongs to (None if none)."""
+    before = t.state
+    after = next_state(before, trigger)
+    assert after is not None, "callers check ALLOWED first"
+    rec = t.txn
+    is_open = rec is not None and rec.outcome is None
+    if after is TxnState.ONGOING and not (before is TxnState.ONGOING and is_open):
+        close_unknown(t, ts)
+        rec = TxnRecord(t.transactional_id, producer_id, epoch, ts,
+                        registration_known=before is not TxnState.UNKNOWN)
+        state.transactions.append(rec)
+        t.txn = rec
+    elif after in _END and before in (TxnState.ONGOING, TxnState.UNKNOWN):
+        if not is_open:  # its beginning was before the capture: still a transaction seen on the wire
+            rec = TxnRecord(t.transactional_id, producer_id, epoch, ts, registration_known=False)
+            state.transactions.append(rec)
+            t.txn = rec
+        rec.outcome, rec.end_ts = _END[after], end_ts if end_ts is not None else ts
+    elif after is TxnState.EMPTY:
+        close_unknown(t, ts)
+    t.state = after
+    return t.txn if t.txn is not None and t.txn.outcome is None else None
+
+
+def since_last_end(t: TxnIdState) -> float:
+    """From when lost bytes could hide the request that would have opened a transaction."""
+    rec = t.txn
+    return rec.end_ts if rec is not None and rec.end_ts is not None else t.first_ts
+
+
+def illegal(state: AuditState, t: TxnIdState, trigger: Trigger, answer: int | None, ex: Exchange,
+            out: list[Finding], producer_id: int, epoch: int, *, unverified: bool, what: str,
+            topic: str | None = None, partition: int | None = None, group: str | None = None) -> None:
+    kind = ILLEGAL[trigger]
+    unverified = unverified or state.lost_since(t.conns, since_last_end(t))
+    # An EndTxn with nothing to end loses no data, whatever the answer.
+    accepted = Severity.WARNING if kind is FindingKind.END_TXN_WITHOUT_TRANSACTION else Severity.CRITICAL
+    sev = judge(answer, unverified=unverified, explained_by_loss=True, accepted=accepted)
+    verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
+    evidence = exchange_evidence(ex, answer)
+    evidence.update(state=t.state.value, trigger=trigger.value, cluster_txn_version=state.cluster_txn_version)
+    out.append(make(kind, sev, ex.request_ts,
+                    f"{what} of {t.transactional_id!r} with no transaction open ({t.state.value}); "
+                    f"broker {verdict}", evidence, unverified=unverified,
+                    transactional_id=t.transactional_id, producer_id=producer_id, producer_epoch=epoch,
+                    topic=topic, partition=partition, group=group))
+
+
+def new_instance(state: AuditState, t: TxnIdState, producer_id: int, epoch: int, ts: float) -> None:
+    """An accepted request revealed an instance newer than the one we knew: the old one's open
+    transaction ended out of sight."""
+    rec = t.txn
+    if rec is not None and rec.outcome is None and (rec.producer_id, rec.producer_epoch) != (
+            producer_id, epoch):
+        close_unknown(t, ts)
+        t.state = TxnState.UNKNOWN
+
+
+def identify(state: AuditState, t: TxnIdState, producer_id: int, epoch: int, answer: int | None,
+             ex: Exchange, out: list[Finding], *, what: str) -> bool:
+    """Zombie and fencing checks shared by the transactional requests. False: stop judging this one."""
+    see_producer(state, producer_id, epoch, ex, t.transactional_id)
+    if zombie(state, t, producer_id, epoch, answer, ex, out, what=what, unverified=ex.unverified):
+        return False
+    if fenced_by_broker(state, t, producer_id, epoch, answer, ex, out, what=what,
+                        unverified=ex.unverified):
+        return False
+    if answer == 0 and adopt(t, producer_id, epoch, ex):
+        new_instance(state, t, producer_id, epoch, ex.request_ts)
+    return True
+
+
+def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
+    req, resp = ex.request, ex.response
+    tid = req.transactional_id or None
+    answer = answer_of(ex)
+    t = state.txn_id(tid, ex.request_ts) if tid is not None else None
+    if t is not None:
+        t.conns.add(ex.conn)
+        if req.transaction_timeout_ms > 0:
+            t.timeout_ms = req.transaction_timeout_ms
+    if answer != 0:
+        if answer is not None and req.producer_id >= 0:
+            fenced_by_broker(state, t, req.producer_id, req.producer_epoch, answer, ex, out,
+                             what="InitProducerId", unverified=ex.unverified)
+        return
+    pid, epoch = resp.producer_id, resp.producer_epoch
+    p = see_producer(state, pid, epoch, ex, tid)
+    p.started_epochs.add(epoch)
+    if t is None:
+        return
+    take_over(state, t, Instance(pid, epoch, ex.request_ts, ex.client, ex.client_id), ex, out,
+              via="InitProducerId")
+    enter(state, t, Trigger.INIT, pid, epoch, ex.request_ts)
+
+
+def _add_partitions_entries(ex: Exchange):
+    """(transactional id, producer id, epoch, verify only, [(topic, partition)], {(topic, partition):
+    error}) per transaction in an AddPartitionsToTxn, whatever its version."""
+    req, resp = ex.request, ex.response
+    if ex.api_version <= 3:
+        answers = _partition_errors(resp.results_by_topic_v3_and_below) if resp is not None else {}
+        yield (req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+               req.v3_and_below_producer_epoch, False, _topic_partitions(req.v3_and_below_topics), answers)
+        return
+    by_txn = {}
+    if resp is not None:
+        by_txn = {r.transactional_id: _partition_errors(r.topic_results) for r in resp.results_by_transaction}
+        if resp.error_code:
+            by_txn = {r.transactional_id: resp.error_code for r in req.transactions}
+    for tr in req.transactions:
+        answers = by_txn.get(tr.transactional_id, {})
+        if isinstance(answers, int):
+            answers = {tp: answers for tp in _topic_partitions(tr.topics)}
+        yield (tr.transactional_id, tr.producer_id, tr.producer_epoch, tr.verify_only,
+               _topic_partitions(tr.topics), answers)
+
+
+def _topic_partitions(topics) -> list[tuple[str, int]]:
+    return [(tp.name, p) for tp in topics for p in tp.partitions]
+
+
+def _partition_errors(results) -> dict[tuple[str, int], int]:
+    return {(r.name, pr.partition_index): pr.partition_error_code
+            for r in results for pr in r.results_by_partition}
+
+
+def _overall(answers: dict, wanted: list, responded: bool) -> int | None:
+    """0 when every wanted partition was accepted, else the first error; None without an answer."""
+    if not responded:
+        return None
+    for tp in wanted:
+        code = answers.get(tp)
+        if code:
+            return code
+    return 0
+
+
+def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
+    for tid, pid, epoch, verify_only, wanted, answers in _add_partitions_entries(ex):
+        # A broker asking the coordinator whether partitions are already in (KIP-890) adds nothing.
+        if verify_only or not state.owns(tid):
+            continue
+        t = state.txn_id(tid, ex.request_ts)
+        answer = _overall(answers, wanted, ex.response is not None)
+        if not identify(state, t, pid, epoch, answer, ex, out, what="AddPartitionsToTxn"):
+            continue
+        accepted = [tp for tp in wanted if answers.get(tp) == 0]
+        if not accepted:
+            continue
+        rec = t.txn
+        if (t.state is TxnState.ONGOING and rec is not None and rec.outcome is None and rec.batches
+                and all(tp in rec.registered for tp in accepted)):
+            # Clients add each partition once per transaction: adding them again means the previous
+            # transaction ended out of sight.
+            close_unknown(t, ex.request_ts)
+            t.state = TxnState.EMPTY
+        rec = enter(state, t, Trigger.ADD_PARTITIONS, pid, epoch, ex.request_ts)
+        if rec is not None:
+            for topic, partition in accepted:
+                rec.registered.add((topic, partition))
+                rec.add_partition(topic, partition)
+
+
+def on_add_offsets(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
+    req = ex.request
+    t = state.txn_id(req.transactional_id, ex.request_ts)
+    answer = answer_of(ex)
+    if not identify(state, t, req.producer_id, req.producer_epoch, answer, ex, out, what="AddOffsetsToTxn"):
+        return
+    if answer == 0:
+        rec = enter(state, t, Trigger.ADD_OFFSETS, req.producer_id, req.producer_epoch, ex.request_ts)
+        if rec is not None:
+            rec.groups_added.add(req.group_id)
+            rec.groups.setdefault(req.group_id, None)
+
+
+def on_txn_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
+    req, resp = ex.request, ex.response
+    t = state.txn_id(req.transactional_id, ex.request_ts)
+    answer = None
+    if resp is not None:
+        codes = [p.error_code for tp in resp.topics for p in tp.partitions]
+        answer = next((c for c in codes if c), 0)
+    pid, epoch, group = req.producer_id, req.producer_epoch, req.group_id
+    if not identify(state, t, pid, epoch, answer, ex, out, what="TxnOffsetCommit"):
+        return
+    trigger = Trigger.OFFSET_COMMIT_TV2 if ex.api_version >= 5 else Trigger.OFFSET_COMMIT
+    if next_state(t.state, trigger) is None:
+        illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified,
+                what=f"TxnOffsetCommit for group {group!r}", group=group)
+        return
+    rec = t.txn
+    if (trigger is Trigger.OFFSET_COMMIT and t.state is TxnState.ONGOING and rec is not None
+            and rec.outcome is None and rec.registration_known and group not in rec.groups_added):
+        unverified = ex.unverified or state.lost_since(t.conns, rec.start_ts)
+        evidence = exchange_evidence(ex, answer)
+        evidence["groups_added"] = sorted(rec.groups_added)
+        verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
+        out.append(make(FindingKind.TXN_OFFSET_COMMIT_UNREGISTERED_GROUP,
+                        judge(answer, unverified=unverified, explained_by_loss=True), ex.request_ts,
+                        f"TxnOffsetCommit of {t.transactional_id!r} for group {group!r} that "
+                        f"AddOffsetsToTxn did not add; broker {verdict}", evidence, unverified=unverified,
+                        transactional_id=t.transactional_id, producer_id=pid, producer_epoch=epoch,
+                        group=group))
+    if answer == 0:
+        rec = enter(state, t, trigger, pid, epoch, ex.request_ts)
+        if rec is not None:
+            rec.groups.setdefault(group, None)
+
+
+def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
+    req, resp = ex.request, ex.response
+    t = state.txn_id(req.transactional_id, ex.request_ts)
+    answer = answer_of(ex)
+    pid, epoch = req.producer_id, req.producer_epoch
+    what = f"EndTxn({'commit' if req.committed else 'abort'})"
+    if not identify(state, t, pid, epoch, answer, ex, out, what=what):
+        return
+    if req.committed:
+        trigger = Trigger.END_COMMIT
+    else:
+        trigger = Trigger.END_ABORT_TV2 if ex.api_version >= 5 else Trigger.END_ABORT
+    if next_state(t.state, trigger) is None:
+        illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what)
+        return
+    if answer is None:
+        if t.txn is not None and t.txn.outcome is None:
+            t.txn.end_requested = True
+        return
+    if answer != 0:
+        return  # e.g. CONCURRENT_TRANSACTIONS: the client retries; the transaction is still open
+    enter(state, t, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts)
+    if ex.api_version >= 5 and resp.producer_id >= 0:
+        # transaction.version 2: every end bumps the epoch (KIP-890); the answer says which to use next.
+        t.tv2 = True
+        p = see_producer(state, resp.producer_id, resp.producer_epoch, ex, t.transactional_id)
+        p.started_epochs.add(resp.producer_epoch)
+        take_over(state, t, Instance(resp.producer_id, resp.producer_epoch, ex.request_ts, ex.client,
+                                     ex.client_id), ex, out, via="EndTxn")
+
+
+def write(state: AuditState, t: TxnIdState, ex: Exchange, topic: str, partition: int, producer_id: int,
+          epoch: int, records: int, answer: int | None, out: list[Finding], *, unverified: bool) -> None:
+    """A transactional batch that passed the identity checks: judge it against the transaction."""
+    tv2 = ex.api_version >= 12  # Produce v12+ is only used within a transaction under transaction.version 2
+    t.tv2 = t.tv2 or tv2
+    trigger = Trigger.WRITE_TV2 if tv2 else Trigger.WRITE
+    if next_state(t.state, trigger) is None:
+        illegal(state, t, trigger, answer, ex, out, producer_id, epoch, unverified=unverified,
+                what=f"transactional write to {topic}-{partition}", topic=topic, partition=partition)
+        return
+    rec = t.txn
+    if (trigger is Trigger.WRITE and t.state is TxnState.ONGOING and rec is not None
+            and rec.outcome is None and rec.registration_known and (topic, partition) not in rec.registered):
+        lost = unverified or state.lost_since(t.conns, rec.start_ts)
+        evidence = exchange_evidence(ex, answer)
+        evidence["registered"] = sorted(f"{tp}-{p}" for tp, p in rec.registered)
+        verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
+        out.append(make(FindingKind.WRITE_TO_UNREGISTERED_PARTITION,
+                        judge(answer, unverified=lost, explained_by_loss=True), ex.request_ts,
+                        f"transactional write of {t.transactional_id!r} to {topic}-{partition}, which "
+                        f"AddPartitionsToTxn did not add; broker {verdict}", evidence, unverified=lost,
+                        transactional_id=t.transactional_id, producer_id=producer_id,
+                        producer_epoch=epoch, topic=topic, partition=partition))
+    if answer == 0:
+        rec = enter(state, t, trigger, producer_id, epoch, ex.request_ts)
+        if rec is not None:
+            rec.add_partition(topic, partition)
+            rec.records += records
+            rec.batches += 1
+    elif answer is None and rec is not None and rec.outcome is None:
+        rec.add_partition(topic, partition)  # unanswered: the data may be there
+
+
+def on_write_txn_markers(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
+    """Markers name producer ids only: apply those of producer ids this state knows."""
+    for m in ex.request.markers:
+        p = state.producers.get(m.producer_id)
+        if p is None or p.transactional_id is None or not state.owns(p.transactional_id):
+            continue
+        t = state.txn_ids[p.transactional_id]
+        result = "commit" if m.transaction_result else "abort"
+        rec = t.txn
+        cur = t.current
+        if cur is not None and cur.producer_id == m.producer_id and m.producer_epoch > cur.epoch:
+            # The coordinator bumped the epoch itself (timeout or fencing abort, or transaction.version 2).
+            t.current = Instance(m.producer_id, m.producer_epoch, ex.request_ts, cur.client, cur.client_id)
+        if rec is None or rec.producer_id != m.producer_id or rec.markers is not None:
+            continue
+        if rec.outcome is None:
+            # No EndTxn seen: the coordinator ended it (timeout, fencing) or the EndTxn was not captured.
+            rec.outcome, rec.end_ts = result, ex.request_ts
+            t.state = TxnState.PREPARE_COMMIT if result == "commit" else TxnState.PREPARE_ABORT
+        elif rec.outcome == "unknown":
+            rec.outcome = result
+        rec.markers = result
