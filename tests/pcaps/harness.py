@@ -63,8 +63,11 @@ LOOPBACK = "lo"
 SETTLE_S = 0.7  # after the traffic, before stopping tcpdump, so the last packets reach the file
 
 
-def error_name(code: int) -> str:
-    return ERROR_NAMES.get(code, f"ERROR_{code}")
+CONNECTION_CLOSED = "CONNECTION_CLOSED"  # the broker hung up instead of answering
+
+
+def error_name(code: int | None) -> str:
+    return CONNECTION_CLOSED if code is None else ERROR_NAMES.get(code, f"ERROR_{code}")
 
 
 def log(message: str) -> None:
@@ -325,7 +328,7 @@ class Ledger:
         assert severity in SEVERITIES, severity
         self.findings.append({"kind": kind, "severity": severity, **where})
 
-    def answer(self, what: str, api: str, error_code: int, **detail: object) -> None:
+    def answer(self, what: str, api: str, error_code: int | None, **detail: object) -> None:
         """Record a broker's answer to one deliberate anomaly."""
         self.broker_answers.append(
             {"what": what, "api": api, "error_code": error_code, "error": error_name(error_code), **detail}
