@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Protocol
@@ -54,10 +54,10 @@ def _reason(err: OSError) -> str:
 @contextmanager
 def atomic_file(path: str, mode: str = "w") -> Iterator[IO]:
     """A temporary file beside `path`, renamed onto it only when the block finishes without error."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    tmp, fd = _create_temporary(path)
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8", "newline": ""})) as fh:
+        text = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
+        with os.fdopen(fd, mode, **text) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())  # the rename must not land before the data does
@@ -65,6 +65,17 @@ def atomic_file(path: str, mode: str = "w") -> Iterator[IO]:
     except BaseException:  # also KeyboardInterrupt: the point is never to leave a partial file
         _unlink_quietly(tmp)
         raise
+
+
+def _create_temporary(path: str) -> tuple[str, int]:
+    # Not tempfile.mkstemp: its files are 0600, and an export should get the mode the umask gives.
+    directory, name = os.path.split(os.path.abspath(path))
+    while True:
+        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
 
 
 def _unlink_quietly(path: str) -> None:

@@ -566,9 +566,8 @@ def producer_timeline(result: AuditResult, producer: str, exchanges: Sequence[di
     rows = _timeline_rows(exchanges, batches, txn_ids, pids)
     findings = [f for f in result.findings if f.transactional_id in txn_ids or f.producer_id in pids]
     instances = _instances(rows)
-    title = Text(f"Timeline of {producer}", style="bold")
-    title.append(f"  ({_identity(txn_ids, pids)}; {plural(len(rows), 'row')}, "
-                 f"{plural(len(findings), 'finding')})", style="dim")
+    title = Text(_identity(txn_ids, pids), style="bold")
+    title.append(f": {plural(len(rows), 'row')}, {plural(len(findings), 'finding')}", style="dim")
     legend = Table.grid(padding=(0, 1))
     for client_key, tag in instances.items():
         legend.add_row(Text(tag, style="bold"), Text(" ".join(x for x in client_key if x)))
@@ -603,8 +602,9 @@ def _identity(txn_ids: set[str], pids: set[int]) -> str:
     if txn_ids:
         parts.append("transactional id " + ", ".join(sorted(txn_ids)))
     if pids:
-        parts.append("producer id " + ", ".join(str(p) for p in sorted(pids)))
-    return "; ".join(parts)
+        label = "producer ids " if len(pids) > 1 else "producer id "
+        parts.append(label + ", ".join(map(str, sorted(pids))))
+    return ", ".join(parts)
 
 
 def _mine(row: dict, txn_ids: set[str], pids: set[int]) -> bool:

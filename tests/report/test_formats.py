@@ -70,14 +70,15 @@ def test_json_that_cannot_be_serialised_leaves_no_file(result, tmp_path):
     assert os.listdir(tmp_path) == ["result.json"]  # and no temporary file is left behind
 
 
-def test_failure_midway_through_a_file_removes_the_temporary_file(tmp_path):
+@pytest.mark.parametrize("interruption", [ValueError, KeyboardInterrupt])
+def test_failure_midway_through_a_file_removes_the_temporary_file(tmp_path, interruption):
     target = tmp_path / "half.txt"
 
     def write_half(fh):
         fh.write("first half\n")
-        raise ValueError("interrupted")
+        raise interruption("interrupted")
 
-    with pytest.raises(ValueError):
+    with pytest.raises(interruption):
         formats._write_atomically(str(target), write_half)
     assert os.listdir(tmp_path) == []
 
@@ -144,6 +145,17 @@ def test_empty_parquet_keeps_types(empty, tmp_path):
     write_parquet(empty, str(tmp_path))
     df = pd.read_parquet(tmp_path / "findings.parquet")
     assert df.empty and str(df["ts"].dtype) == "datetime64[us, UTC]" and str(df["partition"].dtype) == "Int64"
+
+
+def test_exports_get_the_mode_the_umask_gives(result, tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_json(result, str(tmp_path / "r.json"))
+        write_csv(result, str(tmp_path))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "findings.csv").stat().st_mode) == 0o644
 
 
 def test_write_outputs_writes_what_was_asked(result, tmp_path):
