@@ -65,15 +65,19 @@ def _tagged(buf: Any, pos: int, end: int, known: dict, values: list, version: in
     count, pos = _uvarint(buf, pos, end, field)
     if count > end - pos:
         raise _short(pos, field)
-    unknown = []
+    # The whole section is read before any value is decoded, as the interpreter does, so both report
+    # the same first error.
+    found = []
     for _ in range(count):
         tag, pos = _uvarint(buf, pos, end, field)
         at = pos
         size, pos = _uvarint(buf, pos, end, field)
         if size > end - pos:
             raise _short(at, field)
-        data = buf[pos:pos + size]
+        found.append((tag, buf[pos:pos + size]))
         pos += size
+    unknown = []
+    for tag, data in found:
         hit = known.get(tag)
         if hit is None:
             unknown.append((tag, bytes(data)))

@@ -275,7 +275,7 @@ class Reader:
         """Read an array, calling `read_one(reader)` per element; None for null."""
         n = self.array_len(field, nullable=nullable, compact=compact, min_size=min_size)
         if n < 0:
-            return None
+            return None if nullable else ()
         out = []
         for _ in range(n):
             if self.error is not None:

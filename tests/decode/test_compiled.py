@@ -1,0 +1,97 @@
+"""The compiled fast path equals the reference interpreter: values on every fixture, first errors on
+truncated and mutated ones."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from decode_builders import frame, produce_request, produce_response, record_batch
+from decode_encoder import fixture
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ksniff.decode import compiled, interp
+from ksniff.decode.apis import ALL_APIS, FULL_BODY
+from ksniff.decode.reader import DecodeError
+
+CASES = [
+    pytest.param(api, v, is_request, id=f"{api.name}-v{v}-{'req' if is_request else 'resp'}")
+    for api in FULL_BODY
+    for v in range(api.valid.low, api.valid.high + 1)
+    for is_request in (True, False)
+]
+
+
+def both(api, version, is_request, data, strict=True):
+    results = []
+    for decode in (interp.decode_body, compiled.decode_body):
+        try:
+            results.append(("ok", decode(api, version, is_request, memoryview(data), strict=strict)))
+        except DecodeError as e:
+            results.append(("error", e))
+    return results
+
+
+@pytest.mark.parametrize("api, version, is_request", CASES)
+@pytest.mark.parametrize("nulls, tags", [(False, True), (True, True), (False, False)])
+def test_equal_on_table_fixtures(api, version, is_request, nulls, tags):
+    data = fixture(api, version, is_request, nulls=nulls, tags=tags)
+    (kind_i, value_i), (kind_c, value_c) = both(api, version, is_request, data)
+    assert kind_i == "ok", value_i
+    assert kind_c == "ok" and value_c == value_i
+    assert type(value_c) is type(value_i)
+
+
+@pytest.mark.parametrize("api, version, is_request", CASES)
+def test_equal_errors_on_truncations(api, version, is_request):
+    data = fixture(api, version, is_request)
+    for n in range(len(data)):
+        a, b = both(api, version, is_request, data[:n])
+        assert a == b, n
+
+
+@pytest.mark.parametrize("api, version, is_request", CASES)
+def test_equal_on_mutations(api, version, is_request):
+    data = bytearray(fixture(api, version, is_request))
+    if not data:
+        pytest.skip("empty body at this version")
+    rnd = random.Random(f"{api.key}-{version}-{is_request}")
+    for _ in range(30):
+        mutated = bytearray(data)
+        for _ in range(rnd.randint(1, 3)):
+            mutated[rnd.randrange(len(mutated))] = rnd.getrandbits(8)
+        a, b = both(api, version, is_request, bytes(mutated), strict=False)
+        assert a == b
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+def test_equal_on_real_client_produce(version):
+    produce = ALL_APIS[0]
+    batches = [record_batch(sequence=i, codec=c) for i, c in enumerate(("none", "gzip", "zstd"))]
+    import uuid
+
+    ids = {"orders": uuid.UUID(int=5)}
+    req = frame(produce_request(version, transactional_id="tx" if version >= 3 else None,
+                                partitions={("orders", 0): batches}, topic_ids=ids), version, 1)
+    resp = frame(produce_response(version, topic_ids=ids), version, 1)
+    flexible = produce.flexible.contains(version)
+    req_body = req[4 + 10 + len("ksniff-test") + (1 if flexible else 0):]
+    resp_body = resp[8 + (1 if flexible else 0):]
+    for is_request, body in ((True, req_body), (False, resp_body)):
+        (ka, a), (kb, b) = both(produce, version, is_request, body)
+        assert ka == kb == "ok" and a == b
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(CASES), st.binary(max_size=80))
+def test_equal_on_random_bytes(case, data):
+    api, version, is_request = case.values
+    a, b = both(api, version, is_request, data, strict=False)
+    assert a == b
+
+
+def test_compiled_once_per_version():
+    api = ALL_APIS[0]
+    assert compiled.decoder_for(api, 9, True) is compiled.decoder_for(api, 9, True)
+    assert compiled.decoder_for(api, 9, True) is not compiled.decoder_for(api, 8, True)
