@@ -1,6 +1,8 @@
-"""The few Kafka error codes the audit judges by, and how it names them in evidence."""
+"""The Kafka error codes the audit judges by (names come from the decode room's table)."""
 
 from __future__ import annotations
+
+from ksniff.decode.apis.errors import error_name
 
 NONE = 0
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -14,20 +16,6 @@ PRODUCER_FENCED = 90
 # The broker's ways of saying "that instance is no longer the producer".
 FENCING_ERRORS = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
 
-_NAMES = {
-    NONE: "NONE",
-    OUT_OF_ORDER_SEQUENCE_NUMBER: "OUT_OF_ORDER_SEQUENCE_NUMBER",
-    DUPLICATE_SEQUENCE_NUMBER: "DUPLICATE_SEQUENCE_NUMBER",
-    INVALID_PRODUCER_EPOCH: "INVALID_PRODUCER_EPOCH",
-    INVALID_TXN_STATE: "INVALID_TXN_STATE",
-    CONCURRENT_TRANSACTIONS: "CONCURRENT_TRANSACTIONS",
-    UNKNOWN_PRODUCER_ID: "UNKNOWN_PRODUCER_ID",
-    PRODUCER_FENCED: "PRODUCER_FENCED",
-}
-
-
-def error_name(code: int | None) -> str | None:
-    """Kafka's name for an error code (None when there was no answer)."""
-    if code is None:
-        return None
-    return _NAMES.get(code, f"ERROR_{code}")
+__all__ = ["CONCURRENT_TRANSACTIONS", "DUPLICATE_SEQUENCE_NUMBER", "FENCING_ERRORS", "INVALID_PRODUCER_EPOCH",
+           "INVALID_TXN_STATE", "NONE", "OUT_OF_ORDER_SEQUENCE_NUMBER", "PRODUCER_FENCED",
+           "UNKNOWN_PRODUCER_ID", "error_name"]

@@ -169,12 +169,15 @@ def _close(state: AuditState, t: TxnIdState, rec: TxnRecord, end: float | None,
         evidence = {"start_ts": rec.start_ts, "capture_end_ts": end, "timeout_ms": timeout_ms,
                     "timeout_from": "InitProducerId" if t.timeout_ms else "--txn-timeout",
                     "partitions": list(rec.partitions), "records": rec.records}
+        # The partition, when there is one: it is where read_committed consumers are held up.
+        only = next(iter(rec.partitions)).rsplit("-", 1) if len(rec.partitions) == 1 else (None, None)
         out.append(make(FindingKind.HANGING_TRANSACTION, Severity.INFO if lost else Severity.WARNING, end,
                         f"transaction of {t.transactional_id!r} (producer id {rec.producer_id} epoch "
                         f"{rec.producer_epoch}) wrote {rec.records} records and did not end within "
                         f"{timeout_ms} ms" + ("; the capture lost bytes of its connections" if lost else ""),
                         evidence, unverified=lost, transactional_id=t.transactional_id,
-                        producer_id=rec.producer_id, producer_epoch=rec.producer_epoch))
+                        producer_id=rec.producer_id, producer_epoch=rec.producer_epoch, topic=only[0],
+                        partition=None if only[1] is None else int(only[1])))
     return "unknown" if lost else "open"
 
 

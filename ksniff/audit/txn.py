@@ -14,19 +14,25 @@ from ksniff.audit.model import FindingKind
 
 
 class TxnState(str, Enum):
-    UNKNOWN = "unknown"
-    """Nothing seen yet for this transactional id: the capture began after its InitProducerId, so a
-    transaction may already be open. Every trigger is allowed from here, because nothing can be judged."""
-    EMPTY = "empty"
-    """Entered by an accepted InitProducerId: an instance is ready and no transaction is open."""
-    ONGOING = "ongoing"
-    """Entered by an accepted AddPartitionsToTxn or AddOffsetsToTxn, or (transaction.version 2) by an
-    accepted transactional Produce v12+ or TxnOffsetCommit v5+: a transaction is open."""
-    PREPARE_COMMIT = "prepare_commit"
-    """Entered by an accepted EndTxn(committed=true): the transaction ended; markers are the coordinator's
-    business from here on."""
-    PREPARE_ABORT = "prepare_abort"
-    """Entered by an accepted EndTxn(committed=false)."""
+    """A transactional id's state; each member carries `entered_by`, the request that enters it."""
+
+    def __new__(cls, value: str, entered_by: str) -> TxnState:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.entered_by = entered_by
+        return member
+
+    UNKNOWN = ("unknown",
+               "nothing yet: the capture began after this id's InitProducerId, so a transaction may already "
+               "be open; every trigger is allowed from here, because nothing can be judged")
+    EMPTY = ("empty", "an accepted InitProducerId: an instance is ready and no transaction is open")
+    ONGOING = ("ongoing",
+               "an accepted AddPartitionsToTxn or AddOffsetsToTxn, or (transaction.version 2) an accepted "
+               "transactional Produce v12+ or TxnOffsetCommit v5+: a transaction is open")
+    PREPARE_COMMIT = ("prepare_commit",
+                      "an accepted EndTxn(committed=true): the transaction ended; writing its markers is the "
+                      "coordinator's business from here on")
+    PREPARE_ABORT = ("prepare_abort", "an accepted EndTxn(committed=false)")
 
 
 class Trigger(str, Enum):
