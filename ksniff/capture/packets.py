@@ -16,6 +16,7 @@ import struct
 # TCP flag bits, plus one of ours above the byte the wire uses.
 FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 TRUNCATED = 0x100
+TICK = 0x200  # not a segment: the clock moved on (live capture idle); flush merged data, expire idle
 
 # What a frame was, when it was not a usable TCP segment.
 NOT_TCP, FRAGMENT, CUT_SHORT = 0, 1, 2

@@ -30,12 +30,12 @@ from ksniff.capture.events import (
     StreamEvent,
     StreamGap,
 )
-from ksniff.capture.packets import ACK, FIN, RST, SYN, TRUNCATED
+from ksniff.capture.packets import ACK, FIN, RST, SYN, TICK, TRUNCATED
 
 MASK = 0xFFFFFFFF
 HALF = 0x80000000
 TAIL_KEPT = 64 << 10  # bytes of the last chunk kept per direction to compare retransmissions against
-_SLOW_FLAGS = FIN | SYN | RST | TRUNCATED
+_SLOW_FLAGS = FIN | SYN | RST | TRUNCATED | TICK
 
 ConnIdFn = Callable[[bytes, int, bytes, int, float], int]
 
@@ -167,6 +167,9 @@ class Reassembler:
         ts, sip, sp, dip, dp, seq, ack, flags, payload = seg
         if ts > self._now:
             self._now = ts
+        if flags & TICK:
+            self._flush()
+            return
         if h is None:
             if flags & RST:
                 return  # a reset of a connection we never saw carries nothing
