@@ -1,0 +1,110 @@
+"""`ksniff audit` over real captures, as scripts and users call it: exit codes, every option, the outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from ksniff.cli import main
+
+PCAPS = Path(__file__).parent / "pcaps"
+CLEAN = PCAPS / "ctp_confluent_tansu.pcap"  # consume-transform-produce: no anomaly
+FENCED = PCAPS / "txn_confluent_tansu.pcap"  # a zombie rejected with PRODUCER_FENCED
+CONTRACT_KEYS = {"version", "inputs", "capture", "decode", "producers", "transactions", "findings"}
+TABLES = ("exchanges", "batches", "transactions", "findings")
+
+
+def ksniff(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_clean_capture_exits_zero():
+    result = ksniff("audit", CLEAN, "--no-color")
+    assert result.exit_code == 0, result.output
+    assert "Producers" in result.output
+
+
+def test_findings_exit_one_and_exit_zero_overrides():
+    assert ksniff("audit", FENCED).exit_code == 1
+    assert ksniff("audit", FENCED, "--exit-zero").exit_code == 0
+
+
+def test_json_on_stdout_is_only_the_document():
+    result = ksniff("audit", FENCED, "--json", "-", "--exit-zero")
+    doc = json.loads(result.stdout)
+    assert CONTRACT_KEYS <= doc.keys()
+    assert doc["inputs"][0]["format"] == "pcap"
+    assert doc["decode"]["by_api"]["EndTxn"]["exchanges"] == 4
+    outcomes = [t["outcome"] for t in doc["transactions"] if t["transactional_id"] == "tx-A"]
+    assert sorted(outcomes) == ["abort", "commit", "commit", "commit"]
+    kinds = {(f["kind"], f["severity"]) for f in doc["findings"]}
+    assert ("producer_fenced", "warning") in kinds
+    for finding in doc["findings"]:
+        assert set(finding) == {"kind", "severity", "ts", "transactional_id", "producer_id", "producer_epoch",
+                                "topic", "partition", "group", "message", "evidence"}
+
+
+def test_json_to_a_file(tmp_path):
+    out = tmp_path / "result.json"
+    result = ksniff("audit", CLEAN, "--json", out)
+    assert result.exit_code == 0
+    assert CONTRACT_KEYS <= json.loads(out.read_text()).keys()
+
+
+def test_csv_and_parquet_tables(tmp_path):
+    result = ksniff("audit", FENCED, "--csv", tmp_path / "csv", "--parquet", tmp_path / "pq", "--exit-zero")
+    assert result.exit_code == 0
+    for table in TABLES:
+        csv = pd.read_csv(tmp_path / "csv" / f"{table}.csv")
+        parquet = pd.read_parquet(tmp_path / "pq" / f"{table}.parquet")
+        assert len(csv) == len(parquet)
+        time_column = "start_ts" if table == "transactions" else "ts"
+        assert list(csv[time_column]) == sorted(csv[time_column])
+        assert pd.to_datetime(csv[f"{time_column}_utc"]).notna().all()
+    exchanges = pd.read_csv(tmp_path / "csv" / "exchanges.csv")
+    assert (exchanges["api"] == "Produce").sum() == 8
+    transactions = pd.read_parquet(tmp_path / "pq" / "transactions.parquet")
+    assert sorted(transactions["outcome"]) == ["abort", "commit", "commit", "commit"]
+
+
+def test_producer_timeline():
+    result = ksniff("audit", FENCED, "--producer", "tx-A", "--no-color", "--exit-zero")
+    assert result.exit_code == 0
+    assert "InitProducerId" in result.output and "EndTxn" in result.output
+
+
+def test_quiet_prints_findings_only():
+    result = ksniff("audit", FENCED, "--quiet", "--exit-zero")
+    assert "producer_fenced" in result.output
+    assert "Producers" not in result.output
+
+
+def test_no_color_has_no_escape_codes():
+    assert "\x1b[" not in ksniff("audit", FENCED, "--no-color", "--exit-zero").output
+
+
+def test_folder_input_audits_every_capture():
+    doc = json.loads(ksniff("audit", PCAPS, "--json", "-", "--exit-zero").stdout)
+    captures = {p for p in PCAPS.rglob("*") if p.suffix in (".pcap", ".pcapng")}
+    assert len(doc["inputs"]) == len(captures)
+
+
+def test_explicit_port_that_carries_no_kafka_decodes_nothing():
+    doc = json.loads(ksniff("audit", CLEAN, "--port", "1234", "--json", "-").stdout)
+    assert doc["decode"]["exchanges"] == 0 and doc["findings"] == []
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["audit", "no-such-file.pcap"], "no-such-file.pcap"),
+    (["audit", __file__], "not a pcap"),
+    (["audit", str(CLEAN), "--engine", "local", "--master", "local[2]"], "--master"),
+])
+def test_errors_are_one_line_and_exit_two(args, needle):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert needle in result.output
