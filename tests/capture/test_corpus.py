@@ -76,7 +76,7 @@ def test_reassembled_bytes_match_tshark(path):
     ours, gap_bytes, run = ksniff_directions(path)
     theirs = tshark_directions(path)
     assert ours == theirs
-    assert run.stats.packets > 0 and run.inputs[0].packets == run.stats.packets
+    assert run.inputs[0].packets == run.stats.packets
     # Gaps exactly where tshark sees segments missing from the capture.
     lost = tshark_count(path, "tcp.analysis.lost_segment or tcp.analysis.ack_lost_segment")
     assert (gap_bytes > 0) == (lost > 0)

@@ -239,3 +239,15 @@ def test_truncated_gzip_is_a_partial_result(tmp_path):
     events, run = run_file(path)
     assert 0 < run.stats.packets < len(pkts)
     assert run.warnings and "truncated at byte" in run.warnings[0]
+
+
+def test_corrupt_record_length_ends_the_file_with_a_warning(tmp_path):
+    frames = [(1.0 + i, ethernet(p)) for i, p in enumerate(conversation())]
+    data = bytearray(pcap_bytes(frames))
+    second = 24 + 16 + len(frames[0][1])
+    data[second + 8:second + 12] = (0x7FFFFFFF).to_bytes(4, "little")  # caplen of the second record
+    path = tmp_path / "corrupt.pcap"
+    path.write_bytes(bytes(data))
+    _, run = run_file(path)
+    assert run.stats.packets == 1
+    assert run.warnings == [f"{path}: corrupt record at byte {second}; rest skipped"]

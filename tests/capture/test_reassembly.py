@@ -297,3 +297,18 @@ def test_same_streams_over_link_types(tmp_path, link):
     pkts = f.handshake() + [f.send(True, b"req"), f.send(False, b"resp")] + f.close()
     events, _ = read(tmp_path, pkts, link=link)
     assert streams(events) == {(1, True): b"req", (1, False): b"resp"}
+
+
+def test_reassembler_runs_on_its_own_with_stable_ids(tmp_path):
+    from ksniff.capture import Reassembler, iter_segments, stable_conn_id
+
+    f = Flow()
+    path = tmp_path / "s.pcap"
+    write_ip_packets(path, f.handshake() + [f.send(True, b"abc"), f.send(False, b"de")])
+    segs = list(iter_segments(str(path)))
+    first = list(Reassembler(conn_id=stable_conn_id).events(iter(segs)))
+    again = list(Reassembler(conn_id=stable_conn_id).events(iter(segs)))
+    assert first == again
+    conn = first[0].conn
+    assert conn == stable_conn_id(bytes([10, 0, 0, 1]), 40000, bytes([10, 0, 0, 2]), 9092, 1000.0)
+    assert streams(first) == {(conn, True): b"abc", (conn, False): b"de"}
