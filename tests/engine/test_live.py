@@ -1,0 +1,103 @@
+"""`ksniff live` end to end: a real broker and a real transactional client on loopback, captured live.
+
+Needs root (a raw capture socket); the broker is a Tansu process on a free loopback port that the test
+starts and stops itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pcaps"))
+harness = pytest.importorskip("harness")
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root"),
+]
+
+
+def transactional_story(bootstrap: str) -> None:
+    """commit, abort, commit; then a second instance fences the first, whose next attempt fails."""
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
+    for future in admin.create_topics([NewTopic("live", 2, 1)]).values():
+        future.result(10)
+    first = Producer({"bootstrap.servers": bootstrap, "transactional.id": "live-tx", "client.id": "first"})
+    first.init_transactions(10)
+    for commit in (True, False, True):
+        first.begin_transaction()
+        for i in range(4):
+            first.produce("live", value=b"x" * 20, partition=i % 2)
+        first.flush(10)
+        (first.commit_transaction if commit else first.abort_transaction)(10)
+    second = Producer({"bootstrap.servers": bootstrap, "transactional.id": "live-tx", "client.id": "second"})
+    second.init_transactions(10)
+    first.begin_transaction()
+    first.produce("live", value=b"zombie", partition=0)
+    with pytest.raises(KafkaException):
+        first.commit_transaction(5)
+
+
+def start_live(port: int, tmp_path: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "ksniff.cli", "live", "lo", "--port", str(port), "--no-color",
+           "--json", str(tmp_path / "live.json"), "--write", str(tmp_path / "live.pcap"), *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # the capture socket is open before the traffic starts
+    assert proc.poll() is None, proc.communicate()
+    return proc
+
+
+def check(doc: dict, source_format: str = "live") -> None:
+    outcomes = sorted(t["outcome"] for t in doc["transactions"] if t["transactional_id"] == "live-tx")
+    assert outcomes == ["abort", "commit", "commit"]
+    kinds = {(f["kind"], f["severity"]) for f in doc["findings"]}
+    assert ("producer_fenced", "warning") in kinds  # the broker rejected the zombie
+    assert doc["inputs"][0]["format"] == source_format and doc["capture"]["gaps"] == 0
+
+
+def test_live_duration_reports_and_keeps_the_capture(tmp_path):
+    with harness.tansu() as bootstrap:
+        port = int(bootstrap.rsplit(":", 1)[1])
+        proc = start_live(port, tmp_path, "--duration", "12")
+        transactional_story(bootstrap)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err  # findings of severity warning
+    assert "Traceback" not in err
+    doc = json.loads((tmp_path / "live.json").read_text())
+    check(doc)
+    # what --write kept audits to the same transactions
+    again = subprocess.run([sys.executable, "-m", "ksniff.cli", "audit", str(tmp_path / "live.pcap"),
+                            "--json", "-"], capture_output=True, text=True, timeout=60)
+    check(json.loads(again.stdout), "pcap")
+
+
+def test_live_sigterm_stops_and_writes_the_final_report(tmp_path):
+    with harness.tansu() as bootstrap:
+        port = int(bootstrap.rsplit(":", 1)[1])
+        proc = start_live(port, tmp_path)
+        transactional_story(bootstrap)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, err
+    assert "Findings" in out
+    check(json.loads((tmp_path / "live.json").read_text()))
+
+
+def test_live_on_a_missing_interface_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ksniff.cli", "live", "no-such-if0", "--duration", "1"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
