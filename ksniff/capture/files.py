@@ -95,6 +95,7 @@ class _Buffer:
         self.read_pos = 0  # bytes of the file on disk consumed so far, for progress
         self._gz: _Gunzip | None = None
         self._map: mmap.mmap | None = None
+        self._released = 0
         try:
             self._open_view()
         except (OSError, ValueError) as exc:
@@ -119,6 +120,7 @@ class _Buffer:
         if self._gz is None:
             if self.end >= self.size:
                 return None
+            self._release(pos)
             self.end = min(self.size, self.end + WINDOW)
             self.read_pos = self.end
             return pos
@@ -132,6 +134,16 @@ class _Buffer:
         self.end = len(joined)
         self.read_pos = self._file.tell()
         return 0
+
+    def _release(self, pos: int) -> None:
+        """Drop mapped pages already parsed, so resident memory stays flat however big the file is.
+
+        The pages are file-backed: a payload view still held downstream just reads them in again.
+        """
+        upto = pos - pos % mmap.PAGESIZE
+        if self._map is not None and upto > self._released and hasattr(self._map, "madvise"):
+            self._map.madvise(mmap.MADV_DONTNEED, self._released, upto - self._released)
+            self._released = upto
 
     def close(self) -> None:
         self.buf = memoryview(b"")
