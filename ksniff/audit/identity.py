@@ -102,11 +102,15 @@ def take_over(state: AuditState, t: TxnIdState, new: Instance, ex: Exchange, out
     if via != "InitProducerId":
         return  # the epoch bump of every transaction under transaction.version 2: the same instance
     req = ex.request
-    evidence["self_bump"] = (req.producer_id, req.producer_epoch) == (prev.producer_id, prev.epoch)
+    evidence.update(new_producer_id=new.producer_id, new_epoch=new.epoch,
+                    self_bump=(req.producer_id, req.producer_epoch) == (prev.producer_id, prev.epoch))
+    # The finding names the instance that was fenced; the evidence names its successor.
     out.append(make(FindingKind.PRODUCER_FENCED, Severity.INFO, ex.request_ts,
                     f"a newer instance took over {t.transactional_id!r}: producer id {prev.producer_id} "
                     f"epoch {prev.epoch} -> producer id {new.producer_id} epoch {new.epoch} "
-                    f"({ex.client})", evidence, unverified=ex.unverified, **where))
+                    f"({ex.client})", evidence, unverified=ex.unverified,
+                    transactional_id=t.transactional_id, producer_id=prev.producer_id,
+                    producer_epoch=prev.epoch))
 
 
 def adopt(t: TxnIdState, producer_id: int, epoch: int, ex: Exchange) -> bool:
@@ -118,3 +122,23 @@ def adopt(t: TxnIdState, producer_id: int, epoch: int, ex: Exchange) -> bool:
         return False
     t.current = Instance(producer_id, epoch, ex.request_ts, ex.client, ex.client_id)
     return True
+
+
+def epoch_regression(transactional_id: str | None, producer_id: int, epoch: int, highest: int,
+                     answer: int | None, ex: Exchange, out: list[Finding], *, what: str, unverified: bool,
+                     topic: str | None = None, partition: int | None = None) -> None:
+    """A request carrying a lower epoch than one already seen for its producer id."""
+    evidence = exchange_evidence(ex, answer)
+    evidence["highest_epoch"] = highest
+    verdict = {0: "accepted", None: "no answer"}.get(answer, f"answered {error_name(answer)}")
+    out.append(make(FindingKind.EPOCH_REGRESSION,
+                    judge(answer, unverified=unverified, explained_by_loss=False), ex.request_ts,
+                    f"{what} of producer id {producer_id} carried epoch {epoch} after epoch {highest}; "
+                    f"broker {verdict}", evidence, unverified=unverified, transactional_id=transactional_id,
+                    producer_id=producer_id, producer_epoch=epoch, topic=topic, partition=partition))
+
+
+def highest_epoch(state: AuditState, producer_id: int) -> int:
+    """The highest epoch seen so far for `producer_id` (-1 when none)."""
+    p = state.producers.get(producer_id)
+    return -1 if p is None else p.max_epoch

@@ -1,18 +1,27 @@
-"""Produce: every batch judged for identity (zombies, fencing, epochs), sequence and transaction.
+"""Produce: every batch judged for identity (epochs, zombies, fencing), sequence and transaction.
 
-Only batches the broker accepted advance the expected sequence. A retried batch that the broker answers
-as DUPLICATE_SEQUENCE_NUMBER, or with the offset it gave the original, is normal; a batch whose original
-got no answer and whose retry is answered as a duplicate was written once, by the original.
+Only batches the broker accepted advance the expected sequence. A resend of an accepted batch is a
+normal retry when the client could not have had the first answer (it went to another connection, or
+came before the answer) and the broker deduplicated it (DUPLICATE_SEQUENCE_NUMBER, or the original's
+offset). The same batch sent again on the connection that had already carried its answer is a
+duplicate: `warning` when the broker deduplicated it, `critical` when it wrote it again.
 """
 
 from __future__ import annotations
 
 from ksniff.audit.codes import DUPLICATE_SEQUENCE_NUMBER, error_name
 from ksniff.audit.findings import batch_evidence, judge, make
-from ksniff.audit.identity import adopt, fenced_by_broker, see_producer, zombie
-from ksniff.audit.model import Finding, FindingKind
+from ksniff.audit.identity import (
+    adopt,
+    epoch_regression,
+    fenced_by_broker,
+    highest_epoch,
+    see_producer,
+    zombie,
+)
+from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.sequences import Placement, distance, last_sequence, next_sequence, place
-from ksniff.audit.state import AuditState, PartitionSeq, ProducerState
+from ksniff.audit.state import Accepted, AuditState, PartitionSeq, ProducerState
 from ksniff.audit.transactions import new_instance, write
 from ksniff.decode.events import Exchange, ProducedBatch
 
@@ -27,7 +36,8 @@ _EXPLAINED_BY_LOSS = {Placement.GAP: True, Placement.DUPLICATE: False, Placement
 
 def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     tid = ex.request.transactional_id or None
-    fenced_reported = False
+    fenced_reported = False  # one fencing finding per request, not per partition
+    regressed: set[int] = set()
     for b in ex.batches:
         h = b.header
         pid, epoch = h.producer_id, h.producer_epoch
@@ -37,31 +47,35 @@ def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
             continue
         answer = b.error_code
         unverified = b.unverified or ex.unverified
-        prior_max = state.producers[pid].max_epoch if pid in state.producers else -1
-        p = see_producer(state, pid, epoch, ex, tid)
-        t = state.txn_id(tid, ex.request_ts) if tid is not None else None
         what = f"a write to {b.topic}-{b.partition}"
+        highest = highest_epoch(state, pid)
+        p = see_producer(state, pid, epoch, ex, tid)
+        if epoch < highest and pid not in regressed:
+            regressed.add(pid)
+            epoch_regression(tid, pid, epoch, highest, answer, ex, out, what=what, unverified=unverified,
+                             topic=b.topic, partition=b.partition)
+        t = state.txn_id(tid, ex.request_ts) if tid is not None else None
         if t is not None:
             if zombie(state, t, pid, epoch, answer, ex, out, what=what, unverified=unverified,
                       report_rejection=not fenced_reported, topic=b.topic, partition=b.partition):
                 fenced_reported = fenced_reported or answer not in (0, None)
                 _count(p, b, answer == 0)
+                if answer == 0 and h.transactional:
+                    write(state, t, t.zombie_lane(pid, epoch), ex, b.topic, b.partition, pid, epoch,
+                          h.records_count, answer, out, unverified=unverified)
                 continue
             if answer == 0 and adopt(t, pid, epoch, ex):
                 new_instance(state, t, pid, epoch, ex.request_ts)
-        elif epoch < prior_max:
-            _epoch_regression(ex, b, p, prior_max, out, unverified)
+        elif epoch < highest:
             _count(p, b, answer == 0)
-            continue
-        if not fenced_reported and fenced_by_broker(state, t, pid, epoch, answer, ex, out, what=what,
-                                                    unverified=unverified, topic=b.topic,
-                                                    partition=b.partition):
+            continue  # sequences belong to the newer epoch
+        if fenced_by_broker(state, t, pid, epoch, answer, ex, [] if fenced_reported else out, what=what,
+                            unverified=unverified, topic=b.topic, partition=b.partition):
             fenced_reported = True
             continue
-        written = _sequence(state, ex, b, p, out, unverified)
-        _count(p, b, written)
+        _count(p, b, _sequence(state, ex, b, p, out, unverified))
         if t is not None and h.transactional:
-            write(state, t, ex, b.topic, b.partition, pid, epoch, h.records_count, answer, out,
+            write(state, t, t, ex, b.topic, b.partition, pid, epoch, h.records_count, answer, out,
                   unverified=unverified)
 
 
@@ -71,24 +85,9 @@ def _count(p: ProducerState, b: ProducedBatch, written: bool) -> None:
         p.records += b.header.records_count
 
 
-def _epoch_regression(ex: Exchange, b: ProducedBatch, p: ProducerState, prior_max: int,
-                      out: list[Finding], unverified: bool) -> None:
-    h = b.header
-    evidence = batch_evidence(b, ex)
-    evidence["highest_epoch"] = prior_max
-    verdict = "accepted" if b.error_code == 0 else f"answered {error_name(b.error_code)}"
-    out.append(make(FindingKind.EPOCH_REGRESSION,
-                    judge(b.error_code, unverified=unverified, explained_by_loss=False), ex.request_ts,
-                    f"producer id {h.producer_id} wrote to {b.topic}-{b.partition} with epoch "
-                    f"{h.producer_epoch} after epoch {prior_max}; broker {verdict}", evidence,
-                    unverified=unverified, transactional_id=p.transactional_id,
-                    producer_id=h.producer_id, producer_epoch=h.producer_epoch, topic=b.topic,
-                    partition=b.partition))
-
-
 def _sequence(state: AuditState, ex: Exchange, b: ProducedBatch, p: ProducerState, out: list[Finding],
               unverified: bool) -> bool:
-    """Judge the batch's sequence; returns whether the batch was written (and counts as produced)."""
+    """Judge the batch's sequence; returns whether the broker wrote it (it counts as produced)."""
     h = b.header
     answer = b.error_code
     accepted = answer == 0 or (answer is None and b.acks == 0)
@@ -110,19 +109,34 @@ def _sequence(state: AuditState, ex: Exchange, b: ProducedBatch, p: ProducerStat
     if placement is Placement.GAP and _covered_by_unanswered(seq, expected, base):
         placement = Placement.IN_ORDER
     if placement is Placement.IN_ORDER:
+        # Answered as a duplicate while in order: an unanswered original was written; this is its retry.
         if accepted or answer == DUPLICATE_SEQUENCE_NUMBER:
-            _advance(seq, base, last, b.base_offset, ex.request_ts)
+            _advance(seq, base, last, b, ex)
             return True
         if answer is None:
             seq.unanswered.append((base, last))
         return False
-    if placement is Placement.DUPLICATE and _is_retry(seq, base, last, b):
-        return False
+    deduplicated = False
+    if placement is Placement.DUPLICATE:
+        original = seq.recent.get(base)
+        exact = original is not None and original.last_seq == last
+        deduplicated = answer == DUPLICATE_SEQUENCE_NUMBER or (
+            exact and answer == 0 and b.base_offset == original.offset)
+        if exact and (answer not in (0, DUPLICATE_SEQUENCE_NUMBER)
+                      or (deduplicated and _client_missed_the_answer(original, b, ex))):
+            return False
     lost = unverified or state.lost_since(p.conns, seq.last_ts)
-    _sequence_finding(ex, b, p, placement, expected, lost, out)
-    if accepted:
-        _advance(seq, base, last, b.base_offset, ex.request_ts)
-    return accepted
+    _sequence_finding(ex, b, p, placement, expected, lost, deduplicated, out)
+    written = accepted and not deduplicated
+    if written:
+        _advance(seq, base, last, b, ex)
+    return written
+
+
+def _client_missed_the_answer(original: Accepted, b: ProducedBatch, ex: Exchange) -> bool:
+    """Whether a resend is a retry: the first answer was not on this connection before it."""
+    return (original.conn != ex.conn or original.answered_ts is None
+            or ex.request_ts < original.answered_ts)
 
 
 def _covered_by_unanswered(seq: PartitionSeq, expected: int, base: int) -> bool:
@@ -134,24 +148,15 @@ def _covered_by_unanswered(seq: PartitionSeq, expected: int, base: int) -> bool:
     return at == base
 
 
-def _is_retry(seq: PartitionSeq, base: int, last: int, b: ProducedBatch) -> bool:
-    """A resend of an accepted batch, answered as a duplicate or with the original's offset (or
-    rejected: then nothing was written twice either)."""
-    original = seq.recent.get(base)
-    if original is None or original[0] != last:
-        return False
-    return b.error_code != 0 or b.base_offset == original[1]
-
-
-def _advance(seq: PartitionSeq, base: int, last: int, offset: int | None, ts: float) -> None:
+def _advance(seq: PartitionSeq, base: int, last: int, b: ProducedBatch, ex: Exchange) -> None:
     seq.next_seq = next_sequence(last)
-    seq.last_ts = ts
+    seq.last_ts = ex.request_ts
     seq.unanswered.clear()
-    seq.remember(base, last, offset)
+    seq.remember(base, Accepted(last, b.base_offset, ex.conn, ex.response_ts))
 
 
 def _sequence_finding(ex: Exchange, b: ProducedBatch, p: ProducerState, placement: Placement,
-                      expected: int, lost: bool, out: list[Finding]) -> None:
+                      expected: int, lost: bool, deduplicated: bool, out: list[Finding]) -> None:
     h = b.header
     answer = b.error_code
     if answer is None and b.acks == 0:
@@ -163,8 +168,13 @@ def _sequence_finding(ex: Exchange, b: ProducedBatch, p: ProducerState, placemen
         evidence["missing"] = distance(expected, h.base_sequence)
         if expected == 0:
             evidence["new_epoch"] = True
-    severity = judge(answer, unverified=lost, explained_by_loss=_EXPLAINED_BY_LOSS[placement])
-    verdict = {0: "accepted", None: "no answer"}.get(answer, f"answered {error_name(answer)}")
+    if deduplicated:
+        evidence["deduplicated"] = True
+        severity = Severity.WARNING  # the broker caught it: nothing was written twice
+        verdict = "deduplicated it"
+    else:
+        severity = judge(answer, unverified=lost, explained_by_loss=_EXPLAINED_BY_LOSS[placement])
+        verdict = {0: "accepted", None: "no answer"}.get(answer, f"answered {error_name(answer)}")
     label = placement.value.replace("_", " ")
     out.append(make(_SEQ_KIND[placement], severity, ex.request_ts,
                     f"{label} on {b.topic}-{b.partition}: producer id {h.producer_id} epoch "

@@ -98,19 +98,36 @@ class TxnRecord:
 
 
 @dataclass(slots=True)
-class TxnIdState:
-    """One transactional id: its current instance, the ones it superseded, and its transactions."""
+class Lane:
+    """Where one instance of a transactional id stands in the transaction table (ksniff.audit.txn)."""
 
     transactional_id: str
-    first_ts: float
     state: TxnState = TxnState.UNKNOWN
+    txn: TxnRecord | None = None  # the transaction open or last ended
+
+
+@dataclass(slots=True)
+class TxnIdState(Lane):
+    """One transactional id: its current instance (whose lane it is), the ones it superseded, and the
+    lanes of superseded instances whose requests a broker still accepted (their transactions count)."""
+
+    first_ts: float = 0.0
     current: Instance | None = None
     timeout_ms: int | None = None
     superseded_pids: set[int] = field(default_factory=set)
     fenced_upto: dict[int, int] = field(default_factory=dict)  # producer id -> highest fenced epoch
-    txn: TxnRecord | None = None  # the transaction open or last ended
+    zombies: dict[tuple[int, int], Lane] = field(default_factory=dict)  # (producer id, epoch) -> lane
     conns: set[int] = field(default_factory=set)
     tv2: bool = False  # the client speaks transaction.version 2 (EndTxn v5, Produce v12)
+
+    def zombie_lane(self, producer_id: int, epoch: int) -> Lane:
+        lane = self.zombies.get((producer_id, epoch))
+        if lane is None:
+            lane = self.zombies[(producer_id, epoch)] = Lane(self.transactional_id)
+        return lane
+
+    def lanes(self) -> list[Lane]:
+        return [self, *self.zombies.values()]
 
     def is_superseded(self, producer_id: int, epoch: int) -> bool:
         """Whether (producer id, epoch) belongs to an instance a later one replaced."""
@@ -122,6 +139,16 @@ class TxnIdState:
         return cur is not None and cur.producer_id == producer_id and epoch < cur.epoch
 
 
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """What a retry of an accepted batch is compared with."""
+
+    last_seq: int
+    offset: int | None
+    conn: int
+    answered_ts: float | None  # when the client could have had the answer
+
+
 @dataclass(slots=True)
 class PartitionSeq:
     """Sequence numbers of one producer id on one partition."""
@@ -129,18 +156,18 @@ class PartitionSeq:
     epoch: int
     next_seq: int | None  # None: not known yet (the capture began mid-stream)
     last_ts: float
-    # base sequence -> (last sequence, base offset) of recently accepted batches.
-    recent: dict[int, tuple[int, int | None]] = field(default_factory=dict)
+    # base sequence -> the recently accepted batch that started there.
+    recent: dict[int, Accepted] = field(default_factory=dict)
     order: deque[int] = field(default_factory=deque)
     # Batches that got no answer: (base, last); the broker may have written them.
     unanswered: list[tuple[int, int]] = field(default_factory=list)
 
-    def remember(self, base: int, last: int, offset: int | None) -> None:
+    def remember(self, base: int, batch: Accepted) -> None:
         if base not in self.recent:
             self.order.append(base)
             if len(self.order) > RECENT_BATCHES:
                 self.recent.pop(self.order.popleft(), None)
-        self.recent[base] = (last, offset)
+        self.recent[base] = batch
 
 
 @dataclass(slots=True)
@@ -181,7 +208,7 @@ class AuditState:
     def txn_id(self, transactional_id: str, ts: float) -> TxnIdState:
         t = self.txn_ids.get(transactional_id)
         if t is None:
-            t = self.txn_ids[transactional_id] = TxnIdState(transactional_id, ts)
+            t = self.txn_ids[transactional_id] = TxnIdState(transactional_id, first_ts=ts)
         return t
 
     def lost_since(self, conns: set[int], since: float) -> bool:

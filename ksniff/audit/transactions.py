@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from ksniff.audit.codes import error_name
 from ksniff.audit.findings import exchange_evidence, judge, make
-from ksniff.audit.identity import adopt, fenced_by_broker, see_producer, take_over, zombie
+from ksniff.audit.identity import (
+    adopt,
+    epoch_regression,
+    fenced_by_broker,
+    highest_epoch,
+    see_producer,
+    take_over,
+    zombie,
+)
 from ksniff.audit.model import Finding, FindingKind, Severity
-from ksniff.audit.state import AuditState, Instance, TxnIdState, TxnRecord
+from ksniff.audit.state import AuditState, Instance, Lane, TxnIdState, TxnRecord
 from ksniff.audit.txn import ILLEGAL, Trigger, TxnState, next_state
 from ksniff.decode.events import Exchange
 
@@ -25,14 +33,14 @@ def answer_of(ex: Exchange) -> int | None:
     return None if ex.response is None else ex.response.error_code
 
 
-def close_unknown(t: TxnIdState, ts: float) -> None:
-    """The open transaction ended without its end on the wire."""
+def close_unknown(t: Lane, ts: float) -> None:
+    """The lane's open transaction ended without its end on the wire."""
     rec = t.txn
     if rec is not None and rec.outcome is None:
         rec.outcome, rec.end_ts = "unknown", ts
 
 
-def enter(state: AuditState, t: TxnIdState, trigger: Trigger, producer_id: int, epoch: int, ts: float,
+def enter(state: AuditState, t: Lane, trigger: Trigger, producer_id: int, epoch: int, ts: float,
           end_ts: float | None = None) -> TxnRecord | None:
     """Apply an allowed, accepted trigger; returns the transaction it belongs to (None if none)."""
     before = t.state
@@ -93,17 +101,23 @@ def new_instance(state: AuditState, t: TxnIdState, producer_id: int, epoch: int,
 
 
 def identify(state: AuditState, t: TxnIdState, producer_id: int, epoch: int, answer: int | None,
-             ex: Exchange, out: list[Finding], *, what: str) -> bool:
-    """Zombie and fencing checks shared by the transactional requests. False: stop judging this one."""
+             ex: Exchange, out: list[Finding], *, what: str) -> Lane | None:
+    """Epoch, zombie and fencing checks shared by the transactional requests. Returns the lane the
+    request moves (the current instance's, or a superseded one's that the broker still obeys), or None
+    when the request moves nothing."""
+    highest = highest_epoch(state, producer_id)
     see_producer(state, producer_id, epoch, ex, t.transactional_id)
+    if epoch < highest:
+        epoch_regression(t.transactional_id, producer_id, epoch, highest, answer, ex, out, what=what,
+                         unverified=ex.unverified)
     if zombie(state, t, producer_id, epoch, answer, ex, out, what=what, unverified=ex.unverified):
-        return False
+        return t.zombie_lane(producer_id, epoch) if answer == 0 else None
     if fenced_by_broker(state, t, producer_id, epoch, answer, ex, out, what=what,
                         unverified=ex.unverified):
-        return False
+        return None
     if answer == 0 and adopt(t, producer_id, epoch, ex):
         new_instance(state, t, producer_id, epoch, ex.request_ts)
-    return True
+    return t
 
 
 def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
@@ -179,19 +193,18 @@ def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> No
             continue
         t = state.txn_id(tid, ex.request_ts)
         answer = _overall(answers, wanted, ex.response is not None)
-        if not identify(state, t, pid, epoch, answer, ex, out, what="AddPartitionsToTxn"):
-            continue
+        lane = identify(state, t, pid, epoch, answer, ex, out, what="AddPartitionsToTxn")
         accepted = [tp for tp in wanted if answers.get(tp) == 0]
-        if not accepted:
+        if lane is None or not accepted:
             continue
-        rec = t.txn
-        if (t.state is TxnState.ONGOING and rec is not None and rec.outcome is None and rec.batches
+        rec = lane.txn
+        if (lane.state is TxnState.ONGOING and rec is not None and rec.outcome is None and rec.batches
                 and all(tp in rec.registered for tp in accepted)):
             # Clients add each partition once per transaction: adding them again means the previous
             # transaction ended out of sight.
-            close_unknown(t, ex.request_ts)
-            t.state = TxnState.EMPTY
-        rec = enter(state, t, Trigger.ADD_PARTITIONS, pid, epoch, ex.request_ts)
+            close_unknown(lane, ex.request_ts)
+            lane.state = TxnState.EMPTY
+        rec = enter(state, lane, Trigger.ADD_PARTITIONS, pid, epoch, ex.request_ts)
         if rec is not None:
             for topic, partition in accepted:
                 rec.registered.add((topic, partition))
@@ -202,10 +215,9 @@ def on_add_offsets(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     req = ex.request
     t = state.txn_id(req.transactional_id, ex.request_ts)
     answer = answer_of(ex)
-    if not identify(state, t, req.producer_id, req.producer_epoch, answer, ex, out, what="AddOffsetsToTxn"):
-        return
-    if answer == 0:
-        rec = enter(state, t, Trigger.ADD_OFFSETS, req.producer_id, req.producer_epoch, ex.request_ts)
+    lane = identify(state, t, req.producer_id, req.producer_epoch, answer, ex, out, what="AddOffsetsToTxn")
+    if lane is not None and answer == 0:
+        rec = enter(state, lane, Trigger.ADD_OFFSETS, req.producer_id, req.producer_epoch, ex.request_ts)
         if rec is not None:
             rec.groups_added.add(req.group_id)
             rec.groups.setdefault(req.group_id, None)
@@ -219,15 +231,17 @@ def on_txn_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) ->
         codes = [p.error_code for tp in resp.topics for p in tp.partitions]
         answer = next((c for c in codes if c), 0)
     pid, epoch, group = req.producer_id, req.producer_epoch, req.group_id
-    if not identify(state, t, pid, epoch, answer, ex, out, what="TxnOffsetCommit"):
+    lane = identify(state, t, pid, epoch, answer, ex, out, what="TxnOffsetCommit")
+    if lane is None:
         return
     trigger = Trigger.OFFSET_COMMIT_TV2 if ex.api_version >= 5 else Trigger.OFFSET_COMMIT
-    if next_state(t.state, trigger) is None:
-        illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified,
-                what=f"TxnOffsetCommit for group {group!r}", group=group)
+    if next_state(lane.state, trigger) is None:
+        if lane is t:  # a zombie's misdeeds are already reported as such
+            illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified,
+                    what=f"TxnOffsetCommit for group {group!r}", group=group)
         return
-    rec = t.txn
-    if (trigger is Trigger.OFFSET_COMMIT and t.state is TxnState.ONGOING and rec is not None
+    rec = lane.txn
+    if (lane is t and trigger is Trigger.OFFSET_COMMIT and t.state is TxnState.ONGOING and rec is not None
             and rec.outcome is None and rec.registration_known and group not in rec.groups_added):
         unverified = ex.unverified or state.lost_since(t.conns, rec.start_ts)
         evidence = exchange_evidence(ex, answer)
@@ -240,7 +254,7 @@ def on_txn_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) ->
                         transactional_id=t.transactional_id, producer_id=pid, producer_epoch=epoch,
                         group=group))
     if answer == 0:
-        rec = enter(state, t, trigger, pid, epoch, ex.request_ts)
+        rec = enter(state, lane, trigger, pid, epoch, ex.request_ts)
         if rec is not None:
             rec.groups.setdefault(group, None)
 
@@ -251,23 +265,25 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     answer = answer_of(ex)
     pid, epoch = req.producer_id, req.producer_epoch
     what = f"EndTxn({'commit' if req.committed else 'abort'})"
-    if not identify(state, t, pid, epoch, answer, ex, out, what=what):
+    lane = identify(state, t, pid, epoch, answer, ex, out, what=what)
+    if lane is None:
         return
     if req.committed:
         trigger = Trigger.END_COMMIT
     else:
         trigger = Trigger.END_ABORT_TV2 if ex.api_version >= 5 else Trigger.END_ABORT
-    if next_state(t.state, trigger) is None:
-        illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what)
+    if next_state(lane.state, trigger) is None:
+        if lane is t:
+            illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what)
         return
     if answer is None:
-        if t.txn is not None and t.txn.outcome is None:
-            t.txn.end_requested = True
+        if lane.txn is not None and lane.txn.outcome is None:
+            lane.txn.end_requested = True
         return
     if answer != 0:
         return  # e.g. CONCURRENT_TRANSACTIONS: the client retries; the transaction is still open
-    enter(state, t, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts)
-    if ex.api_version >= 5 and resp.producer_id >= 0:
+    enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts)
+    if lane is t and ex.api_version >= 5 and resp.producer_id >= 0:
         # transaction.version 2: every end bumps the epoch (KIP-890); the answer says which to use next.
         t.tv2 = True
         p = see_producer(state, resp.producer_id, resp.producer_epoch, ex, t.transactional_id)
@@ -276,18 +292,20 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
                                      ex.client_id), ex, out, via="EndTxn")
 
 
-def write(state: AuditState, t: TxnIdState, ex: Exchange, topic: str, partition: int, producer_id: int,
-          epoch: int, records: int, answer: int | None, out: list[Finding], *, unverified: bool) -> None:
-    """A transactional batch that passed the identity checks: judge it against the transaction."""
+def write(state: AuditState, t: TxnIdState, lane: Lane, ex: Exchange, topic: str, partition: int,
+          producer_id: int, epoch: int, records: int, answer: int | None, out: list[Finding], *,
+          unverified: bool) -> None:
+    """A transactional batch that passed the identity checks: judge it against the lane's transaction."""
     tv2 = ex.api_version >= 12  # Produce v12+ is only used within a transaction under transaction.version 2
     t.tv2 = t.tv2 or tv2
     trigger = Trigger.WRITE_TV2 if tv2 else Trigger.WRITE
-    if next_state(t.state, trigger) is None:
-        illegal(state, t, trigger, answer, ex, out, producer_id, epoch, unverified=unverified,
-                what=f"transactional write to {topic}-{partition}", topic=topic, partition=partition)
+    if next_state(lane.state, trigger) is None:
+        if lane is t:
+            illegal(state, t, trigger, answer, ex, out, producer_id, epoch, unverified=unverified,
+                    what=f"transactional write to {topic}-{partition}", topic=topic, partition=partition)
         return
-    rec = t.txn
-    if (trigger is Trigger.WRITE and t.state is TxnState.ONGOING and rec is not None
+    rec = lane.txn
+    if (lane is t and trigger is Trigger.WRITE and t.state is TxnState.ONGOING and rec is not None
             and rec.outcome is None and rec.registration_known and (topic, partition) not in rec.registered):
         lost = unverified or state.lost_since(t.conns, rec.start_ts)
         evidence = exchange_evidence(ex, answer)
@@ -300,7 +318,7 @@ def write(state: AuditState, t: TxnIdState, ex: Exchange, topic: str, partition:
                         transactional_id=t.transactional_id, producer_id=producer_id,
                         producer_epoch=epoch, topic=topic, partition=partition))
     if answer == 0:
-        rec = enter(state, t, trigger, producer_id, epoch, ex.request_ts)
+        rec = enter(state, lane, trigger, producer_id, epoch, ex.request_ts)
         if rec is not None:
             rec.add_partition(topic, partition)
             rec.records += records

@@ -7,6 +7,8 @@ from conftest import APP2, Wire
 from ksniff.audit.codes import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 T = "orders-txn"
+STALE_REJECTED = ("epoch_regression", "warning")
+STALE_ACCEPTED = ("epoch_regression", "critical")
 
 
 def takeover(wire: Wire, new_pid: int = 7, new_epoch: int = 1):
@@ -21,8 +23,10 @@ def test_a_newer_instance_taking_over_is_context(wire: Wire):
     got = takeover(wire)
     assert wire.kinds(got) == [("producer_fenced", "info")]
     f = got[0]
-    assert (f.transactional_id, f.producer_id, f.producer_epoch) == (T, 7, 1)
-    assert f.evidence["previous_epoch"] == 0 and f.evidence["previous_client"] == "10.0.0.11:50001"
+    # The finding names the fenced instance; the evidence its successor.
+    assert (f.transactional_id, f.producer_id, f.producer_epoch) == (T, 7, 0)
+    assert (f.evidence["new_producer_id"], f.evidence["new_epoch"]) == (7, 1)
+    assert f.evidence["previous_client"] == "10.0.0.11:50001"
     assert f.evidence["self_bump"] is False
     row = wire.finish().producers[0]
     assert row.epochs == (0, 1) and row.client_ids == ("app", "app-2")
@@ -31,24 +35,28 @@ def test_a_newer_instance_taking_over_is_context(wire: Wire):
 def test_the_zombie_rejected_is_a_warning(wire: Wire):
     takeover(wire)
     got = wire.add_partitions(T, 7, 0, [("orders", 0)], err=PRODUCER_FENCED)
-    assert wire.kinds(got) == [("producer_fenced", "warning")]
-    assert got[0].evidence["broker_error"] == "PRODUCER_FENCED"
-    assert got[0].evidence["current_epoch"] == 1
+    # A stale epoch of the same producer id is also an epoch regression (CONTRACT.md).
+    assert wire.kinds(got) == [STALE_REJECTED, ("producer_fenced", "warning")]
+    assert got[1].evidence["broker_error"] == "PRODUCER_FENCED"
+    assert got[1].evidence["current_epoch"] == 1
     got = wire.end_txn(T, 7, 0, err=INVALID_PRODUCER_EPOCH)
-    assert wire.kinds(got) == [("producer_fenced", "warning")]
+    assert wire.kinds(got) == [STALE_REJECTED, ("producer_fenced", "warning")]
     assert [t.outcome for t in wire.finish().transactions] == ["commit"]
 
 
 def test_the_zombie_accepted_is_critical(wire: Wire):
     takeover(wire)
     got = wire.add_partitions(T, 7, 0, [("orders", 1)])
-    assert wire.kinds(got) == [("zombie_write_accepted", "critical")]
+    assert wire.kinds(got) == [STALE_ACCEPTED, ("zombie_write_accepted", "critical")]
     got = wire.produce(T, 7, 0, [("orders", 1, 0, 2, 0, 50), ("orders", 2, 0, 2, 0, 60)])
-    assert wire.kinds(got) == [("zombie_write_accepted", "critical")] * 2
-    assert [(f.topic, f.partition) for f in got] == [("orders", 1), ("orders", 2)]
-    assert wire.kinds(wire.end_txn(T, 7, 0)) == [("zombie_write_accepted", "critical")]
-    # The zombie's activity opens nothing in the new instance's name.
-    assert [t.outcome for t in wire.finish().transactions] == ["commit"]
+    assert wire.kinds(got) == [STALE_ACCEPTED] + [("zombie_write_accepted", "critical")] * 2
+    assert [(f.topic, f.partition) for f in got[1:]] == [("orders", 1), ("orders", 2)]
+    got = wire.end_txn(T, 7, 0)
+    assert wire.kinds(got) == [STALE_ACCEPTED, ("zombie_write_accepted", "critical")]
+    # The broker committed the zombie's transaction: it counts, under the zombie's epoch.
+    out = wire.finish()
+    assert [(t.outcome, t.producer_epoch, t.partitions) for t in out.transactions] == [
+        ("commit", 0, ("orders-0",)), ("commit", 0, ("orders-1", "orders-2"))]
 
 
 def test_a_new_producer_id_supersedes_the_old_one(wire: Wire):
@@ -61,7 +69,7 @@ def test_one_fenced_finding_per_rejected_request(wire: Wire):
     takeover(wire)
     got = wire.produce(T, 7, 0, [("orders", 1, 0, 2, PRODUCER_FENCED, None),
                                  ("orders", 2, 0, 2, PRODUCER_FENCED, None)])
-    assert wire.kinds(got) == [("producer_fenced", "warning")]
+    assert wire.kinds(got) == [STALE_REJECTED, ("producer_fenced", "warning")]
 
 
 def test_the_broker_fencing_an_instance_we_never_saw_replaced(wire: Wire):
@@ -105,5 +113,5 @@ def test_an_unseen_newer_instance_is_adopted(wire: Wire):
     wire.produce(T, 7, 0, [("orders", 0, 0, 5, 0, 100)])
     assert wire.add_partitions(T, 7, 2, [("orders", 0)]) == []
     got = wire.produce(T, 7, 0, [("orders", 0, 5, 5, PRODUCER_FENCED, None)])
-    assert wire.kinds(got) == [("producer_fenced", "warning")]
+    assert wire.kinds(got) == [STALE_REJECTED, ("producer_fenced", "warning")]
     assert [t.outcome for t in wire.finish().transactions] == ["unknown", "open"]

@@ -55,9 +55,21 @@ def test_duplicate_rejected_is_a_warning(wire: Wire):
 
 
 def test_retries_answered_as_duplicates_are_normal(wire: Wire):
+    """The client retries on a new connection (its first one broke or timed out)."""
     started(wire)
-    assert wire.produce(None, P, 0, [("events", 0, 0, 5, 0, 0)]) == []  # the original offset
-    assert wire.produce(None, P, 0, [("events", 0, 0, 5, DUPLICATE_SEQUENCE_NUMBER, None)]) == []
+    assert wire.produce(None, P, 0, [("events", 0, 0, 5, 0, 0)], conn=2) == []  # the original offset
+    assert wire.produce(None, P, 0, [("events", 0, 0, 5, DUPLICATE_SEQUENCE_NUMBER, None)], conn=3) == []
+    assert wire.finish().producers[0].records == 5
+
+
+def test_a_resend_after_the_answer_on_the_same_connection_is_a_duplicate(wire: Wire):
+    """The client had the answer and sent the batch again: deduplicated by the broker -> warning."""
+    started(wire)
+    got = wire.produce(None, P, 0, [("events", 0, 0, 5, DUPLICATE_SEQUENCE_NUMBER, None)])
+    assert wire.kinds(got) == [("sequence_duplicate", "warning")]
+    got = wire.produce(None, P, 0, [("events", 0, 0, 5, 0, 0)])
+    assert wire.kinds(got) == [("sequence_duplicate", "warning")]
+    assert got[0].evidence["deduplicated"] is True
     assert wire.finish().producers[0].records == 5
 
 
