@@ -15,7 +15,7 @@ from typing import Any
 
 from ksniff.decode import interp
 from ksniff.decode.reader import Incomplete, Malformed, Reader
-from ksniff.decode.records import parse_batches
+from ksniff.decode.records import parse_batches, parse_batches_keeping_records
 from ksniff.decode.schema import Api, Array, Field, Primitive
 from ksniff.decode.values import Struct, camel, default_of, struct_class
 
@@ -94,12 +94,14 @@ def _tagged(buf: Any, pos: int, end: int, known: dict, values: list, version: in
 class _Gen:
     """Writes the source of one (API, version, direction) decoder."""
 
-    def __init__(self, version: int, flexible: bool) -> None:
+    def __init__(self, version: int, flexible: bool, keep_records: bool = False) -> None:
         self.version = version
         self.flexible = flexible
         self.ns: dict[str, Any] = {
             "_short": _short, "_short_group": _short_group, "_uvarint": _uvarint, "_bad_length": _bad_length,
-            "_tagged": _tagged, "_parse_batches": parse_batches, "_UUID": uuid.UUID, "_Malformed": Malformed,
+            "_tagged": _tagged,
+            "_parse_batches": parse_batches_keeping_records if keep_records else parse_batches,
+            "_UUID": uuid.UUID, "_Malformed": Malformed,
             "_unpack_from": struct.unpack_from,
         }
         self.funcs: list[str] = []
@@ -141,6 +143,9 @@ class _Gen:
         cls_name = self.const(cls, "_C")
         if self.flexible:
             known_name = self.const(known)
+            # Almost every struct ends with an empty tagged-field section: one zero byte.
+            body.append("if pos < end and buf[pos] == 0:")
+            body.append(f"    return {cls_name}(({''.join(n + ', ' for n in names)}())), pos + 1")
             body.append(f"values = [{', '.join(names)}]")
             body.append(f"unknown, pos = _tagged(buf, pos, end, {known_name}, values, {self.version}, True)")
             body.append("values.append(unknown)")
@@ -268,9 +273,10 @@ class _Gen:
         body.append(f"    {var} = tuple(items)")
 
 
-def compile_body(api: Api, version: int, is_request: bool) -> Any:
-    """Generate the decoder of one message; returns `decode(view) -> (Struct, end position)`."""
-    gen = _Gen(version, api.flexible.contains(version))
+def compile_body(api: Api, version: int, is_request: bool, keep_records: bool = False) -> Any:
+    """Generate the decoder of one message; returns `decode(view) -> (Struct, end position)`.
+    With `keep_records`, records fields are RecordSets that keep each batch's bytes."""
+    gen = _Gen(version, api.flexible.contains(version), keep_records)
     fields = api.request if is_request else api.response
     top = gen.struct_fn(fields, interp.message_class(api, is_request))
     source = "\n".join(gen.funcs)
@@ -283,21 +289,22 @@ def compile_body(api: Api, version: int, is_request: bool) -> Any:
     return fn
 
 
-_cache: dict[tuple[int, int, bool], tuple[Api, Any]] = {}
+_cache: dict[tuple[int, int, bool, bool], tuple[Api, Any]] = {}
 
 
-def decoder_for(api: Api, version: int, is_request: bool) -> Any:
-    key = (id(api), version, is_request)
+def decoder_for(api: Api, version: int, is_request: bool, keep_records: bool = False) -> Any:
+    key = (id(api), version, is_request, keep_records)
     hit = _cache.get(key)
     if hit is None or hit[0] is not api:
-        hit = _cache[key] = (api, compile_body(api, version, is_request))
+        hit = _cache[key] = (api, compile_body(api, version, is_request, keep_records))
     return hit[1]
 
 
 def decode_body(api: Api, version: int, is_request: bool, view: memoryview | bytes, *,
-                strict: bool = False) -> Struct:
-    """Same contract as `interp.decode_body`, generated code underneath."""
-    fn = decoder_for(api, version, is_request)
+                strict: bool = False, keep_records: bool = False) -> Struct:
+    """Same contract as `interp.decode_body`, generated code underneath; `keep_records` keeps each
+    record batch's bytes (see records.RecordSet)."""
+    fn = decoder_for(api, version, is_request, keep_records)
     try:
         value, pos = fn(view)
     except struct.error as e:  # a group check missed a short read: still never an uncaught error

@@ -240,13 +240,16 @@ class Connection:
                 next_offset = None
                 if answer is not None and error_code == 0 and answer.base_offset >= 0:
                     next_offset = answer.base_offset
-                for header in part.records or ():
+                records = part.records or ()
+                raw = getattr(records, "raw", ())
+                for i, header in enumerate(records):
                     out.append(ProducedBatch(
                         ts=p.first_ts, response_ts=response_ts, conn=self.conn, client=self.client,
                         broker=self.broker, client_id=p.client_id, correlation_id=p.correlation_id,
                         api_version=p.api_version, transactional_id=transactional_id, acks=acks,
                         topic=topic_name, partition=part.index, header=header, error_code=error_code,
-                        base_offset=next_offset, unverified=unverified))
+                        base_offset=next_offset, unverified=unverified,
+                        records=raw[i] if i < len(raw) else None))
                     # Several batches for one partition: the broker's base offset is that of the first;
                     # each later batch starts where the previous one's offsets end.
                     if next_offset is not None:

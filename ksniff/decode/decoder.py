@@ -9,6 +9,7 @@ so the capture room can stop reassembling them. TLS on a Kafka port is counted, 
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -65,7 +66,10 @@ class Decoder:
         self.on_not_kafka = on_not_kafka
         self.keep_records = keep_records
         self.apis: Mapping[int, Api] = apis if apis is not None else _default_apis()
-        self.body_decoder: BodyDecoder = body_decoder or compiled.decode_body
+        if body_decoder is None:
+            body_decoder = (functools.partial(compiled.decode_body, keep_records=True) if keep_records
+                            else compiled.decode_body)
+        self.body_decoder: BodyDecoder = body_decoder
         self.max_in_flight = max_in_flight
         self.request_check = RequestCheck(self.apis, max_frame, verify=self.verify_request)
         self.stats = DecodeStats(by_api={})

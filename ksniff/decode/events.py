@@ -58,6 +58,9 @@ class ProducedBatch:
     error_code: int | None  # None: no response (acks=0, unanswered)
     base_offset: int | None  # assigned by the broker, from the response
     unverified: bool  # capture lost bytes on this connection before this exchange was re-synchronised
+    # The batch's bytes (header included; read them with ksniff.decode.records.iter_records), kept only
+    # when the Decoder was asked to (`keep_records=True`): record keys and values are private.
+    records: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

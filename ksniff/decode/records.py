@@ -59,10 +59,28 @@ def codec_name(attributes: int) -> str:
     return CODECS[c] if c < len(CODECS) else "unknown"
 
 
+class RecordSet(tuple):
+    """The batch headers of a records field, and each batch's bytes in `raw` (only when records were
+    asked for: they hold keys and values)."""
+
+    raw: tuple[bytes, ...] = ()
+
+
 def parse_batches(view: memoryview | bytes) -> tuple[RecordBatchHeader, ...]:
     """Headers of every batch in a records field, in order. A trailing partial batch (Fetch responses may
     end with one) is reported with crc_ok=None when its header is whole, and otherwise ignored."""
-    out: list[RecordBatchHeader] = []
+    return tuple(h for h, _, _ in _walk(view))
+
+
+def parse_batches_keeping_records(view: memoryview | bytes) -> RecordSet:
+    """Like `parse_batches`, with each batch's bytes kept in `.raw`."""
+    walked = list(_walk(view))
+    out = RecordSet(h for h, _, _ in walked)
+    out.raw = tuple(bytes(view[start:stop]) for _, start, stop in walked)
+    return out
+
+
+def _walk(view: memoryview | bytes) -> Iterator[tuple[RecordBatchHeader, int, int]]:
     pos, end = 0, len(view)
     while end - pos >= LOG_OVERHEAD + 5:  # up to and including magic
         batch_length = struct.unpack_from(">i", view, pos + 8)[0]
@@ -77,9 +95,9 @@ def parse_batches(view: memoryview | bytes) -> tuple[RecordBatchHeader, ...]:
             break  # not a batch we know: stop rather than guess at the rest
         if header is None:
             break
-        out.append(header)
-        pos += LOG_OVERHEAD + batch_length
-    return tuple(out)
+        stop = pos + LOG_OVERHEAD + batch_length
+        yield header, pos, min(stop, end)
+        pos = stop
 
 
 def _magic2(view, pos: int, end: int, batch_length: int) -> RecordBatchHeader | None:

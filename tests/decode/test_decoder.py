@@ -319,3 +319,19 @@ def test_garbage_never_raises():
                                  from_src=rnd.random() < 0.6))
         run(dec, events)
         dec.finish()
+
+
+def test_records_kept_only_when_asked():
+    from ksniff.decode.records import iter_records
+
+    for keep in (False, True):
+        s = Stream()
+        dec = Decoder(keep_records=keep)
+        parts = {("orders", 0): [record_batch(records=2, codec="zstd"), record_batch(sequence=2, records=1)]}
+        (ex,) = exchanges(run(dec, [s.opened(), s.send(frame(produce_request(9, partitions=parts), 9, 1)),
+                                    s.send(frame(produce_response(9), 9, 1), from_src=False)]))
+        if not keep:
+            assert all(b.records is None for b in ex.batches)
+            continue
+        assert [[r.key for r in iter_records(b.records)] for b in ex.batches] == [[b"key-0", b"key-1"],
+                                                                                  [b"key-0"]]
