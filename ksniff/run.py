@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 from rich.console import Console
 
-from ksniff.cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, Options, abort
+from ksniff.cli import EXIT_CLEAN, EXIT_FINDINGS, Options, abort
 from ksniff.result import AuditResult
 
 
@@ -23,7 +20,8 @@ def _engine_config(opts: Options):
     from ksniff.engine.local import EngineConfig
 
     keep_tables = bool(opts.csv_dir or opts.parquet_dir or opts.producer)
-    return EngineConfig(ports=opts.ports, auto_detect=not opts.ports_explicit, txn_timeout_ms=opts.txn_timeout_ms, keep_tables=keep_tables,
+    return EngineConfig(ports=opts.ports, auto_detect=not opts.ports_explicit,
+                        txn_timeout_ms=opts.txn_timeout_ms, keep_tables=keep_tables,
                         keep_records=opts.records)
 
 
@@ -96,7 +94,3 @@ def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> 
         abort(str(e))
     return _emit(result, opts, out, err)
 
-
-def ensure_utf8_stdout() -> None:
-    if os.name != "nt" and sys.stdout.encoding and sys.stdout.encoding.lower() not in ("utf-8", "utf8"):
-        sys.stdout.reconfigure(errors="replace")

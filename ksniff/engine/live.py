@@ -58,9 +58,13 @@ class LiveView:
 def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: float | None,
                count: int | None, write_path: str | None, bpf: str | None, quiet: bool = False,
                explicit_ports: bool = False) -> AuditResult:
-    run = open_live(iface, bpf=capture_filter(config.ports, explicit_ports, bpf), count=count,
+    filter_text = capture_filter(config.ports, explicit_ports, bpf)
+    run = open_live(iface, bpf=filter_text, count=count,
                     duration=duration, write_path=write_path, limits=config.limits)
     pipeline = Pipeline(config, on_not_kafka=run.drop)
+    if not quiet:
+        console.print(f"ksniff: capturing on {iface} ({filter_text}); Ctrl-C stops and reports",
+                      markup=False, highlight=False)
     stop_on_term = _stop_on_sigterm(run)
     try:
         with Live(LiveView(run, pipeline, iface), console=console, refresh_per_second=4,

@@ -54,8 +54,8 @@ def start_live(port: int, tmp_path: Path, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "ksniff.cli", "live", "lo", "--port", str(port), "--no-color",
            "--json", str(tmp_path / "live.json"), "--write", str(tmp_path / "live.pcap"), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)  # the capture socket is open before the traffic starts
-    assert proc.poll() is None, proc.communicate()
+    ready = proc.stderr.readline()  # printed once the capture socket is open
+    assert ready.startswith("ksniff: capturing on lo"), ready + proc.stderr.read()
     return proc
 
 
