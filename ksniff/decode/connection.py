@@ -75,6 +75,7 @@ class Connection:
         self.seq = 0
         self.last_correlation: int | None = None
         self.unverified = False
+        self.last_ts = 0.0  # of the latest bytes seen: when the capture ends, the connection ends here
         self.requests = FrameSplitter(min_size=MIN_REQUEST, max_frame=dec.max_frame,
                                       finder=dec.request_check.finder(lambda: self.last_correlation),
                                       syncing=mid_stream)
@@ -97,6 +98,7 @@ class Connection:
     def chunk(self, from_src: bool, data: bytes, first_ts: float, last_ts: float, offset: int
               ) -> list[DecodeEvent]:
         out: list[DecodeEvent] = []
+        self.last_ts = last_ts
         if from_src == self.client_is_src:
             splitter = self.requests
             before = splitter.malformed

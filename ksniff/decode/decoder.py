@@ -187,8 +187,7 @@ class Decoder:
         return [] if quiet else out
 
     def _last_ts(self, conn: int) -> float:
-        c = self._conns[conn]
-        return max((p.last_ts for p in c.pending.values()), default=0.0)
+        return self._conns[conn].last_ts
 
     def _not_kafka(self, conn: int) -> None:
         self._ignored.add(conn)

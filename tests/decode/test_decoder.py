@@ -21,6 +21,8 @@ from decode_builders import (
     record_batch,
     run,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ksniff.capture.events import Endpoint
 from ksniff.decode import Decoder
@@ -335,3 +337,24 @@ def test_records_kept_only_when_asked():
             continue
         assert [[r.key for r in iter_records(b.records)] for b in ex.batches] == [[b"key-0", b"key-1"],
                                                                                   [b"key-0"]]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
+       st.integers(1, 700), st.booleans())
+def test_mutated_real_frames_never_raise(mutations, cut, handshake):
+    stream = bytearray(frame(init_producer_id(4), 4, 1) + frame(produce_request(9), 9, 2)
+                       + frame(produce_request(13, topic_ids={"orders": uuid.UUID(int=1)}), 13, 3))
+    answer = bytearray(frame(init_producer_id_response(4), 4, 1) + frame(produce_response(9), 9, 2))
+    for where, value in mutations:
+        target = stream if where % 2 else answer
+        target[where % len(target)] = value
+    s = Stream()
+    dec = Decoder()
+    events = [s.opened(handshake)]
+    for i in range(0, len(stream), cut):
+        events.append(s.send(stream[i:i + cut]))
+    events.append(s.send(answer, from_src=False))
+    out = run(dec, events) + dec.finish()
+    assert all(isinstance(e, Exchange | ConnectionEnded | ConnectionLost) for e in out)
+    assert dec.stats.requests <= 3
