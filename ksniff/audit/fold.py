@@ -145,9 +145,10 @@ def finish(state: AuditState, end_ts: float | None = None) -> AuditOutput:
     outcomes: dict[int, str] = {}
     closing: list[Finding] = []
     for t in sorted(state.txn_ids.values(), key=lambda t: (t.first_ts, t.transactional_id)):
-        rec = t.txn
-        if rec is not None and rec.outcome is None:
-            outcomes[id(rec)] = _close(state, t, rec, end, closing)
+        for lane in t.lanes():
+            rec = lane.txn
+            if rec is not None and rec.outcome is None:
+                outcomes[id(rec)] = _close(state, t, rec, end, closing)
     transactions = sorted(
         (_with_outcome(rec, outcomes.get(id(rec))) for rec in state.transactions),
         key=lambda r: (r.start_ts, r.transactional_id, r.producer_id or -1))

@@ -115,3 +115,13 @@ def test_an_unseen_newer_instance_is_adopted(wire: Wire):
     got = wire.produce(T, 7, 0, [("orders", 0, 5, 5, PRODUCER_FENCED, None)])
     assert wire.kinds(got) == [STALE_REJECTED, ("producer_fenced", "warning")]
     assert [t.outcome for t in wire.finish().transactions] == ["unknown", "open"]
+
+
+def test_a_zombie_transaction_left_open_is_judged_like_any_other(wire: Wire):
+    takeover(wire)
+    wire.add_partitions(T, 7, 0, [("orders", 1)])
+    wire.produce(T, 7, 0, [("orders", 1, 0, 2, 0, 50)])
+    out = wire.finish(after=120)
+    assert [(t.outcome, t.producer_epoch) for t in out.transactions] == [("commit", 0), ("open", 0)]
+    assert [(f.kind, f.severity) for f in out.findings if f.kind == "hanging_transaction"] == [
+        ("hanging_transaction", "warning")]
