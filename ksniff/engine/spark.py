@@ -1,0 +1,208 @@
+"""The Spark engine: the in-process pipeline as a PySpark job, for captures that outgrow one process.
+
+    files --(one task per file)--> segment rows
+          --(repartition by flow, sort into the merge's order)--> Reassembler + Decoder per flow
+          --> decode events (pickled), keyed by producer
+          --(repartition by producer key, sort into the audit's order)--> one Auditor per key
+          --> the driver: merge_outputs, counters summed, inputs listed, tables sorted.
+
+It gives exactly the in-process engine's result (ksniff.engine.local). What that takes is explained in
+ksniff.engine.spark_tasks; what crosses producer keys is the audit's *context* (ksniff.audit.keys):
+connection ends, capture gaps, ApiVersions and WriteTxnMarkers. The driver collects those (a few per
+connection) and every key's fold merges them, in audit order, with its own events; one more fold over
+the context alone (CONTEXT_KEY) reports the capture gaps. Connection ids are renumbered on the driver in
+the order the in-process reassembler would have opened them.
+
+Capture files must be readable at the same path from every executor (local disk for `local[*]`, a shared
+file system on a cluster).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ksniff.audit import AuditConfig, merge_outputs
+from ksniff.capture import CaptureError, Reassembler
+from ksniff.capture.events import CaptureStats, InputInfo
+from ksniff.capture.files import CaptureFile, expand_paths
+from ksniff.decode.events import DecodeStats
+from ksniff.engine.local import EngineConfig
+from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, shuffle_partitions
+from ksniff.result import AuditResult
+
+__all__ = ["SparkUnavailable", "audit_paths_spark"]
+
+
+def audit_paths_spark(paths: Sequence[str], config: EngineConfig | None = None, master: str = "local[*]",
+                      *, spark: Any = None) -> AuditResult:
+    """Audit capture files or folders on Spark. `spark`: an existing SparkSession to use (left running).
+
+    Raises CaptureError for inputs that cannot be read, SparkUnavailable when Spark cannot run here.
+    """
+    config = config or EngineConfig()
+    files = _open_all(paths)
+    if spark is None:
+        check_available(master)
+    total = sum(os.path.getsize(f) for f in files)
+    session = Session(master, shuffle_partitions(total, os.cpu_count() or 2), spark)
+    try:
+        session.start()
+        return _run(session, files, config, total)
+    finally:
+        session.stop()
+
+
+def _open_all(paths: Sequence[str]) -> list[str]:
+    """The capture files, each checked here so that an unreadable input is the user's one-line error."""
+    if not paths:
+        raise CaptureError("no capture files given")
+    files = expand_paths(list(paths))
+    for path in files:
+        CaptureFile(path).close()
+    return files
+
+
+def _run(session: Session, files: list[str], config: EngineConfig, total: int) -> AuditResult:
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from ksniff.engine import spark_codec as codec
+    from ksniff.engine import spark_tasks as tasks
+
+    spark = session.spark
+    partitions = shuffle_partitions(total, session.parallelism)
+    audit = AuditConfig() if config.txn_timeout_ms is None else AuditConfig(txn_timeout_ms=config.txn_timeout_ms)
+    task_config = tasks.TaskConfig(config.ports, config.auto_detect, config.keep_records, config.keep_tables,
+                                   config.reorder_window, config.limits, audit)
+
+    # Stage 1: one task per file. Kept (memory, then disk) because the capture's end time, which stage 2
+    # needs, is known only once every file has been read.
+    listing = [(i, path, tasks.read_path(path)) for i, path in enumerate(files)]
+    segments = (spark.range(0, len(files), 1, numPartitions=len(files))
+                .mapInArrow(_extract(listing), tasks.SEGMENTS_DDL)
+                .persist(StorageLevel.MEMORY_AND_DISK))
+    metas = sorted((codec.loads(r["meta"]) for r in
+                    segments.filter(F.col("flow").isNull()).select("meta").collect()), key=lambda m: m.file)
+    end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
+    task_config = _replace_end(task_config, end_ts)
+
+    # Stage 2: per flow, in the merge's order.
+    events = (segments.repartition(partitions, "flow")
+              .sortWithinPartitions("flow", "pm", "file", "idx")
+              .mapInArrow(tasks.decode(task_config), tasks.EVENTS_DDL)
+              .persist(StorageLevel.MEMORY_AND_DISK))
+    small = events.filter(F.col("kind") != tasks.KEYED).toArrow().to_pylist()
+    segments.unpersist()
+    by_kind: dict[int, list[dict]] = {}
+    for row in small:
+        by_kind.setdefault(row["kind"], []).append(row)
+    stats = [codec.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
+    last_event = max((s.last_event_ts for s in stats), default=-math.inf)
+    openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
+    conns = {codec.loads(r["blob"]): n for n, r in enumerate(openings, start=1)}
+    context = sorted((_order(r, last_event), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
+    group_of = tasks.group_keys((r["key"], r["blob"].decode()) for r in by_kind.get(tasks.LINK, []))
+    groups: dict[str, set[str]] = {}
+    for key, group in group_of.items():
+        groups.setdefault(group, set()).add(key)
+
+    # Stage 3: per group of producer keys, in audit order, with the context events.
+    group_table = spark.createDataFrame(sorted(group_of.items()) or [("", "")], "key string, group string")
+    keyed = (events.filter(F.col("kind") == tasks.KEYED)
+             .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf))
+                         .otherwise(F.col("rel")))
+             .join(F.broadcast(group_table), "key")
+             .repartition(partitions, "group")
+             .sortWithinPartitions("group", *tasks.ORDER_COLUMNS)
+             .mapInArrow(tasks.fold(task_config, context, conns,
+                                    {g: frozenset(k) for g, k in groups.items()}), tasks.OUTPUTS_DDL))
+    outputs = [codec.loads(r["blob"]) for r in keyed.toArrow().to_pylist()]
+    events.unpersist()
+    outputs.append(tasks.context_output(task_config, context, conns))
+    output = merge_outputs(outputs)
+
+    capture, decode, warnings = _totals(metas, stats, config)
+    exchanges, batches = _tables(by_kind.get(tasks.TABLE, []), last_event, conns)
+    return AuditResult(
+        inputs=[InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in metas],
+        capture=capture, decode=decode, producers=list(output.producers),
+        transactions=list(output.transactions), findings=list(output.findings),
+        exchanges=exchanges, batches=batches, engine="spark", warnings=warnings)
+
+
+def _extract(listing: list[tuple[int, str, str]]):
+    """Stage 1's task: the file of each `id` of a spark.range, through spark_tasks.extract."""
+    from ksniff.engine import spark_tasks as tasks
+
+    def run(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            ids = batch.column(0).to_pylist()
+            rows = [listing[i] for i in ids]
+            table = pa.RecordBatch.from_pydict({"file": [r[0] for r in rows], "path": [r[1] for r in rows],
+                                                "read_path": [r[2] for r in rows]})
+            yield from tasks.extract(iter([table]))
+
+    return run
+
+
+def _replace_end(task_config, end_ts: float | None):
+    from dataclasses import replace
+
+    return replace(task_config, end_ts=end_ts)
+
+
+def _order(row: dict, last_event: float) -> tuple:
+    rel = math.inf if row["rel"] > last_event else row["rel"]
+    return (rel, row["ets"], row["phase"], row["ppm"], row["pfile"], row["pidx"], row["n"])
+
+
+def _totals(metas: list, stats: list, config: EngineConfig) -> tuple[CaptureStats, DecodeStats, list[str]]:
+    """The run's counters: the files' walks (stage 1) plus every flow's reassembler and decoder (stage 2)."""
+    from ksniff.engine.spark_tasks import _add_capture, _add_decode
+
+    capture = CaptureStats()
+    decode = DecodeStats(by_api={})
+    warnings: list[str] = []
+    for m in metas:
+        capture.packets += m.packets
+        capture.non_tcp_packets += m.non_tcp
+        capture.ip_fragments += m.fragments
+        capture.truncated_packets += m.cut_short
+        capture.tcp_segments += m.packets - m.non_tcp - m.fragments - m.cut_short
+        if m.first_ts is not None:
+            capture.first_ts = m.first_ts if capture.first_ts is None else min(capture.first_ts, m.first_ts)
+            capture.last_ts = m.last_ts if capture.last_ts is None else max(capture.last_ts, m.last_ts)
+        warnings.extend(m.warnings)
+        if m.fragments:
+            warnings.append(f"{m.path}: {m.fragments} IP fragments not reassembled")
+    reassembler = Reassembler(config.limits)
+    for s in stats:
+        _add_capture(capture, s.capture)
+        _add_decode(decode, s.decode)
+        capture.kafka_connections += s.kafka_connections
+        reassembler.evicted += s.evicted
+        reassembler.forced_gaps += s.forced_gaps
+    warnings.extend(reassembler.warnings())
+    return capture, decode, warnings
+
+
+def _tables(rows: list[dict], last_event: float, conns: dict[int, int]) -> tuple[list[dict], list[dict]]:
+    """Exchange and batch rows in the in-process engine's order: audit order, then stably by time."""
+    from ksniff.engine import spark_codec as codec
+    from ksniff.engine.spark_tasks import renumber
+    from ksniff.report.tables import batch_row, exchange_row
+
+    exchanges: list[dict] = []
+    batches: list[dict] = []
+    for _order_key, blob in sorted((_order(r, last_event), r["blob"]) for r in rows):
+        ex = renumber(codec.loads(blob), conns)
+        exchanges.append(exchange_row(ex))
+        batches.extend(batch_row(b) for b in ex.batches)
+    exchanges.sort(key=lambda r: r["ts"])
+    batches.sort(key=lambda r: r["ts"])
+    return exchanges, batches

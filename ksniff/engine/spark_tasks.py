@@ -1,0 +1,490 @@
+"""What the Spark engine's tasks run: plain functions over Arrow batches, importable without pyspark.
+
+Three stages, each the capture, decode or audit room's own code applied to a slice of the data:
+
+1. `extract`: one task per capture file reads its TCP segments into rows, with the keys that put the
+   segments of all files back into the in-process engine's order (`pm`, `file`, `idx`, below).
+2. `decode`: rows partitioned by flow (the unordered 4-tuple) and sorted into that order; one
+   Reassembler and one Decoder per flow turn them into decode events, pickled, each with the key of its
+   place in the in-process engine's audit order.
+3. `fold`: events partitioned by producer key and sorted by that order key; one Auditor per key, over
+   its own events and the context events every key must see (ksniff.audit.keys).
+
+Matching the in-process engine exactly means reproducing three things it gets from one global pass:
+
+- The order segments are processed in. `heapq.merge` of the files by timestamp puts a segment at
+  position (running maximum of ts within its file, file index, index within the file): that triple
+  (`pm`, `file`, `idx`) sorts every segment into exactly the merge's order, even in files whose clock
+  steps back. Connection ids are numbered in that order of the segment that opened each connection.
+- Where the reassembler cuts chunks. It merges consecutive segments of one direction into one chunk until
+  any other connection delivers data or an event; frame timestamps come from chunk boundaries. Stage 1
+  marks each segment after which traffic of another flow came (`flush`), and stage 2 flushes there.
+- The reorder window. The in-process engine releases a decode event once capture time passes its
+  request time plus the window, or at the end; events released together go out by request time. Stage 2
+  computes that release time from the push clock (the merge's running maximum, `pm`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import os
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from ksniff.audit import CONTEXT_KEY, AuditConfig, Auditor, AuditState, is_context, producer_keys
+from ksniff.capture import CaptureLimits, Reassembler
+from ksniff.capture.events import CaptureStats, ConnectionOpened
+from ksniff.capture.files import CaptureFile
+from ksniff.capture.packets import FIN, RST, SYN, TRUNCATED
+from ksniff.decode import Decoder
+from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, DecodeStats, Exchange
+from ksniff.decode.values import Struct
+from ksniff.engine import spark_codec as codec
+
+BATCH_ROWS = 16_384
+INF = math.inf
+
+# Row kinds leaving stage 2.
+KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, FILE_META, LINK = 0, 1, 2, 3, 4, 5, 6
+
+SEGMENTS = pa.schema([
+    ("flow", pa.binary()), ("pm", pa.float64()), ("file", pa.int32()), ("idx", pa.int64()),
+    ("ts", pa.float64()), ("src", pa.binary()), ("sport", pa.int32()), ("dst", pa.binary()),
+    ("dport", pa.int32()), ("seq", pa.int64()), ("ack", pa.int64()), ("flags", pa.int32()),
+    ("payload", pa.binary()), ("cut", pa.int64()), ("fpm", pa.float64()), ("fidx", pa.int64()),
+    ("meta", pa.binary()),
+])
+SEGMENTS_DDL = ("flow binary, pm double, file int, idx long, ts double, src binary, sport int, dst binary, "
+                "dport int, seq long, ack long, flags int, payload binary, cut long, fpm double, fidx long, "
+                "meta binary")
+
+# Stage 2's rows. `rel`, `ets` and (`phase`, `ppm`, `pfile`, `pidx`, `n`) make the audit order key.
+EVENTS = pa.schema([
+    ("kind", pa.int8()), ("key", pa.string()), ("rel", pa.float64()), ("ets", pa.float64()),
+    ("phase", pa.int8()), ("ppm", pa.float64()), ("pfile", pa.int32()), ("pidx", pa.int64()),
+    ("n", pa.int64()), ("blob", pa.binary()),
+])
+EVENTS_DDL = ("kind tinyint, key string, rel double, ets double, phase tinyint, ppm double, pfile int, "
+              "pidx long, n long, blob binary")
+ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "n")
+
+OUTPUTS_DDL = "key string, blob binary"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskConfig:
+    """What the workers need of the engine's configuration, small and picklable."""
+
+    ports: tuple[int, ...]
+    auto_detect: bool
+    keep_records: bool
+    keep_tables: bool
+    reorder_window: float
+    limits: CaptureLimits | None
+    audit: AuditConfig
+    end_ts: float | None = None  # the capture's last segment time: where the reassembler closes everything
+
+
+@dataclass(slots=True)
+class FileMeta:
+    """One file's walk, as stage 1 reports it: the capture run's per-file summary."""
+
+    file: int
+    path: str
+    format: str
+    linktypes: list[str]
+    size: int
+    packets: int
+    non_tcp: int
+    fragments: int
+    cut_short: int
+    first_ts: float | None
+    last_ts: float | None
+    max_ts: float | None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FlowStats:
+    """What one stage-2 task's reassemblers and decoders counted."""
+
+    capture: CaptureStats
+    decode: DecodeStats
+    kafka_connections: int = 0
+    evicted: int = 0
+    forced_gaps: int = 0
+    last_event_ts: float = -INF  # the latest capture event time fed to a decoder
+    serial: int = 0  # decode events seen
+
+
+# -- stage 1: files into segment rows ---------------------------------------------------------------------
+
+
+def _flow_key(src: bytes, sport: int, dst: bytes, dport: int) -> bytes:
+    a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
+    return a + b if a <= b else b + a
+
+
+def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over rows (file, path, read_path): every TCP segment of each file, then its FileMeta."""
+    for batch in batches:
+        for file, path, read_path in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
+            yield from _extract_file(file, path, read_path)
+
+
+def _extract_file(file: int, path: str, read_path: str) -> Iterator[pa.RecordBatch]:
+    capture = CaptureFile(read_path)
+    cols: dict[str, list] = {name: [] for name in SEGMENTS.names}
+    pm = -INF
+    # Positions of the segments that make the reassembler emit something, which cuts any other flow's
+    # pending chunk: a segment's (fpm, fidx) is the first of them since its flow's previous segment.
+    emit_pm = array("d")
+    emit_idx = array("q")
+    seen: dict[bytes, int] = {}  # flow -> how many emitting segments came before its latest segment
+    idx = 0
+    for ts, src, sport, dst, dport, seq, ack, flags, payload in capture.segments():
+        if ts > pm:
+            pm = ts
+        flow = _flow_key(src, sport, dst, dport)
+        before = seen.get(flow, 0)
+        if before < len(emit_pm):
+            cols["fpm"].append(emit_pm[before])
+            cols["fidx"].append(emit_idx[before])
+        else:
+            cols["fpm"].append(None)
+            cols["fidx"].append(None)
+        truncated = flags & TRUNCATED
+        if truncated or flags & (SYN | FIN | RST) or len(payload):
+            emit_pm.append(pm)
+            emit_idx.append(idx)
+        seen[flow] = len(emit_pm)
+        for name, value in (("flow", flow), ("pm", pm), ("file", file), ("idx", idx), ("ts", ts),
+                            ("src", src), ("sport", sport), ("dst", dst), ("dport", dport), ("seq", seq),
+                            ("ack", ack), ("flags", flags),
+                            ("payload", None if truncated else bytes(payload)),
+                            ("cut", payload if truncated else 0), ("meta", None)):
+            cols[name].append(value)
+        idx += 1
+        if len(cols["pm"]) >= BATCH_ROWS:
+            yield pa.RecordBatch.from_pydict(cols, schema=SEGMENTS)
+            cols = {name: [] for name in SEGMENTS.names}
+    if cols["pm"]:
+        yield pa.RecordBatch.from_pydict(cols, schema=SEGMENTS)
+    c = capture.counts
+    meta = FileMeta(file, path, capture.format, list(capture.linktypes), capture.size, c.packets, c.non_tcp,
+                    c.fragments, c.cut_short, c.first_ts, c.last_ts, pm if idx else None,
+                    list(capture.warnings))
+    row: dict[str, list] = {name: [None] for name in SEGMENTS.names}
+    row["meta"] = [codec.dumps(meta)]
+    yield pa.RecordBatch.from_pydict(row, schema=SEGMENTS)
+
+
+# -- stage 2: one reassembler and decoder per flow --------------------------------------------------------
+
+
+class _Rows:
+    """Stage 2's output rows, buffered into Arrow batches."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {name: [] for name in EVENTS.names}
+
+    def add(self, kind: int, key: str | None, order: tuple, blob: bytes) -> None:
+        c = self.cols
+        c["kind"].append(kind)
+        c["key"].append(key)
+        for name, value in zip(ORDER_COLUMNS, order, strict=True):
+            c[name].append(value)
+        c["blob"].append(blob)
+
+    def full(self) -> bool:
+        return len(self.cols["kind"]) >= BATCH_ROWS
+
+    def take(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_pydict(self.cols, schema=EVENTS)
+        self.cols = {name: [] for name in EVENTS.names}
+        return batch
+
+
+NO_ORDER = (0.0, 0.0, 0, 0.0, 0, 0, 0)
+
+
+def event_ts(event: DecodeEvent) -> float:
+    return event.request_ts if isinstance(event, Exchange) else event.ts
+
+
+class _Flow:
+    """Reassembles and decodes one flow (every connection on one 4-tuple) in the merge's order."""
+
+    def __init__(self, config: TaskConfig, stats: FlowStats, rows: _Rows) -> None:
+        self.config, self.stats, self.rows = config, stats, rows
+        self.capture = CaptureStats()
+        self.reassembler = Reassembler(config.limits, self.capture, conn_id=self._conn_id)
+        self.decoder = Decoder(ports=config.ports, auto_detect=config.auto_detect,
+                               on_not_kafka=self.reassembler.drop, keep_records=config.keep_records)
+        self.position: tuple[float, int, int] = (0.0, 0, 0)
+        self.opened_at: dict[int, tuple[float, int, int]] = {}
+        self.links: set[tuple[str, str]] = set()
+
+    def _conn_id(self, _sip: bytes, _sp: int, _dip: bytes, _dp: int, _ts: float) -> int:
+        # Unique across the run (the opening segment's file and index); renumbered on the driver in the
+        # merge's order of openings, which is how the in-process reassembler numbers connections.
+        pm, file, idx = self.position
+        conn = (file << 40) | idx
+        self.opened_at[conn] = self.position
+        self.rows.add(CONN, None, (0.0, 0.0, 0, pm, file, idx, 0), codec.dumps(conn))
+        return conn
+
+    def run(self, segments: Iterator[tuple]) -> None:
+        reassembler = self.reassembler
+        for event in reassembler.events(self._segments(segments), finish=False):
+            self._feed(event, 0, self.position)
+        reassembler.finish(self.config.end_ts)
+        while reassembler.out:
+            event = reassembler.out.popleft()
+            self._feed(event, 1, self._opening(event.conn))
+        for event in self.decoder.finish():
+            self._decoded(event, 2, self._opening(event.conn))
+        s = self.stats
+        _add_capture(s.capture, self.capture)
+        _add_decode(s.decode, self.decoder.stats)
+        s.kafka_connections += self.decoder.kafka_connections
+        s.evicted += reassembler.evicted
+        s.forced_gaps += reassembler.forced_gaps
+        for key, identity in sorted(self.links):
+            self.rows.add(LINK, key, NO_ORDER, identity.encode())
+
+    def _segments(self, rows: Iterator[tuple]) -> Iterator[tuple]:
+        """Segment tuples for the reassembler, noting each one's position; where the in-process
+        reassembler would have cut this flow's pending chunk because another flow emitted something,
+        cut it too, at that other segment's position."""
+        reassembler = self.reassembler
+        for (_flow, pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload, cut, fpm, fidx,
+             _meta) in rows:
+            if fpm is not None and reassembler._pend is not None:
+                self.position = (fpm, file, fidx)
+                reassembler.flush()
+                while reassembler.out:
+                    self._feed(reassembler.out.popleft(), 0, self.position)
+            self.position = (pm, file, idx)
+            yield (ts, src, sport, dst, dport, seq, ack, flags, cut if flags & TRUNCATED else payload)
+
+    def _opening(self, conn: int) -> tuple[float, int, int]:
+        return self.opened_at.get(conn, (0.0, 0, 0))
+
+    def _feed(self, event, phase: int, position: tuple[float, int, int]) -> None:
+        decoded = self.decoder.feed(event)
+        if not isinstance(event, ConnectionOpened):
+            # The in-process engine's clock: the latest capture event time it was fed.
+            ts = getattr(event, "ts", None) or getattr(event, "last_ts", None)
+            if ts is not None and ts > self.stats.last_event_ts:
+                self.stats.last_event_ts = ts
+        for d in decoded:
+            self._decoded(d, phase, position)
+
+    def _decoded(self, event: DecodeEvent, phase: int, position: tuple[float, int, int]) -> None:
+        pm, file, idx = position
+        ets = event_ts(event)
+        # Released once the clock passes request time + window; the driver turns release times past the
+        # capture's last event into "at the end" (inf), and the decoder's own finish is always at the end.
+        if phase == 2:
+            rel = INF
+        else:
+            clock = self.config.end_ts if phase == 1 else pm
+            rel = max(clock if clock is not None else -INF, ets + self.config.reorder_window)
+        self.stats.serial += 1  # the order events left the decoder in, within one position
+        order = (rel, ets, phase, pm, file, idx, self.stats.serial)
+        blob = codec.dumps(event)
+        if isinstance(event, Exchange) and self.config.keep_tables:
+            self.rows.add(TABLE, None, order, blob)
+        if is_context(event):
+            self.rows.add(CONTEXT, None, order, blob)
+        else:
+            keys = producer_keys(event)
+            for key in keys:
+                self.rows.add(KEYED, key, order, blob)
+            if keys:
+                found = identities(event)
+                self.links.update((key, identity) for key in keys for identity in (key, *found))
+
+
+def identities(event: Exchange) -> set[str]:
+    """The producer ids and groups an exchange touches: keys that share one share audit state (a producer
+    id under a transactional id and under "pid:N", a group committed to by a transaction and directly),
+    so the engine folds them together. Naming too many only costs parallelism, never correctness."""
+    found = {f"pid:{b.header.producer_id}" for b in event.batches if b.header.producer_id >= 0}
+    for body in (event.request, event.response):
+        if isinstance(body, Struct):
+            _walk(body, found)
+    return found
+
+
+def _walk(body: Struct, found: set[str]) -> None:
+    for name, value in zip(body._fields, body, strict=True):
+        if isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, Struct):
+                    _walk(item, found)
+        elif name.endswith("producer_id") and isinstance(value, int) and value >= 0:
+            found.add(f"pid:{value}")
+        elif name.endswith("group_id") and isinstance(value, str) and value:
+            found.add(f"group:{value}")
+        elif name.endswith("transactional_id") and isinstance(value, str) and value:
+            found.add(value)
+
+
+def _add_capture(total: CaptureStats, part: CaptureStats) -> None:
+    for name in ("connections", "gaps", "gap_bytes", "truncated_packets", "overlaps_differing",
+                 "dropped_by_limits"):
+        setattr(total, name, getattr(total, name) + getattr(part, name))
+
+
+def _add_decode(total: DecodeStats, part: DecodeStats) -> None:
+    for name in ("requests", "responses", "exchanges", "unmatched_requests", "unmatched_responses", "errors",
+                 "undecoded_bodies", "resyncs", "tls_connections"):
+        setattr(total, name, getattr(total, name) + getattr(part, name))
+    by_api = total.by_api if total.by_api is not None else {}
+    total.by_api = by_api
+    for api, c in (part.by_api or {}).items():
+        t = by_api.get(api)
+        if t is None:
+            t = by_api[api] = type(c)(versions=set())
+        t.requests += c.requests
+        t.responses += c.responses
+        t.exchanges += c.exchanges
+        t.versions = (t.versions or set()) | (c.versions or set())
+
+
+def decode(config: TaskConfig):
+    """mapInArrow over segment rows sorted by (flow, pm, file, idx): decode events and counters."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = _Rows()
+        stats = FlowStats(CaptureStats(), DecodeStats(by_api={}))
+        for flow, segments in itertools.groupby(_segment_rows(batches), key=lambda row: row[0]):
+            if flow is None:  # the files' summaries, passed through
+                for row in segments:
+                    rows.add(FILE_META, None, NO_ORDER, row[-1])
+                continue
+            _Flow(config, stats, rows).run(segments)
+            if rows.full():
+                yield rows.take()
+        rows.add(FLOW_STATS, None, NO_ORDER, codec.dumps(stats))
+        yield rows.take()
+
+    return run
+
+
+def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
+    for batch in batches:
+        yield from zip(*(batch.column(name).to_pylist() for name in SEGMENTS.names), strict=True)
+
+
+# -- stage 3: the audit fold per producer key ------------------------------------------------------------
+
+
+def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
+    """The event with the in-process engine's connection number."""
+    conn = conns.get(event.conn, event.conn)
+    if isinstance(event, Exchange):
+        batches = tuple(replace(b, conn=conn) for b in event.batches)
+        return replace(event, conn=conn, batches=batches)
+    if isinstance(event, ConnectionLost | ConnectionEnded):
+        return replace(event, conn=conn)
+    return event
+
+
+@dataclass(slots=True)
+class KeySetState(AuditState):
+    """The fold's state for a group of producer keys that share state (see `identities`): it owns each of
+    them, and, like any one-key state, leaves the capture gaps to the CONTEXT_KEY group."""
+
+    keys: frozenset[str] = frozenset()
+
+    def owns(self, key: str | None) -> bool:
+        return key in self.keys
+
+
+def fold(config: TaskConfig, context: list[tuple[tuple, bytes]], conns: dict[int, int],
+         groups: dict[str, frozenset[str]]):
+    """mapInArrow over KEYED rows sorted by (group, order): one fold per group of keys over its events
+    and the context events, merged in audit order; each group's AuditOutput pickled."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        context_events = [(order, renumber(codec.loads(blob), conns)) for order, blob in context]
+        names: list[str] = []
+        blobs: list[bytes] = []
+        for group, events in _keyed(batches):
+            auditor = Auditor(config.audit)
+            auditor.state = KeySetState(config=config.audit, key=group, keys=groups[group])
+            for _order, event in heapq.merge(_once(events, conns), iter(context_events), key=lambda x: x[0]):
+                auditor.feed(event)
+            names.append(group)
+            blobs.append(codec.dumps(auditor.finish(config.end_ts)))
+        yield pa.RecordBatch.from_pydict({"key": names, "blob": blobs},
+                                         schema=pa.schema([("key", pa.string()), ("blob", pa.binary())]))
+
+    return run
+
+
+def _once(events: Iterator[tuple[tuple, bytes]], conns: dict[int, int]
+          ) -> Iterator[tuple[tuple, DecodeEvent]]:
+    """A group's events, each once: an event of several keys of the group came once per key."""
+    previous = None
+    for order, blob in events:
+        if order != previous:
+            previous = order
+            yield order, renumber(codec.loads(blob), conns)
+
+
+def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tuple[tuple, bytes]]]]:
+    """Rows sorted by (group, order) as one iterator per group, streamed."""
+    def rows() -> Iterator[tuple[str, tuple, bytes]]:
+        for batch in batches:
+            orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
+            yield from zip(batch.column("group").to_pylist(), orders, batch.column("blob").to_pylist(),
+                           strict=True)
+
+    for group, rows_of_group in itertools.groupby(rows(), key=lambda row: row[0]):
+        yield group, ((order, blob) for _group, order, blob in rows_of_group)
+
+
+def group_keys(links: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Each producer key's group: keys linked through a shared identity (`identities`) fold together.
+    Identities are named like keys ("pid:N", "group:G", a transactional id), so a key is linked to
+    another that it names, too."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    keys: set[str] = set()
+    for key, identity in links:
+        keys.add(key)
+        a, b = find(key), find(identity)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    return {key: "@" + find(key) for key in keys}
+
+
+def context_output(config: TaskConfig, context: list[tuple[tuple, bytes]], conns: dict[int, int]):
+    """The CONTEXT_KEY group: the capture gaps, which belong to no producer."""
+    auditor = Auditor(config.audit, key=CONTEXT_KEY)
+    for _order, blob in context:
+        auditor.feed(renumber(codec.loads(blob), conns))
+    return auditor.finish(config.end_ts)
+
+
+def read_path(path: str) -> str:
+    """The path a worker opens: absolute, so a worker with another working directory finds it."""
+    return os.path.abspath(path)
+
+
