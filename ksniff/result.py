@@ -38,4 +38,7 @@ class AuditResult:
             "producers": [p.as_contract() for p in self.producers],
             "transactions": [t.as_contract() for t in self.transactions],
             "findings": [f.as_contract() for f in self.findings],
+            # additions to CONTRACT.md: which engine ran, and the damage a partial result reports
+            "engine": self.engine,
+            "warnings": list(self.warnings),
         }
