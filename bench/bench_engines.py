@@ -3,8 +3,8 @@
 The set at scale N is N copies of the corpus captures (tests/pcaps, classic pcap over Ethernet), copy k
 with every IPv4 address rewritten to 10.x.y.1 / 10.x.y.2 (x.y = k) and shifted k hours later, so each
 copy's connections are its own; each file holds 16 consecutive copies of one capture (like rotated files)
-and the files of different captures overlap in time, as from several capture points. Prints wall times per engine and scale and
-the first scale where Spark wins (the crossover). Run by hand:
+and the files of different captures overlap in time, as from several capture points. Prints wall
+times per engine and scale, and the first scale where Spark wins (the crossover). Run by hand:
 
     python bench/bench_engines.py [--scales 1,8,32,128] [--master local[*]] [--check]
 
