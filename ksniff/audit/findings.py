@@ -28,6 +28,13 @@ def judge(answer: int | None, *, unverified: bool, explained_by_loss: bool,
     return severity
 
 
+def broker_verdict(answer: int | None) -> str:
+    """What the broker did with a request, for a finding's message."""
+    if answer is None:
+        return "no answer from the broker"
+    return "broker accepted it" if answer == 0 else f"broker answered {error_name(answer)}"
+
+
 def exchange_evidence(ex: Exchange, answer: int | None = None) -> dict[str, Any]:
     evidence: dict[str, Any] = {
         "api": f"{ex.api_name} v{ex.api_version}",

@@ -10,7 +10,7 @@ activity, judged by the broker's answer: rejected -> `producer_fenced` (warning)
 from __future__ import annotations
 
 from ksniff.audit.codes import FENCING_ERRORS, error_name
-from ksniff.audit.findings import exchange_evidence, judge, make
+from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, ProducerState, TxnIdState
 from ksniff.decode.events import Exchange
@@ -130,12 +130,11 @@ def epoch_regression(transactional_id: str | None, producer_id: int, epoch: int,
     """A request carrying a lower epoch than one already seen for its producer id."""
     evidence = exchange_evidence(ex, answer)
     evidence["highest_epoch"] = highest
-    verdict = {0: "accepted", None: "no answer"}.get(answer, f"answered {error_name(answer)}")
     out.append(make(FindingKind.EPOCH_REGRESSION,
                     judge(answer, unverified=unverified, explained_by_loss=False), ex.request_ts,
                     f"{what} of producer id {producer_id} carried epoch {epoch} after epoch {highest}; "
-                    f"broker {verdict}", evidence, unverified=unverified, transactional_id=transactional_id,
-                    producer_id=producer_id, producer_epoch=epoch, topic=topic, partition=partition))
+                    f"{broker_verdict(answer)}", evidence, unverified=unverified,
+                    transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch, topic=topic, partition=partition))
 
 
 def highest_epoch(state: AuditState, producer_id: int) -> int:

@@ -9,8 +9,8 @@ duplicate: `warning` when the broker deduplicated it, `critical` when it wrote i
 
 from __future__ import annotations
 
-from ksniff.audit.codes import DUPLICATE_SEQUENCE_NUMBER, error_name
-from ksniff.audit.findings import batch_evidence, judge, make
+from ksniff.audit.codes import DUPLICATE_SEQUENCE_NUMBER
+from ksniff.audit.findings import batch_evidence, broker_verdict, judge, make
 from ksniff.audit.identity import (
     adopt,
     epoch_regression,
@@ -171,14 +171,14 @@ def _sequence_finding(ex: Exchange, b: ProducedBatch, p: ProducerState, placemen
     if deduplicated:
         evidence["deduplicated"] = True
         severity = Severity.WARNING  # the broker caught it: nothing was written twice
-        verdict = "deduplicated it"
+        verdict = "broker deduplicated it"
     else:
         severity = judge(answer, unverified=lost, explained_by_loss=_EXPLAINED_BY_LOSS[placement])
-        verdict = {0: "accepted", None: "no answer"}.get(answer, f"answered {error_name(answer)}")
+        verdict = broker_verdict(answer)
     label = placement.value.replace("_", " ")
     out.append(make(_SEQ_KIND[placement], severity, ex.request_ts,
                     f"{label} on {b.topic}-{b.partition}: producer id {h.producer_id} epoch "
-                    f"{h.producer_epoch} sent sequence {h.base_sequence}, expected {expected}; broker "
+                    f"{h.producer_epoch} sent sequence {h.base_sequence}, expected {expected}; "
                     f"{verdict}", evidence, unverified=lost, transactional_id=p.transactional_id,
                     producer_id=h.producer_id, producer_epoch=h.producer_epoch, topic=b.topic,
                     partition=b.partition))
