@@ -134,7 +134,8 @@ def epoch_regression(transactional_id: str | None, producer_id: int, epoch: int,
                     judge(answer, unverified=unverified, explained_by_loss=False), ex.request_ts,
                     f"{what} of producer id {producer_id} carried epoch {epoch} after epoch {highest}; "
                     f"{broker_verdict(answer)}", evidence, unverified=unverified,
-                    transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch, topic=topic, partition=partition))
+                    transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+                    topic=topic, partition=partition))
 
 
 def highest_epoch(state: AuditState, producer_id: int) -> int:
