@@ -82,6 +82,7 @@ def timed(fn, *args, **kw):
 def comparable(result) -> dict:
     doc = result.as_contract()
     doc.pop("version")
+    doc.pop("engine", None)
     return doc
 
 

@@ -74,7 +74,8 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
 
     spark = session.spark
     partitions = shuffle_partitions(total, session.parallelism)
-    audit = AuditConfig() if config.txn_timeout_ms is None else AuditConfig(txn_timeout_ms=config.txn_timeout_ms)
+    audit = (AuditConfig() if config.txn_timeout_ms is None
+             else AuditConfig(txn_timeout_ms=config.txn_timeout_ms))
     task_config = tasks.TaskConfig(config.ports, config.auto_detect, config.keep_records, config.keep_tables,
                                    config.reorder_window, config.limits, audit)
 
@@ -87,7 +88,10 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
     metas = sorted((codec.loads(r["meta"]) for r in
                     segments.filter(F.col("flow").isNull()).select("meta").collect()), key=lambda m: m.file)
     end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
-    task_config = _replace_end(task_config, end_ts)
+    pms = sorted(segments.filter(F.col("flow").isNotNull()).select("pm").distinct()
+                 .toArrow().column(0).to_pylist())
+    every = Reassembler(config.limits)._sweep_every
+    task_config = _replace_end(task_config, end_ts, tasks.sweep_ticks(pms, every))
 
     # Stage 2: per flow, in the merge's order.
     events = (segments.repartition(partitions, "flow")
@@ -150,10 +154,10 @@ def _extract(listing: list[tuple[int, str, str]]):
     return run
 
 
-def _replace_end(task_config, end_ts: float | None):
+def _replace_end(task_config, end_ts: float | None, ticks: tuple[float, ...]):
     from dataclasses import replace
 
-    return replace(task_config, end_ts=end_ts)
+    return replace(task_config, end_ts=end_ts, ticks=ticks)
 
 
 def _order(row: dict, last_event: float) -> tuple:

@@ -88,6 +88,9 @@ class TaskConfig:
     limits: CaptureLimits | None
     audit: AuditConfig
     end_ts: float | None = None  # the capture's last segment time: where the reassembler closes everything
+    # When the in-process reassembler sweeps for idle connections: it does so on capture time, at the
+    # first segment of any connection at least `every` seconds after the last sweep (see `sweep_ticks`).
+    ticks: tuple[float, ...] = ()
 
 
 @dataclass(slots=True)
@@ -241,8 +244,12 @@ class _Flow:
 
     def run(self, segments: Iterator[tuple]) -> None:
         reassembler = self.reassembler
+        reassembler._next_sweep = INF  # sweeps come from the run's clock (`_sweep_until`), not the flow's
+        self.tick = 0
         for event in reassembler.events(self._segments(segments), finish=False):
             self._feed(event, 0, self.position)
+        if self.config.end_ts is not None:
+            self._sweep_until(self.config.end_ts, self.position[1])
         reassembler.finish(self.config.end_ts)
         while reassembler.out:
             event = reassembler.out.popleft()
@@ -270,8 +277,22 @@ class _Flow:
                 reassembler.flush()
                 while reassembler.out:
                     self._feed(reassembler.out.popleft(), 0, self.position)
+            self._sweep_until(pm, file)
             self.position = (pm, file, idx)
             yield (ts, src, sport, dst, dport, seq, ack, flags, cut if flags & TRUNCATED else payload)
+
+    def _sweep_until(self, pm: float, file: int) -> None:
+        """The idle sweeps the in-process reassembler ran up to merge position `pm`: each at the first
+        segment of the run with ts >= its time, so before any segment whose running maximum reached it."""
+        ticks, reassembler = self.config.ticks, self.reassembler
+        while self.tick < len(ticks) and ticks[self.tick] <= pm:
+            now = ticks[self.tick]
+            self.tick += 1
+            if reassembler._conns:
+                self.position = (now, file, -1)
+                reassembler._sweep(now)
+                while reassembler.out:
+                    self._feed(reassembler.out.popleft(), 0, self.position)
 
     def _opening(self, conn: int) -> tuple[float, int, int]:
         return self.opened_at.get(conn, (0.0, 0, 0))
@@ -385,6 +406,21 @@ def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 
 
 # -- stage 3: the audit fold per producer key ------------------------------------------------------------
+
+
+def sweep_ticks(pms, every: float) -> tuple[float, ...]:
+    """The times of the in-process reassembler's sweeps, from the sorted distinct running maxima of
+    every file: the first at the first segment, each next at the first segment `every` seconds on."""
+    import numpy as np
+
+    values = np.asarray(pms, dtype=np.float64)
+    ticks: list[float] = []
+    i = 0
+    while i < len(values):
+        tick = float(values[i])
+        ticks.append(tick)
+        i = int(np.searchsorted(values, tick + every, side="left"))
+    return tuple(ticks)
 
 
 def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:

@@ -38,6 +38,7 @@ def comparable(result, inputs: bool = True) -> dict:
     """The JSON document without what may differ by engine (version) or by file layout (inputs)."""
     doc = result.as_contract()
     del doc["version"]
+    doc.pop("engine", None)
     if not inputs:
         del doc["inputs"]
     return doc
