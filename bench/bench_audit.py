@@ -1,0 +1,164 @@
+"""Whole-audit benchmark: `ksniff audit FILE --json OUT` against tshark's bare Kafka dissection.
+
+Captures come from bench/gen_captures.py (recorded once into bench/out/, reused after). For each capture,
+in one run and alternating so that cache and frequency effects hit both alike, N repetitions of
+
+    ksniff audit FILE --json OUT
+    tshark -r FILE -d tcp.port==9092,kafka -Y kafka -T fields -e kafka.api_key > /dev/null
+
+then the median wall time of each, the median of the per-repetition ratios, and the peak RSS of each
+child (from wait4's rusage, per process). `--live` replays the bulk capture onto loopback at top speed
+with tcpreplay while `ksniff live lo` runs, and reports packets/s and kernel drops. Run by hand as root:
+
+    python bench/bench_audit.py [--repeat 3] [--captures bulk,txn,bulk1g] [--csv] [--live]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import gen_captures  # noqa: E402
+
+KSNIFF = [sys.executable, "-m", "ksniff.cli"]
+PORT = gen_captures.PORT
+
+
+def timed(cmd: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS in MiB, exit code) of one child process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, cwd=BENCH.parent)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode not in (0, 1):  # 1: ksniff found something, still a complete run
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {err.strip()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024, proc.returncode
+
+
+def ksniff_cmd(path: Path, out: Path, extra: list[str]) -> list[str]:
+    return [*KSNIFF, "audit", str(path), "--json", str(out), "--quiet", *extra]
+
+
+def tshark_cmd(path: Path) -> list[str]:
+    return ["tshark", "-n", "-r", str(path), "-d", f"tcp.port=={PORT},kafka", "-Y", "kafka", "-T", "fields",
+            "-e", "kafka.api_key"]
+
+
+def bench_file(name: str, repeat: int, extra: list[str], tmp: Path) -> dict:
+    path = gen_captures.ensure(name)
+    out = tmp / f"{name}.json"
+    ours, theirs, ratios, ours_rss, theirs_rss = [], [], [], [], []
+    for _ in range(repeat):
+        t_ours, rss, _ = timed(ksniff_cmd(path, out, extra))
+        t_theirs, rss_t, _ = timed(tshark_cmd(path))
+        ours.append(t_ours)
+        theirs.append(t_theirs)
+        ratios.append(t_ours / t_theirs)
+        ours_rss.append(rss)
+        theirs_rss.append(rss_t)
+    doc = json.loads(out.read_text())
+    return {
+        "capture": name, "mb": path.stat().st_size / 1e6, "packets": doc["capture"]["packets"],
+        "exchanges": doc["decode"]["exchanges"], "gaps": doc["capture"]["gaps"],
+        "findings": len(doc["findings"]),
+        "ksniff_s": statistics.median(ours), "tshark_s": statistics.median(theirs),
+        "ratio": statistics.median(ratios), "ksniff_rss": max(ours_rss), "tshark_rss": max(theirs_rss),
+    }
+
+
+def print_table(rows: list[dict], repeat: int, extra: list[str]) -> None:
+    print(f"\nksniff audit {' '.join(extra)} --json vs tshark -Y kafka -T fields, median of {repeat}")
+    head = (f"{'capture':8}{'MB':>7}{'packets':>10}{'exchanges':>10}{'ksniff s':>10}{'tshark s':>10}"
+            f"{'ratio':>7}{'ksniff MiB':>12}{'tshark MiB':>12}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['capture']:8}{r['mb']:7,.0f}{r['packets']:10,}{r['exchanges']:10,}{r['ksniff_s']:10.2f}"
+              f"{r['tshark_s']:10.2f}{r['ratio']:6.2f}x{r['ksniff_rss']:12,.0f}{r['tshark_rss']:12,.0f}")
+    for r in rows:
+        if r["gaps"] or r["findings"]:
+            print(f"note: {r['capture']}: {r['gaps']} gaps, {r['findings']} findings (expected none)")
+
+
+# --------------------------------------------------------------------------- live
+
+
+def bench_live(name: str, tmp: Path, loops: int) -> dict:
+    """Replay `name` onto loopback at top speed while `ksniff live lo` audits it."""
+    path = gen_captures.ensure(name)
+    out = tmp / "live.json"
+    cmd = [*KSNIFF, "live", "lo", "--port", str(PORT), "--json", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            cwd=BENCH.parent)
+    try:
+        line = proc.stderr.readline()  # "capturing on lo": the socket is open
+        if "capturing" not in line:
+            sys.exit(f"ksniff live did not start: {line.strip()}")
+        replay = subprocess.run(["tcpreplay", "--topspeed", "-i", "lo", f"--loop={loops}", str(path)],
+                                capture_output=True, text=True, check=True).stdout
+    finally:
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        started = time.perf_counter()
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        tail = time.perf_counter() - started
+    err = proc.stderr.read()
+    doc = json.loads(out.read_text())
+    sent = int(re.search(r"Actual: (\d+) packets", replay).group(1))
+    replay_s = float(re.search(r"packets \(\d+ bytes\) sent in ([\d.]+) seconds", replay).group(1))
+    drops = re.search(r"the kernel dropped (\d+) packets", " ".join(doc.get("warnings", [])) + err)
+    return {"sent": sent, "replay_s": replay_s, "pps": sent / replay_s, "captured": doc["capture"]["packets"],
+            "kernel_drops": int(drops.group(1)) if drops else 0, "finish_s": tail,
+            "rss": usage.ru_maxrss / 1024, "exchanges": doc["decode"]["exchanges"],
+            "gaps": doc["capture"]["gaps"]}
+
+
+def print_live(r: dict, name: str) -> None:
+    print(f"\nksniff live lo while tcpreplay --topspeed -i lo replays {name}")
+    print(f"sent {r['sent']:,} packets in {r['replay_s']:.2f}s ({r['pps']:,.0f} packets/s); ksniff captured "
+          f"{r['captured']:,}, kernel drops {r['kernel_drops']:,}, missing {r['sent'] - r['captured']:,}; "
+          f"{r['exchanges']:,} exchanges, {r['gaps']} gaps; report {r['finish_s']:.1f}s after SIGTERM; "
+          f"peak RSS {r['rss']:,.0f} MiB")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--captures", default="bulk,txn,bulk1g", help="comma-separated (gen_captures.py)")
+    parser.add_argument("--csv", action="store_true", help="also write every table (ksniff audit --csv DIR)")
+    parser.add_argument("--live", action="store_true", help="only the live benchmark")
+    parser.add_argument("--live-capture", default="bulk")
+    parser.add_argument("--loops", type=int, default=1, help="tcpreplay --loop for --live")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root (recording captures, live capture)")
+    with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        if args.live:
+            print_live(bench_live(args.live_capture, tmp, args.loops), args.live_capture)
+            return
+        extra = ["--csv", str(tmp / "csv")] if args.csv else []
+        rows = []
+        for name in args.captures.split(","):
+            rows.append(bench_file(name, args.repeat, extra, tmp))
+            print(f"{name}: done", file=sys.stderr)
+        print_table(rows, args.repeat, extra[:1])
+
+
+if __name__ == "__main__":
+    main()
