@@ -7,8 +7,11 @@ rejected, and the second commits one transaction of its own.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
+import sys
 
 from harness import Ledger, log
 
@@ -16,6 +19,7 @@ STORY = ("commit", "abort", "commit")
 RECORDS_PER_TXN = 4
 PARTITIONS_WRITTEN = 2  # of the topic's 3
 TIMEOUT_S = 15
+VALUE_SIZE = 0  # pad record values to this many bytes (segments in the MTU 1500 capture)
 
 
 def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
@@ -29,7 +33,7 @@ def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
 
 
 def _record(txn: int, i: int) -> tuple[bytes, bytes]:
-    return f"k{txn}-{i}".encode(), f"value {txn}-{i}".encode()
+    return f"k{txn}-{i}".encode(), f"value {txn}-{i} ".ljust(VALUE_SIZE, ".").encode()
 
 
 # --------------------------------------------------------------------------- confluent-kafka
@@ -202,3 +206,31 @@ async def _aiokafka_story(bootstrap: str, topic: str, tid: str, ledger: Ledger) 
     await second.stop()
     ledger.records_produced += acked
     return zombie_error
+
+
+STORIES = {"confluent": confluent_story, "kafka-python": kafka_python_story, "aiokafka": aiokafka_story}
+
+
+def main() -> None:
+    """Tell a story from another network namespace; prints what happened as JSON on stdout."""
+    global VALUE_SIZE
+    parser = argparse.ArgumentParser()
+    parser.add_argument("story", choices=sorted(STORIES))
+    parser.add_argument("bootstrap")
+    parser.add_argument("topic")
+    parser.add_argument("tid")
+    parser.add_argument("--value-size", type=int, default=0)
+    parser.add_argument("--create-only", action="store_true", help="only create the topic (3 partitions)")
+    args = parser.parse_args()
+    if args.create_only:
+        create_topics(args.bootstrap, {args.topic: 3})
+        return
+    VALUE_SIZE = args.value_size
+    ledger = Ledger("", "", args.story)
+    zombie_error = STORIES[args.story](args.bootstrap, args.topic, args.tid, ledger)
+    json.dump({"transactions": {t: dict(c) for t, c in ledger.transactions.items()},
+               "records_produced": ledger.records_produced, "zombie_error": zombie_error}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

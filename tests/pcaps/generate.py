@@ -47,10 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.scenarios or list(SCENARIOS):
         started = time.monotonic()
         log(f"== {name}")
-        try:
-            SCENARIOS[name].record(args.out)
-        except Exception as exc:  # report every scenario, then fail
-            log(f"!! {name} failed: {type(exc).__name__}: {exc}")
+        for attempt in (1, 2):  # a second go for the rare capture that missed a segment
+            try:
+                SCENARIOS[name].record(args.out)
+                break
+            except Exception as exc:  # report every scenario, then fail
+                log(f"!! {name} failed (attempt {attempt}): {type(exc).__name__}: {exc}")
+        else:
             failed.append(name)
         log(f"== {name} done in {time.monotonic() - started:.1f}s")
     if failed:

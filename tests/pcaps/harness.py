@@ -189,21 +189,31 @@ def tcpdump(path: Path, ports: list[int], iface: str = LOOPBACK, netns: str | No
     """Capture whole packets to and from `ports` while the block runs."""
     bpf = " or ".join(f"tcp port {p}" for p in ports)
     # --immediate-mode: without it packets can sit in the kernel ring when tcpdump is stopped.
-    cmd = ["tcpdump", "--immediate-mode", "-U", "-s", "0", "-n", "-Z", "root", "-i", iface,
+    cmd = ["tcpdump", "--immediate-mode", "-U", "-B", "32768", "-s", "0", "-n", "-Z", "root", "-i", iface,
            "-w", str(path), bpf]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        line = proc.stderr.readline()
-        if "listening on" not in line:
-            raise RuntimeError(f"tcpdump did not start: {line.strip()} {proc.stderr.read()}")
+        said = []
+        while not said or "listening on" not in said[-1]:  # `-i any` first says its link type
+            line = proc.stderr.readline()
+            if not line:
+                raise RuntimeError(f"tcpdump did not start: {' '.join(said)}")
+            said.append(line.strip())
         yield
         time.sleep(SETTLE_S)
     finally:
         _stop(proc, signal.SIGINT)
+        stats = " ".join(line.strip() for line in proc.stderr if "packets" in line)
         proc.stderr.close()
+        log(f"tcpdump {path.name}: {stats}")
+        if "0 packets dropped by kernel" not in stats:
+            raise RuntimeError(f"tcpdump lost packets: {stats}")
+    lost = run(["tshark", "-n", "-r", str(path), "-Y", "tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment"])
+    if lost.strip():
+        raise RuntimeError(f"{path.name} misses segments (tshark: lost_segment); record it again")
 
 
 def require_capture_tools() -> None:

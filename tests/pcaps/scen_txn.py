@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import clients
-from harness import Ledger, error_name, mock_cluster, tansu, tcpdump, tshark_view, write_expectations
+from harness import LOOPBACK, Ledger, error_name, mock_cluster, tansu, tcpdump, tshark_view, write_expectations
 from registry import scenario
 
 TOPIC = "txn-out"
@@ -57,23 +57,25 @@ def settle_fence(ledger: Ledger, capture: Path, ports: list[int], zombie_error: 
 
 
 def record_story(out: Path, name: str, client: str, story: Callable, broker: str = "tansu",
-                 port: int | None = None) -> None:
+                 port: int | None = None, host: str = "127.0.0.1", iface: str = LOOPBACK
+                 ) -> tuple[Ledger, list[int]]:
     capture = out / f"{name}.pcap"
     ledger = story_ledger(name, broker, client)
     if broker == "tansu":
-        with tansu(port=port) as bootstrap:
+        with tansu(host, port) as bootstrap:
             clients.create_topics(bootstrap, {TOPIC: 3})
             ports = [int(bootstrap.rsplit(":", 1)[1])]
-            with tcpdump(capture, ports):
+            with tcpdump(capture, ports, iface):
                 zombie_error = story(bootstrap, TOPIC, TID, ledger)
     else:
         with mock_cluster(3) as cluster:
             ports = cluster.ports
-            with tcpdump(capture, ports):
+            with tcpdump(capture, ports, iface):
                 zombie_error = story(cluster.bootstrap, TOPIC, TID, ledger)
             ledger.note("The mock cluster's own keeper client also talks to its brokers.")
     settle_fence(ledger, capture, ports, zombie_error)
     write_expectations(ledger, capture, ports)
+    return ledger, ports
 
 
 @scenario("txn_confluent_tansu", "confluent-kafka transactions (commit, abort, commit), fencing, zombie; tansu:9092")
