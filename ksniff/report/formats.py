@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Protocol
 
-import pandas as pd
-
 from ksniff.report import tables
 
 if TYPE_CHECKING:
+    import pandas as pd  # only the table exports need pandas; tables.py imports it when they run
+
     from ksniff.result import AuditResult
 
 STDOUT = "-"

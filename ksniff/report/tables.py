@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
 from ksniff.audit.model import Finding, Transaction
 from ksniff.decode.events import Exchange, ProducedBatch
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ksniff.result import AuditResult
 
 try:  # the decode room's error table; the report still works (codes only) without it
@@ -321,6 +321,8 @@ class TableRows:
 
 def frame(rows: Iterable[dict[str, Any]], table: str) -> pd.DataFrame:
     """One table as a DataFrame: the schema's columns and dtypes, sorted by time, index 0..n-1."""
+    import pandas as pd  # here, not at the top: importing pandas costs half a second every audit
+
     schema = SCHEMAS[table]
     df = pd.DataFrame.from_records(list(rows), columns=list(schema))
     # `None` in a float column must become NaN before astype; pandas does that for object columns.
@@ -341,6 +343,8 @@ def frames(result: AuditResult) -> dict[str, pd.DataFrame]:
 def utc_timestamps(epoch_seconds: pd.Series) -> pd.Series:
     """Float epoch seconds as UTC timestamps with microsecond resolution (NaN becomes NaT)."""
     # Through whole microseconds: a float epoch is off by a few hundred ns, which must not truncate.
+    import pandas as pd
+
     micros = epoch_seconds.mul(1e6).round()
     return pd.to_datetime(micros, unit="us", utc=True).astype("datetime64[us, UTC]")
 
