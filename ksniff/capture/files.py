@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import mmap
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
@@ -82,6 +83,10 @@ class _Buffer:
     def __init__(self, path: str) -> None:
         self.path = path
         try:
+            # Checked before opening: opening a FIFO blocks until a writer comes, and pipes and devices
+            # cannot be mapped or measured.
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                raise CaptureError(f"{path}: not a regular file (save the capture to a file first)")
             self._file = open(path, "rb")  # noqa: SIM115 - lives as long as the walk
             self.size = os.fstat(self._file.fileno()).st_size
             head = self._file.read(4)
@@ -477,6 +482,8 @@ def _walk(folder: str) -> Iterator[str]:
 def looks_like_capture(path: str) -> bool:
     """Whether the first bytes are a capture magic (inside gzip, too); never raises."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO in a folder would block the walk
+            return False
         with open(path, "rb") as f:
             head = f.read(4)
             if head[:2] == GZIP_MAGIC:
