@@ -51,6 +51,45 @@ class Options:
     verbose: bool
     color: bool
     records: bool
+    limits: Limits
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Memory caps given on the command line; None keeps the engine's default."""
+
+    max_connections: int | None = None
+    max_buffer_bytes: int | None = None
+    max_buffer_total: int | None = None
+    max_frame_bytes: int | None = None
+    max_in_flight: int | None = None
+
+
+def limit_options(f):
+    """Caps on what untrusted traffic can make ksniff hold; what a cap cuts is counted and reported."""
+    count = click.IntRange(min=1)
+    decorators = [
+        click.option("--max-connections", type=count, metavar="N", envvar="KSNIFF_MAX_CONNECTIONS",
+                     help="TCP connections tracked at once; beyond it the longest idle one is closed "
+                          "(default 50000). [env KSNIFF_MAX_CONNECTIONS]"),
+        click.option("--max-buffer-bytes", type=count, metavar="BYTES", envvar="KSNIFF_MAX_BUFFER_BYTES",
+                     help="Out-of-order bytes held per connection direction; beyond it the hole waited "
+                          "for becomes a gap (default 4194304). [env KSNIFF_MAX_BUFFER_BYTES]"),
+        click.option("--max-buffer-total", type=count, metavar="BYTES", envvar="KSNIFF_MAX_BUFFER_TOTAL",
+                     help="Out-of-order bytes held across all connections (default 134217728). "
+                          "[env KSNIFF_MAX_BUFFER_TOTAL]"),
+        click.option("--max-frame-bytes", type=click.IntRange(min=64), metavar="BYTES",
+                     envvar="KSNIFF_MAX_FRAME_BYTES",
+                     help="Largest Kafka frame decoded; a larger size is skipped and the stream "
+                          "resynchronised (default 104857600, Kafka's socket.request.max.bytes). "
+                          "[env KSNIFF_MAX_FRAME_BYTES]"),
+        click.option("--max-in-flight", type=count, metavar="N", envvar="KSNIFF_MAX_IN_FLIGHT",
+                     help="Requests awaiting a response per connection; beyond it the oldest is given "
+                          "up as unanswered (default 4096). [env KSNIFF_MAX_IN_FLIGHT]"),
+    ]
+    for decorator in reversed(decorators):
+        f = decorator(f)
+    return f
 
 
 def common_options(f):
@@ -83,7 +122,7 @@ def common_options(f):
     ]
     for decorator in reversed(decorators):
         f = decorator(f)
-    return f
+    return limit_options(f)
 
 
 def make_options(kw: dict) -> Options:
@@ -104,6 +143,9 @@ def make_options(kw: dict) -> Options:
         verbose=kw["verbose"],
         color=not no_color,
         records=kw["records"],
+        limits=Limits(max_connections=kw["max_connections"], max_buffer_bytes=kw["max_buffer_bytes"],
+                      max_buffer_total=kw["max_buffer_total"], max_frame_bytes=kw["max_frame_bytes"],
+                      max_in_flight=kw["max_in_flight"]),
     )
 
 

@@ -17,12 +17,24 @@ def _consoles(opts: Options) -> tuple[Console, Console]:
 
 
 def _engine_config(opts: Options):
+    from dataclasses import replace
+
+    from ksniff.capture import CaptureLimits
     from ksniff.engine.local import EngineConfig
 
     keep_tables = bool(opts.csv_dir or opts.parquet_dir or opts.producer)
-    return EngineConfig(ports=opts.ports, auto_detect=not opts.ports_explicit,
-                        txn_timeout_ms=opts.txn_timeout_ms, keep_tables=keep_tables,
-                        keep_records=opts.records)
+    lim = opts.limits
+    caps = {name: value for name, value in (("max_connections", lim.max_connections),
+                                            ("ooo_bytes_per_direction", lim.max_buffer_bytes),
+                                            ("ooo_bytes_total", lim.max_buffer_total)) if value is not None}
+    config = EngineConfig(ports=opts.ports, auto_detect=not opts.ports_explicit,
+                          txn_timeout_ms=opts.txn_timeout_ms, keep_tables=keep_tables,
+                          keep_records=opts.records, limits=CaptureLimits(**caps) if caps else None)
+    if lim.max_frame_bytes is not None:
+        config = replace(config, max_frame=lim.max_frame_bytes)
+    if lim.max_in_flight is not None:
+        config = replace(config, max_in_flight=lim.max_in_flight)
+    return config
 
 
 def exit_code(result: AuditResult, opts: Options) -> int:

@@ -90,6 +90,8 @@ class CaptureStats:
     truncated_packets: int = 0  # captured length shorter than the headers or the TCP payload
     overlaps_differing: int = 0  # retransmitted bytes that disagreed with what was already delivered
     dropped_by_limits: int = 0  # segments or bytes dropped because a memory cap was hit
+    evicted_connections: int = 0  # closed early because the connection cap was reached
+    forced_gaps: int = 0  # holes given up as gaps because an out-of-order buffer cap was reached
     kernel_drops: int = 0  # live capture only
 
     def as_contract(self) -> dict:
@@ -102,4 +104,8 @@ class CaptureStats:
             "gap_bytes": self.gap_bytes,
             "first_ts": self.first_ts,
             "last_ts": self.last_ts,
+            # Additions to the contract's keys: damage and limits, so a partial result says why.
+            "truncated_packets": self.truncated_packets,
+            "evicted_connections": self.evicted_connections,
+            "forced_gaps": self.forced_gaps,
         }

@@ -318,6 +318,7 @@ class Reassembler:
     def _force_gap(self, h: _Half) -> None:
         """A cap was hit: give up waiting for the first hole and deliver what follows it."""
         self.stats.dropped_by_limits += 1
+        self.stats.forced_gaps += 1
         self.forced_gaps += 1
         self._gap(h, h.nxt, h.ooo[0][0] - h.nxt, self._now)
         self._drain(h)
@@ -472,6 +473,7 @@ class Reassembler:
                 self._close(conn, now, "evicted")
                 self.evicted += 1
                 self.stats.dropped_by_limits += 1
+                self.stats.evicted_connections += 1
             self._forget(conn)
 
     # -- control ------------------------------------------------------------------------------------

@@ -61,6 +61,9 @@ class CaptureRun:
             if c.fragments:
                 self.warnings.append(f"{f.path}: {c.fragments} IP fragments not reassembled")
         self.warnings.extend(self.reassembler.warnings())
+        if stats.truncated_packets:
+            self.warnings.append(f"{stats.truncated_packets} packets cut short by the capture's snapshot "
+                                 "length: the bytes beyond it are missing (counted as gaps)")
 
 
 def segments(files: list[CaptureFile]) -> Iterator[tuple]:

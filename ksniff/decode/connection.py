@@ -101,16 +101,17 @@ class Connection:
         self.last_ts = last_ts
         if from_src == self.client_is_src:
             splitter = self.requests
-            before = splitter.malformed
+            before, over = splitter.malformed, splitter.oversized
             for frame in splitter.feed(data, first_ts, last_ts, offset):
                 self._request(frame, out)
         else:
             splitter = self.responses
-            before = splitter.malformed
+            before, over = splitter.malformed, splitter.oversized
             for frame in splitter.feed(data, first_ts, last_ts, offset):
                 self._response(frame, out)
         if splitter.malformed != before:
             self.dec.stats.errors += splitter.malformed - before
+            self.dec.stats.oversized_frames += splitter.oversized - over
         return out
 
     def gap(self, from_src: bool, offset: int, length: int, ts: float) -> list[DecodeEvent]:
@@ -158,6 +159,7 @@ class Connection:
             out.append(self._unanswered(old))
         self.pending[header.correlation_id] = pending
         if len(self.pending) > dec.max_in_flight:
+            dec.stats.in_flight_evicted += 1
             out.append(self._unanswered(self.pending.pop(next(iter(self.pending)))))
 
     # -- responses ---------------------------------------------------------------------------------

@@ -79,6 +79,8 @@ class Decoder:
         self._conns: dict[int, Connection] = {}
         self._undecided: dict[int, _Undecided] = {}
         self._ported: dict[int, ConnectionOpened] = {}  # on a Kafka port, awaiting the first bytes
+        # Gaps that came before a ported connection's first bytes: its decoding starts resynchronising.
+        self._early_gaps: dict[int, list[StreamGap]] = {}
         self._ignored: set[int] = set()
 
     # -- the engine's interface --------------------------------------------------------------------
@@ -96,6 +98,8 @@ class Decoder:
             u = self._undecided.get(event.conn)
             if u is not None:
                 u.events.append(event)
+            elif event.conn in self._ported:
+                self._early_gaps.setdefault(event.conn, []).append(event)
             return []
         if isinstance(event, ConnectionOpened):
             return self._opened(event)
@@ -110,7 +114,19 @@ class Decoder:
             out += self._closed(conn, self._last_ts(conn), "end_of_capture")
         self._undecided.clear()
         self._ported.clear()
+        self._early_gaps.clear()
         return out
+
+    def warnings(self) -> list[str]:
+        """What the decode limits cut, one line each, for the run's warnings."""
+        notes = []
+        if self.stats.oversized_frames:
+            notes.append(f"frame size limit ({self.max_frame} bytes) reached: {self.stats.oversized_frames} "
+                         "frames skipped")
+        if self.stats.in_flight_evicted:
+            notes.append(f"in-flight request limit ({self.max_in_flight} per connection) reached: "
+                         f"{self.stats.in_flight_evicted} requests given up as unanswered")
+        return notes
 
     def topic_name(self, topic_id: Any) -> str:
         """A topic id's name when a Metadata response told it, else the id as a string."""
@@ -180,6 +196,7 @@ class Decoder:
         self._ignored.discard(conn)
         self._undecided.pop(conn, None)
         self._ported.pop(conn, None)
+        self._early_gaps.pop(conn, None)
         c = self._conns.pop(conn, None)
         if c is None:
             return []
@@ -193,6 +210,7 @@ class Decoder:
         self._ignored.add(conn)
         self._undecided.pop(conn, None)
         self._ported.pop(conn, None)
+        self._early_gaps.pop(conn, None)
         if self.on_not_kafka is not None:
             self.on_not_kafka(conn)
 
@@ -227,8 +245,11 @@ class Decoder:
             client_is_src = False
         else:  # both sides on Kafka ports and no handshake: the side sending requests is the client
             client_is_src = ev.from_src == (self.request_check.header_at(bytes(ev.data[:64]), 0) != NONE)
-        return self._start(opened, client_is_src).chunk(ev.from_src, ev.data, ev.first_ts, ev.last_ts,
-                                                         ev.offset)
+        c = self._start(opened, client_is_src)
+        out: list[DecodeEvent] = []
+        for g in self._early_gaps.pop(opened.conn, ()):
+            out += c.gap(g.from_src, g.offset, g.length, g.ts)
+        return out + c.chunk(ev.from_src, ev.data, ev.first_ts, ev.last_ts, ev.offset)
 
     # -- auto-detection ----------------------------------------------------------------------------
 

@@ -136,6 +136,8 @@ class DecodeStats:
     undecoded_bodies: int = 0  # versions newer than the tables, or APIs whose bodies are skipped
     resyncs: int = 0
     tls_connections: int = 0
+    oversized_frames: int = 0  # frame sizes above the cap (max_frame): skipped, the stream resynchronised
+    in_flight_evicted: int = 0  # requests given up as unanswered because the in-flight cap was reached
     by_api: dict[str, ApiCounts] | None = None
 
     def as_contract(self) -> dict:
@@ -146,6 +148,9 @@ class DecodeStats:
             "unmatched_requests": self.unmatched_requests,
             "unmatched_responses": self.unmatched_responses,
             "errors": self.errors,
+            # Additions to the contract's keys: what the decode limits cut.
+            "oversized_frames": self.oversized_frames,
+            "in_flight_evicted": self.in_flight_evicted,
             "by_api": {
                 name: {
                     "requests": c.requests,

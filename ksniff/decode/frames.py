@@ -43,7 +43,7 @@ class FrameSplitter:
     """Splits one direction of a connection into frames."""
 
     __slots__ = ("max_frame", "min_size", "max_buffer", "buf", "buf_ts", "buf_offset", "need", "syncing",
-                 "finder", "malformed", "skipped", "next_offset")
+                 "finder", "malformed", "oversized", "skipped", "next_offset")
 
     def __init__(self, *, min_size: int, max_frame: int = DEFAULT_MAX_FRAME,
                  max_buffer: int | None = None, finder: Finder | None = None, syncing: bool = False) -> None:
@@ -58,6 +58,7 @@ class FrameSplitter:
         self.syncing = syncing
         self.finder = finder
         self.malformed = 0  # frames whose size was out of range
+        self.oversized = 0  # ... of which above the cap (max_frame)
         self.skipped = 0  # bytes skipped while resynchronising
         self.next_offset: int | None = None
 
@@ -109,6 +110,8 @@ class FrameSplitter:
             size = _SIZE(data, pos)[0]
             if size < self.min_size or size > self.max_frame:
                 self.malformed += 1
+                if size > self.max_frame:
+                    self.oversized += 1
                 self.syncing = True
                 pos += 1
                 continue

@@ -85,7 +85,8 @@ def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: 
     return AuditResult(inputs=list(run.inputs), capture=stats, decode=pipeline.decoder.stats,
                        producers=list(output.producers), transactions=list(output.transactions),
                        findings=list(output.findings), exchanges=pipeline.exchanges,
-                       batches=pipeline.batches, engine="live", warnings=list(run.warnings))
+                       batches=pipeline.batches, engine="live",
+                       warnings=list(run.warnings) + pipeline.decoder.warnings())
 
 
 class _Nothing:

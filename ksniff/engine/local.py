@@ -17,7 +17,9 @@ from ksniff.audit import AuditConfig, Auditor
 from ksniff.capture import CaptureLimits, read_files
 from ksniff.capture.events import ConnectionOpened
 from ksniff.decode import Decoder
+from ksniff.decode.decoder import DEFAULT_MAX_IN_FLIGHT
 from ksniff.decode.events import DecodeEvent, Exchange
+from ksniff.decode.frames import DEFAULT_MAX_FRAME
 from ksniff.report.tables import batch_row, exchange_row
 from ksniff.result import AuditResult
 
@@ -30,7 +32,9 @@ class EngineConfig:
     keep_tables: bool = True  # build exchange and batch rows (exports, --producer); off saves memory
     keep_records: bool = False
     reorder_window: float = 5.0
-    limits: CaptureLimits | None = None
+    limits: CaptureLimits | None = None  # the reassembler's caps (connections, out-of-order bytes)
+    max_frame: int = DEFAULT_MAX_FRAME  # bytes; a frame claiming more is skipped and counted
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests awaiting a response, per connection
 
 
 def event_ts(event: DecodeEvent) -> float:
@@ -65,7 +69,8 @@ class Pipeline:
     def __init__(self, config: EngineConfig, on_not_kafka: Callable[[int], None] | None = None) -> None:
         self.config = config
         self.decoder = Decoder(ports=config.ports, auto_detect=config.auto_detect,
-                               on_not_kafka=on_not_kafka, keep_records=config.keep_records)
+                               on_not_kafka=on_not_kafka, keep_records=config.keep_records,
+                               max_frame=config.max_frame, max_in_flight=config.max_in_flight)
         audit_config = AuditConfig() if config.txn_timeout_ms is None else AuditConfig(
             txn_timeout_ms=config.txn_timeout_ms)
         self.auditor = Auditor(audit_config)
@@ -124,5 +129,5 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
         exchanges=sorted(pipeline.exchanges, key=lambda r: r["ts"]),
         batches=sorted(pipeline.batches, key=lambda r: r["ts"]),
         engine="local",
-        warnings=list(run.warnings),
+        warnings=list(run.warnings) + pipeline.decoder.warnings(),
     )
