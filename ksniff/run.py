@@ -47,7 +47,8 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console) -> int
     from ksniff.report.terminal import render_report
 
     for warning in result.warnings:
-        err.print(f"ksniff: warning: {warning}", markup=False, highlight=False)
+        # One line per warning whatever the terminal's width, so scripts can grep them.
+        err.print(f"ksniff: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     try:
         if opts.json_path:
             write_json(result, opts.json_path)
