@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -47,7 +48,8 @@ ERROR_NAMES = {
     0: "NONE", 3: "UNKNOWN_TOPIC_OR_PARTITION", 6: "NOT_LEADER_OR_FOLLOWER", 15: "COORDINATOR_NOT_AVAILABLE",
     16: "NOT_COORDINATOR", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
     47: "INVALID_PRODUCER_EPOCH", 48: "INVALID_TXN_STATE", 49: "INVALID_PRODUCER_ID_MAPPING",
-    50: "INVALID_TRANSACTION_TIMEOUT", 51: "CONCURRENT_TRANSACTIONS", 53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    50: "INVALID_TRANSACTION_TIMEOUT", 51: "CONCURRENT_TRANSACTIONS",
+    53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
     59: "UNKNOWN_PRODUCER_ID", 90: "PRODUCER_FENCED", 2: "CORRUPT_MESSAGE", 87: "INVALID_RECORD",
     -1: "UNKNOWN_SERVER_ERROR", 35: "UNSUPPORTED_VERSION", 76: "UNSUPPORTED_COMPRESSION_TYPE",
     42: "INVALID_REQUEST", 10: "MESSAGE_TOO_LARGE", 25: "UNKNOWN_MEMBER_ID", 27: "REBALANCE_IN_PROGRESS",
@@ -211,7 +213,8 @@ def tcpdump(path: Path, ports: list[int], iface: str = LOOPBACK, netns: str | No
         log(f"tcpdump {path.name}: {stats}")
         if "0 packets dropped by kernel" not in stats:
             raise RuntimeError(f"tcpdump lost packets: {stats}")
-    lost = run(["tshark", "-n", "-r", str(path), "-Y", "tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment"])
+    lost = run(["tshark", "-n", "-r", str(path), "-Y",
+                "tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment"])
     if lost.strip():
         raise RuntimeError(f"{path.name} misses segments (tshark: lost_segment); record it again")
 
@@ -237,6 +240,7 @@ class TsharkView:
     undecoded: dict[str, list[int]]
     requests: list[dict]  # one per request PDU: frame, api, version, decoded
     errors: dict[str, list[int]]  # error codes in the decoded responses, per API, in capture order
+    producer_ids: list[tuple[int, int]]  # (producer id, epoch) InitProducerId answered, in capture order
 
 
 def _find_key(node: object, key: str) -> bool:
@@ -272,6 +276,7 @@ def tshark_view(path: Path, ports: list[int]) -> TsharkView:
     undecoded: dict[str, set[int]] = defaultdict(set)
     exchanges: Counter[str] = Counter()
     errors: dict[str, list[int]] = defaultdict(list)
+    producer_ids: list[tuple[int, int]] = []
     requests = []
     for packet in packets:
         layers = packet["_source"]["layers"]
@@ -291,6 +296,9 @@ def tshark_view(path: Path, ports: list[int]) -> TsharkView:
                     undecoded[api].add(version)
             elif "kafka.request_frame" in pdu:
                 exchanges[api] += 1
+                if api == "InitProducerId" and "kafka.producer_id" in pdu:
+                    # tshark reads these fields at every version clients use, even where it warns.
+                    producer_ids.append((int(pdu["kafka.producer_id"]), int(pdu["kafka.producer_epoch"])))
                 if not unsupported:
                     errors[api].extend(int(e) for e in _values(pdu, "kafka.error"))
     decoded = {api: n for api, n in exchanges.items() if api not in undecoded}
@@ -305,6 +313,7 @@ def tshark_view(path: Path, ports: list[int]) -> TsharkView:
         undecoded={api: sorted(v) for api, v in sorted(undecoded.items())},
         requests=requests,
         errors=dict(errors),
+        producer_ids=producer_ids,
     )
 
 
@@ -408,3 +417,32 @@ def write_expectations(ledger: Ledger, capture: Path, ports: list[int]) -> dict:
 
 def run(cmd: list[str]) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
+def records_in_produce_frames(path: Path, frames: list[int]) -> int:
+    """How many records the Produce requests in these frames carry (each frame one whole request)."""
+    from kafka.protocol.producer import ProduceRequest
+
+    total = 0
+    for frame in frames:
+        payload = bytes.fromhex(run(["tshark", "-n", "-r", str(path), "-Y", f"frame.number=={frame}",
+                                     "-T", "fields", "-e", "tcp.payload"]).strip().replace(":", ""))
+        (api_key, version) = struct.unpack_from(">hh", payload, 4)
+        if api_key != 0:
+            raise ValueError(f"frame {frame} is not a Produce request")
+        request = ProduceRequest.decode(payload[4:], version=version, header=True)
+        for topic in request.topic_data:
+            for partition in topic.partition_data:
+                total += _records_in_batches(bytes(partition.records or b""))
+    return total
+
+
+def _records_in_batches(data: bytes) -> int:
+    """Sum the record counts of the v2 record batches in `data` (batch length at 8, count at 57)."""
+    count, offset = 0, 0
+    while offset + 61 <= len(data):
+        (batch_length,) = struct.unpack_from(">i", data, offset + 8)
+        (records,) = struct.unpack_from(">i", data, offset + 57)
+        count += records
+        offset += 12 + batch_length
+    return count

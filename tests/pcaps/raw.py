@@ -96,15 +96,15 @@ class RawConnection:
         return self.call(ApiVersionsRequest(), "ApiVersions")
 
     def metadata(self, topics: list[str]):
-        return self.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-                                         allow_auto_topic_creation=True), "Metadata")
+        wanted = [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
+        return self.call(MetadataRequest(topics=wanted, allow_auto_topic_creation=True), "Metadata")
 
     def find_coordinator(self, transactional_id: str):
         return self.call(FindCoordinatorRequest(key=transactional_id, key_type=1), "FindCoordinator")
 
     def init_producer_id(self, transactional_id: str | None, timeout_ms: int = 60000) -> tuple[int, int, int]:
-        r = self.call(InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=timeout_ms),
-                      "InitProducerId")
+        request = InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=timeout_ms)
+        r = self.call(request, "InitProducerId")
         return r.error_code, r.producer_id, r.producer_epoch
 
     def add_partitions(self, transactional_id: str, producer_id: int, epoch: int, topic: str,
@@ -115,7 +115,8 @@ class RawConnection:
             v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic,
                                                                                    partitions=partitions)],
         ), "AddPartitionsToTxn")
-        return [p.partition_error_code for t in r.results_by_topic_v3_and_below for p in t.results_by_partition]
+        topics = r.results_by_topic_v3_and_below
+        return [p.partition_error_code for t in topics for p in t.results_by_partition]
 
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
         r = self.call(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id,

@@ -57,6 +57,7 @@ def duplicate_and_gap(conn: RawConnection, ledger: Ledger) -> None:
 
 def _hung_up(conn: RawConnection, ledger: Ledger, what: str, api: str, **detail: object) -> None:
     ledger.answer(what, api, None, **detail)
+    ledger.may_also_find.append({"kind": "unanswered_request", "max_severity": "warning"})
     ledger.note(f"{ledger.broker} closed the connection instead of answering '{what}' ({api}); "
                 "the client reconnected from a new port.")
     conn.reconnect()
@@ -92,7 +93,8 @@ def stale_epoch(conn: RawConnection, ledger: Ledger) -> None:
     tid = ZOMBIE_TID
     conn.find_coordinator(tid)
     err, old_pid, old_epoch = conn.init_producer_id(tid)
-    ledger.answer("first instance: InitProducerId", "InitProducerId", err, producer_id=old_pid, epoch=old_epoch)
+    ledger.answer("first instance: InitProducerId", "InitProducerId", err, producer_id=old_pid,
+                  epoch=old_epoch)
     errors = _transaction(conn, tid, old_pid, old_epoch, 1, 0, "zombie-before", ledger, "first instance")
     if any(errors):
         raise RuntimeError(f"{tid}: the first instance's own transaction failed: {errors}")
@@ -114,12 +116,12 @@ def stale_epoch(conn: RawConnection, ledger: Ledger) -> None:
     if same_pid:
         # The same producer id with a lower epoch than the broker already handed out.
         ledger.finding("epoch_regression", ACCEPTED_MEANS if not rejected else REJECTED_MEANS, **where)
+    ledger.finding("producer_fenced", "info", **where)  # the takeover itself
     if rejected:
         ledger.fence(tid, error_name(rejected[0]))
         ledger.finding("producer_fenced", REJECTED_MEANS, **where)
     else:
         ledger.fence(tid, None)
-        ledger.finding("producer_fenced", "info", **where)
     if prod_err == 0 or end_err == 0:
         ledger.finding("zombie_write_accepted", ACCEPTED_MEANS, **{**where, "topic": TOPIC, "partition": 1})
     if prod_err == 0:
@@ -129,8 +131,8 @@ def stale_epoch(conn: RawConnection, ledger: Ledger) -> None:
     elif prod_err == 0 or add_err == 0:
         ledger.txn(tid, "open")  # the zombie began a transaction the broker let it into, and never ended it
 
-    errors = _transaction(conn, tid, new_pid, new_epoch, 1, 0 if not same_pid or new_epoch != old_epoch else 4,
-                          "new-instance", ledger, "second instance")
+    # A new producer id or a new epoch starts its sequences at 0.
+    errors = _transaction(conn, tid, new_pid, new_epoch, 1, 0, "new-instance", ledger, "second instance")
     if any(errors):
         raise RuntimeError(f"{tid}: the second instance's transaction failed: {errors}")
     ledger.txn(tid, "commit")
@@ -145,7 +147,8 @@ def hanging(conn: RawConnection, ledger: Ledger) -> None:
     ledger.answer(f"InitProducerId with TransactionTimeoutMs={HANG_TIMEOUT_MS}", "InitProducerId", err,
                   producer_id=pid, epoch=epoch)
     added = conn.add_partitions(tid, pid, epoch, TOPIC, [0])
-    ledger.answer("hanging transaction: AddPartitionsToTxn", "AddPartitionsToTxn", next((e for e in added if e), 0))
+    ledger.answer("hanging transaction: AddPartitionsToTxn", "AddPartitionsToTxn",
+                  next((e for e in added if e), 0))
     err, offset = conn.produce(TOPIC, 0, record_batch(pid, epoch, 0, 2, True, "hang"), transactional_id=tid)
     ledger.answer("hanging transaction: Produce", "Produce", err, base_offset=offset)
     if err:

@@ -29,7 +29,8 @@ def bulk(bootstrap: str, codec: str, ledger: Ledger) -> None:
     for i in range(RECORDS):
         # Repetitive values so that compression has something to do.
         value = f"reading {i:05d} sensor=alpha status=ok status=ok status=ok".encode()
-        producer.produce(TOPIC, value, f"k{i % 16}".encode(), partition=i % PARTITIONS, on_delivery=on_delivery)
+        producer.produce(TOPIC, value, f"k{i % 16}".encode(), partition=i % PARTITIONS,
+                         on_delivery=on_delivery)
         if i % 60 == 59:
             producer.flush(15)  # a few rounds of batches per partition, so sequences advance
     producer.flush(15)
@@ -56,9 +57,8 @@ def record_codec(out: Path, codec: str) -> None:
 
 
 def _register(codec: str) -> None:
-    scenario(f"idempotent_{codec}_tansu", f"idempotent bulk producer, 4 partitions, compression {codec}; tansu")(
-        lambda out: record_codec(out, codec)
-    )
+    summary = f"idempotent bulk producer, 4 partitions, compression {codec}; tansu"
+    scenario(f"idempotent_{codec}_tansu", summary)(lambda out: record_codec(out, codec))
 
 
 for _codec in CODECS:

@@ -41,7 +41,8 @@ def consume_transform_produce(bootstrap: str, ledger: Ledger) -> None:
 
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": CTP_GROUP, "isolation.level": "read_committed",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": "corpus-ctp-consumer", **GROUP_TIMING,
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": "corpus-ctp-consumer",
+        **GROUP_TIMING,
     })
     consumer.subscribe([SOURCE])
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": TID, "client.id": "corpus-ctp"})
@@ -60,7 +61,8 @@ def consume_transform_produce(bootstrap: str, ledger: Ledger) -> None:
 
     plain = Consumer({
         "bootstrap.servers": bootstrap, "group.id": PLAIN_GROUP, "isolation.level": "read_committed",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": "corpus-plain-consumer", **GROUP_TIMING,
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": "corpus-plain-consumer",
+        **GROUP_TIMING,
     })
     plain.subscribe([SINK])
     for msg in _consume(plain, SEED):
@@ -68,8 +70,8 @@ def consume_transform_produce(bootstrap: str, ledger: Ledger) -> None:
     plain.close()
 
 
-@scenario("ctp_confluent_tansu", "consume-transform-produce (read_committed group, send_offsets_to_transaction) "
-          "and a plain group committing offsets; confluent-kafka on tansu")
+@scenario("ctp_confluent_tansu", "consume-transform-produce (read_committed group, "
+          "send_offsets_to_transaction) and a plain group committing offsets; confluent-kafka on tansu")
 def ctp_confluent_tansu(out: Path) -> None:
     name = "ctp_confluent_tansu"
     capture = out / f"{name}.pcap"

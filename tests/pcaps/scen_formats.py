@@ -18,7 +18,16 @@ from pathlib import Path
 
 import clients
 import scen_txn
-from harness import Ledger, log, run, tansu, tcpdump, tshark_view, write_expectations
+from harness import (
+    Ledger,
+    log,
+    records_in_produce_frames,
+    run,
+    tansu,
+    tcpdump,
+    tshark_view,
+    write_expectations,
+)
 from registry import scenario
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +63,8 @@ def pcapng(out: Path) -> None:
 def sll2(out: Path) -> None:
     name = "txn_confluent_tansu_sll2"
     ledger, ports = _story(out, name, port=9092, iface="any")
-    linktype = run(["tshark", "-r", str(out / f"{name}.pcap"), "-c", "1", "-T", "fields", "-e", "frame.encap_type"])
+    linktype = run(["tshark", "-r", str(out / f"{name}.pcap"), "-c", "1", "-T", "fields",
+                    "-e", "frame.encap_type"])
     log(f"{name}: link type code {linktype.strip()}")
 
 
@@ -81,19 +91,25 @@ def loss(out: Path) -> None:
         target = out / f"{name}.pcap"
         run(["editcap", "-F", "pcap", str(base), str(target), str(produce), str(end)])
         ledger.scenario = name
+        lost_records = records_in_produce_frames(base, [produce])
+        ledger.extra["records_acknowledged"] = ledger.records_produced
+        ledger.records_produced -= lost_records
         ledger.transactions[scen_txn.TID]["abort"] -= 1
         ledger.txn(scen_txn.TID, "unknown")
-        ledger.finding("capture_gap", "warning", transactional_id=None, producer_id=None, topic=None,
+        ledger.finding("capture_gap", "info", transactional_id=None, producer_id=None, topic=None,
                        partition=None)
         ledger.may_also_find.append({"kind": "sequence_gap", "max_severity": "warning"})
+        ledger.may_also_find.append({"kind": "unanswered_request", "max_severity": "warning"})
         ledger.extra["deleted_frames"] = [produce, end]
         ledger.note(
             f"Derived from a capture of the same scenario by deleting frame {produce} (the first Produce "
             f"request of the aborted transaction) and frame {end} (its EndTxn request) with editcap. That "
-            "transaction's outcome is therefore unknown; its records are missing from the capture though "
-            "the broker acknowledged them (records_produced is what the scenario did). Later batches on "
+            f"transaction's outcome is therefore unknown; its {lost_records} records in that request are "
+            "missing from the capture though the broker acknowledged them: records_produced counts what "
+            "the capture still shows, records_acknowledged what the broker acknowledged. Later batches on "
             "the same partitions seem to skip sequence numbers: that rests on lost bytes, so never "
-            "critical. The gap itself is expected as a warning (the audit cannot vouch for the lost part)."
+            "critical. The gap itself is context (info); the producer_fenced warning keeps the capture "
+            "unclean."
         )
         write_expectations(ledger, target, ports)
 

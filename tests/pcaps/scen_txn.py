@@ -6,7 +6,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import clients
-from harness import LOOPBACK, Ledger, error_name, mock_cluster, tansu, tcpdump, tshark_view, write_expectations
+from harness import (
+    LOOPBACK,
+    Ledger,
+    error_name,
+    mock_cluster,
+    tansu,
+    tcpdump,
+    tshark_view,
+    write_expectations,
+)
 from registry import scenario
 
 TOPIC = "txn-out"
@@ -36,23 +45,34 @@ def story_ledger(name: str, broker: str, client: str) -> Ledger:
 
 
 def settle_fence(ledger: Ledger, capture: Path, ports: list[int], zombie_error: str) -> None:
-    """Name the broker's answer to the zombie from the wire where tshark decodes it, else from the client."""
+    """Findings of the takeover and of the zombie's attempt, from what the broker answered."""
+    view = tshark_view(capture, ports)
     where = {"transactional_id": TID, "producer_id": None, "topic": None, "partition": None}
+    # The first two InitProducerId answers are the two instances' (the mock's keeper sends none).
+    (old_pid, old_epoch), (new_pid, new_epoch) = view.producer_ids[:2]
+    same_pid = old_pid == new_pid
+    ledger.extra["takeover"] = {"same_producer_id": same_pid, "epochs": [old_epoch, new_epoch]}
+    ledger.note(f"{ledger.broker} answered the takeover with "
+                + ("the same producer id and a bumped epoch." if same_pid else "a new producer id."))
+    ledger.finding("producer_fenced", "info", **where)  # the takeover itself
     if not zombie_error:
         # The broker let the old instance write and commit after the takeover.
         ledger.fence(TID, None)
-        ledger.finding("producer_fenced", "info", **where)
+        if same_pid:
+            ledger.finding("epoch_regression", "critical", **where)
         ledger.finding("zombie_write_accepted", "critical", **where)
         ledger.note("The broker did NOT fence the first instance: its AddPartitionsToTxn, Produce and "
                     "EndTxn(commit) after the takeover all succeeded (counted as a commit of "
                     f"{TID} and in records_produced).")
         return
-    view = tshark_view(capture, ports)
     wire = [e for api in ("AddPartitionsToTxn", "Produce", "EndTxn") for e in view.errors.get(api, []) if e]
     broker_error = error_name(wire[0]) if wire else CLIENT_FENCE_ERRORS.get(zombie_error, zombie_error)
     source = "the capture (tshark)" if wire else f"the client's error ({zombie_error})"
     ledger.fence(TID, broker_error)
     ledger.finding("producer_fenced", "warning", **where)
+    if same_pid:
+        # The zombie's requests carry the old epoch of a producer id that already has a newer one.
+        ledger.finding("epoch_regression", "warning", **where)
     ledger.note(f"The broker answered the zombie with {broker_error} (read from {source}).")
 
 
@@ -78,7 +98,8 @@ def record_story(out: Path, name: str, client: str, story: Callable, broker: str
     return ledger, ports
 
 
-@scenario("txn_confluent_tansu", "confluent-kafka transactions (commit, abort, commit), fencing, zombie; tansu:9092")
+@scenario("txn_confluent_tansu",
+          "confluent-kafka transactions (commit, abort, commit), fencing, zombie; tansu:9092")
 def txn_confluent_tansu(out: Path) -> None:
     record_story(out, "txn_confluent_tansu", "confluent-kafka", clients.confluent_story, port=9092)
 
@@ -96,4 +117,5 @@ def txn_aiokafka_mock(out: Path) -> None:
 
 @scenario("txn_confluent_mock", "the same story with confluent-kafka on librdkafka's 3-broker mock cluster")
 def txn_confluent_mock(out: Path) -> None:
-    record_story(out, "txn_confluent_mock", "confluent-kafka", clients.confluent_story, broker="librdkafka-mock")
+    record_story(out, "txn_confluent_mock", "confluent-kafka", clients.confluent_story,
+                 broker="librdkafka-mock")
