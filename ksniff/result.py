@@ -24,6 +24,7 @@ class AuditResult:
     engine: str = "local"
     version: str = __version__
     warnings: list[str] = field(default_factory=list)  # damage reported for a partial result
+    records: list[dict] | None = None  # rows of the `records` table; None unless --records asked for them
 
     def as_contract(self) -> dict:
         return {

@@ -86,7 +86,8 @@ def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: 
                        producers=list(output.producers), transactions=list(output.transactions),
                        findings=list(output.findings), exchanges=pipeline.exchanges,
                        batches=pipeline.batches, engine="live",
-                       warnings=list(run.warnings) + pipeline.decoder.warnings())
+                       warnings=list(run.warnings) + pipeline.decoder.warnings(),
+                       records=pipeline.records)
 
 
 class _Nothing:

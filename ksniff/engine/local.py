@@ -20,7 +20,7 @@ from ksniff.decode import Decoder
 from ksniff.decode.decoder import DEFAULT_MAX_IN_FLIGHT
 from ksniff.decode.events import DecodeEvent, Exchange
 from ksniff.decode.frames import DEFAULT_MAX_FRAME
-from ksniff.report.tables import batch_row, exchange_row
+from ksniff.report.tables import batch_row, exchange_row, record_rows
 from ksniff.result import AuditResult
 
 
@@ -80,6 +80,7 @@ class Pipeline:
         self.findings_so_far: list = []
         self.last_ts: float | None = None
         self.exchanges_seen = 0
+        self.records: list[dict] | None = [] if config.keep_records else None
 
     def feed(self, capture_event) -> None:
         ts = getattr(capture_event, "ts", None) or getattr(capture_event, "last_ts", None)
@@ -96,6 +97,9 @@ class Pipeline:
             if self.config.keep_tables:
                 self.exchanges.append(exchange_row(event))
                 self.batches.extend(batch_row(b) for b in event.batches)
+            if self.records is not None:
+                for b in event.batches:
+                    self.records.extend(record_rows(b))
         self.findings_so_far.extend(self.auditor.feed(event))
 
     def finish(self):
@@ -130,4 +134,5 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
         batches=sorted(pipeline.batches, key=lambda r: r["ts"]),
         engine="local",
         warnings=list(run.warnings) + pipeline.decoder.warnings(),
+        records=pipeline.records,
     )

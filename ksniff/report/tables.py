@@ -1,7 +1,8 @@
 """The four export tables (CONTRACT.md): row builders, an incremental accumulator, and pandas frames.
 
 `exchanges` (one row per request/response), `batches` (one row per record batch written),
-`transactions` and `findings`: the same fields as the JSON, one column each, sorted by time. Rows are plain
+`transactions` and `findings`: the same fields as the JSON, one column each, sorted by time. With
+`--records` only, a fifth table `records` holds every record's key, value and headers (base64). Rows are plain
 dicts so the local engine can build them as events flow and Spark can build them inside its workers.
 
 Conventions, the same in every table:
@@ -18,6 +19,7 @@ body lacking a field (or not decoded at all) simply leaves the cell empty.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ksniff.audit.model import Finding, Transaction
 from ksniff.decode.events import Exchange, ProducedBatch
+from ksniff.decode.records import iter_records
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,11 +118,26 @@ FINDING_SCHEMA: dict[str, str] = {
     "evidence": "string",  # JSON object
 }
 
+# Only with --records: record keys and values are private data, never exported unless asked for.
+RECORD_SCHEMA: dict[str, str] = {
+    "ts": "float64",  # the Produce request's
+    "topic": "string",
+    "partition": "Int64",
+    "offset": "Int64",  # assigned by the broker; empty when its answer was not captured
+    "producer_id": "Int64",
+    "transactional_id": "string",
+    "timestamp_ms": "Int64",  # the record's own timestamp
+    "key": "string",  # base64 (keys and values are bytes); empty for a null key
+    "value": "string",  # base64; empty for a null value (a tombstone)
+    "headers": "string",  # JSON list of [key, base64 value or null]
+}
+
 SCHEMAS: dict[str, dict[str, str]] = {
     "exchanges": EXCHANGE_SCHEMA,
     "batches": BATCH_SCHEMA,
     "transactions": TRANSACTION_SCHEMA,
     "findings": FINDING_SCHEMA,
+    "records": RECORD_SCHEMA,
 }
 
 EXCHANGE_COLUMNS = tuple(EXCHANGE_SCHEMA)
@@ -128,12 +146,14 @@ TRANSACTION_COLUMNS = tuple(TRANSACTION_SCHEMA)
 FINDING_COLUMNS = tuple(FINDING_SCHEMA)
 
 # The column each table is sorted by, and every column holding epoch seconds.
-SORT_COLUMN = {"exchanges": "ts", "batches": "ts", "transactions": "start_ts", "findings": "ts"}
+SORT_COLUMN = {"exchanges": "ts", "batches": "ts", "transactions": "start_ts", "findings": "ts",
+               "records": "ts"}
 TIME_COLUMNS = {
     "exchanges": ("ts", "response_ts"),
     "batches": ("ts", "response_ts"),
     "transactions": ("start_ts", "end_ts"),
     "findings": ("ts",),
+    "records": ("ts",),
 }
 
 _SEQUENCE_MODULUS = 2**31  # producer sequences wrap to 0 after Int32.MAX
@@ -257,6 +277,34 @@ def batch_row(b: ProducedBatch) -> dict[str, Any]:
     }
 
 
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def record_rows(b: ProducedBatch) -> list[dict[str, Any]]:
+    """Rows of `records` for one batch whose bytes were kept (--records); [] when they were not, and
+    when they do not decode (a damaged or cut batch: its header row in `batches` still says so)."""
+    if b.records is None or b.header.control:
+        return []
+    try:
+        records = list(iter_records(b.records))
+    except Exception:  # noqa: BLE001 - bytes from the wire; a batch that does not decode has no rows
+        return []
+    first = b.header.base_offset
+    return [{
+        "ts": b.ts,
+        "topic": b.topic,
+        "partition": b.partition,
+        "offset": None if b.base_offset is None else b.base_offset + r.offset - first,
+        "producer_id": b.header.producer_id,
+        "transactional_id": b.transactional_id,
+        "timestamp_ms": r.timestamp,
+        "key": _b64(r.key),
+        "value": _b64(r.value),
+        "headers": to_json_text([[k, _b64(v)] for k, v in r.headers]),
+    } for r in records]
+
+
 def transaction_row(t: Transaction) -> dict[str, Any]:
     return {
         "start_ts": t.start_ts,
@@ -337,6 +385,7 @@ def frames(result: AuditResult) -> dict[str, pd.DataFrame]:
         "batches": frame(result.batches, "batches"),
         "transactions": frame((transaction_row(t) for t in result.transactions), "transactions"),
         "findings": frame((finding_row(f) for f in result.findings), "findings"),
+        **({} if result.records is None else {"records": frame(result.records, "records")}),
     }
 
 
