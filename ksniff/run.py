@@ -105,5 +105,7 @@ def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> 
                             explicit_ports=opts.ports_explicit)
     except CaptureError as e:
         abort(str(e))
+    except KeyboardInterrupt:  # a second Ctrl-C: the user wants out now, without the final report
+        abort("interrupted", 130)
     return _emit(result, opts, out, err)
 

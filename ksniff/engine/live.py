@@ -99,7 +99,23 @@ class _Nothing:
 
 
 def _stop_on_sigterm(run):
+    """SIGTERM and the first Ctrl-C ask the capture to stop; it then drains what the kernel holds.
+
+    A KeyboardInterrupt raised at an arbitrary point could cut an event's decoding in half and lose the
+    exchange in progress, so SIGINT is a request too; a second Ctrl-C interrupts for real.
+    """
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = signal.signal(signal.SIGTERM, lambda *_: run.stop())
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    previous_int = signal.getsignal(signal.SIGINT)
+
+    def on_int(*_):
+        run.stop()
+        signal.signal(signal.SIGINT, previous_int)
+
+    previous_term = signal.signal(signal.SIGTERM, lambda *_: run.stop())
+    signal.signal(signal.SIGINT, on_int)
+
+    def restore():
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+    return restore
