@@ -188,6 +188,12 @@ class Reassembler:
         h.last_ts = ts
         if flags & ACK:
             h.ack_out = ack
+            if h.peer.ooo:
+                # This ACK may cover bytes of the peer that the capture lost: declare that gap now, so
+                # the peer's buffered bytes (a request) come out before this segment's (its response).
+                self._ack_gap(h.peer, ts)
+                self._drain(h.peer)
+                self._refresh(h.peer)
         if flags & SYN:
             if h.base is None:
                 h.isn = seq
@@ -325,7 +331,10 @@ class Reassembler:
         self._refresh(h)
 
     def _refresh(self, h: _Half) -> None:
-        h.fast = h.base is not None and not h.ooo and h.conn.closed is None and not h.conn.dropped
+        # A half whose peer holds out-of-order bytes takes the careful path: its ACKs may end a gap there.
+        for x in (h, h.peer):
+            x.fast = (x.base is not None and not x.ooo and not x.peer.ooo and x.conn.closed is None
+                      and not x.conn.dropped)
 
     # -- output -------------------------------------------------------------------------------------
 

@@ -125,6 +125,20 @@ def test_gap_reported_as_soon_as_the_peer_acks_past_it(tmp_path):
     assert streams(events)[(1, True)] == b"AAA<gap 4>CCDD"
 
 
+def test_peer_ack_past_a_hole_releases_the_request_before_the_response(tmp_path):
+    # A request lost from the capture, the next request buffered behind the hole, then the broker's
+    # response to the lost one, whose ACK covers both requests: the gap and the buffered request must
+    # come out before that response, or the decoder sees an answer before its question.
+    f = Flow()
+    hs = f.handshake()
+    first, _lost, buffered = f.send(True, b"REQ1"), f.send(True, b"REQ2"), f.send(True, b"REQ3")
+    response = f.send(False, b"RESP2")  # its ACK covers REQ2 and REQ3
+    events, _ = read(tmp_path, hs + [first, buffered, response])
+    order = [(e.from_src, e.data) if isinstance(e, StreamChunk) else "gap"
+             for e in events if isinstance(e, StreamChunk | StreamGap)]
+    assert order == [(True, b"REQ1"), "gap", (True, b"REQ3"), (False, b"RESP2")]
+
+
 def test_gap_before_fin_when_connection_closes(tmp_path):
     f = Flow()
     hs = f.handshake()
