@@ -149,7 +149,26 @@ def make_options(kw: dict) -> Options:
     )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class KsniffGroup(click.Group):
+    """click's group, but a usage error is one line on stderr and exit 2 (CONTRACT.md), not a usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as e:
+            where = f" (see '{e.ctx.command_path} --help')" if e.ctx is not None else ""
+            abort(f"{e.format_message()}{where}")
+        except click.ClickException as e:
+            abort(e.format_message(), e.exit_code)
+        except click.Abort:
+            abort("interrupted", 130)
+        sys.exit(code or 0)
+
+
+@click.group(cls=KsniffGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="ksniff")
 def main() -> None:
     """Passive Apache Kafka protocol sniffer and transaction auditor.

@@ -32,3 +32,12 @@ def test_bad_port_is_a_usage_error():
     result = CliRunner().invoke(main, ["audit", "x.pcap", "--port", "99999"])
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+def test_usage_errors_are_one_line_on_stderr():
+    for args in (["audit"], ["audit", "x.pcap", "--txn-timeout", "soon"], ["nope"], ["live"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ksniff: error: "), result.stderr
+        assert result.stdout == ""
