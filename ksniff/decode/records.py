@@ -172,36 +172,114 @@ class Record:
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
+# The most bytes one batch may decompress to. Kafka's own batches are bounded by max.message.bytes
+# (1 MiB by default); a few bytes on the wire must never become gigabytes in memory.
+MAX_DECOMPRESSED = 64 << 20
 
-def _snappy(data: bytes) -> bytes:
+
+class TooLarge(ValueError):
+    """A compressed batch claims to decompress to more than the cap: it is not decompressed."""
+
+
+def _uvarint(data: bytes, pos: int = 0) -> int:
+    value = shift = 0
+    for i in range(pos, min(pos + 5, len(data))):
+        value |= (data[i] & 0x7F) << shift
+        if data[i] < 0x80:
+            return value
+        shift += 7
+    raise ValueError("bad snappy length")
+
+
+def _snappy_raw(block: bytes, cap: int) -> bytes:
+    if _uvarint(block) > cap:  # a raw snappy block starts with its decompressed length
+        raise TooLarge("snappy block larger than the cap")
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _snappy(data: bytes, cap: int) -> bytes:
     # The Java client writes xerial-framed snappy (magic, version, compatible version, then blocks of
     # i32 length + raw snappy); other clients write plain raw snappy. Accept both.
-    if data[:8] == _XERIAL_MAGIC:
-        out = bytearray()
-        pos = 16
-        while pos + 4 <= len(data):
-            n = struct.unpack_from(">i", data, pos)[0]
-            pos += 4
-            out += bytes(cramjam.snappy.decompress_raw(data[pos:pos + n]))
-            pos += n
-        return bytes(out)
-    return bytes(cramjam.snappy.decompress_raw(data))
+    if data[:8] != _XERIAL_MAGIC:
+        return _snappy_raw(data, cap)
+    out = bytearray()
+    pos = 16
+    while pos + 4 <= len(data):
+        n = struct.unpack_from(">i", data, pos)[0]
+        pos += 4
+        out += _snappy_raw(data[pos:pos + n], cap - len(out))
+        pos += n
+    return bytes(out)
+
+
+def _gzip(data: bytes, cap: int) -> bytes:
+    z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out = z.decompress(data, cap)
+    if z.unconsumed_tail:
+        raise TooLarge("gzip data larger than the cap")
+    return out
+
+
+def _zstd(data: bytes, cap: int) -> bytes:
+    # The frame header tells the content size when the writer knew it (Kafka's clients do); without it
+    # the size cannot be bounded before decompressing, so the batch is refused.
+    if len(data) < 6 or data[:4] != b"\x28\xb5\x2f\xfd":
+        raise ValueError("not a zstd frame")
+    descriptor = data[4]
+    fcs_flag, single_segment, dict_flag = descriptor >> 6, descriptor >> 5 & 1, descriptor & 3
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if width == 0 or pos + width > len(data):
+        raise TooLarge("zstd frame without a content size")
+    size = int.from_bytes(data[pos:pos + width], "little") + (256 if width == 2 else 0)
+    if size > cap:
+        raise TooLarge("zstd frame larger than the cap")
+    return bytes(cramjam.zstd.decompress(data, output_len=size))
+
+
+_LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
+
+
+def _lz4(data: bytes, cap: int) -> bytes:
+    # An LZ4 frame is blocks of at most the block maximum its header names: their count times that size
+    # bounds the output, whether or not the optional content size is there.
+    if len(data) < 7 or data[:4] != b"\x04\x22\x4d\x18":
+        raise ValueError("not an lz4 frame")
+    flags, block_max = data[4], _LZ4_BLOCK_MAX.get(data[5] >> 4 & 7)
+    if block_max is None:
+        raise ValueError("bad lz4 block size")
+    pos = 7 + (8 if flags & 0x08 else 0)
+    bound = 0
+    while pos + 4 <= len(data):
+        size = struct.unpack_from("<I", data, pos)[0]
+        if size == 0:
+            break
+        bound += block_max
+        pos += 4 + (size & 0x7FFFFFFF) + (4 if flags & 0x10 else 0)
+    if bound > cap:
+        raise TooLarge("lz4 frame larger than the cap")
+    return bytes(cramjam.lz4.decompress(data))
 
 
 _DECOMPRESS = {
-    "none": bytes,
-    "gzip": lambda d: bytes(cramjam.gzip.decompress(d)),
+    "none": lambda d, cap: bytes(d),
+    "gzip": _gzip,
     "snappy": _snappy,
-    "lz4": lambda d: bytes(cramjam.lz4.decompress(d)),
-    "zstd": lambda d: bytes(cramjam.zstd.decompress(d)),
+    "lz4": _lz4,
+    "zstd": _zstd,
 }
 
 
-def decompress(codec: str, data: bytes) -> bytes:
+def decompress(codec: str, data: bytes, cap: int = MAX_DECOMPRESSED) -> bytes:
+    """Decompresses one batch's records; raises TooLarge, without decompressing, past `cap` bytes."""
     try:
-        return _DECOMPRESS[codec](data)
+        decompressor = _DECOMPRESS[codec]
     except KeyError:
         raise ValueError(f"unknown compression codec {codec!r}") from None
+    try:
+        return decompressor(data, cap)
+    except (zlib.error, cramjam.DecompressionError) as e:
+        raise ValueError(f"{codec} data does not decompress: {e}") from None
 
 
 def iter_records(raw_batch: bytes | memoryview) -> Iterator[Record]:

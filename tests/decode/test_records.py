@@ -16,6 +16,8 @@ from ksniff.decode.records import (
     BATCH_HEADER,
     CONTROL_BIT,
     TRANSACTIONAL_BIT,
+    TooLarge,
+    decompress,
     iter_records,
     parse_batches,
 )
@@ -127,3 +129,23 @@ def test_mutated_batches_never_raise(where, value):
     raw[where % len(raw)] = value
     for h in parse_batches(bytes(raw)):
         assert h.crc_ok in (True, False, None)
+
+
+@pytest.mark.parametrize("codec, encode", [
+    ("gzip", lambda d: bytes(cramjam.gzip.compress(d))),
+    ("snappy", lambda d: bytes(cramjam.snappy.compress_raw(d))),
+    ("lz4", lambda d: bytes(cramjam.lz4.compress(d))),
+    ("zstd", lambda d: bytes(cramjam.zstd.compress(d))),
+])
+def test_decompression_is_refused_past_the_cap_and_exact_below(codec, encode):
+    data = bytes(1 << 20)  # a megabyte of zeros: a few hundred bytes compressed, a bomb in miniature
+    packed = encode(data)
+    with pytest.raises(TooLarge):
+        decompress(codec, packed, cap=64 << 10)
+    assert decompress(codec, packed, cap=1 << 20) == data
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_garbage_does_not_decompress_with_a_value_error(codec):
+    with pytest.raises(ValueError):
+        decompress(codec, b"\x28\xb5\x2f\xfd\x04\x22\x4d\x18 not compressed at all")
