@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 PRODUCE = 0
 METADATA = 3
+INF = float("inf")
 
 _API_HEAD = struct.Struct(">hh").unpack_from
 _CORRELATION = struct.Struct(">i").unpack_from
@@ -120,6 +121,16 @@ class Connection:
         self.unverified = True
         self.dec.stats.resyncs += 1
         return [ConnectionLost(self.conn, self.client, self.broker, ts, offset, length, to_broker)]
+
+    def earliest_ts(self) -> float:
+        """The earliest time an event this connection still owes can carry (inf when it owes none):
+        the oldest request in flight, or a request whose first bytes wait in the splitter's buffer."""
+        low = INF
+        if self.pending:
+            low = next(iter(self.pending.values())).first_ts  # insertion order is arrival order
+        if self.requests.buf and self.requests.buf_ts < low:
+            low = self.requests.buf_ts
+        return low
 
     def close(self, ts: float, reason: str) -> list[DecodeEvent]:
         out: list[DecodeEvent] = []

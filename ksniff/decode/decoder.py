@@ -31,6 +31,7 @@ from ksniff.decode.schema import Api
 from ksniff.decode.sync import RequestCheck, looks_like_tls
 from ksniff.decode.values import Struct
 
+INF = float("inf")
 DEFAULT_MAX_IN_FLIGHT = 4096  # requests waiting for responses on one connection
 DETECT_BUFFER = 1 << 20  # bytes held per undecided connection before it is declared not Kafka
 
@@ -66,6 +67,10 @@ class Decoder:
         self.on_not_kafka = on_not_kafka
         self.keep_records = keep_records
         self.apis: Mapping[int, Api] = apis if apis is not None else _default_apis()
+        # With the default (compiled) decoders, `decode` calls each generated function directly through
+        # `_bodies`; a decoder passed in (the interpreter, in tests) goes through `body_decoder` always.
+        self._compiled = body_decoder is None
+        self._bodies: dict[tuple[int, int, bool], tuple[Api | None, Any, str | None]] = {}
         if body_decoder is None:
             body_decoder = (functools.partial(compiled.decode_body, keep_records=True) if keep_records
                             else compiled.decode_body)
@@ -117,6 +122,32 @@ class Decoder:
         self._early_gaps.clear()
         return out
 
+    def horizon(self) -> float:
+        """No decode event still to come carries a timestamp before this one (inf: none is owed), as long
+        as stream events keep arriving in capture order. Exchanges carry their request's time, so requests
+        in flight, partial requests, connections still being identified and early gaps hold it back.
+        Costs one pass over the open connections."""
+        low = INF
+        for c in self._conns.values():
+            t = c.earliest_ts()
+            if t < low:
+                low = t
+        for u in self._undecided.values():  # replayed through a Connection once identified
+            if u.events:
+                first = u.events[0]
+                t = first.first_ts if isinstance(first, StreamChunk) else first.ts
+                if t < low:
+                    low = t
+        for gaps in self._early_gaps.values():
+            for g in gaps:
+                if g.ts < low:
+                    low = g.ts
+        return low
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns) + len(self._undecided)
+
     def warnings(self) -> list[str]:
         """What the decode limits cut, one line each, for the run's warnings."""
         notes = []
@@ -144,16 +175,45 @@ class Decoder:
 
     def decode(self, api: Api | None, version: int, is_request: bool, body: memoryview
                ) -> tuple[Struct | None, str | None]:
+        if self._compiled:  # twice per exchange: one dict lookup, then the generated function
+            key = (id(api), version, is_request)
+            plan = self._bodies.get(key)
+            if plan is None or plan[0] is not api:
+                plan = self._bodies[key] = (api, *self._plan(api, version, is_request))
+            _, fn, reason = plan
+            if fn is None:
+                self.stats.undecoded_bodies += 1
+                return None, reason
+            try:
+                return fn(body)[0], None
+            except Exception:  # noqa: BLE001 - rare: the general path below words the error
+                pass
+        return self._decode(api, version, is_request, body)
+
+    def _plan(self, api: Api | None, version: int, is_request: bool) -> tuple[Any, str | None]:
+        """(generated decoder, None), or (None, why the body is not decoded): `_decode`'s checks, once."""
+        reason = self._undecodable(api, version)
+        if reason is not None:
+            return None, reason
+        return compiled.decoder_for(api, version, is_request, self.keep_records), None
+
+    @staticmethod
+    def _undecodable(api: Api | None, version: int) -> str | None:
         if api is None:
-            self.stats.undecoded_bodies += 1
-            return None, "unknown_api"
+            return "unknown_api"
         if api.extra.get("body") == "skipped" or not (api.request or api.response):
-            self.stats.undecoded_bodies += 1
-            return None, "skipped_api"
+            return "skipped_api"
         if not api.valid.contains(version):
             # Never guess a newer (or retired) version's layout from one we know.
+            return "unknown_version"
+        return None
+
+    def _decode(self, api: Api | None, version: int, is_request: bool, body: memoryview
+                ) -> tuple[Struct | None, str | None]:
+        reason = self._undecodable(api, version)
+        if reason is not None:
             self.stats.undecoded_bodies += 1
-            return None, "unknown_version"
+            return None, reason
         try:
             return self.body_decoder(api, version, is_request, body), None
         except DecodeError as e:

@@ -2,8 +2,9 @@
 
 The decoder emits an exchange when its response arrives (or when it is known to have none), while the
 audit wants events in the order the requests were sent, across all connections. A small heap holds
-events for `reorder_window` seconds of capture time and releases them in request order; an exchange
-slower than the window is released late, which the audit tolerates.
+events and releases them in request order: once the decoder owes nothing earlier (no request still in
+flight or partly read is older; plus a second of slack), and in any case after `reorder_window` seconds
+of capture time. An exchange slower than the window is released late, which the audit tolerates.
 """
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ def fewer_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
+INF = float("inf")
+HORIZON_EVERY = 32  # decode events between two looks at the decoder's horizon (plus one per connection)
+# Capture time that events wait at least, even when the decoder owes nothing earlier: out-of-order
+# segments held by the reassembler, and capture files whose timestamps go back a little, can still
+# deliver bytes that old. Slower exchanges are held up to the reorder window by the horizon instead.
+REORDER_SLACK = 0.1
+
+
 def event_ts(event: DecodeEvent) -> float:
     return event.request_ts if isinstance(event, Exchange) else event.ts
 
@@ -77,16 +86,20 @@ class Reorder:
     def push(self, event: DecodeEvent) -> None:
         heapq.heappush(self._heap, (event_ts(event), next(self._seq), event))
 
-    def release(self, now: float) -> list[DecodeEvent]:
+    def release(self, now: float, before: float = -INF) -> list[DecodeEvent]:
+        """Events older than the window, and those before `before` (nothing earlier can come any more)."""
         heap = self._heap
         horizon = now - self._window
-        if not heap or heap[0][0] > horizon:  # the usual case, once per chunk: nothing is due yet
+        if not heap or (heap[0][0] > horizon and heap[0][0] >= before):  # the usual case: nothing due
             return []
         pop = heapq.heappop
         out = []
-        while heap and heap[0][0] <= horizon:
+        while heap and (heap[0][0] <= horizon or heap[0][0] < before):
             out.append(pop(heap)[2])
         return out
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
     def drain(self) -> Iterable[DecodeEvent]:
         while self._heap:
@@ -111,6 +124,10 @@ class Pipeline:
         self.last_ts: float | None = None
         self.exchanges_seen = 0
         self.records: list[dict] | None = [] if config.keep_records else None
+        # Events before `_before` are released without waiting out the window: the decoder owes nothing
+        # earlier (its horizon). Asked every HORIZON_EVERY events or so, as it walks the open connections.
+        self._before = -INF
+        self._horizon_due = HORIZON_EVERY
 
     def feed(self, capture_event) -> None:
         # Called once per capture event: class checks instead of getattr with defaults (a missing slot
@@ -127,10 +144,15 @@ class Pipeline:
             push = self.reorder.push
             for event in events:
                 push(event)
+            self._horizon_due -= len(events)
         if ts is not None:
             if self.last_ts is None or ts > self.last_ts:
                 self.last_ts = ts
-            for event in self.reorder.release(self.last_ts):
+            if self._horizon_due <= 0:
+                decoder = self.decoder
+                self._horizon_due = HORIZON_EVERY + decoder.open_connections
+                self._before = min(decoder.horizon(), self.last_ts - REORDER_SLACK)
+            for event in self.reorder.release(self.last_ts, self._before):
                 self._audit(event)
 
     def _audit(self, event: DecodeEvent) -> None:
