@@ -102,7 +102,7 @@ def print_table(rows: list[dict], repeat: int, extra: list[str]) -> None:
 # --------------------------------------------------------------------------- live
 
 
-def bench_live(name: str, tmp: Path, loops: int) -> dict:
+def bench_live(name: str, tmp: Path, loops: int, pps: int | None) -> dict:
     """Replay `name` onto loopback at top speed while `ksniff live lo` audits it."""
     path = gen_captures.ensure(name)
     out = tmp / "live.json"
@@ -113,7 +113,8 @@ def bench_live(name: str, tmp: Path, loops: int) -> dict:
         line = proc.stderr.readline()  # "capturing on lo": the socket is open
         if "capturing" not in line:
             sys.exit(f"ksniff live did not start: {line.strip()}")
-        replay = subprocess.run(["tcpreplay", "--topspeed", "-i", "lo", f"--loop={loops}", str(path)],
+        speed = [f"--pps={pps}"] if pps else ["--topspeed"]
+        replay = subprocess.run(["tcpreplay", *speed, "-i", "lo", f"--loop={loops}", str(path)],
                                 capture_output=True, text=True, check=True).stdout
     finally:
         time.sleep(1.0)
@@ -132,8 +133,9 @@ def bench_live(name: str, tmp: Path, loops: int) -> dict:
             "gaps": doc["capture"]["gaps"]}
 
 
-def print_live(r: dict, name: str) -> None:
-    print(f"\nksniff live lo while tcpreplay --topspeed -i lo replays {name}")
+def print_live(r: dict, name: str, pps: int | None) -> None:
+    speed = f"--pps={pps}" if pps else "--topspeed"
+    print(f"\nksniff live lo while tcpreplay {speed} -i lo replays {name}")
     print(f"sent {r['sent']:,} packets in {r['replay_s']:.2f}s ({r['pps']:,.0f} packets/s); ksniff captured "
           f"{r['captured']:,}, kernel drops {r['kernel_drops']:,}, missing {r['sent'] - r['captured']:,}; "
           f"{r['exchanges']:,} exchanges, {r['gaps']} gaps; report {r['finish_s']:.1f}s after SIGTERM; "
@@ -148,13 +150,14 @@ def main() -> None:
     parser.add_argument("--live", action="store_true", help="only the live benchmark")
     parser.add_argument("--live-capture", default="bulk")
     parser.add_argument("--loops", type=int, default=1, help="tcpreplay --loop for --live")
+    parser.add_argument("--pps", type=int, help="replay at this many packets/s (default: top speed)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (recording captures, live capture)")
     with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp_name:
         tmp = Path(tmp_name)
         if args.live:
-            print_live(bench_live(args.live_capture, tmp, args.loops), args.live_capture)
+            print_live(bench_live(args.live_capture, tmp, args.loops, args.pps), args.live_capture, args.pps)
             return
         extra = ["--csv", str(tmp / "csv")] if args.csv else []
         rows = []
