@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ksniff.capture.live import open_live
-from ksniff.engine.local import EngineConfig, Pipeline
+from ksniff.engine.local import EngineConfig, Pipeline, fewer_collections
 from ksniff.result import AuditResult
 
 
@@ -71,8 +71,9 @@ def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: 
                   transient=True, redirect_stdout=False, redirect_stderr=False) if (
                 console.is_terminal and not quiet) else _Nothing():
             try:
-                for event in run:
-                    pipeline.feed(event)
+                with fewer_collections():
+                    for event in run:
+                        pipeline.feed(event)
             except KeyboardInterrupt:
                 run.stop()
                 for event in run:  # what the capture already holds
