@@ -25,8 +25,8 @@ from ksniff.decode.frames import (
     MIN_RESPONSE,
     Frame,
     FrameSplitter,
-    parse_request_header,
     parse_response_header,
+    request_head,
 )
 from ksniff.decode.reader import ZERO_UUID
 from ksniff.decode.sync import response_finder
@@ -150,25 +150,26 @@ class Connection:
             return
         api_key, api_version = _API_HEAD(payload, 0)
         api = dec.apis.get(api_key)
-        header = parse_request_header(payload, api is not None and api.flexible.contains(api_version))
-        if header is None:
+        head = request_head(payload, api is not None and api.flexible.contains(api_version))
+        if head is None:
             dec.stats.errors += 1
             return
+        correlation_id, client_id, body_offset = head
         name = api.name if api is not None else f"Unknown{api_key}"
         dec.count(name, api_version).requests += 1
         dec.stats.requests += 1
-        body, error = dec.decode(api, api_version, True, payload[header.body_offset:])
-        self.last_correlation = header.correlation_id
+        body, error = dec.decode(api, api_version, True, payload[body_offset:])
+        self.last_correlation = correlation_id
         self.seq += 1
-        pending = Pending(self.seq, api, api_key, name, api_version, header.correlation_id, header.client_id,
+        pending = Pending(self.seq, api, api_key, name, api_version, correlation_id, client_id,
                           body, error, frame.first_ts, frame.last_ts, self.unverified)
         if api_key == PRODUCE and body is not None and getattr(body, "acks", None) == 0:
             out.append(self._exchange(pending, None, None, None, "no_response"))
             return
-        old = self.pending.pop(header.correlation_id, None)
+        old = self.pending.pop(correlation_id, None)
         if old is not None:  # a reused correlation id: the older request was never answered
             out.append(self._unanswered(old))
-        self.pending[header.correlation_id] = pending
+        self.pending[correlation_id] = pending
         if len(self.pending) > dec.max_in_flight:
             dec.stats.in_flight_evicted += 1
             out.append(self._unanswered(self.pending.pop(next(iter(self.pending)))))

@@ -70,6 +70,7 @@ class Decoder:
         # With the default (compiled) decoders, `decode` calls each generated function directly through
         # `_bodies`; a decoder passed in (the interpreter, in tests) goes through `body_decoder` always.
         self._compiled = body_decoder is None
+        self._counts: dict[tuple[str, int], ApiCounts] = {}
         self._bodies: dict[tuple[int, int, bool], tuple[Api | None, Any, str | None]] = {}
         if body_decoder is None:
             body_decoder = (functools.partial(compiled.decode_body, keep_records=True) if keep_records
@@ -166,6 +167,13 @@ class Decoder:
     # -- body decoding, shared by connections ------------------------------------------------------
 
     def count(self, name: str, version: int) -> ApiCounts:
+        hit = self._counts.get((name, version))  # once per frame: skip the versions set after the first
+        if hit is not None:
+            return hit
+        hit = self._counts[(name, version)] = self._count(name, version)
+        return hit
+
+    def _count(self, name: str, version: int) -> ApiCounts:
         by_api = self.stats.by_api
         c = by_api.get(name)
         if c is None:

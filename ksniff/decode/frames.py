@@ -23,6 +23,7 @@ MIN_RESPONSE = 4  # correlation_id
 _SIZE = struct.Struct(">i").unpack_from
 _REQUEST_HEAD = struct.Struct(">hhi").unpack_from
 _I16 = struct.Struct(">h").unpack_from
+_CORRELATION = struct.Struct(">i").unpack_from
 
 # What a resync finder answers: the next plausible frame starts at `pos` (FOUND); a candidate at `pos`
 # needs more bytes to judge (WAIT); nothing plausible before `pos`, keep bytes from there (NONE).
@@ -192,6 +193,29 @@ def parse_request_header(payload: memoryview | bytes, flexible: bool) -> Request
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos, tags)
 
 
+def request_head(payload: memoryview | bytes, flexible: bool) -> tuple[int, str | None, int] | None:
+    """(correlation_id, client_id, body offset): `parse_request_header` without the header object, for
+    the decoder's per-request path; the same answers (header tags are not kept)."""
+    size = len(payload)
+    if size >= MIN_REQUEST + 2:
+        n = _I16(payload, 8)[0]
+        pos = 10
+        client_id = None
+        if n >= 0:
+            if pos + n > size:
+                return None
+            client_id = str(payload[pos:pos + n], "utf-8", "replace")
+            pos += n
+        elif n != -1:
+            return None
+        if not flexible:
+            return _CORRELATION(payload, 4)[0], client_id, pos
+        if pos < size and payload[pos] == 0:  # no tagged fields, as nearly always
+            return _CORRELATION(payload, 4)[0], client_id, pos + 1
+    header = parse_request_header(payload, flexible)
+    return None if header is None else (header.correlation_id, header.client_id, header.body_offset)
+
+
 def parse_response_header(payload: memoryview | bytes, flexible: bool) -> tuple[int, int] | None:
     """(correlation_id, body offset) of a response header v0, or v1 (tagged fields) when flexible."""
     if len(payload) < MIN_RESPONSE:
@@ -199,6 +223,8 @@ def parse_response_header(payload: memoryview | bytes, flexible: bool) -> tuple[
     correlation_id = _SIZE(payload, 0)[0]
     if not flexible:
         return correlation_id, 4
+    if len(payload) > 4 and payload[4] == 0:  # no tagged fields, as nearly always
+        return correlation_id, 5
     r = Reader(payload, 4, complete=True)
     r.tagged_fields()
     if r.error is not None:
