@@ -12,10 +12,12 @@ import time
 
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     EndTxnRequest,
     InitProducerIdRequest,
     ProduceRequest,
+    TxnOffsetCommitRequest,
 )
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -23,7 +25,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 # InitProducerId below v3 with UNKNOWN_SERVER_ERROR; AddPartitionsToTxn <= 1, EndTxn <= 1).
 VERSIONS = {
     "ApiVersions": 0, "Metadata": 4, "FindCoordinator": 1, "InitProducerId": 3,
-    "AddPartitionsToTxn": 1, "EndTxn": 1, "Produce": 8,
+    "AddPartitionsToTxn": 1, "EndTxn": 1, "Produce": 8, "AddOffsetsToTxn": 1, "TxnOffsetCommit": 2,
 }
 
 NO_PRODUCER_ID = -1
@@ -76,12 +78,16 @@ class RawConnection:
             left -= len(chunk)
         return b"".join(chunks)
 
-    def call(self, request, api: str):
-        version = VERSIONS[api]
-        request.API_VERSION = version
+    def send(self, request, api: str, version: int | None = None) -> None:
+        """Send one request and do not wait for its answer."""
+        request.API_VERSION = VERSIONS[api] if version is None else version
         self.correlation_id += 1
         request.with_header(correlation_id=self.correlation_id, client_id=self.client_id)
         self.sock.sendall(request.encode(header=True, framed=True))
+
+    def call(self, request, api: str, version: int | None = None):
+        """Send one request and wait for its answer; ConnectionError when the broker hangs up."""
+        self.send(request, api, version)
         (size,) = struct.unpack(">i", self._read(4))
         response_class = request.header.get_response_class()
         response = response_class.decode(self._read(size), header=True)
@@ -99,8 +105,9 @@ class RawConnection:
         wanted = [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
         return self.call(MetadataRequest(topics=wanted, allow_auto_topic_creation=True), "Metadata")
 
-    def find_coordinator(self, transactional_id: str):
-        return self.call(FindCoordinatorRequest(key=transactional_id, key_type=1), "FindCoordinator")
+    def find_coordinator(self, key: str, key_type: int = 1):
+        """The coordinator of a transactional id (key_type 1) or of a consumer group (0)."""
+        return self.call(FindCoordinatorRequest(key=key, key_type=key_type), "FindCoordinator")
 
     def init_producer_id(self, transactional_id: str | None, timeout_ms: int = 60000) -> tuple[int, int, int]:
         request = InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=timeout_ms)
@@ -118,10 +125,28 @@ class RawConnection:
         topics = r.results_by_topic_v3_and_below
         return [p.partition_error_code for t in topics for p in t.results_by_partition]
 
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+                version: int | None = None) -> int:
         r = self.call(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
-                                    producer_epoch=epoch, committed=commit), "EndTxn")
+                                    producer_epoch=epoch, committed=commit), "EndTxn", version)
         return r.error_code
+
+    def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> int:
+        r = self.call(AddOffsetsToTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
+                                             producer_epoch=epoch, group_id=group), "AddOffsetsToTxn")
+        return r.error_code
+
+    def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group: str,
+                          topic: str, offsets: dict[int, int]) -> list[int]:
+        """TxnOffsetCommit (a version below 5: the group must have been added); per-partition errors."""
+        part = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
+        r = self.call(TxnOffsetCommitRequest(
+            transactional_id=transactional_id, group_id=group, producer_id=producer_id, producer_epoch=epoch,
+            topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic, partitions=[
+                part(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata="")
+                for p, o in sorted(offsets.items())])],
+        ), "TxnOffsetCommit")
+        return [p.error_code for t in r.topics for p in t.partitions]
 
     def produce(self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
                 ) -> tuple[int, int]:
