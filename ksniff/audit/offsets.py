@@ -1,13 +1,14 @@
 """Consumer-group offsets: a committed offset that moves backwards makes the group read again.
 
-A member's commit below the group's last accepted one is a `warning` (records will be processed again
-after the next rebalance or restart); the same from an admin tool (no generation, no member id: a reset)
-is `info`, since that is what a reset is for.
+Only commits the broker accepted count. A member's commit below the group's last accepted one is
+`critical`: the broker stored it, so the group will process those records again after the next rebalance
+or restart (duplicated processing, the contract's "data may be duplicated"). The same from an admin
+tool (no generation, no member id: a reset) is `info`, since that is what a reset is for.
 """
 
 from __future__ import annotations
 
-from ksniff.audit.findings import exchange_evidence, make
+from ksniff.audit.findings import exchange_evidence, judge, make
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState
 from ksniff.decode.events import Exchange
@@ -39,8 +40,8 @@ def on_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) -> Non
             evidence.update(previous_offset=previous, committed_offset=p.committed_offset,
                             generation=req.generation_id_or_member_epoch, member_id=req.member_id,
                             admin_reset=admin)
-            out.append(make(FindingKind.OFFSET_COMMIT_BACKWARDS, Severity.INFO if admin else Severity.WARNING,
-                            ex.request_ts,
+            severity = Severity.INFO if admin else judge(0, unverified=ex.unverified, explained_by_loss=False)
+            out.append(make(FindingKind.OFFSET_COMMIT_BACKWARDS, severity, ex.request_ts,
                             f"group {group!r} committed {topic}-{p.partition_index} at offset "
                             f"{p.committed_offset}, back from {previous}"
                             + (" (admin reset)" if admin else f" (member {req.member_id!r})"),

@@ -50,7 +50,7 @@ def test_offset_commit_moving_backwards(wire: Wire):
     assert wire.offset_commit("g", {("in", 0): 100}) == []
     assert wire.offset_commit("g", {("in", 0): 120}) == []
     got = wire.offset_commit("g", {("in", 0): 90})
-    assert wire.kinds(got) == [("offset_commit_backwards", "warning")]
+    assert wire.kinds(got) == [("offset_commit_backwards", "critical")]  # stored: the group reads again
     assert (got[0].group, got[0].topic, got[0].partition) == ("g", "in", 0)
     assert got[0].evidence["previous_offset"] == 120
     got = wire.offset_commit("g", {("in", 0): 0}, generation=-1, member="")
