@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ksniff.capture.slots import fast_init
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     ip: str
@@ -20,6 +23,7 @@ class Endpoint:
         return f"[{self.ip}]:{self.port}" if ":" in self.ip else f"{self.ip}:{self.port}"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ConnectionOpened:
     conn: int  # unique within one run; never reused, even when a 4-tuple is
@@ -29,6 +33,7 @@ class ConnectionOpened:
     handshake_seen: bool  # the SYN was captured, so `src` is certainly the client
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StreamChunk:
     """In-order bytes of one direction, starting at `offset` of that direction's stream."""
@@ -41,6 +46,7 @@ class StreamChunk:
     last_ts: float  # capture time of the segment carrying the last byte
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StreamGap:
     """Bytes [offset, offset + length) of one direction are missing from the capture."""
@@ -52,6 +58,7 @@ class StreamGap:
     ts: float
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ConnectionClosed:
     conn: int

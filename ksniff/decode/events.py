@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ksniff.capture.slots import fast_init
 
+
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RecordBatchHeader:
     """The 61-byte header of a magic-2 record batch (or the few fields of a magic 0/1 message set)."""
@@ -38,6 +41,7 @@ class RecordBatchHeader:
     coordinator_epoch: int | None  # of a control batch's marker
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ProducedBatch:
     """One record batch written by a Produce request, with the broker's answer for its partition."""
@@ -63,6 +67,7 @@ class ProducedBatch:
     records: bytes | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Exchange:
     """A request matched with its response (or a request that got none)."""
@@ -90,6 +95,7 @@ class Exchange:
         return None if self.response_ts is None else self.response_ts - self.request_ts
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ConnectionLost:
     """Bytes of a Kafka connection went missing: what the audit needs to mark findings unverified."""
@@ -103,6 +109,7 @@ class ConnectionLost:
     to_broker: bool  # the gap is in the client -> broker direction
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ConnectionEnded:
     conn: int

@@ -1,0 +1,40 @@
+"""A faster `__init__` for the frozen, slotted dataclasses that cross room boundaries once per event.
+
+A frozen dataclass's generated `__init__` stores each field with `object.__setattr__(self, name, value)`,
+which looks the attribute up by name every time; the events made per chunk and per exchange have up to
+twenty fields, and their construction was a tenth of a run over many small transactions. `fast_init`
+replaces that `__init__` with one that stores through each slot's descriptor directly: the same
+signature, defaults and frozenness (assignment still raises FrozenInstanceError), about twice as fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+T = TypeVar("T", bound=type)
+
+
+def fast_init(cls: T) -> T:
+    """Class decorator, placed above `@dataclass(frozen=True, slots=True)`."""
+    params, body = [], []
+    namespace: dict[str, object] = {}
+    for f in dataclasses.fields(cls):
+        if not f.init or f.kw_only or f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"fast_init: {cls.__name__}.{f.name} needs the dataclass's own __init__")
+        namespace[f"_set_{f.name}"] = getattr(cls, f.name).__set__  # the slot's member descriptor
+        if f.default is dataclasses.MISSING:
+            params.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            params.append(f"{f.name}=_default_{f.name}")
+        body.append(f"    _set_{f.name}(self, {f.name})")
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"fast_init: {cls.__name__} has a __post_init__")
+    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n"
+    exec(source, namespace)  # noqa: S102 - source made from the class's own field names
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    cls.__init__ = init
+    return cls
