@@ -85,7 +85,8 @@ def bench_file(name: str, repeat: int, extra: list[str], tmp: Path) -> dict:
 
 
 def print_table(rows: list[dict], repeat: int, extra: list[str]) -> None:
-    print(f"\nksniff audit {' '.join(extra)} --json vs tshark -Y kafka -T fields, median of {repeat}")
+    ours = " ".join(["ksniff audit", *extra, "--json"])
+    print(f"\n{ours} vs tshark -Y kafka -T fields, median of {repeat}")
     head = (f"{'capture':8}{'MB':>7}{'packets':>10}{'exchanges':>10}{'ksniff s':>10}{'tshark s':>10}"
             f"{'ratio':>7}{'cpu ratio':>10}{'ksniff MiB':>12}{'tshark MiB':>12}")
     print(head)
