@@ -81,6 +81,11 @@ class FrameSplitter:
             # Chunks must be contiguous; a jump without a gap event is treated as one.
             self.gap()
         self.next_offset = offset + len(data)
+        if not self.buf and not self.syncing and len(data) >= 4:
+            # The common case: a chunk holding exactly one whole frame (a small request or response).
+            size = _SIZE(data, 0)[0]
+            if size + 4 == len(data) and self.min_size <= size <= self.max_frame:
+                return [Frame(memoryview(data)[4:], first_ts, last_ts, offset, False)]
         if self.buf:
             self.buf += data
             if self.need and len(self.buf) < self.need:
