@@ -503,6 +503,23 @@ class Reassembler:
         """Emit the chunk being merged now (live capture calls this when traffic pauses)."""
         self._flush()
 
+    def horizon(self) -> float:
+        """The earliest capture time that an event still to come from bytes already seen can carry (inf
+        when none): the chunk being merged, out-of-order bytes waiting for a hole, events not yet taken.
+        The engine's reordering releases what is older than this without waiting."""
+        low = float("inf")
+        if self._pend is not None:
+            low = self._pend.p_first
+        for h in self._ooo_halves:
+            for entry in h.ooo:  # (start, end, data, ts)
+                if entry[3] < low:
+                    low = entry[3]
+        for ev in self.out:
+            t = ev.first_ts if ev.__class__ is StreamChunk else getattr(ev, "ts", low)
+            if t < low:
+                low = t
+        return low
+
     def finish(self, ts: float | None = None) -> None:
         """End of capture: every open connection closes, holes become gaps."""
         now = self._now if ts is None else max(ts, self._now)

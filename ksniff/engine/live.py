@@ -61,7 +61,7 @@ def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: 
     filter_text = capture_filter(config.ports, explicit_ports, bpf)
     run = open_live(iface, bpf=filter_text, count=count,
                     duration=duration, write_path=write_path, limits=config.limits)
-    pipeline = Pipeline(config, on_not_kafka=run.drop)
+    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon)
     if not quiet:
         console.print(f"ksniff: capturing on {iface} ({filter_text}); Ctrl-C stops and reports",
                       markup=False, highlight=False)

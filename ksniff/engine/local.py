@@ -65,9 +65,9 @@ def fewer_collections() -> Iterator[None]:
 
 INF = float("inf")
 HORIZON_EVERY = 32  # decode events between two looks at the decoder's horizon (plus one per connection)
-# Capture time that events wait at least, even when the decoder owes nothing earlier: out-of-order
-# segments held by the reassembler, and capture files whose timestamps go back a little, can still
-# deliver bytes that old. Slower exchanges are held up to the reorder window by the horizon instead.
+# Capture time that events wait at least when the capture's own horizon is not known (out-of-order
+# segments held by the reassembler can still deliver bytes that old). Slower exchanges are held up to
+# the reorder window by the decoder's horizon instead.
 REORDER_SLACK = 0.1
 
 
@@ -109,7 +109,9 @@ class Reorder:
 class Pipeline:
     """Decode + reorder + audit + tables over a stream of capture events; shared by audit and live."""
 
-    def __init__(self, config: EngineConfig, on_not_kafka: Callable[[int], None] | None = None) -> None:
+    def __init__(self, config: EngineConfig, on_not_kafka: Callable[[int], None] | None = None,
+                 capture_horizon: Callable[[], float] | None = None) -> None:
+        """`capture_horizon`: the capture room's earliest time still to come (Reassembler.horizon)."""
         self.config = config
         self.decoder = Decoder(ports=config.ports, auto_detect=config.auto_detect,
                                on_not_kafka=on_not_kafka, keep_records=config.keep_records,
@@ -128,6 +130,10 @@ class Pipeline:
         # earlier (its horizon). Asked every HORIZON_EVERY events or so, as it walks the open connections.
         self._before = -INF
         self._horizon_due = HORIZON_EVERY
+        self._capture_horizon = capture_horizon
+        # Without the capture's horizon, a fixed slack; with it, none until the capture's timestamps are
+        # seen to go back (a file not in time order), then as much as they went back.
+        self._slack = REORDER_SLACK if capture_horizon is None else 0.0
 
     def feed(self, capture_event) -> None:
         # Called once per capture event: class checks instead of getattr with defaults (a missing slot
@@ -135,10 +141,11 @@ class Pipeline:
         cls = capture_event.__class__
         if cls is StreamChunk:
             ts = capture_event.last_ts
+            earliest = capture_event.first_ts
         elif cls is ConnectionOpened:
-            ts = None
+            ts = earliest = None
         else:
-            ts = getattr(capture_event, "ts", None)
+            ts = earliest = getattr(capture_event, "ts", None)
         events = self.decoder.feed(capture_event)
         if events:
             push = self.reorder.push
@@ -146,14 +153,26 @@ class Pipeline:
                 push(event)
             self._horizon_due -= len(events)
         if ts is not None:
-            if self.last_ts is None or ts > self.last_ts:
+            last = self.last_ts
+            if last is None:
                 self.last_ts = ts
+            else:
+                if earliest < last - self._slack:  # time went back: wait that much from now on
+                    self._slack = min(last - earliest, self.config.reorder_window)
+                if ts > last:
+                    self.last_ts = ts
             if self._horizon_due <= 0:
-                decoder = self.decoder
-                self._horizon_due = HORIZON_EVERY + decoder.open_connections
-                self._before = min(decoder.horizon(), self.last_ts - REORDER_SLACK)
+                self._horizon_due = HORIZON_EVERY + self.decoder.open_connections
+                self._before = self._horizon()
             for event in self.reorder.release(self.last_ts, self._before):
                 self._audit(event)
+
+    def _horizon(self) -> float:
+        """Events before this time can go to the audit now: nothing earlier is still to come."""
+        low = min(self.decoder.horizon(), self.last_ts - self._slack)
+        if self._capture_horizon is not None:
+            low = min(low, self._capture_horizon())
+        return low
 
     def _audit(self, event: DecodeEvent) -> None:
         if isinstance(event, Exchange):
@@ -179,7 +198,7 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
     """Audit capture files or folders in-process. Raises CaptureError for inputs that cannot be read."""
     config = config or EngineConfig()
     run = read_files(list(paths), config.limits)
-    pipeline = Pipeline(config, on_not_kafka=run.drop)
+    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon)
     with fewer_collections():
         feed = pipeline.feed
         if progress is None:
