@@ -2,9 +2,10 @@
 
 The decoder emits an exchange when its response arrives (or when it is known to have none), while the
 audit wants events in the order the requests were sent, across all connections. A small heap holds
-events and releases them in request order: once the decoder owes nothing earlier (no request still in
-flight or partly read is older; plus a second of slack), and in any case after `reorder_window` seconds
-of capture time. An exchange slower than the window is released late, which the audit tolerates.
+events and releases them in request order: once nothing earlier can come (the decoder has no older
+request in flight or partly read, the reassembler no older bytes held back), and in any case after
+`reorder_window` seconds of capture time. An exchange slower than the window is released late, which
+the audit tolerates.
 """
 
 from __future__ import annotations
