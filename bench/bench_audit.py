@@ -38,7 +38,10 @@ PORT = gen_captures.PORT
 
 def timed(cmd: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float, float]:
     """(wall seconds, peak RSS in MiB, CPU seconds) of one child process. CPU time (user + system) is
-    reported beside wall time because it holds steadier when other work shares the machine."""
+    reported beside wall time because it holds steadier when other work shares the machine.
+
+    Linux carries a parent's peak RSS across fork and exec into the child's ru_maxrss (as a maximum, not
+    a sum): this script stays near 15 MiB, well below what it measures, so the children's peaks stand."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, cwd=BENCH.parent)
     _pid, status, usage = os.wait4(proc.pid, 0)
