@@ -210,17 +210,7 @@ class _Gen:
             body.append(f"{var} = _UUID(bytes=bytes(buf[pos:pos + 16]))")
             body.append("pos += 16")
             return
-        at = f"{var}_at"
-        n = f"{var}_n"
-        body.append(f"{at} = pos")
-        self.length(body, n, name, "h" if kind == "string" else "i")
-        body.append(f"if {n} < 0:")
-        if nullable:
-            body.append(f"    if {n} != -1: raise _bad_length({at}, {name!r}, {n})")
-            body.append(f"    {var} = None")
-        else:
-            body.append(f"    raise _bad_length({at}, {name!r}, {n})")
-        body.append("else:")
+        at, n = self.length_or_null(body, var, name, "h" if kind == "string" else "i", nullable)
         body.append(f"    if {n} > end - pos: raise _short({at}, {name!r})")
         if kind == "string":
             body.append(f"    {var} = str(buf[pos:pos + {n}], 'utf-8', 'replace')")
@@ -232,12 +222,13 @@ class _Gen:
             body.append(f"    {var} = bytes(buf[pos:pos + {n}])")
         body.append(f"    pos += {n}")
 
-    def array(self, body: list[str], var: str, f: Field, t: Array, nullable: bool) -> None:
-        name = f.name
-        at = f"{var}_at"
-        n = f"{var}_n"
+    def length_or_null(self, body: list[str], var: str, name: str, width: str,
+                       nullable: bool) -> tuple[str, str]:
+        """Reads a length into `{var}_n`; -1 makes `var` None where the field is nullable, any other
+        negative length is malformed. Leaves an open `else:` for the caller's non-null branch."""
+        at, n = f"{var}_at", f"{var}_n"
         body.append(f"{at} = pos")
-        self.length(body, n, name, "i")
+        self.length(body, n, name, width)
         body.append(f"if {n} < 0:")
         if nullable:
             body.append(f"    if {n} != -1: raise _bad_length({at}, {name!r}, {n})")
@@ -245,6 +236,11 @@ class _Gen:
         else:
             body.append(f"    raise _bad_length({at}, {name!r}, {n})")
         body.append("else:")
+        return at, n
+
+    def array(self, body: list[str], var: str, f: Field, t: Array, nullable: bool) -> None:
+        name = f.name
+        at, n = self.length_or_null(body, var, name, "i", nullable)
         of = t.of
         if isinstance(of, Primitive):
             min_size = interp.MIN_SIZE.get(of.name, 1)
