@@ -4,6 +4,10 @@ A Struct is an immutable tuple with attribute access by the schema's field names
 schema is present at every version, so the audit reads `request.transactional_id` of any Produce version
 without asking which version it was. One Struct class is made per schema struct and shared by the
 interpreter and the compiled decoders, so their results compare equal exactly when their values do.
+
+Structs pickle (for engines that ship events between processes) by where their schema struct sits in the
+protocol tables: (API key, request or response, path of field names). Unpickling makes or finds the very
+class the decoders use for that struct, in any process.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class Struct(tuple):
 
     __slots__ = ()
     _fields: tuple[str, ...] = ()
+    _schema: tuple[Field, ...] | None = None  # the schema struct the class was made for (struct_class)
 
     def __repr__(self) -> str:
         pairs = zip(self._fields, self, strict=True)
@@ -31,6 +36,14 @@ class Struct(tuple):
 
     def _replace(self, **changes: Any) -> Struct:
         return type(self)(changes.get(n, v) for n, v in zip(self._fields, self, strict=True))
+
+    def __reduce__(self) -> tuple:
+        # The class was made at run time, so pickle cannot find it by its name: send where its schema
+        # struct sits instead. A class made outside the protocol tables travels by its field names.
+        place = None if self._schema is None else _places().get(id(self._schema))
+        if place is None:
+            return _by_names, (type(self).__name__, self._fields, tuple(self))
+        return _at, (*place, tuple(self))
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dicts and lists all the way down (for JSON and tabular exports)."""
@@ -55,13 +68,71 @@ def struct_class(fields: tuple[Field, ...], name: str) -> type[Struct]:
     hit = _classes.get(id(fields))
     if hit is not None and hit[0] is fields:
         return hit[1]
-    names = tuple(f.name for f in fields) + (UNKNOWN_TAGS,)
-    attrs: dict[str, Any] = {"__slots__": (), "_fields": names}
-    for i, n in enumerate(names):
-        attrs[n] = property(itemgetter(i), doc=f"field {i}")
-    cls = type(name, (Struct,), attrs)
+    cls = _new_class(name, tuple(f.name for f in fields) + (UNKNOWN_TAGS,), fields)
     _classes[id(fields)] = (fields, cls)  # keeps `fields` alive so its id is never reused
     return cls
+
+
+def _new_class(name: str, names: tuple[str, ...], fields: tuple[Field, ...] | None = None) -> type[Struct]:
+    attrs: dict[str, Any] = {"__slots__": (), "_fields": names, "_schema": fields}
+    for i, n in enumerate(names):
+        attrs[n] = property(itemgetter(i), doc=f"field {i}")
+    return type(name, (Struct,), attrs)
+
+
+Place = tuple[int, bool, tuple[str, ...]]  # (API key, is request, field names from the message down)
+_place_of: dict[int, Place] = {}
+_class_at: dict[Place, type[Struct]] = {}
+
+
+def _places() -> dict[int, Place]:
+    """Every schema struct of the protocol tables, by the identity of its field tuple: its place."""
+    if not _place_of:
+        from ksniff.decode.apis import ALL_APIS
+
+        def visit(fields: tuple[Field, ...], place: Place) -> None:
+            _place_of.setdefault(id(fields), place)
+            for f in fields:
+                inner = f.type.of if isinstance(f.type, Array) else f.type
+                if isinstance(inner, tuple):
+                    visit(inner, (place[0], place[1], (*place[2], f.name)))
+
+        for api in ALL_APIS.values():
+            visit(api.request, (api.key, True, ()))
+            visit(api.response, (api.key, False, ()))
+    return _place_of
+
+
+def class_at(api_key: int, is_request: bool, path: tuple[str, ...]) -> type[Struct]:
+    """The Struct class of the schema struct at `path` (field names) in an API's request or response."""
+    place = (api_key, is_request, path)
+    cls = _class_at.get(place)
+    if cls is None:
+        from ksniff.decode.apis import ALL_APIS
+
+        api = ALL_APIS[api_key]
+        fields = api.request if is_request else api.response
+        name = api.name + ("Request" if is_request else "Response")
+        for step in path:
+            t = next(f.type for f in fields if f.name == step)
+            fields, name = (t.of if isinstance(t, Array) else t), camel(step)
+        cls = _class_at[place] = struct_class(fields, name)
+    return cls
+
+
+def _at(api_key: int, is_request: bool, path: tuple[str, ...], values: tuple) -> Struct:
+    return class_at(api_key, is_request, path)(values)
+
+
+_by_name: dict[tuple[str, tuple[str, ...]], type[Struct]] = {}
+
+
+def _by_names(name: str, names: tuple[str, ...], values: tuple) -> Struct:
+    """A Struct of a class made outside the tables, rebuilt from its name and field names (cached)."""
+    cls = _by_name.get((name, names))
+    if cls is None:
+        cls = _by_name[(name, names)] = _new_class(name, names)
+    return cls(values)
 
 
 def camel(name: str) -> str:
