@@ -8,7 +8,10 @@ connection closes, or at the end of the capture. Consecutive in-order segments a
 
 The reassembler consumes the flat tuples of `ksniff.capture.packets` from any source, so a Spark job can
 group segments by connection and run one reassembler per group; `stable_conn_id` then gives ids that
-agree across partitions.
+agree across partitions. Such an engine drives from outside what a single reassembler decides on its own
+segments' times: `events(..., sweeps=False)` plus `sweep(now)` at the whole capture's sweep times (every
+`sweep_every` seconds), `flush()` where another connection's traffic would have cut the chunk being
+merged, and `open_connections` to know whether a sweep can change anything.
 """
 
 from __future__ import annotations
@@ -114,24 +117,30 @@ class Reassembler:
         self._ooo_halves: set[_Half] = set()
         self._now = 0.0
         self._next_sweep = float("-inf")
-        self._sweep_every = max(1.0, min(self.limits.idle_timeout, self.limits.closed_linger) / 4)
+        # Seconds of capture time between two idle sweeps: a few per timeout.
+        self.sweep_every = max(1.0, min(self.limits.idle_timeout, self.limits.closed_linger) / 4)
 
     # -- the hot loop -------------------------------------------------------------------------------
 
-    def events(self, segments: Iterable[tuple], finish: bool = True) -> Iterator[StreamEvent]:
-        """Events for `segments` (in capture order); with `finish`, closes what is open at the end."""
+    def events(self, segments: Iterable[tuple], finish: bool = True,
+               sweeps: bool = True) -> Iterator[StreamEvent]:
+        """Events for `segments` (in capture order); with `finish`, closes what is open at the end.
+
+        Without `sweeps`, idle connections are expired only when the caller says (`sweep`): an engine that
+        gives each reassembler a slice of the capture sweeps on the whole capture's clock, not the slice's.
+        """
         table_get = self._table.get
         out = self.out
         popleft = out.popleft
         slow = self._segment
         max_chunk = self.limits.max_chunk_bytes
         ts = None
-        sweep_at = self._next_sweep
+        sweep_at = self._next_sweep if sweeps else float("inf")
         for seg in segments:
             ts, sip, sp, dip, dp, seq, ack, flags, payload = seg
             if ts >= sweep_at:  # idle expiry runs on capture time, a few times per timeout
                 if ts >= self._next_sweep:
-                    self._sweep(ts)
+                    self.sweep(ts)
                 sweep_at = self._next_sweep
             h = table_get((sip, sp, dip, dp))
             if h is None or not h.fast or flags & _SLOW_FLAGS:
@@ -458,10 +467,11 @@ class Reassembler:
                 del self._table[h.key]
         self._conns.pop(conn.id, None)
 
-    def _sweep(self, now: float) -> None:
-        """Expires idle connections and forgets closed ones, by capture time."""
+    def sweep(self, now: float) -> None:
+        """Expires idle connections and forgets closed ones, as of capture time `now`; the events (closes,
+        their gaps) go to `out`. `events` calls it every `sweep_every` seconds unless told not to."""
         self._now = max(self._now, now)
-        self._next_sweep = now + self._sweep_every
+        self._next_sweep = now + self.sweep_every
         idle_before = now - self.limits.idle_timeout
         linger_before = now - self.limits.closed_linger
         for conn in list(self._conns.values()):
@@ -500,8 +510,14 @@ class Reassembler:
         self.out.extend(keep)
 
     def flush(self) -> None:
-        """Emit the chunk being merged now (live capture calls this when traffic pauses)."""
+        """Emit the chunk being merged now, to `out` (live capture calls this when traffic pauses; an
+        engine running one reassembler per connection, where another connection's traffic came)."""
         self._flush()
+
+    @property
+    def open_connections(self) -> int:
+        """Connections tracked now (open, or closed and lingering): a sweep can change only those."""
+        return len(self._conns)
 
     def horizon(self) -> float:
         """The earliest capture time that an event still to come from bytes already seen can carry (inf

@@ -326,3 +326,32 @@ def test_reassembler_runs_on_its_own_with_stable_ids(tmp_path):
     conn = first[0].conn
     assert conn == stable_conn_id(bytes([10, 0, 0, 1]), 40000, bytes([10, 0, 0, 2]), 9092, 1000.0)
     assert streams(first) == {(conn, True): b"abc", (conn, False): b"de"}
+
+
+def test_sweeps_on_the_callers_clock(tmp_path):
+    """An engine holding one connection's segments sweeps on the whole capture's clock: without
+    `sweeps`, idle expiry waits for `sweep(now)`; `flush` emits the chunk being merged."""
+    from ksniff.capture import Reassembler, iter_segments
+
+    f = Flow()
+    path = tmp_path / "s.pcap"
+    write_ip_packets(path, f.handshake() + [f.send(True, b"abc"), f.send(True, b"late")], step=20.0)
+    segs = list(iter_segments(str(path)))
+    limits = CaptureLimits(idle_timeout=10.0)
+
+    own = list(Reassembler(limits).events(iter(segs)))
+    assert kinds(own, ConnectionClosed)[0].reason == "idle"  # its own 20 s pauses expire it
+
+    r = Reassembler(limits)
+    assert r.sweep_every == 2.5
+    held = list(r.events(iter(segs[:4]), finish=False, sweeps=False))
+    assert not kinds(held, ConnectionClosed) and not kinds(held, StreamChunk)  # "abc" is being merged
+    assert r.open_connections == 1
+    r.flush()
+    assert [e.data for e in r.out] == [b"abc"]
+    r.out.clear()
+    r.sweep(segs[3][0] + 5.0)  # not idle long enough yet
+    assert not r.out and r.open_connections == 1
+    r.sweep(segs[3][0] + 10.5)
+    assert [e.reason for e in r.out if isinstance(e, ConnectionClosed)] == ["idle"]
+    assert r.open_connections == 0
