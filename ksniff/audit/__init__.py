@@ -10,11 +10,11 @@
 
 from ksniff.audit.auditor import Auditor
 from ksniff.audit.fold import finish, merge_outputs, step
-from ksniff.audit.keys import CONTEXT_KEY, is_context, producer_key, producer_keys
+from ksniff.audit.keys import CONTEXT_KEY, fold_groups, is_context, producer_key, producer_keys, touched_keys
 from ksniff.audit.state import AuditConfig, AuditState
 
-__all__ = ["CONTEXT_KEY", "AuditConfig", "AuditState", "Auditor", "finish", "is_context", "merge_outputs",
-           "producer_key", "producer_keys", "step"]
+__all__ = ["CONTEXT_KEY", "AuditConfig", "AuditState", "Auditor", "finish", "fold_groups", "is_context",
+           "merge_outputs", "producer_key", "producer_keys", "step", "touched_keys"]
 
 
 class _CallableAuditModule(__import__("types").ModuleType):

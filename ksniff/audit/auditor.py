@@ -10,8 +10,9 @@ from ksniff.decode.events import DecodeEvent
 
 
 class Auditor:
-    def __init__(self, config: AuditConfig | None = None, key: str | None = None) -> None:
-        self.state = AuditState.initial(config, key)
+    def __init__(self, config: AuditConfig | None = None, key: str | None = None,
+                 keys: frozenset[str] | None = None) -> None:
+        self.state = AuditState.initial(config, key, keys)
 
     def feed(self, event: DecodeEvent) -> list[Finding]:
         self.state, findings = step(self.state, event)

@@ -12,15 +12,21 @@ partition must see:
   it knows and ignores the rest.
 
 Grouping by transactional id works without a producer id -> transactional id table because every
-transactional request (Produce v3+ included) carries the transactional id itself. A Spark engine runs
-`step` per key over that key's events plus the context events, each with `AuditState.initial(config,
-key=K)`, and one more group with key CONTEXT_KEY over the context events alone: that group reports the
-capture gaps, which belong to no producer. `merge_outputs` joins the groups' outputs.
+transactional request (Produce v3+ included) carries the transactional id itself. Keys still share state
+when one producer id shows under two keys (under a transactional id in one capture and as "pid:N" in
+another) or a group is committed to both by a transaction and directly: `touched_keys` names every key an
+event touches, and `fold_groups` folds keys touched together into one group. A Spark engine runs `step`
+per group over its events plus the context events, with `AuditState.initial(config, key=G, keys=KEYS)`,
+and one more group with key CONTEXT_KEY over the context events alone: that group reports the capture
+gaps, which belong to no producer. `merge_outputs` joins the groups' outputs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, Exchange
+from ksniff.decode.values import Struct
 
 CONTEXT_KEY = "@context"
 
@@ -64,3 +70,59 @@ def producer_key(event: DecodeEvent) -> str | None:
     """The key to group `event` by; None for events no single producer owns (see `is_context`)."""
     keys = producer_keys(event)
     return keys[0] if keys else None
+
+
+def touched_keys(event: DecodeEvent) -> frozenset[str]:
+    """Every producer key whose audit state `event` may read or change: its own (`producer_keys`) and the
+    keys named anywhere in it, by producer id ("pid:N", from its batches and bodies), by group id
+    ("group:G") and by transactional id. Empty for an event no key owns (context events included: every
+    group sees those). Naming too many keys costs only parallelism, never correctness."""
+    own = producer_keys(event)
+    if not own:
+        return frozenset()
+    found = set(own)
+    found.update(f"pid:{b.header.producer_id}" for b in event.batches if b.header.producer_id >= 0)
+    for body in (event.request, event.response):
+        if isinstance(body, Struct):
+            _named_in(body, found)
+    return frozenset(found)
+
+
+def _named_in(body: Struct, found: set[str]) -> None:
+    for name, value in zip(body._fields, body, strict=True):
+        if isinstance(value, tuple):
+            for item in value:
+                if isinstance(item, Struct):
+                    _named_in(item, found)
+        elif name.endswith("producer_id") and isinstance(value, int) and value >= 0:
+            found.add(f"pid:{value}")
+        elif name.endswith("group_id") and isinstance(value, str) and value:
+            found.add(f"group:{value}")
+        elif name.endswith("transactional_id") and isinstance(value, str) and value:
+            found.add(value)
+
+
+def fold_groups(touched: Iterable[Iterable[str]]) -> dict[str, str]:
+    """Each key's group: keys touched by one event (`touched_keys`) fold together, and so, transitively,
+    does everything linked to them. A group is named by its least key, prefixed with "@" so that it
+    can never be mistaken for a key."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]  # path halving: later look-ups of x go straight up
+            x = parent[x]
+        return x
+
+    for keys in touched:
+        first = None
+        for key in keys:
+            r = root(key)
+            if first is None:
+                first = r
+            elif r != first:
+                low, high = min(first, r), max(first, r)
+                parent[high] = low
+                first = low
+    return {key: "@" + root(key) for key in parent}

@@ -172,10 +172,13 @@ class PartitionSeq:
 
 @dataclass(slots=True)
 class AuditState:
-    """Everything the fold knows. `key` restricts it to one producer key (a Spark group); None: all."""
+    """Everything the fold knows. `keys`: the producer keys it owns (a Spark group: keys that share state,
+    see ksniff.audit.keys.touched_keys); None: all. `key` names the group (CONTEXT_KEY for the group that
+    reports capture gaps); a one-key state owns just that key."""
 
     config: AuditConfig
     key: str | None = None
+    keys: frozenset[str] | None = None
     producers: dict[int, ProducerState] = field(default_factory=dict)
     txn_ids: dict[str, TxnIdState] = field(default_factory=dict)
     transactions: list[TxnRecord] = field(default_factory=list)
@@ -193,11 +196,15 @@ class AuditState:
     emitted: list[Finding] = field(default_factory=list)  # every finding `step` returned, for `finish`
 
     @classmethod
-    def initial(cls, config: AuditConfig | None = None, key: str | None = None) -> AuditState:
-        return cls(config=config or AuditConfig(), key=key)
+    def initial(cls, config: AuditConfig | None = None, key: str | None = None,
+                keys: frozenset[str] | None = None) -> AuditState:
+        """A fresh state: over every key, over `key` alone, or over the group `key` of the keys `keys`."""
+        if keys is None and key is not None:
+            keys = frozenset((key,))
+        return cls(config=config or AuditConfig(), key=key, keys=keys)
 
     def owns(self, key: str | None) -> bool:
-        return key is not None and (self.key is None or self.key == key)
+        return key is not None and (self.keys is None or key in self.keys)
 
     def producer(self, producer_id: int, ts: float) -> ProducerState:
         p = self.producers.get(producer_id)
