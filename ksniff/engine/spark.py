@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from ksniff.audit import AuditConfig, merge_outputs
+from ksniff.audit import AuditConfig, fold_groups, merge_outputs
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.capture.files import CaptureFile, expand_paths
@@ -69,7 +70,6 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    from ksniff.engine import spark_codec as codec
     from ksniff.engine import spark_tasks as tasks
 
     spark = session.spark
@@ -85,12 +85,12 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
     segments = (spark.range(0, len(files), 1, numPartitions=len(files))
                 .mapInArrow(_extract(listing), tasks.SEGMENTS_DDL)
                 .persist(StorageLevel.MEMORY_AND_DISK))
-    metas = sorted((codec.loads(r["meta"]) for r in
+    metas = sorted((pickle.loads(r["meta"]) for r in
                     segments.filter(F.col("flow").isNull()).select("meta").collect()), key=lambda m: m.file)
     end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
     pms = sorted(segments.filter(F.col("flow").isNotNull()).select("pm").distinct()
                  .toArrow().column(0).to_pylist())
-    every = Reassembler(config.limits)._sweep_every
+    every = Reassembler(config.limits).sweep_every
     task_config = _replace_end(task_config, end_ts, tasks.sweep_ticks(pms, every))
 
     # Stage 2: per flow, in the merge's order.
@@ -103,12 +103,12 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
     by_kind: dict[int, list[dict]] = {}
     for row in small:
         by_kind.setdefault(row["kind"], []).append(row)
-    stats = [codec.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
+    stats = [pickle.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
     last_event = max((s.last_event_ts for s in stats), default=-math.inf)
     openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
-    conns = {codec.loads(r["blob"]): n for n, r in enumerate(openings, start=1)}
+    conns = {pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)}
     context = sorted((_order(r, last_event), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
-    group_of = tasks.group_keys((r["key"], r["blob"].decode()) for r in by_kind.get(tasks.LINK, []))
+    group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
     groups: dict[str, set[str]] = {}
     for key, group in group_of.items():
         groups.setdefault(group, set()).add(key)
@@ -123,7 +123,7 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
              .sortWithinPartitions("group", *tasks.ORDER_COLUMNS)
              .mapInArrow(tasks.fold(task_config, context, conns,
                                     {g: frozenset(k) for g, k in groups.items()}), tasks.OUTPUTS_DDL))
-    outputs = [codec.loads(r["blob"]) for r in keyed.toArrow().to_pylist()]
+    outputs = [pickle.loads(r["blob"]) for r in keyed.toArrow().to_pylist()]
     events.unpersist()
     outputs.append(tasks.context_output(task_config, context, conns))
     output = merge_outputs(outputs)
@@ -197,14 +197,13 @@ def _totals(metas: list, stats: list, config: EngineConfig) -> tuple[CaptureStat
 
 def _tables(rows: list[dict], last_event: float, conns: dict[int, int]) -> tuple[list[dict], list[dict]]:
     """Exchange and batch rows in the in-process engine's order: audit order, then stably by time."""
-    from ksniff.engine import spark_codec as codec
     from ksniff.engine.spark_tasks import renumber
     from ksniff.report.tables import batch_row, exchange_row
 
     exchanges: list[dict] = []
     batches: list[dict] = []
     for _order_key, blob in sorted((_order(r, last_event), r["blob"]) for r in rows):
-        ex = renumber(codec.loads(blob), conns)
+        ex = renumber(pickle.loads(blob), conns)
         exchanges.append(exchange_row(ex))
         batches.extend(batch_row(b) for b in ex.batches)
     exchanges.sort(key=lambda r: r["ts"])

@@ -30,23 +30,27 @@ import heapq
 import itertools
 import math
 import os
+import pickle
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from ksniff.audit import CONTEXT_KEY, AuditConfig, Auditor, AuditState, is_context, producer_keys
+from ksniff.audit import CONTEXT_KEY, AuditConfig, Auditor, is_context, producer_keys, touched_keys
 from ksniff.capture import CaptureLimits, Reassembler
 from ksniff.capture.events import CaptureStats, ConnectionOpened
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.packets import FIN, RST, SYN, TRUNCATED
 from ksniff.decode import Decoder
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, DecodeStats, Exchange
-from ksniff.decode.values import Struct
-from ksniff.engine import spark_codec as codec
 
 BATCH_ROWS = 16_384
+
+
+def dumps(obj) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
 INF = math.inf
 
 # Row kinds leaving stage 2.
@@ -183,7 +187,7 @@ def _extract_file(file: int, path: str, read_path: str) -> Iterator[pa.RecordBat
                     c.fragments, c.cut_short, c.first_ts, c.last_ts, pm if idx else None,
                     list(capture.warnings))
     row: dict[str, list] = {name: [None] for name in SEGMENTS.names}
-    row["meta"] = [codec.dumps(meta)]
+    row["meta"] = [dumps(meta)]
     yield pa.RecordBatch.from_pydict(row, schema=SEGMENTS)
 
 
@@ -231,7 +235,7 @@ class _Flow:
                                on_not_kafka=self.reassembler.drop, keep_records=config.keep_records)
         self.position: tuple[float, int, int] = (0.0, 0, 0)
         self.opened_at: dict[int, tuple[float, int, int]] = {}
-        self.links: set[tuple[str, str]] = set()
+        self.links: set[frozenset[str]] = set()  # keys touched together (ksniff.audit.keys)
 
     def _conn_id(self, _sip: bytes, _sp: int, _dip: bytes, _dp: int, _ts: float) -> int:
         # Unique across the run (the opening segment's file and index); renumbered on the driver in the
@@ -239,14 +243,14 @@ class _Flow:
         pm, file, idx = self.position
         conn = (file << 40) | idx
         self.opened_at[conn] = self.position
-        self.rows.add(CONN, None, (0.0, 0.0, 0, pm, file, idx, 0), codec.dumps(conn))
+        self.rows.add(CONN, None, (0.0, 0.0, 0, pm, file, idx, 0), dumps(conn))
         return conn
 
     def run(self, segments: Iterator[tuple]) -> None:
         reassembler = self.reassembler
-        reassembler._next_sweep = INF  # sweeps come from the run's clock (`_sweep_until`), not the flow's
         self.tick = 0
-        for event in reassembler.events(self._segments(segments), finish=False):
+        # Sweeps come from the run's clock (`_sweep_until`), not this flow's own segments.
+        for event in reassembler.events(self._segments(segments), finish=False, sweeps=False):
             self._feed(event, 0, self.position)
         if self.config.end_ts is not None:
             self._sweep_until(self.config.end_ts, self.position[1])
@@ -262,8 +266,8 @@ class _Flow:
         s.kafka_connections += self.decoder.kafka_connections
         s.evicted += reassembler.evicted
         s.forced_gaps += reassembler.forced_gaps
-        for key, identity in sorted(self.links):
-            self.rows.add(LINK, key, NO_ORDER, identity.encode())
+        for keys in self.links:
+            self.rows.add(LINK, None, NO_ORDER, "\n".join(sorted(keys)).encode())
 
     def _segments(self, rows: Iterator[tuple]) -> Iterator[tuple]:
         """Segment tuples for the reassembler, noting each one's position; where the in-process
@@ -272,7 +276,7 @@ class _Flow:
         reassembler = self.reassembler
         for (_flow, pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload, cut, fpm, fidx,
              _meta) in rows:
-            if fpm is not None and reassembler._pend is not None:
+            if fpm is not None:
                 self.position = (fpm, file, fidx)
                 reassembler.flush()
                 while reassembler.out:
@@ -288,9 +292,9 @@ class _Flow:
         while self.tick < len(ticks) and ticks[self.tick] <= pm:
             now = ticks[self.tick]
             self.tick += 1
-            if reassembler._conns:
+            if reassembler.open_connections:
                 self.position = (now, file, -1)
-                reassembler._sweep(now)
+                reassembler.sweep(now)
                 while reassembler.out:
                     self._feed(reassembler.out.popleft(), 0, self.position)
 
@@ -319,7 +323,7 @@ class _Flow:
             rel = max(clock if clock is not None else -INF, ets + self.config.reorder_window)
         self.stats.serial += 1  # the order events left the decoder in, within one position
         order = (rel, ets, phase, pm, file, idx, self.stats.serial)
-        blob = codec.dumps(event)
+        blob = dumps(event)
         if isinstance(event, Exchange) and self.config.keep_tables:
             self.rows.add(TABLE, None, order, blob)
         if is_context(event):
@@ -329,33 +333,7 @@ class _Flow:
             for key in keys:
                 self.rows.add(KEYED, key, order, blob)
             if keys:
-                found = identities(event)
-                self.links.update((key, identity) for key in keys for identity in (key, *found))
-
-
-def identities(event: Exchange) -> set[str]:
-    """The producer ids and groups an exchange touches: keys that share one share audit state (a producer
-    id under a transactional id and under "pid:N", a group committed to by a transaction and directly),
-    so the engine folds them together. Naming too many only costs parallelism, never correctness."""
-    found = {f"pid:{b.header.producer_id}" for b in event.batches if b.header.producer_id >= 0}
-    for body in (event.request, event.response):
-        if isinstance(body, Struct):
-            _walk(body, found)
-    return found
-
-
-def _walk(body: Struct, found: set[str]) -> None:
-    for name, value in zip(body._fields, body, strict=True):
-        if isinstance(value, tuple):
-            for item in value:
-                if isinstance(item, Struct):
-                    _walk(item, found)
-        elif name.endswith("producer_id") and isinstance(value, int) and value >= 0:
-            found.add(f"pid:{value}")
-        elif name.endswith("group_id") and isinstance(value, str) and value:
-            found.add(f"group:{value}")
-        elif name.endswith("transactional_id") and isinstance(value, str) and value:
-            found.add(value)
+                self.links.add(touched_keys(event))
 
 
 def _add_capture(total: CaptureStats, part: CaptureStats) -> None:
@@ -394,7 +372,7 @@ def decode(config: TaskConfig):
             _Flow(config, stats, rows).run(segments)
             if rows.full():
                 yield rows.take()
-        rows.add(FLOW_STATS, None, NO_ORDER, codec.dumps(stats))
+        rows.add(FLOW_STATS, None, NO_ORDER, dumps(stats))
         yield rows.take()
 
     return run
@@ -434,33 +412,21 @@ def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
     return event
 
 
-@dataclass(slots=True)
-class KeySetState(AuditState):
-    """The fold's state for a group of producer keys that share state (see `identities`): it owns each of
-    them, and, like any one-key state, leaves the capture gaps to the CONTEXT_KEY group."""
-
-    keys: frozenset[str] = frozenset()
-
-    def owns(self, key: str | None) -> bool:
-        return key in self.keys
-
-
 def fold(config: TaskConfig, context: list[tuple[tuple, bytes]], conns: dict[int, int],
          groups: dict[str, frozenset[str]]):
     """mapInArrow over KEYED rows sorted by (group, order): one fold per group of keys over its events
     and the context events, merged in audit order; each group's AuditOutput pickled."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        context_events = [(order, renumber(codec.loads(blob), conns)) for order, blob in context]
+        context_events = [(order, renumber(pickle.loads(blob), conns)) for order, blob in context]
         names: list[str] = []
         blobs: list[bytes] = []
         for group, events in _keyed(batches):
-            auditor = Auditor(config.audit)
-            auditor.state = KeySetState(config=config.audit, key=group, keys=groups[group])
+            auditor = Auditor(config.audit, key=group, keys=groups[group])
             for _order, event in heapq.merge(_once(events, conns), iter(context_events), key=lambda x: x[0]):
                 auditor.feed(event)
             names.append(group)
-            blobs.append(codec.dumps(auditor.finish(config.end_ts)))
+            blobs.append(dumps(auditor.finish(config.end_ts)))
         yield pa.RecordBatch.from_pydict({"key": names, "blob": blobs},
                                          schema=pa.schema([("key", pa.string()), ("blob", pa.binary())]))
 
@@ -474,7 +440,7 @@ def _once(events: Iterator[tuple[tuple, bytes]], conns: dict[int, int]
     for order, blob in events:
         if order != previous:
             previous = order
-            yield order, renumber(codec.loads(blob), conns)
+            yield order, renumber(pickle.loads(blob), conns)
 
 
 def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tuple[tuple, bytes]]]]:
@@ -489,33 +455,11 @@ def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tu
         yield group, ((order, blob) for _group, order, blob in rows_of_group)
 
 
-def group_keys(links: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Each producer key's group: keys linked through a shared identity (`identities`) fold together.
-    Identities are named like keys ("pid:N", "group:G", a transactional id), so a key is linked to
-    another that it names, too."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    keys: set[str] = set()
-    for key, identity in links:
-        keys.add(key)
-        a, b = find(key), find(identity)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    return {key: "@" + find(key) for key in keys}
-
-
 def context_output(config: TaskConfig, context: list[tuple[tuple, bytes]], conns: dict[int, int]):
     """The CONTEXT_KEY group: the capture gaps, which belong to no producer."""
     auditor = Auditor(config.audit, key=CONTEXT_KEY)
     for _order, blob in context:
-        auditor.feed(renumber(codec.loads(blob), conns))
+        auditor.feed(renumber(pickle.loads(blob), conns))
     return auditor.finish(config.end_ts)
 
 
