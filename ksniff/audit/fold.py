@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ksniff.audit.findings import exchange_evidence, judge, make
-from ksniff.audit.keys import CONTEXT_KEY, is_context, producer_keys
+from ksniff.audit.keys import CONTEXT_APIS, CONTEXT_KEY, producer_keys
 from ksniff.audit.model import AuditOutput, Finding, FindingKind, ProducerSummary, Severity, Transaction
 from ksniff.audit.offsets import on_offset_commit
 from ksniff.audit.produce import on_produce
@@ -64,20 +64,35 @@ def _clock(state: AuditState, start: float, end: float | None) -> None:
 
 
 def _on_exchange(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
-    _clock(state, ex.request_ts, ex.response_ts)
-    if ex.api_name == "ApiVersions":
+    # Once per exchange, the fold's hottest function: the clock is kept inline (as `_clock` does), and
+    # an exchange is context when its API is one every partition sees (`is_context` for an Exchange).
+    api = ex.api_name
+    start, end = ex.request_ts, ex.response_ts
+    if state.first_ts is None or start < state.first_ts:
+        state.first_ts = start
+    last = end if end is not None and end > start else start
+    if state.last_ts is None or last > state.last_ts:
+        state.last_ts = last
+    if api == "ApiVersions":
         _on_api_versions(state, ex)
         return
-    handler = HANDLERS.get(ex.api_name)
+    handler = HANDLERS.get(api)
     if handler is None or ex.request is None:
         return
-    if not is_context(ex) and not any(state.owns(k) for k in producer_keys(ex)):
+    if api not in CONTEXT_APIS and not _owns_any(state, producer_keys(ex)):
         return
     if _seen_twice(state, ex):
         return
     if ex.status == "unanswered":
         state.unanswered.setdefault(ex.conn, []).append(ex)
     handler(state, ex, out)
+
+
+def _owns_any(state: AuditState, keys: tuple[str, ...]) -> bool:
+    for key in keys:  # usually one key: a loop, not any() over a generator
+        if state.owns(key):
+            return True
+    return False
 
 
 def _on_api_versions(state: AuditState, ex: Exchange) -> None:
@@ -92,15 +107,30 @@ def _seen_twice(state: AuditState, ex: Exchange) -> bool:
     """An exchange captured at both ends (two captures merged) counts once."""
     window = state.config.duplicate_window_s
     ts = ex.request_ts
+    seen = state.seen
     if ts - state.seen_pruned_ts > window:
-        state.seen = {k: v for k, v in state.seen.items() if ts - v[1] <= window}
+        _forget_before(seen, ts - window)
         state.seen_pruned_ts = ts
     key = (ex.client, ex.broker, ex.api_key, ex.correlation_id)
-    earlier = state.seen.get(key)
+    earlier = seen.pop(key, None)  # set again below, at the end: the dict stays in order of time seen
     if earlier is not None and earlier[0] != ex.conn and abs(ts - earlier[1]) <= window:
+        seen[key] = earlier
         return True
-    state.seen[key] = (ex.conn, ts)
+    seen[key] = (ex.conn, ts)
     return False
+
+
+def _forget_before(seen: dict[tuple, tuple[int, float]], oldest: float) -> None:
+    """Drop the entries older than `oldest` from the front of `seen` (insertion order is nearly time
+    order), instead of rebuilding the whole dict: each entry is looked at about once. An entry held
+    back behind a later one is only kept longer; lookups compare times themselves."""
+    stale = []
+    for key, (_conn, ts) in seen.items():
+        if ts >= oldest:
+            break
+        stale.append(key)
+    for key in stale:
+        del seen[key]
 
 
 def _on_lost(state: AuditState, ev: ConnectionLost, out: list[Finding]) -> None:

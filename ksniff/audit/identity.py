@@ -20,10 +20,11 @@ def see_producer(state: AuditState, producer_id: int, epoch: int, ex: Exchange,
                  transactional_id: str | None) -> ProducerState:
     """Note that `producer_id` was seen at `epoch` on this exchange's connection."""
     p = state.producer(producer_id, ex.request_ts)
-    if epoch >= 0:
-        if p.epochs and epoch > max(p.epochs):
+    epochs = p.epochs
+    if epoch >= 0 and epoch not in epochs:  # the usual case, an epoch already seen, needs no max()
+        if epochs and epoch > max(epochs):
             p.started_epochs.add(epoch)  # bumped in front of us: its sequences restart at 0
-        p.epochs.add(epoch)
+        epochs.add(epoch)
     p.clients.add(ex.client)
     if ex.client_id:
         p.client_ids.add(ex.client_id)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ksniff.capture.slots import fast_init
+
 
 class Severity(str, Enum):
     CRITICAL = "critical"
@@ -31,6 +33,8 @@ class FindingKind(str, Enum):
     OFFSET_COMMIT_BACKWARDS = "offset_commit_backwards"
 
 
+# Findings and transactions are made per event (a transaction per EndTxn): built through their slots.
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Finding:
     kind: str  # a FindingKind value, or a newer kind the audit adds
@@ -61,6 +65,7 @@ class Finding:
         }
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Transaction:
     transactional_id: str
