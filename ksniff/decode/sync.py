@@ -9,6 +9,7 @@ expression scan in C, then checked in Python, so skipping a megabyte of lost con
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from collections.abc import Callable, Collection, Mapping
@@ -25,7 +26,10 @@ _ANY_VERSION = 64
 MAX_CORRELATION_JUMP = 1 << 20
 
 
-def _request_pattern(max_frame: int, keys: Collection[int]) -> re.Pattern[bytes]:
+@functools.lru_cache(maxsize=16)
+def _request_pattern(max_frame: int, keys: tuple[int, ...]) -> re.Pattern[bytes]:
+    # Cached: building the expression costs more than a whole short connection's decoding, and an engine
+    # that runs one Decoder per connection (Spark) makes thousands of decoders with the same tables.
     top = min(max_frame >> 24, 0x7F)
     size = (rb"(?:[\x01-" + re.escape(bytes([top])) + rb"][\s\S]{3}|\x00[\x01-\xff][\s\S]{2}"
             rb"|\x00\x00[\x01-\xff][\s\S]|\x00\x00\x00[\x0a-\xff])") if top else (
@@ -62,7 +66,7 @@ class RequestCheck:
         self.max_frame = max_frame
         self.verify = verify
         self.max_wait = max_wait
-        self.pattern = _request_pattern(max_frame, apis.keys())
+        self.pattern = _request_pattern(max_frame, tuple(sorted(apis.keys())))
 
     def header_at(self, data: bytes, i: int, last_correlation: int | None = None) -> int:
         """FOUND, WAIT (not enough bytes to judge) or NONE for a request header starting at `i`."""

@@ -79,11 +79,12 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
     task_config = tasks.TaskConfig(config.ports, config.auto_detect, config.keep_records, config.keep_tables,
                                    config.reorder_window, config.limits, audit)
 
-    # Stage 1: one task per file. Kept (memory, then disk) because the capture's end time, which stage 2
-    # needs, is known only once every file has been read.
-    listing = [(i, path, tasks.read_path(path)) for i, path in enumerate(files)]
-    segments = (spark.range(0, len(files), 1, numPartitions=len(files))
-                .mapInArrow(_extract(listing), tasks.SEGMENTS_DDL)
+    # Stage 1: files spread over a few tasks per core. Kept (memory, then disk) because the capture's end
+    # time, which stage 2 needs, is known only once every file has been read.
+    bins = _spread([(i, path, tasks.read_path(path)) for i, path in enumerate(files)],
+                   min(len(files), 4 * session.parallelism + total // (64 << 20)))
+    segments = (spark.range(0, len(bins), 1, numPartitions=len(bins))
+                .mapInArrow(_extract(bins), tasks.SEGMENTS_DDL)
                 .persist(StorageLevel.MEMORY_AND_DISK))
     metas = sorted((pickle.loads(r["meta"]) for r in
                     segments.filter(F.col("flow").isNull()).select("meta").collect()), key=lambda m: m.file)
@@ -137,19 +138,34 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
         exchanges=exchanges, batches=batches, engine="spark", warnings=warnings)
 
 
-def _extract(listing: list[tuple[int, str, str]]):
-    """Stage 1's task: the file of each `id` of a spark.range, through spark_tasks.extract."""
+def _spread(listing: list[tuple[int, str, str]], n: int) -> list[list[tuple[int, str, str]]]:
+    """The files in `n` bins of about equal size, largest first into the lightest bin: one task per file
+    cost more in Spark's per-task overhead than reading a small file does."""
+    import heapq
+
+    heap = [(0, b) for b in range(max(1, n))]
+    bins: list[list[tuple[int, str, str]]] = [[] for _ in heap]
+    for entry in sorted(listing, key=lambda e: -os.path.getsize(e[2])):
+        load, b = heapq.heappop(heap)
+        bins[b].append(entry)
+        heapq.heappush(heap, (load + os.path.getsize(entry[2]), b))
+    return [b for b in bins if b]
+
+
+def _extract(bins: list[list[tuple[int, str, str]]]):
+    """Stage 1's task: the files of bin `id` of a spark.range, through spark_tasks.extract."""
     from ksniff.engine import spark_tasks as tasks
 
     def run(batches):
         import pyarrow as pa
 
         for batch in batches:
-            ids = batch.column(0).to_pylist()
-            rows = [listing[i] for i in ids]
-            table = pa.RecordBatch.from_pydict({"file": [r[0] for r in rows], "path": [r[1] for r in rows],
-                                                "read_path": [r[2] for r in rows]})
-            yield from tasks.extract(iter([table]))
+            for b in batch.column(0).to_pylist():
+                rows = bins[b]
+                table = pa.RecordBatch.from_pydict({"file": [r[0] for r in rows],
+                                                    "path": [r[1] for r in rows],
+                                                    "read_path": [r[2] for r in rows]})
+                yield from tasks.extract(iter([table]))
 
     return run
 

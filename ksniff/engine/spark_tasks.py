@@ -26,6 +26,7 @@ Matching the in-process engine exactly means reproducing three things it gets fr
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -132,11 +133,6 @@ class FlowStats:
 # -- stage 1: files into segment rows ---------------------------------------------------------------------
 
 
-def _flow_key(src: bytes, sport: int, dst: bytes, dport: int) -> bytes:
-    a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
-    return a + b if a <= b else b + a
-
-
 def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over rows (file, path, read_path): every TCP segment of each file, then its FileMeta."""
     for batch in batches:
@@ -154,34 +150,47 @@ def _extract_file(file: int, path: str, read_path: str) -> Iterator[pa.RecordBat
     emit_idx = array("q")
     seen: dict[bytes, int] = {}  # flow -> how many emitting segments came before its latest segment
     idx = 0
+    # Once per segment: one list per column, appended to through bound methods, made into one Arrow
+    # batch per BATCH_ROWS segments (column by column, not row by row).
+    (flows, pms, files, idxs, tss, srcs, sports, dsts, dports, seqs, acks, flagss, payloads, cuts, fpms,
+     fidxs, metas) = (cols[name] for name in SEGMENTS.names)
     for ts, src, sport, dst, dport, seq, ack, flags, payload in capture.segments():
         if ts > pm:
             pm = ts
-        flow = _flow_key(src, sport, dst, dport)
+        a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
+        flow = a + b if a <= b else b + a
         before = seen.get(flow, 0)
         if before < len(emit_pm):
-            cols["fpm"].append(emit_pm[before])
-            cols["fidx"].append(emit_idx[before])
+            fpms.append(emit_pm[before])
+            fidxs.append(emit_idx[before])
         else:
-            cols["fpm"].append(None)
-            cols["fidx"].append(None)
+            fpms.append(None)
+            fidxs.append(None)
         truncated = flags & TRUNCATED
         if truncated or flags & (SYN | FIN | RST) or len(payload):
             emit_pm.append(pm)
             emit_idx.append(idx)
         seen[flow] = len(emit_pm)
-        for name, value in (("flow", flow), ("pm", pm), ("file", file), ("idx", idx), ("ts", ts),
-                            ("src", src), ("sport", sport), ("dst", dst), ("dport", dport), ("seq", seq),
-                            ("ack", ack), ("flags", flags),
-                            ("payload", None if truncated else bytes(payload)),
-                            ("cut", payload if truncated else 0), ("meta", None)):
-            cols[name].append(value)
+        flows.append(flow)
+        pms.append(pm)
+        idxs.append(idx)
+        tss.append(ts)
+        srcs.append(src)
+        sports.append(sport)
+        dsts.append(dst)
+        dports.append(dport)
+        seqs.append(seq)
+        acks.append(ack)
+        flagss.append(flags)
+        payloads.append(None if truncated else bytes(payload))
+        cuts.append(payload if truncated else 0)
         idx += 1
-        if len(cols["pm"]) >= BATCH_ROWS:
-            yield pa.RecordBatch.from_pydict(cols, schema=SEGMENTS)
-            cols = {name: [] for name in SEGMENTS.names}
-    if cols["pm"]:
-        yield pa.RecordBatch.from_pydict(cols, schema=SEGMENTS)
+        if len(pms) >= BATCH_ROWS:
+            yield _segment_batch(cols, file)
+            for column in cols.values():
+                column.clear()
+    if pms:
+        yield _segment_batch(cols, file)
     c = capture.counts
     meta = FileMeta(file, path, capture.format, list(capture.linktypes), capture.size, c.packets, c.non_tcp,
                     c.fragments, c.cut_short, c.first_ts, c.last_ts, pm if idx else None,
@@ -189,6 +198,14 @@ def _extract_file(file: int, path: str, read_path: str) -> Iterator[pa.RecordBat
     row: dict[str, list] = {name: [None] for name in SEGMENTS.names}
     row["meta"] = [dumps(meta)]
     yield pa.RecordBatch.from_pydict(row, schema=SEGMENTS)
+
+
+def _segment_batch(cols: dict[str, list], file: int) -> pa.RecordBatch:
+    n = len(cols["pm"])
+    arrays = [pa.array(cols[name], type=f.type) if name not in ("file", "meta")
+              else (pa.array([file] * n, type=f.type) if name == "file" else pa.nulls(n, type=f.type))
+              for name, f in zip(SEGMENTS.names, SEGMENTS, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=SEGMENTS)
 
 
 # -- stage 2: one reassembler and decoder per flow --------------------------------------------------------
@@ -290,13 +307,17 @@ class _Flow:
         segment of the run with ts >= its time, so before any segment whose running maximum reached it."""
         ticks, reassembler = self.config.ticks, self.reassembler
         while self.tick < len(ticks) and ticks[self.tick] <= pm:
+            if not reassembler.open_connections:
+                # Nothing a sweep could touch until the next segment: skip the run's ticks up to it
+                # (a flow is short next to a long capture's thousands of ticks).
+                self.tick = bisect.bisect_right(ticks, pm, self.tick)
+                break
             now = ticks[self.tick]
             self.tick += 1
-            if reassembler.open_connections:
-                self.position = (now, file, -1)
-                reassembler.sweep(now)
-                while reassembler.out:
-                    self._feed(reassembler.out.popleft(), 0, self.position)
+            self.position = (now, file, -1)
+            reassembler.sweep(now)
+            while reassembler.out:
+                self._feed(reassembler.out.popleft(), 0, self.position)
 
     def _opening(self, conn: int) -> tuple[float, int, int]:
         return self.opened_at.get(conn, (0.0, 0, 0))
