@@ -3,8 +3,10 @@
 Three kinds of master are understood: `local[...]` (a JVM started here; its workers import ksniff from this
 checkout or installation), a cluster URL (`spark://`, `yarn`, `k8s://`, ...: ksniff's code goes to the
 executors as a zip through `addPyFile`, and the executors must have the same Python at the same path), and
-Spark Connect (`sc://`: the code goes as an artifact). The user's terminal sees none of Spark's banner or
-log lines: the JVM we start writes its stderr to a log file, and log4j is set to ERROR.
+Spark Connect (`sc://`: the code goes as an artifact; the server's Python workers need ksniff's own
+dependencies, e.g. a server started with PYSPARK_PYTHON set to the Python ksniff is installed in).
+The user's terminal sees none of Spark's banner or log lines: the JVM we start writes its stderr to a log
+file, and log4j is set to ERROR.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def check_available(master: str) -> None:
     if is_connect(master):
         if importlib.util.find_spec("grpc") is None:
             raise SparkUnavailable("Spark Connect (sc://) needs pyspark's connect extras: "
-                                   "pip install 'pyspark[connect]'")
+                                   "pip install 'ksniff[spark-connect]'")
         return
     if java_binary() is None:
         raise SparkUnavailable("the Spark engine needs Java 17 or newer (set JAVA_HOME or put java on PATH)")

@@ -4,6 +4,7 @@ capture split into rotated files (one connection spanning both)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -75,3 +76,16 @@ def test_rotated_files_match_the_whole_capture(spark, tmp_path: Path) -> None:
     split = audit_paths_spark(parts, CONFIG, master="local[2]", spark=spark)
     assert comparable(split, inputs=False) == reference
     assert [i.path for i in split.inputs] == parts
+
+
+@pytest.mark.skipif(not os.environ.get("KSNIFF_SPARK_CONNECT"),
+                    reason="set KSNIFF_SPARK_CONNECT=sc://host:port to test against a Spark Connect server")
+def test_spark_connect_matches_local() -> None:
+    """By hand: pyspark/sbin/start-connect-server.sh, started with PYSPARK_PYTHON set to this Python."""
+    from ksniff.engine.spark import audit_paths_spark
+
+    paths = [str(p) for p in CORPUS]
+    remote = audit_paths_spark(paths, CONFIG, master=os.environ["KSNIFF_SPARK_CONNECT"])
+    local = audit_paths(paths, CONFIG)
+    assert comparable(remote) == comparable(local)
+    assert remote.exchanges == local.exchanges and remote.batches == local.batches
