@@ -42,7 +42,44 @@ def exit_code(result: AuditResult, opts: Options) -> int:
     return EXIT_FINDINGS if serious and not opts.exit_zero else EXIT_CLEAN
 
 
-def _emit(result: AuditResult, opts: Options, out: Console, err: Console) -> int:
+class _Tables:
+    """Where the table rows go during a local or live run: the exports, written as rows come, and the
+    `--producer` timeline's own rows. Leaving the block by an exception (`abort` exits by one too)
+    removes the exports' temporary files."""
+
+    def __init__(self, opts: Options) -> None:
+        from ksniff.engine.local import RowFanout
+        from ksniff.report.formats import ReportError
+        from ksniff.report.stream import ProducerRows, TableExport
+
+        self.export = None
+        self.producer = ProducerRows(opts.producer) if opts.producer else None
+        if opts.csv_dir or opts.parquet_dir:
+            try:
+                self.export = TableExport(csv_dir=opts.csv_dir, parquet_dir=opts.parquet_dir,
+                                          records=opts.records)
+            except ReportError as e:
+                abort(str(e))
+        sinks = [s for s in (self.export, self.producer) if s is not None]
+        self.sink = None if not sinks else sinks[0] if len(sinks) == 1 else RowFanout(*sinks)
+
+    def __enter__(self) -> _Tables:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None and self.export is not None:
+            self.export.discard()
+        return False
+
+    def attach(self, result: AuditResult) -> None:
+        """The result's rows are the timeline's (the exports already hold the rest)."""
+        if self.producer is not None:
+            result.exchanges = sorted(self.producer.exchanges, key=lambda r: r["ts"])
+            result.batches = sorted(self.producer.batches, key=lambda r: r["ts"])
+
+
+def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
+          tables: _Tables | None = None) -> int:
     from ksniff.report.formats import ReportError, write_csv, write_json, write_parquet
     from ksniff.report.terminal import render_report
 
@@ -52,10 +89,13 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console) -> int
     try:
         if opts.json_path:
             write_json(result, opts.json_path)
-        if opts.csv_dir:
-            write_csv(result, opts.csv_dir)
-        if opts.parquet_dir:
-            write_parquet(result, opts.parquet_dir)
+        if tables is not None and tables.export is not None:
+            tables.export.finish(result)  # written during the run: the last tables, then the renames
+        else:
+            if opts.csv_dir:
+                write_csv(result, opts.csv_dir)
+            if opts.parquet_dir:
+                write_parquet(result, opts.parquet_dir)
     except ReportError as e:
         abort(str(e))
     render_report(out, result, quiet=opts.quiet, verbose=opts.verbose, producer=opts.producer)
@@ -64,48 +104,58 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console) -> int
 
 def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: str) -> int:
     from ksniff.capture import CaptureError
+    from ksniff.report.formats import ReportError
 
     out, err = _consoles(opts)
     config = _engine_config(opts)
-    try:
-        if engine == "spark":
+    if engine == "spark":  # its rows come back with the result; the exports are written from it
+        try:
             from ksniff.engine.spark import SparkUnavailable, audit_paths_spark
 
             try:
                 result = audit_paths_spark(captures, config, master=master)
             except SparkUnavailable as e:
                 abort(str(e))
-        else:
-            from ksniff.engine.local import audit_paths
-            from ksniff.report.terminal import progress
+        except CaptureError as e:
+            abort(str(e))
+        except KeyboardInterrupt:
+            abort("interrupted", 130)
+        return _emit(result, opts, out, err)
+    from ksniff.engine.local import audit_paths
+    from ksniff.report.terminal import progress
 
+    with _Tables(opts) as tables:
+        try:
             bar = progress(err, 0) if err.is_terminal and not opts.quiet else None
             try:
-                result = audit_paths(captures, config,
+                result = audit_paths(captures, config, tables=tables.sink,
                                      progress=(lambda done, total: bar.update(done, total)) if bar else None)
             finally:
                 if bar is not None:
                     bar.close()
-    except CaptureError as e:
-        abort(str(e))
-    except KeyboardInterrupt:
-        abort("interrupted", 130)
-    return _emit(result, opts, out, err)
+        except (CaptureError, ReportError) as e:
+            abort(str(e))
+        except KeyboardInterrupt:
+            abort("interrupted", 130)
+        tables.attach(result)
+        return _emit(result, opts, out, err, tables)
 
 
 def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> int:
     from ksniff.capture import CaptureError
     from ksniff.engine.live import live_audit
+    from ksniff.report.formats import ReportError
 
     out, err = _consoles(opts)
     config = _engine_config(opts)
-    try:
-        result = live_audit(iface, config, console=err, duration=duration, count=count,
-                            write_path=write_path, bpf=bpf, quiet=opts.quiet,
-                            explicit_ports=opts.ports_explicit)
-    except CaptureError as e:
-        abort(str(e))
-    except KeyboardInterrupt:  # a second Ctrl-C: the user wants out now, without the final report
-        abort("interrupted", 130)
-    return _emit(result, opts, out, err)
-
+    with _Tables(opts) as tables:
+        try:
+            result = live_audit(iface, config, console=err, duration=duration, count=count,
+                                write_path=write_path, bpf=bpf, quiet=opts.quiet,
+                                explicit_ports=opts.ports_explicit, tables=tables.sink)
+        except (CaptureError, ReportError) as e:
+            abort(str(e))
+        except KeyboardInterrupt:  # a second Ctrl-C: the user wants out now, without the final report
+            abort("interrupted", 130)
+        tables.attach(result)
+        return _emit(result, opts, out, err, tables)

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ksniff.capture.live import open_live
-from ksniff.engine.local import EngineConfig, Pipeline, fewer_collections
+from ksniff.engine.local import EngineConfig, Pipeline, RowSink, fewer_collections
 from ksniff.result import AuditResult
 
 
@@ -57,16 +57,18 @@ class LiveView:
 
 def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: float | None,
                count: int | None, write_path: str | None, bpf: str | None, quiet: bool = False,
-               explicit_ports: bool = False) -> AuditResult:
+               explicit_ports: bool = False, tables: RowSink | None = None) -> AuditResult:
     filter_text = capture_filter(config.ports, explicit_ports, bpf)
     run = open_live(iface, bpf=filter_text, count=count,
                     duration=duration, write_path=write_path, limits=config.limits)
-    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon)
-    if not quiet:
-        console.print(f"ksniff: capturing on {iface} ({filter_text}); Ctrl-C stops and reports",
-                      markup=False, highlight=False)
+    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon,
+                        tables=tables)
+    # The handler first: a SIGTERM sent as soon as the line below is read must stop the capture cleanly.
     stop_on_term = _stop_on_sigterm(run)
     try:
+        if not quiet:
+            console.print(f"ksniff: capturing on {iface} ({filter_text}); Ctrl-C stops and reports",
+                          markup=False, highlight=False)
         with Live(LiveView(run, pipeline, iface), console=console, refresh_per_second=4,
                   transient=True, redirect_stdout=False, redirect_stderr=False) if (
                 console.is_terminal and not quiet) else _Nothing():

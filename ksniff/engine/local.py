@@ -16,6 +16,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ksniff.audit import AuditConfig, Auditor
 from ksniff.capture import CaptureLimits, read_files
@@ -62,6 +63,24 @@ def fewer_collections() -> Iterator[None]:
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
+
+
+class RowSink(Protocol):
+    """Takes table rows as the engine releases exchanges (report.stream.TableExport, RowFanout)."""
+
+    def add(self, table: str, rows: Iterable[dict]) -> None: ...
+
+
+class RowFanout:
+    """Hands each chunk of rows to several sinks (the exports and the --producer timeline)."""
+
+    def __init__(self, *sinks: RowSink) -> None:
+        self.sinks = sinks
+
+    def add(self, table: str, rows: Iterable[dict]) -> None:
+        rows = rows if isinstance(rows, list | tuple) else list(rows)
+        for sink in self.sinks:
+            sink.add(table, rows)
 
 
 INF = float("inf")
@@ -111,9 +130,12 @@ class Pipeline:
     """Decode + reorder + audit + tables over a stream of capture events; shared by audit and live."""
 
     def __init__(self, config: EngineConfig, on_not_kafka: Callable[[int], None] | None = None,
-                 capture_horizon: Callable[[], float] | None = None) -> None:
-        """`capture_horizon`: the capture room's earliest time still to come (Reassembler.horizon)."""
+                 capture_horizon: Callable[[], float] | None = None, tables: RowSink | None = None) -> None:
+        """`capture_horizon`: the capture room's earliest time still to come (Reassembler.horizon).
+        `tables`: where the table rows go as exchanges are released (the exports write them as they come)
+        instead of the lists `exchanges` and `batches`, which then stay empty (and `records`, None)."""
         self.config = config
+        self.tables = tables
         self.decoder = Decoder(ports=config.ports, auto_detect=config.auto_detect,
                                on_not_kafka=on_not_kafka, keep_records=config.keep_records,
                                max_frame=config.max_frame, max_in_flight=config.max_in_flight)
@@ -126,7 +148,7 @@ class Pipeline:
         self.findings_so_far: list = []
         self.last_ts: float | None = None
         self.exchanges_seen = 0
-        self.records: list[dict] | None = [] if config.keep_records else None
+        self.records: list[dict] | None = [] if config.keep_records and tables is None else None
         # Events before `_before` are released without waiting out the window: the decoder owes nothing
         # earlier (its horizon). Asked every HORIZON_EVERY events or so, as it walks the open connections.
         self._before = -INF
@@ -178,12 +200,20 @@ class Pipeline:
     def _audit(self, event: DecodeEvent) -> None:
         if isinstance(event, Exchange):
             self.exchanges_seen += 1
-            if self.config.keep_tables:
-                self.exchanges.append(exchange_row(event))
-                self.batches.extend(batch_row(b) for b in event.batches)
-            if self.records is not None:
-                for b in event.batches:
-                    self.records.extend(record_rows(b))
+            sink = self.tables
+            if sink is not None:
+                sink.add("exchanges", (exchange_row(event),))
+                if event.batches:
+                    sink.add("batches", [batch_row(b) for b in event.batches])
+                    if self.config.keep_records:
+                        sink.add("records", [r for b in event.batches for r in record_rows(b)])
+            else:
+                if self.config.keep_tables:
+                    self.exchanges.append(exchange_row(event))
+                    self.batches.extend(batch_row(b) for b in event.batches)
+                if self.records is not None:
+                    for b in event.batches:
+                        self.records.extend(record_rows(b))
         self.findings_so_far.extend(self.auditor.feed(event))
 
     def finish(self):
@@ -195,11 +225,15 @@ class Pipeline:
 
 
 def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
-                progress: Callable[[int, int], None] | None = None) -> AuditResult:
-    """Audit capture files or folders in-process. Raises CaptureError for inputs that cannot be read."""
+                progress: Callable[[int, int], None] | None = None, tables: RowSink | None = None
+                ) -> AuditResult:
+    """Audit capture files or folders in-process. Raises CaptureError for inputs that cannot be read.
+
+    With `tables`, the table rows go there as they are made, and the result's row lists stay empty."""
     config = config or EngineConfig()
     run = read_files(list(paths), config.limits)
-    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon)
+    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon,
+                        tables=tables)
     with fewer_collections():
         feed = pipeline.feed
         if progress is None:

@@ -11,6 +11,10 @@ RFC 3339 allows, no zone suffix and milliseconds, because that is what Excel, Li
 Sheets all read as a date-time without an import wizard (they reject `T`, `Z` or microseconds in places).
 
 Parquet: the same four tables; time columns are `timestamp[us, tz=UTC]`.
+
+Both table formats are written in chunks by ksniff.report.stream (the local engine feeds it while it runs,
+so no table is held whole); each directory's files are renamed into place together once all are written.
+`csv_frame` remains the reference for the CSV layout.
 """
 
 from __future__ import annotations
@@ -153,14 +157,6 @@ class JsonFormat:
         _write_atomically(target, lambda fh: fh.write(text))
 
 
-def _frames(result: AuditResult) -> dict[str, pd.DataFrame]:
-    # Every table is built before the first file is written, so a bad value writes nothing at all.
-    try:
-        return tables.frames(result)
-    except (TypeError, ValueError) as err:
-        raise ReportError(f"cannot build the tables: {err}") from err
-
-
 def csv_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
     """The CSV layout of a table: each time column followed by its `_utc` text twin."""
     out = df.copy()
@@ -174,24 +170,19 @@ class CsvFormat:
     name = "csv"
 
     def write(self, result: AuditResult, target: str) -> None:
-        _ensure_dir(target)
-        for table, df in _frames(result).items():
-            out = csv_frame(df, table)
-            path = os.path.join(target, f"{table}.csv")
-            # No float_format: pandas then writes floats exactly, so epoch seconds keep their microseconds.
-            _write_atomically(path, lambda fh, out=out: out.to_csv(fh, index=False))
+        # The tables are written in chunks by ksniff.report.stream, as the local engine does while it runs.
+        from ksniff.report.stream import write_tables
+
+        write_tables(result, csv_dir=target)
 
 
 class ParquetFormat:
     name = "parquet"
 
     def write(self, result: AuditResult, target: str) -> None:
-        _ensure_dir(target)
-        for table, df in _frames(result).items():
-            out = tables.with_datetimes(df, table)
-            path = os.path.join(target, f"{table}.parquet")
-            _write_atomically(path, lambda fh, out=out: out.to_parquet(fh, engine="pyarrow", index=False),
-                              mode="wb")
+        from ksniff.report.stream import write_tables
+
+        write_tables(result, parquet_dir=target)
 
 
 FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JsonFormat(), CsvFormat(), ParquetFormat())}
