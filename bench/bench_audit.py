@@ -10,7 +10,7 @@ then the median wall time of each, the median of the per-repetition ratios, and 
 child (from wait4's rusage, per process). `--live` replays the bulk capture onto loopback at top speed
 with tcpreplay while `ksniff live lo` runs, and reports packets/s and kernel drops. Run by hand as root:
 
-    python bench/bench_audit.py [--repeat 3] [--captures bulk,txn,bulk1g] [--csv] [--live]
+    python bench/bench_audit.py [--repeat 3] [--captures bulk,txn,bulk1g] [--csv] [--parquet] [--live]
 """
 
 from __future__ import annotations
@@ -151,6 +151,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--captures", default="bulk,txn,bulk1g", help="comma-separated (gen_captures.py)")
     parser.add_argument("--csv", action="store_true", help="also write every table (ksniff audit --csv DIR)")
+    parser.add_argument("--parquet", action="store_true",
+                        help="also write every table as Parquet (ksniff audit --parquet DIR)")
     parser.add_argument("--live", action="store_true", help="only the live benchmark")
     parser.add_argument("--live-capture", default="bulk")
     parser.add_argument("--loops", type=int, default=1, help="tcpreplay --loop for --live")
@@ -163,7 +165,8 @@ def main() -> None:
         if args.live:
             print_live(bench_live(args.live_capture, tmp, args.loops, args.pps), args.live_capture, args.pps)
             return
-        extra = ["--csv", str(tmp / "csv")] if args.csv else []
+        extra = (["--csv", str(tmp / "csv")] if args.csv else []) + (
+            ["--parquet", str(tmp / "parquet")] if args.parquet else [])
         rows = []
         for name in args.captures.split(","):
             rows.append(bench_file(name, args.repeat, extra, tmp))

@@ -18,6 +18,7 @@ of one stable sort over all rows, as `tables.frame` gives.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import os
 from collections.abc import Iterable
@@ -116,6 +117,7 @@ class _CsvTable(_TableFile):
 
     def _open(self, fd: int) -> IO:
         self.cells = _csv_cells(self.table)
+        self.line = _line_function(self.cells)
         self.out = None
         return os.fdopen(fd, "w", encoding="utf-8", newline="")
 
@@ -123,8 +125,7 @@ class _CsvTable(_TableFile):
         if self.out is None:
             self.out = csv.writer(self.fh, lineterminator="\n")
             self.out.writerow([name for name, _column, _cell in self.cells])
-        cells = [(column, cell) for _name, column, cell in self.cells]
-        self.out.writerows([[cell(row[column]) for column, cell in cells] for row in rows])
+        self.out.writerows(map(self.line, rows))
 
     def _close(self) -> None:
         _fsync_close(self.fh)
@@ -169,11 +170,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def _utc_cell(value: Any) -> str:
     """`formats.CSV_TIME_FORMAT` cut to the millisecond, from the time rounded to whole microseconds
-    (as `tables.utc_timestamps` does)."""
+    (as `tables.utc_timestamps` does). strftime once per second of capture: it was most of the export."""
     if value is None or value != value:
         return ""
-    when = _EPOCH + timedelta(microseconds=round(value * 1e6))
-    return when.strftime(CSV_TIME_FORMAT)[:23]
+    seconds, micros = divmod(round(value * 1e6), 1_000_000)
+    return f"{_utc_second(seconds)}.{micros // 1000:03d}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _utc_second(seconds: int) -> str:
+    return (_EPOCH + timedelta(seconds=seconds)).strftime(CSV_TIME_FORMAT[:-3])
 
 
 _CELLS = {"float64": _float_cell, "Int64": _int_cell, "boolean": _bool_cell, "string": _text_cell}
@@ -232,6 +238,18 @@ def _micros(value: Any) -> int | None:
 
 def _text(value: Any) -> str | None:
     return value if value is None or isinstance(value, str) else str(value)
+
+
+def _line_function(cells: list[tuple[str, str, Any]]):
+    """row -> the tuple of its cells' texts, as one generated function (a loop over the columns per row
+    cost a third of the export)."""
+    namespace: dict[str, Any] = {}
+    parts = []
+    for i, (_name, column, cell) in enumerate(cells):
+        namespace[f"_cell{i}"] = cell
+        parts.append(f"_cell{i}(row[{column!r}])")
+    exec(f"def line(row):\n    return ({', '.join(parts)},)\n", namespace)  # noqa: S102 - schema names
+    return namespace["line"]
 
 
 class _ParquetTable(_TableFile):

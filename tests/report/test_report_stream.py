@@ -66,7 +66,7 @@ def test_cells_match_pandas_on_awkward_values():
     cells = stream._csv_cells("exchanges")
     writer.writerow([name for name, _, _ in cells])
     ordered = sorted(rows, key=lambda r: r["ts"])
-    writer.writerows([[cell(r[col]) for _, col, cell in cells] for r in ordered])
+    writer.writerows(map(stream._line_function(cells), ordered))
     assert buf.getvalue() == _pandas_csv(rows, "exchanges")
 
 
