@@ -47,23 +47,29 @@ class CaptureRun:
     def _summarise(self) -> None:
         stats = self.stats
         for f in self._files:
-            c = f.counts
-            stats.packets += c.packets
-            stats.non_tcp_packets += c.non_tcp
-            stats.ip_fragments += c.fragments
-            stats.truncated_packets += c.cut_short
-            stats.tcp_segments += c.packets - c.non_tcp - c.fragments - c.cut_short
-            if c.first_ts is not None:
-                stats.first_ts = c.first_ts if stats.first_ts is None else min(stats.first_ts, c.first_ts)
-                stats.last_ts = c.last_ts if stats.last_ts is None else max(stats.last_ts, c.last_ts)
-            self.inputs.append(InputInfo(f.path, f.format, ",".join(f.linktypes), c.packets, f.size))
-            self.warnings.extend(f.warnings)
-            if c.fragments:
-                self.warnings.append(f"{f.path}: {c.fragments} IP fragments not reassembled")
+            add_file_counts(stats, self.warnings, f.path, f.counts, f.warnings)
+            self.inputs.append(InputInfo(f.path, f.format, ",".join(f.linktypes), f.counts.packets, f.size))
         self.warnings.extend(self.reassembler.warnings())
         if stats.truncated_packets:
             self.warnings.append(f"{stats.truncated_packets} packets cut short by the capture's snapshot "
                                  "length: the bytes beyond it are missing (counted as gaps)")
+
+
+def add_file_counts(stats: CaptureStats, warnings: list[str], path: str, counts,
+                    file_warnings: Sequence[str]) -> None:
+    """Folds one file's walk (packets, non_tcp, fragments, cut_short, first_ts, last_ts) into a run's
+    counters and warnings; every engine sums its files this way."""
+    stats.packets += counts.packets
+    stats.non_tcp_packets += counts.non_tcp
+    stats.ip_fragments += counts.fragments
+    stats.truncated_packets += counts.cut_short
+    stats.tcp_segments += counts.packets - counts.non_tcp - counts.fragments - counts.cut_short
+    if counts.first_ts is not None:
+        stats.first_ts = counts.first_ts if stats.first_ts is None else min(stats.first_ts, counts.first_ts)
+        stats.last_ts = counts.last_ts if stats.last_ts is None else max(stats.last_ts, counts.last_ts)
+    warnings.extend(file_warnings)
+    if counts.fragments:
+        warnings.append(f"{path}: {counts.fragments} IP fragments not reassembled")
 
 
 def segments(files: list[CaptureFile]) -> Iterator[tuple]:

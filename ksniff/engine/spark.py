@@ -29,6 +29,7 @@ from ksniff.audit import AuditConfig, fold_groups, merge_outputs
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.capture.files import CaptureFile, expand_paths
+from ksniff.capture.run import add_file_counts
 from ksniff.decode.events import DecodeStats
 from ksniff.engine.local import EngineConfig
 from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, shuffle_partitions
@@ -189,17 +190,7 @@ def _totals(metas: list, stats: list, config: EngineConfig) -> tuple[CaptureStat
     decode = DecodeStats(by_api={})
     warnings: list[str] = []
     for m in metas:
-        capture.packets += m.packets
-        capture.non_tcp_packets += m.non_tcp
-        capture.ip_fragments += m.fragments
-        capture.truncated_packets += m.cut_short
-        capture.tcp_segments += m.packets - m.non_tcp - m.fragments - m.cut_short
-        if m.first_ts is not None:
-            capture.first_ts = m.first_ts if capture.first_ts is None else min(capture.first_ts, m.first_ts)
-            capture.last_ts = m.last_ts if capture.last_ts is None else max(capture.last_ts, m.last_ts)
-        warnings.extend(m.warnings)
-        if m.fragments:
-            warnings.append(f"{m.path}: {m.fragments} IP fragments not reassembled")
+        add_file_counts(capture, warnings, m.path, m, m.warnings)
     reassembler = Reassembler(config.limits)
     for s in stats:
         _add_capture(capture, s.capture)

@@ -9,18 +9,13 @@ import time
 
 import pytest
 from capture_builders import streams
+from harness import free_port
 
 from ksniff.capture import CaptureError, read_files
 from ksniff.capture.events import ConnectionOpened
 from ksniff.capture.live import open_live
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @root

@@ -26,6 +26,7 @@ from decode_builders import (
     init_producer_id,
     init_producer_id_response,
 )
+from harness import free_port
 from robustness_support import REPO, assert_no_traceback, assert_one_line_error, check_document, cli_process
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root")
@@ -43,12 +44,6 @@ def start_live(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen:
     ready = proc.stderr.readline()  # printed once the capture socket is open
     assert ready.startswith("ksniff: capturing on lo"), ready + proc.stderr.read()
     return proc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @root
