@@ -159,7 +159,12 @@ class JsonFormat:
 
 def csv_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
     """The CSV layout of a table: each time column followed by its `_utc` text twin."""
+    from ksniff.report.cells import neutral
+
     out = df.copy()
+    for col, dtype in tables.SCHEMAS[table].items():
+        if dtype == "string":  # text people open in a spreadsheet: no formula, no control character
+            out[col] = out[col].map(neutral, na_action="ignore").astype("string")
     for col in tables.TIME_COLUMNS[table]:
         text = tables.utc_timestamps(df[col]).dt.strftime(CSV_TIME_FORMAT).str.slice(0, 23)  # to the ms
         out.insert(out.columns.get_loc(col) + 1, col + UTC_SUFFIX, text.astype("string"))

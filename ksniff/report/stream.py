@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from typing import IO, Any
 
 from ksniff.report import tables
+from ksniff.report.cells import neutral
 from ksniff.report.formats import (
     CSV_TIME_FORMAT,
     UTC_SUFFIX,
@@ -162,7 +163,8 @@ def _bool_cell(value: Any) -> str:
 
 
 def _text_cell(value: Any) -> str:
-    return "" if value is None else str(value)
+    # ids, topics, client ids: no formula, no raw control character (ksniff.report.cells)
+    return "" if value is None else neutral(str(value))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
