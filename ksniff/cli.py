@@ -18,7 +18,10 @@ class UsageError(Exception):
 
 
 def abort(message: str, code: int = EXIT_ERROR) -> None:
-    click.echo(f"ksniff: error: {message}", err=True)
+    # A path or an id in the message must not act on the terminal.
+    from ksniff.report.text import shown_message
+
+    click.echo(f"ksniff: error: {shown_message(message, limit=4096)}", err=True)
     sys.exit(code)
 
 

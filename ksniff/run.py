@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from rich.console import Console
 
 from ksniff.cli import EXIT_CLEAN, EXIT_FINDINGS, Options, abort
 from ksniff.result import AuditResult
 
 
+class _Console(Console):
+    """rich's console, except for a pipe closed by its reader (`| head -1`), where rich would exit 1 on its
+    own, which a script reads as "findings" whatever --exit-zero says. The report's console raises
+    BrokenPipeError to `_to_stream`; the diagnostics' console goes quiet and the run goes on."""
+
+    def __init__(self, *args, raise_broken_pipe: bool = True, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._raise_broken_pipe = raise_broken_pipe
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        if self._raise_broken_pipe:
+            raise BrokenPipeError
+        _detach(self.file)
+
+
 def _consoles(opts: Options) -> tuple[Console, Console]:
     """The report console (stdout, or stderr when stdout carries the JSON) and the diagnostics console."""
     no_color = not opts.color
-    err = Console(stderr=True, no_color=no_color, highlight=False)
-    out = err if opts.json_path == "-" else Console(no_color=no_color, highlight=False)
+    err = _Console(stderr=True, no_color=no_color, highlight=False, raise_broken_pipe=False)
+    out = err if opts.json_path == "-" else _Console(no_color=no_color, highlight=False)
     return out, err
 
 
@@ -80,14 +99,18 @@ class _Tables:
 
 def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
           tables: _Tables | None = None) -> int:
-    from ksniff.report.formats import ReportError, write_csv, write_json, write_parquet
+    from ksniff.report.formats import STDOUT, ReportError, write_csv, write_json, write_parquet
     from ksniff.report.terminal import render_report
+    from ksniff.report.text import shown_message
 
     for warning in result.warnings:
         # One line per warning whatever the terminal's width, so scripts can grep them.
-        err.print(f"ksniff: warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+        err.print(f"ksniff: warning: {shown_message(warning)}", markup=False, highlight=False,
+                  soft_wrap=True)
     try:
-        if opts.json_path:
+        if opts.json_path == STDOUT:
+            _to_stream(sys.stdout, lambda: write_json(result, STDOUT), "the JSON document")
+        elif opts.json_path:
             write_json(result, opts.json_path)
         if tables is not None and tables.export is not None:
             tables.export.finish(result)  # written during the run: the last tables, then the renames
@@ -98,8 +121,35 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
                 write_parquet(result, opts.parquet_dir)
     except ReportError as e:
         abort(str(e))
-    render_report(out, result, quiet=opts.quiet, verbose=opts.verbose, producer=opts.producer)
+    _to_stream(out.file, lambda: render_report(out, result, quiet=opts.quiet, verbose=opts.verbose,
+                                               producer=opts.producer), "the report")
     return exit_code(result, opts)
+
+
+def _to_stream(stream, write, what: str) -> None:
+    """Runs `write` to a standard stream. A pipe closed by its reader (`| head -1`) just ends the output:
+    the run's exit code stays what the audit says. Any other failure (a full disk, an I/O error) is a
+    run that could not be done: one line, exit 2. Either way the stream is pointed at /dev/null, so the
+    interpreter's own flush at exit cannot fail again with a traceback."""
+    try:
+        write()
+        stream.flush()
+    except BrokenPipeError:
+        _detach(stream)
+    except OSError as err:
+        _detach(stream)
+        name = "standard error" if stream is sys.stderr else "standard output"
+        abort(f"cannot write {what} to {name}: {err.strerror or err.__class__.__name__}")
+
+
+def _detach(stream) -> None:
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: str) -> int:

@@ -17,6 +17,8 @@ from rich.text import Text
 
 from ksniff.capture.live import open_live
 from ksniff.engine.local import EngineConfig, Pipeline, RowSink, fewer_collections
+from ksniff.report.terminal import finding_message
+from ksniff.report.text import shown
 from ksniff.result import AuditResult
 
 
@@ -43,14 +45,14 @@ class LiveView:
             self._rate, self._last = (n - n0) / (now - t0), (now, n)
         stats = self.run.stats
         table = Table.grid(padding=(0, 2))
-        table.add_row("interface", self.iface, "elapsed", f"{now - self.started:.0f}s")
+        table.add_row("interface", shown(self.iface), "elapsed", f"{now - self.started:.0f}s")
         table.add_row("packets", f"{stats.packets:,}", "kernel drops", f"{stats.kernel_drops:,}")
         table.add_row("exchanges", f"{n:,}", "per second", f"{self._rate:,.0f}")
         snapshot = self.pipeline.auditor.snapshot() if hasattr(self.pipeline.auditor, "snapshot") else {}
         table.add_row("producers", str(snapshot.get("producers", "-")),
                       "open transactions", str(snapshot.get("open_transactions", "-")))
         latest = self.pipeline.findings_so_far[-5:]
-        lines = [Text(f"{f.severity:8} {f.kind}: {f.message}", overflow="ellipsis", no_wrap=True)
+        lines = [Text(f"{f.severity:8} {f.kind}: {finding_message(f)}", overflow="ellipsis", no_wrap=True)
                  for f in reversed(latest)]
         return Group(Text("ksniff live (Ctrl-C to stop and report)", style="bold"), table, *lines)
 
@@ -67,7 +69,8 @@ def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: 
     stop_on_term = _stop_on_sigterm(run)
     try:
         if not quiet:
-            console.print(f"ksniff: capturing on {iface} ({filter_text}); Ctrl-C stops and reports",
+            console.print(f"ksniff: capturing on {shown(iface)} ({shown(filter_text, 4096)}); "
+                          "Ctrl-C stops and reports",
                           markup=False, highlight=False)
         with Live(LiveView(run, pipeline, iface), console=console, refresh_per_second=4,
                   transient=True, redirect_stdout=False, redirect_stderr=False) if (

@@ -173,7 +173,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 def _utc_cell(value: Any) -> str:
     """`formats.CSV_TIME_FORMAT` cut to the millisecond, from the time rounded to whole microseconds
     (as `tables.utc_timestamps` does). strftime once per second of capture: it was most of the export."""
-    if value is None or value != value:
+    if not tables.in_calendar(value):  # also None and NaN
         return ""
     seconds, micros = divmod(round(value * 1e6), 1_000_000)
     return f"{_utc_second(seconds)}.{micros // 1000:03d}"
@@ -235,7 +235,7 @@ def _pandas_version() -> str:
 
 def _micros(value: Any) -> int | None:
     # Whole microseconds, rounded as `tables.utc_timestamps` rounds (half to even).
-    return None if value is None or value != value else round(value * 1e6)
+    return round(value * 1e6) if tables.in_calendar(value) else None
 
 
 def _text(value: Any) -> str | None:

@@ -389,12 +389,25 @@ def frames(result: AuditResult) -> dict[str, pd.DataFrame]:
     }
 
 
+# Times a calendar holds: years 1 to 9999 UTC (Python's datetime). A capture may carry any 64-bit time;
+# outside this range a time keeps its epoch seconds but has no calendar form (an empty `_utc` cell in the
+# CSV, a null timestamp in Parquet and in the DataFrames, its seconds on the terminal).
+FIRST_CALENDAR_SECOND = -62_135_596_800.0  # 0001-01-01T00:00:00Z
+END_CALENDAR_SECOND = 253_402_300_800.0  # 10000-01-01T00:00:00Z
+
+
+def in_calendar(seconds: float | None) -> bool:
+    return seconds is not None and FIRST_CALENDAR_SECOND <= seconds < END_CALENDAR_SECOND
+
+
 def utc_timestamps(epoch_seconds: pd.Series) -> pd.Series:
-    """Float epoch seconds as UTC timestamps with microsecond resolution (NaN becomes NaT)."""
+    """Float epoch seconds as UTC timestamps with microsecond resolution (NaN, and a time outside the
+    calendar's years 1-9999, become NaT)."""
     # Through whole microseconds: a float epoch is off by a few hundred ns, which must not truncate.
     import pandas as pd
 
-    micros = epoch_seconds.mul(1e6).round()
+    inside = (epoch_seconds >= FIRST_CALENDAR_SECOND) & (epoch_seconds < END_CALENDAR_SECOND)
+    micros = epoch_seconds.where(inside).mul(1e6).round()
     return pd.to_datetime(micros, unit="us", utc=True).astype("datetime64[us, UTC]")
 
 

@@ -2,7 +2,8 @@
 
 Every function here returns a renderable and prints nothing, so the report is snapshot-tested with
 `Console(record=True)`; only `render_report` prints, and only to the console it is given. Values that come
-off the wire (topic names, client ids) are always wrapped in `Text`, never interpreted as rich markup.
+off the wire or from file names (ids, topics, client ids, paths) go through `text.shown` (escaped, long ones
+cut) and are always wrapped in `Text`, never interpreted as rich markup.
 Times are UTC time of day with milliseconds; the header gives the date once.
 """
 
@@ -30,7 +31,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ksniff.audit.model import Finding, ProducerSummary, Transaction
-from ksniff.report.tables import error_name
+from ksniff.report.tables import error_name, in_calendar
+from ksniff.report.text import shown, shown_message
 
 if TYPE_CHECKING:
     from ksniff.result import AuditResult
@@ -101,26 +103,30 @@ INPUTS_SHOWN = 5
 
 # ---- formatting -------------------------------------------------------------------------------------------
 
-def _utc(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
+def _utc(ts: float) -> datetime | None:
+    """The calendar time, or None for a time no calendar holds (a capture may carry any 64-bit time)."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc) if in_calendar(ts) else None
 
 
 def clock(ts: float | None) -> str:
-    """UTC time of day with milliseconds, `12:00:02.156`."""
+    """UTC time of day with milliseconds, `12:00:02.156`; epoch seconds for a time outside years 1-9999."""
     if ts is None or (isinstance(ts, float) and math.isnan(ts)):
         return ""
-    return _utc(ts).strftime("%H:%M:%S.%f")[:12]
+    utc = _utc(ts)
+    return f"@{ts:.6g}s" if utc is None else utc.strftime("%H:%M:%S.%f")[:12]
 
 
 def stamp(ts: float) -> str:
     """Date and time, for the one place a date is shown."""
-    return _utc(ts).strftime("%Y-%m-%d ") + clock(ts)
+    utc = _utc(ts)
+    return clock(ts) if utc is None else utc.strftime("%Y-%m-%d ") + clock(ts)
 
 
 def span(first: float | None, last: float | None) -> str:
     if first is None or last is None:
         return "nothing captured"
-    end = clock(last) if _utc(first).date() == _utc(last).date() else stamp(last)
+    a, b = _utc(first), _utc(last)
+    end = clock(last) if a is not None and b is not None and a.date() == b.date() else stamp(last)
     return f"{stamp(first)} -> {end} UTC ({duration(last - first)})"
 
 
@@ -169,7 +175,7 @@ def _run_text(run: list[int]) -> str:
 
 
 def producer_label(txn_id: str | None, pid: int | None, epoch: int | None = None) -> str:
-    parts = [txn_id] if txn_id else []
+    parts = [shown(txn_id)] if txn_id else []
     if pid is not None:
         parts.append(f"pid {pid}")
     if epoch is not None:
@@ -205,7 +211,7 @@ def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
     if limits.plain:
         grid.add_row("Limits", limits)
     for warning in result.warnings:
-        grid.add_row(Text("Warning", style="yellow"), Text(warning))
+        grid.add_row(Text("Warning", style="yellow"), Text(shown_message(warning)))
     parts: list[RenderableType] = [grid]
     if dec.by_api:
         parts += [Text(""), api_table(result)]
@@ -215,13 +221,14 @@ def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
 def _inputs_text(result: AuditResult, verbose: bool) -> Text:
     if not result.inputs:
         return Text("none")
-    shown = result.inputs if verbose else result.inputs[:INPUTS_SHOWN]
-    lines = [f"{i.path} ({i.format}, {i.linktype}, {plural(i.packets, 'packet')}, {size(i.bytes)})"
-             for i in shown]
+    listed = result.inputs if verbose else result.inputs[:INPUTS_SHOWN]
+    lines = [f"{shown(i.path, 4096)} ({i.format}, {i.linktype}, {plural(i.packets, 'packet')}, "
+             f"{size(i.bytes)})"
+             for i in listed]
     text = Text("\n".join(lines))
-    if len(result.inputs) > len(shown):
+    if len(result.inputs) > len(listed):
         text.append("\n")
-        text.append_text(_more(len(result.inputs) - len(shown), "input"))
+        text.append_text(_more(len(result.inputs) - len(listed), "input"))
     return text
 
 
@@ -271,7 +278,7 @@ def api_table(result: AuditResult) -> Table:
     for name in ("Requests", "Responses", "Exchanges"):
         table.add_column(name, justify="right")
     for name, counts in sorted((result.decode.by_api or {}).items()):
-        table.add_row(Text(name), Text(ranges(counts.versions or ())), f"{counts.requests:,}",
+        table.add_row(Text(shown(name)), Text(ranges(counts.versions or ())), f"{counts.requests:,}",
                       f"{counts.responses:,}", f"{counts.exchanges:,}")
     return table
 
@@ -291,17 +298,20 @@ def producers_table(producers: Sequence[ProducerSummary], *, verbose: bool = Fal
     table.add_column("Batches", justify="right", overflow="fold")
     table.add_column("Records", justify="right", overflow="fold")
     table.add_column("Transactions", overflow="fold")
-    shown = producers if verbose else producers[:PRODUCERS_SHOWN]
-    for p in shown:
+    listed = producers if verbose else producers[:PRODUCERS_SHOWN]
+    for p in listed:
         table.add_row(_producer_cell(p), Text(ranges(p.epochs)), _clients_cell(p, verbose),
                       f"{p.batches:,}", f"{p.records:,}", _outcomes_cell(p))
-    if len(producers) > len(shown):
-        return Group(table, _more(len(producers) - len(shown), "producer"))
+    if len(producers) > len(listed):
+        return Group(table, _more(len(producers) - len(listed), "producer"))
     return table
 
 
 def _producer_cell(p: ProducerSummary) -> Text:
-    text = Text(p.transactional_id or "(idempotent)", style="" if p.transactional_id else "dim")
+    if p.transactional_id:
+        text = Text(shown(p.transactional_id))
+    else:
+        text = Text("(idempotent)", style="dim")
     if p.producer_id is not None:
         text.append(f"\npid {p.producer_id}", style="dim")
     return text
@@ -309,11 +319,11 @@ def _producer_cell(p: ProducerSummary) -> Text:
 
 def _clients_cell(p: ProducerSummary, verbose: bool) -> Text:
     limit = None if verbose else CLIENTS_SHOWN
-    clients = list(p.clients[:limit])
+    clients = [shown(c) for c in p.clients[:limit]]
     if len(p.clients) > len(clients):
         clients.append(f"+{len(p.clients) - len(clients)} more")
     text = Text("\n".join(clients))
-    ids = list(p.client_ids[:limit])
+    ids = [shown(c) for c in p.client_ids[:limit]]
     if len(p.client_ids) > len(ids):
         ids.append(f"+{len(p.client_ids) - len(ids)} more")
     if ids:
@@ -376,16 +386,16 @@ def _open_part(still_open: list[Transaction], findings: Sequence[Finding], captu
     hanging = {(f.transactional_id, f.producer_epoch) for f in findings if f.kind == "hanging_transaction"}
     end = capture_end if capture_end is not None else max(t.start_ts for t in still_open)
     still_open.sort(key=lambda t: t.start_ts)
-    shown = still_open if verbose else still_open[:OPEN_SHOWN]
+    listed = still_open if verbose else still_open[:OPEN_SHOWN]
     title = Text("Open at the end of the capture", style="bold")
     n_hanging = sum((t.transactional_id, t.producer_epoch) in hanging for t in still_open)
     if n_hanging:
         title.append(f" ({n_hanging:,} hanging: past their timeout)", style="yellow")
-    table = _txn_table(shown, "Open for", lambda t: end,
+    table = _txn_table(listed, "Open for", lambda t: end,
                        lambda t: "HANGING" if (t.transactional_id, t.producer_epoch) in hanging else "open")
     parts: list[RenderableType] = [title, table]
-    if len(still_open) > len(shown):
-        parts.append(_more(len(still_open) - len(shown), "open transaction"))
+    if len(still_open) > len(listed):
+        parts.append(_more(len(still_open) - len(listed), "open transaction"))
     return parts
 
 
@@ -409,16 +419,16 @@ def _txn_table(txns: Sequence[Transaction], time_title: str, end_of, outcome_of=
     for t in txns:
         outcome = outcome_of(t) if outcome_of else t.outcome
         style = "yellow" if outcome in ("HANGING", "abort") else ""
-        table.add_row(clock(t.start_ts), Text(t.transactional_id), _pid_epoch(t),
+        table.add_row(clock(t.start_ts), Text(shown(t.transactional_id)), _pid_epoch(t),
                       duration(end_of(t) - t.start_ts),
                       Text(outcome, style=style), _partitions_text(t.partitions), f"{t.records:,}")
     return table
 
 
-def _partitions_text(partitions: Sequence[str], shown: int = 3) -> Text:
-    text = ", ".join(partitions[:shown])
-    if len(partitions) > shown:
-        text += f" +{len(partitions) - shown}"
+def _partitions_text(partitions: Sequence[str], count: int = 3) -> Text:
+    text = ", ".join(shown(p) for p in partitions[:count])
+    if len(partitions) > count:
+        text += f" +{len(partitions) - count}"
     return Text(text)
 
 
@@ -435,10 +445,10 @@ def findings_view(findings: Sequence[Finding], *, verbose: bool = False) -> Rend
         title.append(f"  {SEVERITY_MEANING.get(severity, '')}", style="dim")
         parts.append(title)
         limit = None if verbose else FINDINGS_SHOWN.get(severity, 10)
-        shown = group[:limit]
-        parts += [finding_block(f, verbose=verbose) for f in shown]
-        if len(group) > len(shown):
-            parts.append(_more(len(group) - len(shown), f"{severity} finding", "--verbose or --json"))
+        listed = group[:limit]
+        parts += [finding_block(f, verbose=verbose) for f in listed]
+        if len(group) > len(listed):
+            parts.append(_more(len(group) - len(listed), f"{severity} finding", "--verbose or --json"))
         parts.append(Text(""))
     parts.append(advice(findings))
     return Group(*parts)
@@ -470,20 +480,26 @@ def finding_headline(f: Finding, *, severity: bool = False) -> Text:
 def _where(f: Finding) -> str:
     parts = []
     if f.topic is not None:
-        parts.append(f.topic if f.partition is None else f"{f.topic}-{f.partition}")
+        parts.append(shown(f.topic) if f.partition is None else f"{shown(f.topic)}-{f.partition}")
     if f.group:
-        parts.append(f"group {f.group}")
+        parts.append(f"group {shown(f.group)}")
     return " ".join(parts)
 
 
 def finding_block(f: Finding, *, verbose: bool = False) -> RenderableType:
     """The headline, then the audit's message and its evidence indented beneath it."""
-    body = Text(f.message)
+    body = Text(finding_message(f))
     evidence = evidence_text(f.evidence, verbose=verbose)
     if evidence.plain:
         body.append("\n")
         body.append_text(evidence)
     return Group(finding_headline(f), Padding(body, (0, 0, 0, 4)))
+
+
+def finding_message(f: Finding) -> str:
+    """The audit's sentence, with the identifiers it quotes escaped and cut (they may be megabytes)."""
+    quoted = [f.transactional_id, f.topic, f.group, *(v for v in f.evidence.values() if isinstance(v, str))]
+    return shown_message(f.message, quoted)
 
 
 # Evidence keys every exchange-based finding carries (ksniff.audit.findings): said once, compactly, up front.
@@ -503,13 +519,13 @@ def evidence_text(evidence: dict[str, Any], *, verbose: bool = False) -> Text:
 
 def _request_item(ev: dict[str, Any], verbose: bool) -> str:
     api, client, client_id = ev.pop("api", None), ev.pop("client", None), ev.pop("client_id", None)
-    text = str(api) if api else ""
+    text = shown(api) if api else ""
     if verbose and "correlation_id" in ev:
         text += f" #{ev.pop('correlation_id')}"
     if client:
-        text += f" from {client}" if text else f"client {client}"
+        text += f" from {shown(client)}" if text else f"client {shown(client)}"
     if client_id:
-        text += f" ({client_id})" if text else f"client_id {client_id}"
+        text += f" ({shown(client_id)})" if text else f"client_id {shown(client_id)}"
     return text
 
 
@@ -518,18 +534,26 @@ def _answer_item(ev: dict[str, Any]) -> str:
         if key in ev:
             value = ev.pop(key)
             name = error_name(value) if isinstance(value, int) else value
-            return f"broker answered {name or value}"
+            return f"broker answered {shown(name or value)}"
     return ""
 
 
+EVIDENCE_ITEMS_SHOWN = 10  # of a list in the evidence (registered partitions, groups): --json has them all
+
+
 def _evidence_item(key: str, value: Any) -> str:
+    key = shown(key)
     if isinstance(value, float) and (key.endswith("_ts") or key.endswith("_at")):
         return f"{key} {clock(value)}"
     if isinstance(value, (list, tuple, set, frozenset)):
-        return f"{key} {', '.join(str(v) for v in value) or '-'}"
+        items = list(value) if isinstance(value, (list, tuple)) else sorted(value, key=repr)
+        text = ", ".join(shown(v) for v in items[:EVIDENCE_ITEMS_SHOWN]) or "-"
+        if len(items) > EVIDENCE_ITEMS_SHOWN:
+            text += f" +{len(items) - EVIDENCE_ITEMS_SHOWN:,} more"
+        return f"{key} {text}"
     if isinstance(value, bool):
         return key if value else f"not {key}"
-    return f"{key} {value}"
+    return f"{key} {shown(value)}"
 
 
 def advice(findings: Sequence[Finding]) -> RenderableType:
@@ -561,7 +585,7 @@ def producer_timeline(result: AuditResult, producer: str, exchanges: Sequence[di
     batches = result.batches if batches is None else batches
     txn_ids, pids = resolve_producer(result, producer, exchanges)
     if not txn_ids and not pids:
-        return Text(f"No producer matches {producer!r}: give a transactional id or a producer id.",
+        return Text(f"No producer matches '{shown(producer)}': give a transactional id or a producer id.",
                     style="yellow")
     rows = _timeline_rows(exchanges, batches, txn_ids, pids)
     findings = [f for f in result.findings if f.transactional_id in txn_ids or f.producer_id in pids]
@@ -570,7 +594,7 @@ def producer_timeline(result: AuditResult, producer: str, exchanges: Sequence[di
     title.append(f": {plural(len(rows), 'row')}, {plural(len(findings), 'finding')}", style="dim")
     legend = Table.grid(padding=(0, 1))
     for client_key, tag in instances.items():
-        legend.add_row(Text(tag, style="bold"), Text(" ".join(x for x in client_key if x)))
+        legend.add_row(Text(tag, style="bold"), Text(" ".join(shown(x) for x in client_key if x)))
     parts: list[RenderableType] = [title, legend, Text("")]
     parts += _timeline_body(rows, findings, instances, limit)
     return Group(*parts)
@@ -600,7 +624,7 @@ def resolve_producer(result: AuditResult, producer: str, exchanges: Sequence[dic
 def _identity(txn_ids: set[str], pids: set[int]) -> str:
     parts = []
     if txn_ids:
-        parts.append("transactional id " + ", ".join(sorted(txn_ids)))
+        parts.append("transactional id " + ", ".join(shown(t) for t in sorted(txn_ids)))
     if pids:
         label = "producer ids " if len(pids) > 1 else "producer id "
         parts.append(label + ", ".join(map(str, sorted(pids))))
@@ -635,7 +659,7 @@ TIMELINE_COLUMNS = ("Time", "#", "API", "Partition", "Seq", "Epoch", "Outcome")
 
 def _timeline_cells(row: dict, instances: dict[tuple[str, str], str]) -> list[Text]:
     batch = row["kind"] == "batch"
-    partition = f"{row['topic']}-{row['partition']}" if batch else ""
+    partition = f"{shown(row['topic'])}-{row['partition']}" if batch else ""
     seq = ""
     if batch and row.get("base_sequence") is not None and row["base_sequence"] >= 0:
         seq = f"{row['base_sequence']}-{row['last_sequence']}"
@@ -643,7 +667,7 @@ def _timeline_cells(row: dict, instances: dict[tuple[str, str], str]) -> list[Te
     return [
         Text(clock(row["ts"])),
         Text(instances[(row.get("client") or "", row.get("client_id") or "")], style="bold"),
-        Text(row["api"]),
+        Text(shown(row["api"])),
         Text(partition),
         Text(seq),
         Text("" if epoch is None else str(epoch)),
@@ -658,7 +682,7 @@ def _outcome(row: dict) -> Text:
     elif status == "no_response":
         text = Text("acks=0")
     elif row.get("error") not in (None, "NONE"):
-        text = Text(row["error"], style="red")
+        text = Text(shown(row["error"]), style="red")
     elif row.get("error_code") not in (None, 0):
         text = Text(f"error {row['error_code']}", style="red")
     else:
@@ -674,11 +698,11 @@ def _timeline_body(rows: list[dict], findings: list[Finding], instances: dict, l
                    ) -> list[RenderableType]:
     """Rows in chunks between findings; every chunk shares fixed column widths, so they read as one
     table with the findings set in where they happened (rich tables have no cells spanning columns)."""
-    shown = rows if limit is None else rows[:limit]
-    cells = [_timeline_cells(r, instances) for r in shown]
+    listed = rows if limit is None else rows[:limit]
+    cells = [_timeline_cells(r, instances) for r in listed]
     widths = [max([len(title)] + [c[i].cell_len for c in cells]) for i, title in enumerate(TIMELINE_COLUMNS)]
     widths[3] = min(widths[3], 24)  # long topic names fold rather than push Outcome off the screen
-    events = sorted([(r["ts"], 0, i) for i, r in enumerate(shown)] + [(f.ts, 1, j) for j, f in
+    events = sorted([(r["ts"], 0, i) for i, r in enumerate(listed)] + [(f.ts, 1, j) for j, f in
                                                                         enumerate(findings)])
     parts: list[RenderableType] = []
     chunk: list[list[Text]] = []
@@ -686,13 +710,13 @@ def _timeline_body(rows: list[dict], findings: list[Finding], instances: dict, l
         if is_finding:
             parts.append(_timeline_table(chunk, widths, header=not parts and bool(chunk)))
             parts.append(finding_headline(findings[index], severity=True))
-            parts.append(Padding(Text(findings[index].message, style="dim"), (0, 0, 0, 4)))
+            parts.append(Padding(Text(finding_message(findings[index]), style="dim"), (0, 0, 0, 4)))
             chunk = []
         else:
             chunk.append(cells[index])
     parts.append(_timeline_table(chunk, widths, header=not parts))
-    if len(rows) > len(shown):
-        parts.append(_more(len(rows) - len(shown), "row", "--verbose or --csv has them all"))
+    if len(rows) > len(listed):
+        parts.append(_more(len(rows) - len(listed), "row", "--verbose or --csv has them all"))
     return [p for p in parts if p is not None]
 
 
@@ -730,7 +754,7 @@ def render_report(console: Console, result: AuditResult, *, quiet: bool = False,
     console.print(findings_view(result.findings, verbose=verbose))
     if producer:
         console.print()
-        console.print(_section(f"Producer {producer}"))
+        console.print(_section(f"Producer {shown(producer)}"))
         console.print(producer_timeline(result, producer, limit=None if verbose else TIMELINE_ROWS))
 
 
