@@ -69,7 +69,8 @@ class _Tables:
     def __init__(self, opts: Options) -> None:
         from ksniff.engine.local import RowFanout
         from ksniff.report.formats import ReportError
-        from ksniff.report.stream import ProducerRows, TableExport
+        from ksniff.report.stream import TableExport
+        from ksniff.report.timeline import ProducerRows
 
         self.export = None
         self.producer = ProducerRows(opts.producer) if opts.producer else None
@@ -172,7 +173,7 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
             abort("interrupted", 130)
         return _emit(result, opts, out, err)
     from ksniff.engine.local import audit_paths
-    from ksniff.report.terminal import progress
+    from ksniff.report.progress import progress
 
     with _Tables(opts) as tables:
         try:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ksniff.capture.live import open_live
 from ksniff.engine.local import EngineConfig, Pipeline, RowSink, fewer_collections
-from ksniff.report.terminal import finding_message
+from ksniff.report.findings import finding_message
 from ksniff.report.text import shown
 from ksniff.result import AuditResult
 

@@ -11,9 +11,16 @@ JSON, CSV and Parquet exports keep every value exact (CSV has its own cell rule)
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import Any
+
+from rich.rule import Rule
+from rich.text import Text
+
+from ksniff.report.tables import in_calendar
 
 SHOWN_CHARS = 120  # of one identifier; real ones are far shorter (Kafka's topic names stop at 249)
 SHOWN_MESSAGE_CHARS = 1000  # of one sentence that quotes identifiers (a finding's message, a warning)
@@ -61,3 +68,94 @@ def shown_message(message: str, quoted: Iterable[Any] = (), limit: int = SHOWN_M
             message = message.replace(value, short)
             message = message.replace(repr(value)[1:-1], short)
     return shown(message, limit)
+
+
+# ---- how values read: times, sizes, counts ----------------------------------------------------------------
+# Times are UTC time of day with milliseconds; the report's header gives the date once.
+
+def _utc(ts: float) -> datetime | None:
+    """The calendar time, or None for a time no calendar holds (a capture may carry any 64-bit time)."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc) if in_calendar(ts) else None
+
+
+def clock(ts: float | None) -> str:
+    """UTC time of day with milliseconds, `12:00:02.156`; epoch seconds for a time outside years 1-9999."""
+    if ts is None or (isinstance(ts, float) and math.isnan(ts)):
+        return ""
+    utc = _utc(ts)
+    return f"@{ts:.6g}s" if utc is None else utc.strftime("%H:%M:%S.%f")[:12]
+
+
+def stamp(ts: float) -> str:
+    """Date and time, for the one place a date is shown."""
+    utc = _utc(ts)
+    return clock(ts) if utc is None else utc.strftime("%Y-%m-%d ") + clock(ts)
+
+
+def span(first: float | None, last: float | None) -> str:
+    if first is None or last is None:
+        return "nothing captured"
+    a, b = _utc(first), _utc(last)
+    end = clock(last) if a is not None and b is not None and a.date() == b.date() else stamp(last)
+    return f"{stamp(first)} -> {end} UTC ({duration(last - first)})"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover - the loop returns at GB
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def ranges(values: Iterable[int]) -> str:
+    """`0, 1, 2, 5` as `0-2, 5`: epochs and API versions read better compressed."""
+    out: list[str] = []
+    run: list[int] = []
+    for v in sorted(set(values)):
+        if run and v != run[-1] + 1:
+            out.append(_run_text(run))
+            run = []
+        run.append(v)
+    if run:
+        out.append(_run_text(run))
+    return ", ".join(out)
+
+
+def _run_text(run: list[int]) -> str:
+    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
+
+
+def producer_label(txn_id: str | None, pid: int | None, epoch: int | None = None) -> str:
+    parts = [shown(txn_id)] if txn_id else []
+    if pid is not None:
+        parts.append(f"pid {pid}")
+    if epoch is not None:
+        parts.append(f"epoch {epoch}")
+    return " ".join(parts) or "-"
+
+
+def more(n: int, what: str, hint: str = "--verbose shows all") -> Text:
+    return Text(f"... and {plural(n, what)} more ({hint})", style="dim")
+
+
+def section(title: str) -> Rule:
+    return Rule(Text(title, style="bold"), align="left", style="dim")

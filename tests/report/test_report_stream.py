@@ -13,8 +13,8 @@ import pytest
 
 from ksniff.report import stream, tables
 from ksniff.report.formats import csv_frame
-from ksniff.report.stream import ProducerRows, TableExport, write_tables
-from ksniff.report.terminal import producer_timeline
+from ksniff.report.stream import TableExport, write_tables
+from ksniff.report.timeline import ProducerRows, producer_timeline
 
 from .conftest import T0
 

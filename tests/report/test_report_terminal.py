@@ -11,17 +11,15 @@ import pytest
 from rich.console import Console
 
 from ksniff.audit.model import Finding, FindingKind, ProducerSummary, Transaction
-from ksniff.report import terminal
-from ksniff.report.terminal import (
-    ADVICE,
-    findings_view,
-    header,
-    producer_timeline,
-    producers_table,
-    progress,
-    render_report,
-    transactions_summary,
-)
+from ksniff.report import text as report_text
+from ksniff.report import transactions
+from ksniff.report.findings import ADVICE, findings_view
+from ksniff.report.producers import producers_table
+from ksniff.report.progress import progress
+from ksniff.report.summary import header
+from ksniff.report.terminal import render_report
+from ksniff.report.timeline import producer_timeline
+from ksniff.report.transactions import transactions_summary
 
 WIDTH = 80
 
@@ -165,20 +163,20 @@ def test_verbose_shows_every_finding(result):
 @pytest.mark.parametrize("seconds, text", [(0.0123, "12 ms"), (1.5, "1.50 s"), (65, "1m 05s"),
                                            (7322, "2h 02m")])
 def test_duration(seconds, text):
-    assert terminal.duration(seconds) == text
+    assert report_text.duration(seconds) == text
 
 
 def test_clock_span_and_ranges():
-    assert terminal.clock(1714564800.1234) == "12:00:00.123"
-    assert terminal.span(1714607999.0, 1714608001.0) == (
+    assert report_text.clock(1714564800.1234) == "12:00:00.123"
+    assert report_text.span(1714607999.0, 1714608001.0) == (
         "2024-05-01 23:59:59.000 -> 2024-05-02 00:00:01.000 UTC (2.00 s)")
-    assert terminal.ranges([5, 0, 1, 2, 7, 8]) == "0-2, 5, 7-8"
+    assert report_text.ranges([5, 0, 1, 2, 7, 8]) == "0-2, 5, 7-8"
 
 
 def test_percentile_is_nearest_rank():
     values = [float(v) for v in range(1, 101)]
-    assert terminal.percentile(values, 50) == 50 and terminal.percentile(values, 95) == 95
-    assert terminal.percentile([3.0], 95) == 3.0
+    assert transactions.percentile(values, 50) == 50 and transactions.percentile(values, 95) == 95
+    assert transactions.percentile([3.0], 95) == 3.0
 
 
 def test_progress_is_silent_off_a_terminal():

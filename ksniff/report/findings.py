@@ -1,0 +1,210 @@
+"""The findings: grouped by severity, each a headline (when, what, who, where), the audit's sentence and
+its evidence; then, per kind present, what to do about it (the advice, kept here beside the renderers
+of the kinds it explains)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from ksniff.audit.model import Finding
+from ksniff.report.tables import error_name
+from ksniff.report.text import clock, more, producer_label, shown, shown_message
+
+SEVERITIES = ("critical", "warning", "info")
+SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+SEVERITY_MEANING = {
+    "critical": "data may be lost, duplicated or exposed",
+    "warning": "the broker caught it or the client recovered",
+    "info": "context",
+}
+
+# One line per finding kind: what to do about it. Kinds the audit adds later simply have no advice.
+ADVICE: dict[str, str] = {
+    "sequence_gap": "Records between the expected and the received sequence were never written: look for "
+                    "expired batches (delivery.timeout.ms) or OUT_OF_ORDER_SEQUENCE_NUMBER in the producer's "
+                    "log and re-send the missing range from its source.",
+    "sequence_duplicate": "A batch was sent twice: harmless if the broker refused it "
+                          "(DUPLICATE_SEQUENCE_NUMBER); if it accepted it, consumers read duplicates - check "
+                          "that enable.idempotence is on and that no two instances share a producer id.",
+    "epoch_regression": "An instance kept using an older epoch: make sure only one process runs per "
+                        "transactional.id, and that a restarted instance's predecessor is really stopped.",
+    "producer_fenced": "Two instances used the same transactional.id (or one restarted): give each live "
+                       "instance its own stable transactional.id, and close a producer on "
+                       "ProducerFencedException instead of retrying with it.",
+    "zombie_write_accepted": "A fenced instance still wrote: its records may be duplicated or visible to "
+                             "consumers; stop the instance at that address, check the partitions downstream, "
+                             "and prefer brokers with KIP-890 transaction verification.",
+    "hanging_transaction": "An open transaction holds back read_committed consumers (the LSO) on its "
+                           "partitions: if its producer is gone, end it with `kafka-transactions.sh "
+                           "find-hanging` then `abort`; lower transaction.timeout.ms if it is very long.",
+    "capture_gap": "The capture lost bytes, so findings on that connection are unverified: capture with a "
+                   "bigger buffer (tcpdump -B), full packets (-s 0) and a port filter, ideally on the "
+                   "broker host.",
+    "sequence_out_of_order": "The broker and the producer disagree on sequence numbers, usually after a "
+                             "retry of an expired batch: an idempotent producer must reset and a "
+                             "transactional one abort; keep max.in.flight.requests.per.connection <= 5.",
+    "write_to_unregistered_partition": "A transactional write went to a partition never added with "
+                                       "AddPartitionsToTxn: brokers without KIP-890 verification accept it "
+                                       "and the partition may hang; upgrade the client, or look for a "
+                                       "capture gap before the write.",
+    "txn_offset_commit_unregistered_group": "A transaction committed offsets for a group it never added "
+                                            "with AddOffsetsToTxn, so they may not commit atomically with "
+                                            "its writes: check how the client calls "
+                                            "sendOffsetsToTransaction, or look for a capture gap.",
+    "end_txn_without_transaction": "EndTxn came with no transaction open, typically a commit or abort "
+                                   "retried after a timeout: harmless if the broker refused it; otherwise "
+                                   "check the client's error handling around commitTransaction.",
+    "unanswered_request": "The broker never answered (connection closed or capture ended): check the "
+                          "broker's log at that time and request.timeout.ms, or whether the capture "
+                          "stopped early.",
+    "write_outside_transaction": "A transactional producer wrote while no transaction was open (before "
+                                 "AddPartitionsToTxn or after EndTxn): the records escape any commit or "
+                                 "abort; upgrade the client, or look for a capture gap before the write.",
+    "offset_commit_backwards": "A consumer group committed an offset below its previous one: its consumers "
+                               "will re-read records; look for a zombie group member, a rebalance, or a "
+                               "manual offset reset at that time.",
+}
+
+FINDINGS_SHOWN = {"critical": 50, "warning": 15, "info": 10}
+
+
+def findings_view(findings: Sequence[Finding], *, verbose: bool = False) -> RenderableType:
+    """Findings grouped by severity, critical first; then, per kind present, what to do about it."""
+    if not findings:
+        return Text("No findings.", style="green")
+    parts: list[RenderableType] = []
+    for severity in _severities_present(findings):
+        group = sorted((f for f in findings if f.severity == severity), key=lambda f: f.ts)
+        title = Text(f"{severity.upper()} ({len(group):,})", style=SEVERITY_STYLE.get(severity, "bold"))
+        title.append(f"  {SEVERITY_MEANING.get(severity, '')}", style="dim")
+        parts.append(title)
+        limit = None if verbose else FINDINGS_SHOWN.get(severity, 10)
+        listed = group[:limit]
+        parts += [finding_block(f, verbose=verbose) for f in listed]
+        if len(group) > len(listed):
+            parts.append(more(len(group) - len(listed), f"{severity} finding", "--verbose or --json"))
+        parts.append(Text(""))
+    parts.append(advice(findings))
+    return Group(*parts)
+
+
+def _severities_present(findings: Sequence[Finding]) -> list[str]:
+    present = {f.severity for f in findings}
+    return [s for s in SEVERITIES if s in present] + sorted(present - set(SEVERITIES))
+
+
+def finding_headline(f: Finding, *, severity: bool = False) -> Text:
+    """`12:00:03.206 sequence_gap orders-txn pid 4001 epoch 1 orders-1`: when, what, who, where."""
+    text = Text(clock(f.ts) + " ")
+    style = SEVERITY_STYLE.get(f.severity, "bold")
+    if severity:
+        text.append(f"{f.severity.upper()} ", style=style)
+    text.append(f.kind, style=style)
+    who = producer_label(f.transactional_id, f.producer_id, f.producer_epoch)
+    if who != "-":
+        text.append(" " + who)
+    where = _where(f)
+    if where:
+        text.append(" " + where, style="bold")
+    if f.evidence.get("unverified"):
+        text.append(" (unverified)", style="dim")
+    return text
+
+
+def _where(f: Finding) -> str:
+    parts = []
+    if f.topic is not None:
+        parts.append(shown(f.topic) if f.partition is None else f"{shown(f.topic)}-{f.partition}")
+    if f.group:
+        parts.append(f"group {shown(f.group)}")
+    return " ".join(parts)
+
+
+def finding_block(f: Finding, *, verbose: bool = False) -> RenderableType:
+    """The headline, then the audit's message and its evidence indented beneath it."""
+    body = Text(finding_message(f))
+    evidence = evidence_text(f.evidence, verbose=verbose)
+    if evidence.plain:
+        body.append("\n")
+        body.append_text(evidence)
+    return Group(finding_headline(f), Padding(body, (0, 0, 0, 4)))
+
+
+def finding_message(f: Finding) -> str:
+    """The audit's sentence, with the identifiers it quotes escaped and cut (they may be megabytes)."""
+    quoted = [f.transactional_id, f.topic, f.group, *(v for v in f.evidence.values() if isinstance(v, str))]
+    return shown_message(f.message, quoted)
+
+
+# Evidence keys every exchange-based finding carries (ksniff.audit.findings): said once, compactly, up front.
+_ANSWER_KEYS = ("broker_error", "error", "error_code")
+# In the JSON and CSV for joining; noise on a terminal unless --verbose.
+_QUIET_KEYS = frozenset({"conn", "correlation_id", "broker", "unverified"})
+
+
+def evidence_text(evidence: dict[str, Any], *, verbose: bool = False) -> Text:
+    """Evidence as one run of text: the request and its sender, what the broker answered, then the rest
+    as `key value` pairs (times of day for epoch seconds); empty values are left out."""
+    rest = {k: v for k, v in evidence.items() if v is not None and (verbose or k not in _QUIET_KEYS)}
+    items = [_request_item(rest, verbose), _answer_item(rest)]
+    items += [_evidence_item(k, v) for k, v in rest.items() if k != "unverified"]
+    return Text(", ".join(i for i in items if i), style="dim")
+
+
+def _request_item(ev: dict[str, Any], verbose: bool) -> str:
+    api, client, client_id = ev.pop("api", None), ev.pop("client", None), ev.pop("client_id", None)
+    text = shown(api) if api else ""
+    if verbose and "correlation_id" in ev:
+        text += f" #{ev.pop('correlation_id')}"
+    if client:
+        text += f" from {shown(client)}" if text else f"client {shown(client)}"
+    if client_id:
+        text += f" ({shown(client_id)})" if text else f"client_id {shown(client_id)}"
+    return text
+
+
+def _answer_item(ev: dict[str, Any]) -> str:
+    for key in _ANSWER_KEYS:
+        if key in ev:
+            value = ev.pop(key)
+            name = error_name(value) if isinstance(value, int) else value
+            return f"broker answered {shown(name or value)}"
+    return ""
+
+
+EVIDENCE_ITEMS_SHOWN = 10  # of a list in the evidence (registered partitions, groups): --json has them all
+
+
+def _evidence_item(key: str, value: Any) -> str:
+    key = shown(key)
+    if isinstance(value, float) and (key.endswith("_ts") or key.endswith("_at")):
+        return f"{key} {clock(value)}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = list(value) if isinstance(value, (list, tuple)) else sorted(value, key=repr)
+        text = ", ".join(shown(v) for v in items[:EVIDENCE_ITEMS_SHOWN]) or "-"
+        if len(items) > EVIDENCE_ITEMS_SHOWN:
+            text += f" +{len(items) - EVIDENCE_ITEMS_SHOWN:,} more"
+        return f"{key} {text}"
+    if isinstance(value, bool):
+        return key if value else f"not {key}"
+    return f"{key} {shown(value)}"
+
+
+def advice(findings: Sequence[Finding]) -> RenderableType:
+    kinds = list(dict.fromkeys(f.kind for s in _severities_present(findings) for f in findings
+                               if f.severity == s))
+    table = Table.grid(padding=(0, 1))
+    table.add_column(no_wrap=True, style="bold")
+    table.add_column(overflow="fold")
+    for kind in kinds:
+        if kind in ADVICE:
+            table.add_row(Text(kind), Text(ADVICE[kind]))
+    if not table.row_count:
+        return Text("")
+    return Group(Text("What to do", style="bold"), table)

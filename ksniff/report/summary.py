@@ -1,0 +1,108 @@
+"""The report's header: where the numbers come from (inputs, capture span, traffic, decode health, gaps,
+limits, warnings) and the requests seen per API."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ksniff.report.text import more, plural, ranges, shown, shown_message, size, span
+
+if TYPE_CHECKING:
+    from ksniff.result import AuditResult
+
+INPUTS_SHOWN = 5
+
+
+def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
+    """Where the numbers come from: inputs, capture span, traffic, decode health, gaps, engine."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("ksniff", Text(f"{result.version}, engine {result.engine}"))
+    grid.add_row("Inputs", _inputs_text(result, verbose))
+    cap, dec = result.capture, result.decode
+    grid.add_row("Capture", Text(span(cap.first_ts, cap.last_ts)))
+    traffic = (f"{plural(cap.packets, 'packet')}, {plural(cap.tcp_segments, 'TCP segment')}, "
+               f"{plural(cap.connections, 'connection')} ({cap.kafka_connections:,} Kafka)")
+    grid.add_row("Traffic", Text(traffic))
+    grid.add_row("Decoded", _decode_text(result))
+    grid.add_row("Gaps", _gaps_text(result))
+    limits = _limits_text(result)
+    if limits.plain:
+        grid.add_row("Limits", limits)
+    for warning in result.warnings:
+        grid.add_row(Text("Warning", style="yellow"), Text(shown_message(warning)))
+    parts: list[RenderableType] = [grid]
+    if dec.by_api:
+        parts += [Text(""), api_table(result)]
+    return Group(*parts)
+
+
+def _inputs_text(result: AuditResult, verbose: bool) -> Text:
+    if not result.inputs:
+        return Text("none")
+    listed = result.inputs if verbose else result.inputs[:INPUTS_SHOWN]
+    lines = [f"{shown(i.path, 4096)} ({i.format}, {i.linktype}, {plural(i.packets, 'packet')}, "
+             f"{size(i.bytes)})"
+             for i in listed]
+    text = Text("\n".join(lines))
+    if len(result.inputs) > len(listed):
+        text.append("\n")
+        text.append_text(more(len(result.inputs) - len(listed), "input"))
+    return text
+
+
+def _decode_text(result: AuditResult) -> Text:
+    dec = result.decode
+    text = Text(f"{plural(dec.requests, 'request')}, {plural(dec.responses, 'response')}, "
+                f"{plural(dec.exchanges, 'exchange')}")
+    unmatched = dec.unmatched_requests + dec.unmatched_responses
+    if unmatched:
+        text.append(f"; {dec.unmatched_requests:,} unanswered, {dec.unmatched_responses:,} unmatched "
+                    "responses")
+    text.append("; ")
+    text.append(plural(dec.errors, "decode error"), style="red" if dec.errors else "")
+    if dec.undecoded_bodies:
+        text.append(f"; {plural(dec.undecoded_bodies, 'body', 'bodies')} not decoded")
+    if dec.resyncs:
+        text.append(f"; {plural(dec.resyncs, 'resync')}")
+    if dec.tls_connections:
+        text.append(f"; {plural(dec.tls_connections, 'TLS connection')} (unreadable)", style="yellow")
+    return text
+
+
+def _gaps_text(result: AuditResult) -> Text:
+    cap = result.capture
+    if not cap.gaps:
+        return Text("none: every Kafka byte was captured", style="green")
+    return Text(f"{plural(cap.gaps, 'gap')}, {size(cap.gap_bytes)} missing; what rests on them is "
+                "unverified", style="yellow")
+
+
+def _limits_text(result: AuditResult) -> Text:
+    cap = result.capture
+    notes = [
+        (cap.kernel_drops, "dropped by the kernel"),
+        (cap.dropped_by_limits, "dropped by memory limits"),
+        (cap.truncated_packets, "truncated packets"),
+        (cap.overlaps_differing, "conflicting retransmissions"),
+        (cap.ip_fragments, "IP fragments"),
+    ]
+    return Text(", ".join(f"{n:,} {what}" for n, what in notes if n), style="yellow")
+
+
+def api_table(result: AuditResult) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False)
+    table.add_column("API")
+    table.add_column("Versions")
+    for name in ("Requests", "Responses", "Exchanges"):
+        table.add_column(name, justify="right")
+    for name, counts in sorted((result.decode.by_api or {}).items()):
+        table.add_row(Text(shown(name)), Text(ranges(counts.versions or ())), f"{counts.requests:,}",
+                      f"{counts.responses:,}", f"{counts.exchanges:,}")
+    return table

@@ -1,0 +1,107 @@
+"""The transactions: counts by outcome, durations, the slowest, and those still open at the end."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ksniff.audit.model import Finding, Transaction
+from ksniff.report.text import clock, duration, more, plural, shown
+
+SLOWEST_SHOWN = 5
+OPEN_SHOWN = 10
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile: an actual observed duration, never an interpolated one."""
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def transactions_summary(transactions: Sequence[Transaction], findings: Sequence[Finding] = (),
+                         capture_end: float | None = None, *, verbose: bool = False) -> RenderableType:
+    """Counts by outcome, durations of the ended ones, the slowest, and those still open at the end."""
+    if not transactions:
+        return Text("No transaction seen.", style="dim")
+    parts: list[RenderableType] = [_outcome_counts(transactions)]
+    ended = sorted((t for t in transactions if t.end_ts is not None), key=lambda t: t.end_ts - t.start_ts)
+    if ended:
+        times = [t.end_ts - t.start_ts for t in ended]
+        parts.append(Text(f"Durations of the {plural(len(ended), 'ended one')}: p50 "
+                          f"{duration(percentile(times, 50))}, p95 {duration(percentile(times, 95))}, "
+                          f"max {duration(times[-1])}"))
+        slowest = ended[::-1][: None if verbose else SLOWEST_SHOWN]
+        parts += [Text(""), Text("Slowest", style="bold"),
+                  _txn_table(slowest, "Duration", lambda t: t.end_ts)]
+    still_open = [t for t in transactions if t.outcome == "open"]
+    if still_open:
+        parts += [Text(""), *_open_part(still_open, findings, capture_end, verbose)]
+    return Group(*parts)
+
+
+def _outcome_counts(transactions: Sequence[Transaction]) -> Text:
+    counts = Counter(t.outcome for t in transactions)
+    words = [("commit", "committed"), ("abort", "aborted"), ("open", "open"), ("unknown", "unknown")]
+    text = Text(f"{plural(len(transactions), 'transaction')}: ")
+    text.append(", ".join(f"{counts.get(key, 0):,} {word}" for key, word in words))
+    others = sorted(set(counts) - {key for key, _ in words})
+    if others:
+        text.append(", " + ", ".join(f"{counts[o]:,} {o}" for o in others))
+    return text
+
+
+def _open_part(still_open: list[Transaction], findings: Sequence[Finding], capture_end: float | None,
+               verbose: bool) -> list[RenderableType]:
+    hanging = {(f.transactional_id, f.producer_epoch) for f in findings if f.kind == "hanging_transaction"}
+    end = capture_end if capture_end is not None else max(t.start_ts for t in still_open)
+    still_open.sort(key=lambda t: t.start_ts)
+    listed = still_open if verbose else still_open[:OPEN_SHOWN]
+    title = Text("Open at the end of the capture", style="bold")
+    n_hanging = sum((t.transactional_id, t.producer_epoch) in hanging for t in still_open)
+    if n_hanging:
+        title.append(f" ({n_hanging:,} hanging: past their timeout)", style="yellow")
+    table = _txn_table(listed, "Open for", lambda t: end,
+                       lambda t: "HANGING" if (t.transactional_id, t.producer_epoch) in hanging else "open")
+    parts: list[RenderableType] = [title, table]
+    if len(still_open) > len(listed):
+        parts.append(more(len(still_open) - len(listed), "open transaction"))
+    return parts
+
+
+def _pid_epoch(t: Transaction) -> str:
+    if t.producer_id is None:
+        return "-"
+    return f"{t.producer_id}/{'-' if t.producer_epoch is None else t.producer_epoch}"
+
+
+def _txn_table(txns: Sequence[Transaction], time_title: str, end_of, outcome_of=None) -> Table:
+    # Every column may fold, so a huge producer id cannot push Records off the screen; the ratios make
+    # the two free-text columns give way first (rich ignores ratios, min widths aside, when all fits).
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
+    table.add_column("Start", no_wrap=True)
+    table.add_column("Transactional id", overflow="fold", ratio=1)
+    table.add_column("Pid/epoch", overflow="fold")
+    table.add_column(time_title, justify="right", overflow="fold")
+    table.add_column("Outcome", overflow="fold")
+    table.add_column("Partitions", overflow="fold", ratio=1)
+    table.add_column("Records", justify="right", overflow="fold")
+    for t in txns:
+        outcome = outcome_of(t) if outcome_of else t.outcome
+        style = "yellow" if outcome in ("HANGING", "abort") else ""
+        table.add_row(clock(t.start_ts), Text(shown(t.transactional_id)), _pid_epoch(t),
+                      duration(end_of(t) - t.start_ts),
+                      Text(outcome, style=style), _partitions_text(t.partitions), f"{t.records:,}")
+    return table
+
+
+def _partitions_text(partitions: Sequence[str], count: int = 3) -> Text:
+    text = ", ".join(shown(p) for p in partitions[:count])
+    if len(partitions) > count:
+        text += f" +{len(partitions) - count}"
+    return Text(text)
