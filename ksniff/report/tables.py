@@ -24,6 +24,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ksniff.audit.model import Finding, Transaction
@@ -61,6 +62,12 @@ EXCHANGE_SCHEMA: dict[str, str] = {
     "error_code": "Int64",  # the response's top-level error code, where it has one
     "error": "string",  # Kafka's name for error_code
     "decode_error": "string",  # why a body was not decoded
+    # Additions: what the request asked and every part of the answer (not for Produce, whose batches have
+    # their own rows, nor Fetch).
+    "request_detail": "string",  # commit | abort (EndTxn), group G, timeout N ms (InitProducerId)
+    "partitions": "string",  # JSON list of the "topic-partition"s the request names
+    "worst_error": "string",  # the top-level error if any, else the first per-partition one; NONE if none
+    "partition_errors": "string",  # JSON list of "topic-partition ERROR" for every partition not NONE
 }
 
 BATCH_SCHEMA: dict[str, str] = {
@@ -198,8 +205,14 @@ def _known_id(value: Any) -> int | None:
 def _producer_of(ex: Exchange) -> tuple[int | None, int | None]:
     """The producer id and epoch an exchange speaks for, wherever the exchange carries them."""
     req, resp = ex.request, ex.response
-    # Produce carries them in its batch headers; InitProducerId asks with -1 and learns them from the answer.
-    candidates = [(_body_field(req, "producer_id"), _body_field(req, "producer_epoch"))]
+    # Produce carries them in its batch headers; InitProducerId asks with -1 and learns them from the answer;
+    # AddPartitionsToTxn v0-3 names them with a prefix, v4+ (a batch from a broker) per transaction.
+    candidates = [(_body_field(req, "producer_id"), _body_field(req, "producer_epoch")),
+                  (_body_field(req, "v3_and_below_producer_id"),
+                   _body_field(req, "v3_and_below_producer_epoch"))]
+    only = _only_transaction(req)
+    if only is not None:
+        candidates.append((_body_field(only, "producer_id"), _body_field(only, "producer_epoch")))
     candidates += [(b.header.producer_id, b.header.producer_epoch) for b in ex.batches[:1]]
     candidates.append((_body_field(resp, "producer_id"), _body_field(resp, "producer_epoch")))
     for pid, epoch in candidates:
@@ -213,8 +226,105 @@ def _millis(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 3)
 
 
+def _only_transaction(req: Any) -> Any:
+    """The one transaction of a batched request (AddPartitionsToTxn v4+) that names just one."""
+    batch = _body_field(req, "transactions")
+    return batch[0] if isinstance(batch, (list, tuple)) and len(batch) == 1 else None
+
+
+def _transactional_id_of(req: Any) -> str | None:
+    for name in ("transactional_id", "v3_and_below_transactional_id"):
+        value = _body_field(req, name)
+        if value is not None:
+            return value
+    return _body_field(_only_transaction(req), "transactional_id")
+
+
+# Bodies walked for partitions and per-partition answers: every API but the two whose partitions are many
+# and already have rows of their own (Produce's batches) or are not the audit's (Fetch).
+_NOT_WALKED = frozenset({"Produce", "Fetch"})
+
+
+def _fields(node: Any) -> Iterable[tuple[str, Any]]:
+    names = getattr(node, "_fields", None)
+    if names is not None:
+        return zip(names, node, strict=False)
+    if isinstance(node, SimpleNamespace):
+        return vars(node).items()
+    return ()
+
+
+def _walk_partitions(node: Any, topic: str | None, out: list[tuple[str, int, dict[str, Any]]]) -> None:
+    """(topic, partition, the partition struct's fields) for every partition a body names, however it nests
+    them: structs with a partition index under a named topic, or a topic's plain list of partition numbers."""
+    fields = dict(_fields(node))
+    name = fields.get("name")
+    topic = name if isinstance(name, str) else topic
+    index = fields.get("partition_index", fields.get("index"))
+    if topic is not None and isinstance(index, int) and not isinstance(index, bool):
+        out.append((topic, index, fields))
+        return
+    for key, value in fields.items():
+        if not isinstance(value, (list, tuple)) or key.startswith("_"):
+            continue
+        for item in value:
+            if isinstance(item, int) and not isinstance(item, bool):
+                if topic is not None and "partition" in key:
+                    out.append((topic, item, {}))
+            elif item is not None:
+                _walk_partitions(item, topic, out)
+
+
+def _partition_answers(body: Any) -> list[str]:
+    """"topic-partition ERROR" for every partition the broker did not answer NONE."""
+    found: list[tuple[str, int, dict[str, Any]]] = []
+    _walk_partitions(body, None, found)
+    out = []
+    for topic, partition, fields in found:
+        code = next((v for k, v in fields.items() if k.endswith("error_code") and isinstance(v, int)), 0)
+        if code:
+            out.append(f"{topic}-{partition} {error_name(code) or code}")
+    return out
+
+
+def _asked_partitions(body: Any) -> list[str]:
+    found: list[tuple[str, int, dict[str, Any]]] = []
+    _walk_partitions(body, None, found)
+    return list(dict.fromkeys(f"{topic}-{partition}" for topic, partition, _ in found))
+
+
+def _request_detail(req: Any) -> str | None:
+    committed = _body_field(req, "committed")
+    if isinstance(committed, bool):
+        return "commit" if committed else "abort"
+    group = _body_field(req, "group_id")
+    if isinstance(group, str):
+        return f"group {group}"
+    timeout = _body_field(req, "transaction_timeout_ms")
+    if isinstance(timeout, int):
+        return f"timeout {timeout} ms"
+    return None
+
+
+def _walked_cells(ex: Exchange, error_code: int | None) -> dict[str, Any]:
+    if ex.api_name in _NOT_WALKED:
+        return {"request_detail": None, "partitions": None, "worst_error": error_name(error_code),
+                "partition_errors": None}
+    errors = _partition_answers(ex.response) if ex.response is not None else []
+    worst = error_name(error_code) if error_code else None
+    if worst is None and errors:
+        worst = errors[0].rsplit(" ", 1)[1]
+    if worst is None and ex.response is not None:
+        worst = "NONE"
+    partitions = _asked_partitions(ex.request) if ex.request is not None else []
+    return {"request_detail": _request_detail(ex.request),
+            "partitions": to_json_text(partitions) if partitions else None, "worst_error": worst,
+            "partition_errors": to_json_text(errors) if errors else None}
+
+
 def exchange_row(ex: Exchange) -> dict[str, Any]:
-    """One row of `exchanges`: the request's identity and the broker's top-level answer."""
+    """One row of `exchanges`: the request's identity and what it asked, the broker's answer (top-level,
+    per partition, and the worst of them)."""
     producer_id, epoch = _producer_of(ex)
     error_code = _body_field(ex.response, "error_code")
     return {
@@ -230,12 +340,13 @@ def exchange_row(ex: Exchange) -> dict[str, Any]:
         "correlation_id": ex.correlation_id,
         "status": ex.status,
         "unverified": ex.unverified,
-        "transactional_id": _body_field(ex.request, "transactional_id"),
+        "transactional_id": _transactional_id_of(ex.request),
         "producer_id": producer_id,
         "producer_epoch": epoch,
         "error_code": error_code,
         "error": error_name(error_code),
         "decode_error": ex.decode_error,
+        **_walked_cells(ex, error_code),
     }
 
 

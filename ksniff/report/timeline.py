@@ -3,6 +3,8 @@ they happened, and the instances (client address and id) that spoke for it."""
 
 from __future__ import annotations
 
+import difflib
+import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +36,7 @@ def producer_timeline(result: AuditResult, producer: str, exchanges: Sequence[di
     batches = result.batches if batches is None else batches
     txn_ids, pids = resolve_producer(result, producer, exchanges)
     if not txn_ids and not pids:
-        return Text(f"No producer matches '{shown(producer)}': give a transactional id or a producer id.",
-                    style="yellow")
+        return no_such_producer(result, producer, exchanges)
     rows = _timeline_rows(exchanges, batches, txn_ids, pids)
     findings = [f for f in result.findings if f.transactional_id in txn_ids or f.producer_id in pids]
     instances = _instances(rows)
@@ -47,6 +48,41 @@ def producer_timeline(result: AuditResult, producer: str, exchanges: Sequence[di
     parts: list[RenderableType] = [title, legend, Text("")]
     parts += _timeline_body(rows, findings, instances, limit)
     return Group(*parts)
+
+
+KNOWN_IDS_SHOWN = 10
+CLOSE_MATCH_CHARS = 256
+CLOSE_MATCH_IDS = 10_000
+
+
+def known_producers(result: AuditResult, exchanges: Sequence[dict] = ()) -> tuple[list[str], list[int]]:
+    """Every transactional id and producer id the capture shows, sorted."""
+    txn_ids = {p.transactional_id for p in result.producers}
+    txn_ids |= {t.transactional_id for t in result.transactions}
+    txn_ids |= {r.get("transactional_id") for r in exchanges}
+    pids = {p.producer_id for p in result.producers}
+    return sorted(t for t in txn_ids if t is not None), sorted(p for p in pids if p is not None)
+
+
+def no_such_producer(result: AuditResult, producer: str, exchanges: Sequence[dict] = ()) -> RenderableType:
+    """What `--producer` can be instead: the ids closest to the one given, else the known ones."""
+    txn_ids, pids = known_producers(result, exchanges)
+    text = Text(f"No producer matches '{shown(producer)}'.", style="yellow")
+    if not txn_ids and not pids:
+        text.append(" The capture shows no idempotent or transactional producer.")
+        return text
+    # Only ids of a plausible length are compared: difflib's cost grows with the product of the lengths.
+    candidates = [t for t in txn_ids if len(t) <= CLOSE_MATCH_CHARS] + [str(p) for p in pids]
+    close = difflib.get_close_matches(producer[:CLOSE_MATCH_CHARS], candidates[:CLOSE_MATCH_IDS],
+                                      n=KNOWN_IDS_SHOWN, cutoff=0.5)
+    if close:
+        text.append("\nClosest: " + ", ".join(shown(c) for c in close))
+        return text
+    if txn_ids:
+        text.append(f"\nTransactional ids: {_first_of(txn_ids, KNOWN_IDS_SHOWN)}")
+    if pids:
+        text.append(f"\nProducer ids: {_first_of([str(p) for p in pids], KNOWN_IDS_SHOWN)}")
+    return text
 
 
 class ProducerMatch:
@@ -165,17 +201,27 @@ def _instances(rows: Sequence[dict]) -> dict[tuple[str, str], str]:
 TIMELINE_COLUMNS = ("Time", "#", "API", "Partition", "Seq", "Epoch", "Outcome")
 
 
+PARTITIONS_SHOWN = 3  # per timeline row; --csv has them all
+
+
 def _timeline_cells(row: dict, instances: dict[tuple[str, str], str]) -> list[Text]:
     batch = row["kind"] == "batch"
-    partition = f"{shown(row['topic'])}-{row['partition']}" if batch else ""
+    if batch:
+        partition = f"{shown(row['topic'])}-{row['partition']}"
+    else:
+        partition = _first_of(_json_list(row.get("partitions")), PARTITIONS_SHOWN)
     seq = ""
     if batch and row.get("base_sequence") is not None and row["base_sequence"] >= 0:
         seq = f"{row['base_sequence']}-{row['last_sequence']}"
     epoch = row.get("producer_epoch")
+    api = Text(shown(row["api"]))
+    detail = row.get("request_detail")
+    if detail and not detail.startswith("timeout"):  # commit/abort, the group: what the step was
+        api.append(f" {shown(detail)}", style="bold" if detail in ("commit", "abort") else "")
     return [
         Text(clock(row["ts"])),
         Text(instances[(row.get("client") or "", row.get("client_id") or "")], style="bold"),
-        Text(shown(row["api"])),
+        api,
         Text(partition),
         Text(seq),
         Text("" if epoch is None else str(epoch)),
@@ -183,14 +229,35 @@ def _timeline_cells(row: dict, instances: dict[tuple[str, str], str]) -> list[Te
     ]
 
 
+def _json_list(text: str | None) -> list:
+    if not text:
+        return []
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _first_of(items: Sequence, count: int) -> str:
+    text = ", ".join(shown(i) for i in items[:count])
+    return text + (f" +{len(items) - count}" if len(items) > count else "")
+
+
 def _outcome(row: dict) -> Text:
     status = row.get("status")
+    worst = row.get("worst_error") or row.get("error")
     if status == "unanswered" or (row["kind"] == "batch" and row.get("response_ts") is None):
         text = Text("no answer", style="yellow")
     elif status == "no_response":
         text = Text("acks=0")
-    elif row.get("error") not in (None, "NONE"):
-        text = Text(shown(row["error"]), style="red")
+    elif worst not in (None, "NONE"):
+        text = Text(shown(worst), style="red")
+        failed = [str(f).rsplit(" ", 1) for f in _json_list(row.get("partition_errors"))]
+        if failed and all(len(f) == 2 and f[1] == worst for f in failed):  # one error: say where
+            text.append(f" on {_first_of([f[0] for f in failed], PARTITIONS_SHOWN)}", style="red")
+        elif failed:  # which partitions got which error
+            text.append(f" ({_first_of([' '.join(f) for f in failed], PARTITIONS_SHOWN)})", style="red")
     elif row.get("error_code") not in (None, 0):
         text = Text(f"error {row['error_code']}", style="red")
     else:
