@@ -1,11 +1,14 @@
-"""Decode throughput: frames/s and MB/s over a synthetic stream of real-client-encoded Produce traffic.
+"""Decode throughput: frames/s and MB/s over a synthetic stream of real-client-encoded Produce traffic,
+or (`--api fetch`) of Fetch answers carrying the same batches back to a read_committed consumer.
 
-Produce requests and responses are encoded by kafka-python (record batches by its record builder), cut
+Requests and responses are encoded by kafka-python (record batches by its record builder), cut
 into MSS-sized chunks as the capture room would deliver them, and fed through the whole Decoder
-(framing, headers, pairing, bodies, batch headers with CRC) with the compiled decoders and with the
-reference interpreter; then body decoding alone. Run by hand:
+(framing, headers, pairing, bodies, batch headers with CRC, a Fetch answer's partitions joined to its
+request) with the compiled decoders and with the reference interpreter; then body decoding alone (the
+bodies the traffic is heavy in: Produce requests, Fetch responses). Run by hand:
 
-    python bench/bench_decode.py [--requests N] [--records-per-batch N] [--value-size BYTES]
+    python bench/bench_decode.py [--api produce|fetch] [--requests N] [--records-per-batch N]
+                                 [--value-size BYTES] [--batches-per-fetch N]
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -22,6 +26,7 @@ from ksniff.decode.apis import ALL_APIS
 
 MSS = 1448
 VERSION = 9  # what current Java clients send to Kafka 3.x/4.x brokers with idempotence
+FETCH_VERSION = 12  # flexible, topics by name: what kafka-python 3 sends
 
 
 def batch(sequence: int, records: int, value_size: int, codec: int) -> bytes:
@@ -55,6 +60,43 @@ def traffic(n: int, records: int, value_size: int, partitions: int, codec: int
     return requests, responses
 
 
+def fetch_traffic(n: int, records: int, value_size: int, partitions: int, codec: int, per_fetch: int
+                  ) -> tuple[list[bytes], list[bytes]]:
+    """`n` Fetch requests (read_committed) and their answers, each partition `per_fetch` batches."""
+    FT = FetchRequest.FetchTopic
+    FP = FT.FetchPartition
+    RT = FetchResponse.FetchableTopicResponse
+    RP = RT.PartitionData
+    requests, responses = [], []
+    per = records * per_fetch
+    for cid in range(n):
+        req = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=52428800,
+                           isolation_level=1, session_id=0, session_epoch=-1,
+                           topics=[FT(topic="bulk", partitions=[
+                               FP(partition=p, current_leader_epoch=0, fetch_offset=cid * per,
+                                  last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1048576)
+                               for p in range(partitions)])],
+                           forgotten_topics_data=[], rack_id="", version=FETCH_VERSION)
+        req.with_header(correlation_id=cid, client_id="consumer-1")
+        requests.append(bytes(req.encode(header=True, framed=True)))
+        starts = [cid * per + i * records for i in range(per_fetch)]
+        data = b"".join(_at_offset(batch(start, records, value_size, codec), start) for start in starts)
+        end = (n + 1) * per
+        parts = [RP(partition_index=p, error_code=0, high_watermark=end, last_stable_offset=end,
+                    log_start_offset=0, aborted_transactions=[], preferred_read_replica=-1, records=data)
+                 for p in range(partitions)]
+        resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
+                             responses=[RT(topic="bulk", partitions=parts)], version=FETCH_VERSION)
+        resp.with_header(correlation_id=cid)
+        responses.append(bytes(resp.encode(header=True, framed=True)))
+    return requests, responses
+
+
+def _at_offset(data: bytes, base_offset: int) -> bytes:
+    """A batch as the broker serves it: its base offset set (outside the CRC, which starts at attributes)."""
+    return base_offset.to_bytes(8, "big") + data[8:]
+
+
 def events(requests: list[bytes], responses: list[bytes]) -> list:
     client, broker = Endpoint("10.0.0.1", 50000), Endpoint("10.0.0.2", 9092)
     out: list = [ConnectionOpened(1, client, broker, 0.0, True)]
@@ -79,22 +121,29 @@ def run_decoder(evs: list, body_decoder) -> tuple[float, int]:
     for ev in evs:
         for out in feed(ev):
             batches += len(getattr(out, "batches", ()))
+            for part in getattr(out, "fetched", ()):
+                batches += len(part.batches)
     dec.finish()
     return time.perf_counter() - start, batches
 
 
-def bodies(requests: list[bytes], decode) -> float:
-    api = ALL_APIS[0]
-    offset = 4 + 10 + len("producer-1") + 1  # size, header v2 with its empty tagged fields
-    views = [memoryview(r)[offset:] for r in requests]
+def bodies(frames: list[bytes], decode, fetch: bool) -> float:
+    if fetch:  # responses: size, correlation id, empty tagged fields (header v1)
+        api, version, is_request, offset = ALL_APIS[1], FETCH_VERSION, False, 4 + 4 + 1
+    else:  # requests: size, header v2 with its empty tagged fields
+        api, version, is_request, offset = ALL_APIS[0], VERSION, True, 4 + 10 + len("producer-1") + 1
+    views = [memoryview(r)[offset:] for r in frames]
     start = time.perf_counter()
     for v in views:
-        decode(api, VERSION, True, v)
+        decode(api, version, is_request, v)
     return time.perf_counter() - start
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--api", choices=("produce", "fetch"), default="produce")
+    ap.add_argument("--batches-per-fetch", type=int, default=8,
+                    help="batches per partition of a Fetch answer")
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--records-per-batch", type=int, default=16)
     ap.add_argument("--value-size", type=int, default=400)
@@ -103,12 +152,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
-    requests, responses = traffic(args.requests, args.records_per_batch, args.value_size, args.partitions,
-                                  args.codec)
+    fetch = args.api == "fetch"
+    if fetch:
+        requests, responses = fetch_traffic(args.requests, args.records_per_batch, args.value_size,
+                                            args.partitions, args.codec, args.batches_per_fetch)
+    else:
+        requests, responses = traffic(args.requests, args.records_per_batch, args.value_size, args.partitions,
+                                      args.codec)
     evs = events(requests, responses)
     frames = len(requests) + len(responses)
     size = sum(map(len, requests)) + sum(map(len, responses))
-    print(f"{len(requests)} Produce v{VERSION} requests + responses: {frames} frames, {size / 1e6:.1f} MB, "
+    what = f"Fetch v{FETCH_VERSION}" if fetch else f"Produce v{VERSION}"
+    print(f"{len(requests)} {what} requests + responses: {frames} frames, {size / 1e6:.1f} MB, "
           f"{len(evs)} chunks of <= {MSS} bytes")
     print(f"{'path':<34} {'seconds':>8} {'frames/s':>10} {'MB/s':>8} {'chunks/s':>10}")
     for name, decode in (("Decoder, compiled bodies", compiled.decode_body),
@@ -116,11 +171,13 @@ def main() -> None:
         best = min(run_decoder(evs, decode)[0] for _ in range(args.repeat))
         print(f"{name:<34} {best:8.3f} {frames / best:10.0f} {size / best / 1e6:8.1f} "
               f"{len(evs) / best:10.0f}")
-    req_size = sum(map(len, requests))
-    for name, decode in (("request bodies only, compiled", compiled.decode_body),
-                         ("request bodies only, interpreted", interp.decode_body)):
-        best = min(bodies(requests, decode) for _ in range(args.repeat))
-        print(f"{name:<34} {best:8.3f} {len(requests) / best:10.0f} {req_size / best / 1e6:8.1f} {'':>10}")
+    heavy = responses if fetch else requests
+    heavy_size = sum(map(len, heavy))
+    kind = "response" if fetch else "request"
+    for name, decode in ((f"{kind} bodies only, compiled", compiled.decode_body),
+                         (f"{kind} bodies only, interpreted", interp.decode_body)):
+        best = min(bodies(heavy, decode, fetch) for _ in range(args.repeat))
+        print(f"{name:<34} {best:8.3f} {len(heavy) / best:10.0f} {heavy_size / best / 1e6:8.1f} {'':>10}")
 
 
 if __name__ == "__main__":

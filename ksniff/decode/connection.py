@@ -18,6 +18,7 @@ from ksniff.decode.events import (
     ConnectionLost,
     DecodeEvent,
     Exchange,
+    FetchedPartition,
     ProducedBatch,
 )
 from ksniff.decode.frames import (
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from ksniff.decode.schema import Api
 
 PRODUCE = 0
+FETCH = 1
 METADATA = 3
 INF = float("inf")
 
@@ -228,11 +230,44 @@ class Connection:
             error = response_error if error is None else f"{error}; response {response_error}"
         unverified = p.unverified or self.unverified
         batches: tuple[ProducedBatch, ...] = ()
+        fetched: tuple[FetchedPartition, ...] = ()
         if p.api_key == PRODUCE and p.body is not None:
             batches = self._produced(p, response, response_ts, unverified)
+        elif p.api_key == FETCH and response is not None and p.body is not None:
+            fetched = self._fetched(p, response, response_ts, unverified)
         return Exchange(self.conn, self.client, self.broker, p.api_key, p.api_name, p.api_version,
                         p.correlation_id, p.client_id, p.body, response, p.first_ts, p.last_ts, response_ts,
-                        status, unverified, error, batches)
+                        status, unverified, error, batches, fetched)
+
+    def _fetched(self, p: Pending, response: Struct, response_ts: float | None, unverified: bool
+                 ) -> tuple[FetchedPartition, ...]:
+        """Each partition of a Fetch answer with the offset the request asked it from."""
+        request = p.body
+        names = self.dec.topic_names
+        asked: dict[tuple[Any, int], int] = {}
+        for topic in request.topics:
+            key = _topic_key(topic, "topic")
+            for part in topic.partitions:
+                asked[(key, part.partition)] = part.fetch_offset
+        replica_id = request.replica_id
+        if p.api_version >= 15 and request.replica_state is not None:  # moved into a tagged struct
+            replica_id = request.replica_state.replica_id
+        isolation, session, session_epoch = request.isolation_level, request.session_id, request.session_epoch
+        out = []
+        for topic in response.responses:
+            key = _topic_key(topic, "topic")
+            name = key if isinstance(key, str) else names.get(key, str(key))
+            for part in topic.partitions:
+                aborted = part.aborted_transactions
+                if aborted is not None:
+                    aborted = tuple([(a.producer_id, a.first_offset) for a in aborted])
+                out.append(FetchedPartition(
+                    p.first_ts, response_ts, self.conn, self.client, self.broker, p.client_id,
+                    p.correlation_id, p.api_version, replica_id, isolation, session, session_epoch, name,
+                    part.partition_index, asked.get((key, part.partition_index)), part.error_code,
+                    part.high_watermark, part.last_stable_offset, part.log_start_offset, aborted,
+                    part.records or (), unverified))
+        return tuple(out)
 
     def _produced(self, p: Pending, response: Struct | None, response_ts: float | None, unverified: bool
                   ) -> tuple[ProducedBatch, ...]:
@@ -273,9 +308,10 @@ class Connection:
         return tuple(out)
 
 
-def _topic_key(topic: Any) -> Any:
-    """Topics are named up to Produce v12 and identified by topic id from v13."""
+def _topic_key(topic: Any, name_field: str = "name") -> Any:
+    """Topics are named up to Produce and Fetch v12 and identified by topic id from v13 (Fetch calls
+    the name `topic`)."""
     topic_id = getattr(topic, "topic_id", None)
     if topic_id is not None and topic_id != ZERO_UUID:
         return topic_id
-    return getattr(topic, "name", "") or ""
+    return getattr(topic, name_field, "") or ""

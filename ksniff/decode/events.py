@@ -67,6 +67,47 @@ class ProducedBatch:
     records: bytes | None = None
 
 
+ISOLATION_LEVELS = {0: "read_uncommitted", 1: "read_committed"}
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """One partition of a Fetch answer, beside what the fetcher asked of it: what the broker said is at
+    which offsets (batch headers only, never records), and the offsets that bound what may be read."""
+
+    ts: float  # the request's first byte
+    response_ts: float | None
+    conn: int
+    client: str
+    broker: str
+    client_id: str | None
+    correlation_id: int
+    api_version: int
+    replica_id: int  # -1 for a consumer; a broker id for a follower replicating the partition
+    isolation_level: int  # 0 read_uncommitted, 1 read_committed (ISOLATION_LEVELS); 0 before v4
+    session_id: int  # the fetch session (KIP-227); 0 without one
+    session_epoch: int
+    topic: str  # the name; for topic-id versions (v13+), resolved from Metadata, else the id as a string
+    partition: int
+    # Where the fetcher asked to read from; None when the request did not name the partition (an
+    # incremental fetch session carries only partitions whose position changed).
+    fetch_offset: int | None
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int  # -1 where the version has none (v0-3)
+    log_start_offset: int  # -1 where the version has none (v0-4)
+    # (producer id, first offset) of each aborted transaction in the returned range (read_committed
+    # fetches, v4+); None when the broker sent a null list.
+    aborted: tuple[tuple[int, int], ...] | None
+    batches: tuple[RecordBatchHeader, ...]
+    unverified: bool  # capture lost bytes on this connection before this exchange
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == 1
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
 class Exchange:
@@ -89,6 +130,7 @@ class Exchange:
     unverified: bool  # a capture gap on this connection came before this exchange
     decode_error: str | None  # why a body is None: "unknown_version", "skipped_api", "malformed: ..."
     batches: tuple[ProducedBatch, ...] = ()  # Produce only
+    fetched: tuple[FetchedPartition, ...] = ()  # Fetch only: one per partition of the answer
 
     @property
     def latency(self) -> float | None:

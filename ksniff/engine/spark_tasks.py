@@ -427,7 +427,8 @@ def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
     conn = conns.get(event.conn, event.conn)
     if isinstance(event, Exchange):
         batches = tuple(replace(b, conn=conn) for b in event.batches)
-        return replace(event, conn=conn, batches=batches)
+        fetched = tuple(replace(f, conn=conn) for f in event.fetched)
+        return replace(event, conn=conn, batches=batches, fetched=fetched)
     if isinstance(event, ConnectionLost | ConnectionEnded):
         return replace(event, conn=conn)
     return event

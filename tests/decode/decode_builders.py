@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataResponse
 from kafka.protocol.producer import (
     EndTxnRequest,
@@ -77,6 +78,72 @@ def produce_response(version: int = 9, answers: dict[tuple[str, int], tuple[int,
         else:
             data.append(R(name=topic, partition_responses=parts))
     return ProduceResponse(responses=data, throttle_time_ms=0, version=version)
+
+
+def fetch_request(version: int = 12, *, isolation_level: int = 1,
+                  offsets: dict[tuple[str, int], int] | None = None, topic_ids=None,
+                  session_id: int = 0, session_epoch: int = -1):
+    """A consumer's FetchRequest; `offsets` maps (topic, partition) to the offset asked from."""
+    offsets = offsets if offsets is not None else {("orders", 0): 0}
+    T = FetchRequest.FetchTopic
+    P = T.FetchPartition
+    topics: dict[str, list] = {}
+    for (topic, part), offset in offsets.items():
+        topics.setdefault(topic, []).append(P(partition=part, current_leader_epoch=0, fetch_offset=offset,
+                                              last_fetched_epoch=-1, log_start_offset=-1,
+                                              partition_max_bytes=1 << 20))
+    data = [T(topic_id=(topic_ids or {})[t], partitions=ps) if version >= 13 else T(topic=t, partitions=ps)
+            for t, ps in topics.items()]
+    fields = dict(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=50 << 20,
+                  isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch,
+                  topics=data, forgotten_topics_data=[],
+                  rack_id="")
+    if version >= 15:
+        fields.pop("replica_id")
+    return FetchRequest(**fields, version=version)
+
+
+def fetch_response(version: int = 12, partitions: dict[tuple[str, int], dict] | None = None, topic_ids=None):
+    """A FetchResponse; `partitions` maps (topic, partition) to its fields: records (bytes), aborted
+    ([(producer id, first offset)] or None), high_watermark, last_stable_offset, log_start_offset, error."""
+    partitions = partitions or {("orders", 0): {"records": record_batch()}}
+    R = FetchResponse.FetchableTopicResponse
+    P = R.PartitionData
+    A = P.AbortedTransaction
+    topics: dict[str, list] = {}
+    for (topic, part), f in partitions.items():
+        aborted = f.get("aborted", [])
+        topics.setdefault(topic, []).append(P(
+            partition_index=part, error_code=f.get("error", 0), high_watermark=f.get("high_watermark", 10),
+            last_stable_offset=f.get("last_stable_offset", 10), log_start_offset=f.get("log_start_offset", 0),
+            aborted_transactions=None if aborted is None else [A(producer_id=p, first_offset=o)
+                                                               for p, o in aborted],
+            preferred_read_replica=-1, records=f.get("records", b"")))
+    data = [R(topic_id=(topic_ids or {})[t], partitions=ps) if version >= 13 else R(topic=t, partitions=ps)
+            for t, ps in topics.items()]
+    return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=data, version=version)
+
+
+def control_batch(producer_id: int, epoch: int, commit: bool, base_offset: int, coordinator_epoch: int = 0
+                  ) -> bytes:
+    """A transaction marker as a broker writes it: a control batch of one record, key (version, type),
+    value (version, coordinator epoch)."""
+    import struct
+
+    import crc32c
+    from decode_encoder import uvarint
+
+    def zigzag(n: int) -> bytes:
+        return uvarint((n << 1) ^ (n >> 63))
+
+    key, value = struct.pack(">hh", 0, 1 if commit else 0), struct.pack(">hi", 0, coordinator_epoch)
+    body = b"\x00" + zigzag(0) + zigzag(0) + zigzag(len(key)) + key + zigzag(len(value)) + value + zigzag(0)
+    record = zigzag(len(body)) + body
+    ts = 1_700_000_000_000
+    after_crc = struct.pack(">hiqqqhii", 0x30, 0, ts, ts, producer_id, epoch, -1, 1) + record
+    crc = crc32c.crc32c(after_crc)
+    head = struct.pack(">qiibI", base_offset, len(after_crc) + 9, 0, 2, crc)
+    return head + after_crc
 
 
 def init_producer_id(version: int = 4, transactional_id: str | None = "tx-1"):
