@@ -10,14 +10,12 @@ import signal
 import threading
 import time
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from ksniff.capture.live import open_live
 from ksniff.engine.local import EngineConfig, Pipeline, RowSink, fewer_collections
-from ksniff.report.findings import finding_message
+from ksniff.report.live import LiveSnapshot, live_view
 from ksniff.report.text import shown
 from ksniff.result import AuditResult
 
@@ -29,32 +27,37 @@ def capture_filter(ports: tuple[int, ...], explicit_ports: bool, bpf: str | None
 
 
 class LiveView:
-    """What the terminal shows a few times a second while capturing."""
+    """The live view's data, read a few times a second by rich's refresh thread. The engine's loop holds
+    `lock` while it feeds an event; the view takes it to move the pipeline's clock on to the wall clock
+    (so what waited for more traffic is audited and the counters stay current when traffic pauses) and
+    to read the counters."""
 
-    def __init__(self, run, pipeline: Pipeline, iface: str) -> None:
+    def __init__(self, run, pipeline: Pipeline, iface: str, lock: threading.Lock | None = None) -> None:
         self.run, self.pipeline, self.iface = run, pipeline, iface
-        self.started = time.monotonic()
+        self.lock = lock or threading.Lock()
+        self.started = time.time()
         self._last = (self.started, 0)
         self._rate = 0.0
 
-    def __rich__(self) -> Group:
-        now = time.monotonic()
+    def snapshot(self) -> LiveSnapshot:
+        now = time.time()
+        with self.lock:
+            self.pipeline.tick(now)
+            n = self.pipeline.exchanges_seen
+            auditor = self.pipeline.auditor
+            producers = len(auditor.state.producers)
+            open_txns = auditor.open_transactions()
+            findings = list(self.pipeline.findings_so_far)
         t0, n0 = self._last
-        n = self.pipeline.exchanges_seen
         if now - t0 >= 1.0:
             self._rate, self._last = (n - n0) / (now - t0), (now, n)
         stats = self.run.stats
-        table = Table.grid(padding=(0, 2))
-        table.add_row("interface", shown(self.iface), "elapsed", f"{now - self.started:.0f}s")
-        table.add_row("packets", f"{stats.packets:,}", "kernel drops", f"{stats.kernel_drops:,}")
-        table.add_row("exchanges", f"{n:,}", "per second", f"{self._rate:,.0f}")
-        snapshot = self.pipeline.auditor.snapshot() if hasattr(self.pipeline.auditor, "snapshot") else {}
-        table.add_row("producers", str(snapshot.get("producers", "-")),
-                      "open transactions", str(snapshot.get("open_transactions", "-")))
-        latest = self.pipeline.findings_so_far[-5:]
-        lines = [Text(f"{f.severity:8} {f.kind}: {finding_message(f)}", overflow="ellipsis", no_wrap=True)
-                 for f in reversed(latest)]
-        return Group(Text("ksniff live (Ctrl-C to stop and report)", style="bold"), table, *lines)
+        return LiveSnapshot(iface=self.iface, now=now, elapsed=now - self.started, packets=stats.packets,
+                            kernel_drops=stats.kernel_drops, exchanges=n, per_second=self._rate,
+                            producers=producers, open_transactions=open_txns, findings=findings)
+
+    def __rich__(self):
+        return live_view(self.snapshot())
 
 
 def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: float | None,
@@ -72,21 +75,29 @@ def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: 
             console.print(f"ksniff: capturing on {shown(iface)} ({shown(filter_text, 4096)}); "
                           "Ctrl-C stops and reports",
                           markup=False, highlight=False)
-        with Live(LiveView(run, pipeline, iface), console=console, refresh_per_second=4,
+        lock = threading.Lock()
+        with Live(LiveView(run, pipeline, iface, lock), console=console, refresh_per_second=4,
                   transient=True, redirect_stdout=False, redirect_stderr=False) if (
                 console.is_terminal and not quiet) else _Nothing():
             try:
                 with fewer_collections():
                     for event in run:
-                        pipeline.feed(event)
+                        with lock:
+                            pipeline.feed(event)
             except KeyboardInterrupt:
                 run.stop()
                 for event in run:  # what the capture already holds
                     pipeline.feed(event)
     finally:
         stop_on_term()
+    # Ages and hanging transactions on the wall clock: a transaction abandoned a minute before the stop
+    # was open for that minute, whenever its last packet came.
+    stopped = time.time()
+    pipeline.tick(stopped)
     output = pipeline.finish()
     stats = run.stats
+    if stats.first_ts is not None:  # the capture lasted until the stop, not until its last packet
+        stats.last_ts = max(stats.last_ts or stopped, stopped)
     stats.kafka_connections = pipeline.decoder.kafka_connections
     return AuditResult(inputs=list(run.inputs), capture=stats, decode=pipeline.decoder.stats,
                        producers=list(output.producers), transactions=list(output.transactions),

@@ -216,6 +216,17 @@ class Pipeline:
                         self.records.extend(record_rows(b))
         self.findings_so_far.extend(self.auditor.feed(event))
 
+    def tick(self, now: float) -> None:
+        """The clock moved on with no traffic (live capture, wall-clock time): what waited for later
+        traffic to be released goes to the audit now, so the live view's counters stay current.
+        Called between `feed`s, never during one."""
+        if self.last_ts is None or now <= self.last_ts:
+            return
+        self.last_ts = now
+        self._before = min(self.decoder.horizon(), now - self._slack)
+        for event in self.reorder.release(self.last_ts, self._before):
+            self._audit(event)
+
     def finish(self):
         for event in self.decoder.finish():
             self.reorder.push(event)

@@ -4,9 +4,12 @@ of the kinds it explains)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.padding import Padding
 from rich.table import Table
@@ -14,7 +17,7 @@ from rich.text import Text
 
 from ksniff.audit.model import Finding
 from ksniff.report.tables import error_name
-from ksniff.report.text import clock, more, producer_label, shown, shown_message
+from ksniff.report.text import clock, more, plural, producer_label, shown, shown_message
 
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -74,24 +77,75 @@ ADVICE: dict[str, str] = {
 FINDINGS_SHOWN = {"critical": 50, "warning": 15, "info": 10}
 
 
+@dataclass(frozen=True, slots=True)
+class FindingGroup:
+    """Findings of the same kind, producer, place and cause (the request and the broker's answer): a
+    zombie retrying EndTxn 49 times is one group of 49, not 49 findings on screen."""
+
+    first: Finding
+    times: tuple[float, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.times)
+
+
+def _cause(f: Finding) -> tuple:
+    ev = f.evidence
+    return (f.kind, f.severity, f.transactional_id, f.producer_id, f.producer_epoch, f.topic, f.partition,
+            f.group, ev.get("api"), ev.get("broker_error"), bool(ev.get("unverified")))
+
+
+def fold_findings(findings: Sequence[Finding]) -> list[FindingGroup]:
+    """Repeated findings folded into groups, in order of each group's first finding."""
+    groups: dict[tuple, list[Finding]] = {}
+    for f in sorted(findings, key=lambda f: f.ts):
+        groups.setdefault(_cause(f), []).append(f)
+    return [FindingGroup(fs[0], tuple(f.ts for f in fs)) for fs in groups.values()]
+
+
 def findings_view(findings: Sequence[Finding], *, verbose: bool = False) -> RenderableType:
-    """Findings grouped by severity, critical first; then, per kind present, what to do about it."""
+    """Counts by kind and severity; findings grouped by severity, critical first, repeats folded; then,
+    per kind present, what to do about it."""
     if not findings:
         return Text("No findings.", style="green")
-    parts: list[RenderableType] = []
+    parts: list[RenderableType] = [counts_table(findings), Text("")]
     for severity in _severities_present(findings):
-        group = sorted((f for f in findings if f.severity == severity), key=lambda f: f.ts)
-        title = Text(f"{severity.upper()} ({len(group):,})", style=SEVERITY_STYLE.get(severity, "bold"))
+        of_severity = [f for f in findings if f.severity == severity]
+        groups = fold_findings(of_severity)
+        folded = f" in {plural(len(groups), 'group')}" if len(groups) < len(of_severity) else ""
+        title = Text(f"{severity.upper()} ({len(of_severity):,}{folded})",
+                     style=SEVERITY_STYLE.get(severity, "bold"))
         title.append(f"  {SEVERITY_MEANING.get(severity, '')}", style="dim")
         parts.append(title)
         limit = None if verbose else FINDINGS_SHOWN.get(severity, 10)
-        listed = group[:limit]
-        parts += [finding_block(f, verbose=verbose) for f in listed]
-        if len(group) > len(listed):
-            parts.append(more(len(group) - len(listed), f"{severity} finding", "--verbose or --json"))
+        listed = groups[:limit]
+        parts += [finding_block(g.first, verbose=verbose, times=g.times) for g in listed]
+        if len(groups) > len(listed):
+            hidden = sum(g.count for g in groups[len(listed):])
+            parts.append(more(hidden, f"{severity} finding", "--verbose or --json"))
         parts.append(Text(""))
     parts.append(advice(findings))
     return Group(*parts)
+
+
+def counts_table(findings: Sequence[Finding]) -> Table:
+    """How many findings of each kind at each severity; the most severe kinds first."""
+    severities = _severities_present(findings)
+    counts = Counter((f.kind, f.severity) for f in findings)
+    kinds = sorted({f.kind for f in findings},
+                   key=lambda k: tuple(-counts.get((k, s), 0) for s in severities) + (k,))
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+    table.add_column("Kind")
+    for s in severities:
+        table.add_column(s.capitalize(), justify="right", style=SEVERITY_STYLE.get(s, ""))
+    table.add_column("Total", justify="right")
+    for kind in kinds:
+        row = [counts.get((kind, s), 0) for s in severities]
+        table.add_row(Text(shown(kind)), *[f"{n:,}" if n else "-" for n in row], f"{sum(row):,}")
+    totals = [sum(counts.get((k, s), 0) for k in kinds) for s in severities]
+    table.add_row(Text("all", style="bold"), *[f"{n:,}" for n in totals], f"{len(findings):,}")
+    return table
 
 
 def _severities_present(findings: Sequence[Finding]) -> list[str]:
@@ -126,9 +180,13 @@ def _where(f: Finding) -> str:
     return " ".join(parts)
 
 
-def finding_block(f: Finding, *, verbose: bool = False) -> RenderableType:
-    """The headline, then the audit's message and its evidence indented beneath it."""
+def finding_block(f: Finding, *, verbose: bool = False, times: Sequence[float] = ()) -> RenderableType:
+    """The headline, then the audit's message and its evidence indented beneath it; `times` of a folded
+    group say how often and from when to when."""
     body = Text(finding_message(f))
+    if len(times) > 1:
+        body = Text(f"{len(times):,} times, {clock(times[0])} to {clock(times[-1])}: ", style="bold")
+        body.append(finding_message(f), style="")
     evidence = evidence_text(f.evidence, verbose=verbose)
     if evidence.plain:
         body.append("\n")

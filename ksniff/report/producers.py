@@ -1,17 +1,20 @@
-"""The producers: one row per producer id with its transactional id, epochs, instances, what it wrote and
-how its transactions ended."""
+"""The producers: the story per transactional id across its instances, then one row per producer id with
+its transactional id, epochs, instances, what it wrote and how its transactions ended."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ksniff.audit.model import ProducerSummary
-from ksniff.report.text import more, ranges, shown
+from ksniff.audit.model import Finding, ProducerSummary, Transaction
+from ksniff.report.text import clock, more, ranges, shown
 
 PRODUCERS_SHOWN = 30
 CLIENTS_SHOWN = 3
@@ -70,4 +73,136 @@ def _outcomes_cell(p: ProducerSummary) -> Text:
     for n, word, style in counts:
         if n:
             text.append(("\n" if text else "") + f"{n:,} {word}", style=style)
+    return text if text else Text("-", style="dim")
+
+
+# ---- the story per transactional id -----------------------------------------------------------------------
+
+STORIES_SHOWN = 30
+INSTANCES_SHOWN = 6  # pid/epoch steps in one cell; --verbose shows all
+
+
+@dataclass(slots=True)
+class TransactionalStory:
+    """One transactional id across its instances: producer ids and epochs in the order they appeared,
+    who took over from whom and when, how its transactions ended, its findings by severity."""
+
+    transactional_id: str
+    instances: list[tuple[int, int]] = field(default_factory=list)  # (producer id, epoch), in order
+    takeovers: list[Finding] = field(default_factory=list)  # producer_fenced "a newer instance took over"
+    outcomes: Counter = field(default_factory=Counter)
+    severities: Counter = field(default_factory=Counter)
+
+    @property
+    def weight(self) -> tuple:
+        """Most alarming first: critical, then warning findings, then takeovers."""
+        s = self.severities
+        return (-s["critical"], -s["warning"], -len(self.takeovers), self.transactional_id)
+
+
+def transactional_stories(producers: Sequence[ProducerSummary], transactions: Sequence[Transaction],
+                          findings: Sequence[Finding]) -> list[TransactionalStory]:
+    stories: dict[str, TransactionalStory] = {}
+
+    def story(txn_id: str) -> TransactionalStory:
+        found = stories.get(txn_id)
+        if found is None:
+            found = stories[txn_id] = TransactionalStory(txn_id)
+        return found
+
+    first_seen: dict[tuple[str, int, int], float] = {}
+
+    def seen(txn_id: str, pid: int | None, epoch: int | None, ts: float | None) -> None:
+        if pid is None or epoch is None:
+            return
+        key = (txn_id, pid, epoch)
+        at = math.inf if ts is None else ts
+        if key not in first_seen or at < first_seen[key]:
+            first_seen[key] = at
+
+    for p in producers:
+        if p.transactional_id:
+            story(p.transactional_id)
+            for epoch in p.epochs:
+                seen(p.transactional_id, p.producer_id, epoch, None)
+    for t in transactions:
+        if t.transactional_id:
+            story(t.transactional_id).outcomes[t.outcome] += 1
+            seen(t.transactional_id, t.producer_id, t.producer_epoch, t.start_ts)
+    for f in findings:
+        if not f.transactional_id:
+            continue
+        s = story(f.transactional_id)
+        s.severities[f.severity] += 1
+        seen(f.transactional_id, f.producer_id, f.producer_epoch, f.ts)
+        if f.kind == "producer_fenced" and "new_producer_id" in f.evidence:
+            s.takeovers.append(f)
+            seen(f.transactional_id, f.evidence.get("new_producer_id"), f.evidence.get("new_epoch"), f.ts)
+    order = sorted(first_seen.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][2]))
+    for (txn_id, pid, epoch), _ in order:
+        stories[txn_id].instances.append((pid, epoch))
+    for s in stories.values():
+        s.takeovers.sort(key=lambda f: f.ts)
+    return sorted(stories.values(), key=lambda s: s.weight)
+
+
+def stories_table(producers: Sequence[ProducerSummary], transactions: Sequence[Transaction],
+                  findings: Sequence[Finding], *, verbose: bool = False) -> RenderableType:
+    """One row per transactional id: its instances in order, the takeovers, outcomes and findings."""
+    stories = transactional_stories(producers, transactions, findings)
+    if not stories:
+        return Text("No transactional id seen.", style="dim")
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+    table.add_column("Transactional id", overflow="fold", ratio=1)
+    table.add_column("Instances (pid/epoch)", overflow="fold", ratio=1)
+    table.add_column("Takeovers", overflow="fold", ratio=1)
+    table.add_column("Transactions", overflow="fold")
+    table.add_column("Findings", overflow="fold")
+    listed = stories if verbose else stories[:STORIES_SHOWN]
+    for s in listed:
+        table.add_row(Text(shown(s.transactional_id)), _instances_cell(s, verbose),
+                      _takeovers_cell(s, verbose), _counts_cell(s.outcomes, _OUTCOME_WORDS),
+                      _counts_cell(s.severities, _SEVERITY_WORDS))
+    if len(stories) > len(listed):
+        return Group(table, more(len(stories) - len(listed), "transactional id"))
+    return table
+
+
+def _instances_cell(s: TransactionalStory, verbose: bool) -> Text:
+    steps = [f"{pid}/{epoch}" for pid, epoch in s.instances]
+    if not verbose and len(steps) > INSTANCES_SHOWN:
+        head, tail = steps[:INSTANCES_SHOWN // 2], steps[-(INSTANCES_SHOWN // 2 - 1):]
+        steps = [*head, f"... {len(steps) - len(head) - len(tail)} more", *tail]
+    return Text(" -> ".join(steps) or "-")
+
+
+def _takeovers_cell(s: TransactionalStory, verbose: bool) -> Text:
+    if not s.takeovers:
+        return Text("-", style="dim")
+    text = Text()
+    listed = s.takeovers if verbose else s.takeovers[:CLIENTS_SHOWN]
+    for f in listed:
+        ev = f.evidence
+        by = " ".join(shown(x) for x in (ev.get("client"), ev.get("client_id")) if x)
+        line = (f"{clock(f.ts)} {f.producer_id}/{f.producer_epoch} -> {ev.get('new_producer_id')}/"
+                f"{ev.get('new_epoch')}")
+        text.append(("\n" if text else "") + line)
+        if by:
+            text.append(f" by {by}", style="dim")
+    if len(s.takeovers) > len(listed):
+        text.append(f"\n+{len(s.takeovers) - len(listed)} more", style="dim")
+    return text
+
+
+_OUTCOME_WORDS = [("commit", "committed", ""), ("abort", "aborted", "yellow"), ("open", "open", "yellow"),
+                  ("unknown", "unknown", "dim")]
+_SEVERITY_WORDS = [("critical", "critical", "bold red"), ("warning", "warning", "yellow"),
+                   ("info", "info", "cyan")]
+
+
+def _counts_cell(counts: Counter, words: list[tuple[str, str, str]]) -> Text:
+    text = Text()
+    for key, word, style in words:
+        if counts.get(key):
+            text.append(("\n" if text else "") + f"{counts[key]:,} {word}", style=style)
     return text if text else Text("-", style="dim")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from ksniff.report.findings import findings_view
-from ksniff.report.producers import producers_table
+from ksniff.report.producers import producers_table, stories_table
 from ksniff.report.summary import header
 from ksniff.report.text import section, shown
 from ksniff.report.timeline import TIMELINE_ROWS, producer_timeline
@@ -30,6 +30,9 @@ def render_report(console: Console, result: AuditResult, *, quiet: bool = False,
     timeline of `producer` when one was asked for."""
     if not quiet:
         console.print(header(result, verbose=verbose))
+        console.print()
+        console.print(section("Transactional ids"))
+        console.print(stories_table(result.producers, result.transactions, result.findings, verbose=verbose))
         console.print()
         console.print(section("Producers"))
         console.print(producers_table(result.producers, verbose=verbose))

@@ -75,3 +75,22 @@ def test_an_unknown_producer_lists_the_closest_or_the_known_ids(asked, expected)
     lines = r.stdout.splitlines()
     at = lines.index(f"No producer matches '{asked}'.")
     assert lines[at + 1:at + 1 + len(expected)] == expected
+
+
+def test_the_story_of_a_transactional_id_across_its_instances():
+    import ksniff
+    from ksniff.report.producers import transactional_stories
+
+    result = ksniff.audit(str(PCAPS / "txn_confluent_tansu.pcap")).result
+    (story,) = transactional_stories(result.producers, result.transactions, result.findings)
+    assert story.transactional_id == "tx-A"
+    assert story.instances == [(1, 0), (1, 1)]  # in the order they appeared
+    (takeover,) = story.takeovers
+    assert (takeover.producer_id, takeover.producer_epoch) == (1, 0)
+    assert (takeover.evidence["new_producer_id"], takeover.evidence["new_epoch"]) == (1, 1)
+    assert takeover.evidence["client_id"] == "corpus-confluent-2"  # who took over
+    assert dict(story.outcomes) == {"commit": 3, "abort": 1}
+    assert dict(story.severities) == {"warning": 2, "info": 1}
+    r = cli("audit", PCAPS / "txn_confluent_tansu.pcap", "--exit-zero", env={"COLUMNS": "120"})
+    row = next(line for line in r.stdout.splitlines() if line.startswith("tx-A "))
+    assert "1/0 -> 1/1" in row and "1/0 -> 1/1 by 127.0.0.1:49586" in row and "3 committed" in row

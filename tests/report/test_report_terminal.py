@@ -154,10 +154,21 @@ def test_timeline_limit(result):
 
 
 def test_verbose_shows_every_finding(result):
-    many = [dataclasses.replace(result.findings[-1], ts=result.findings[-1].ts + i) for i in range(30)]
+    last = result.findings[-1]
+    many = [dataclasses.replace(last, ts=last.ts + i, producer_id=7000 + i) for i in range(30)]
     terse = render(findings_view(many))
     assert "more (--verbose or --json)" in terse
     assert "more" not in render(findings_view(many, verbose=True)).split("What to do")[0]
+
+
+def test_a_storm_of_repeats_is_one_finding_with_its_count_and_times(result):
+    """A zombie retrying EndTxn: the same kind, producer and broker answer, 49 times, is one block."""
+    fenced = next(f for f in result.findings if f.kind == "producer_fenced" and f.severity == "warning")
+    storm = [dataclasses.replace(fenced, ts=fenced.ts + i * 0.5) for i in range(49)]
+    text = render(findings_view(storm))
+    assert text.count("producer_fenced orders-txn") == 1
+    assert "WARNING (49 in 1 group)" in text
+    assert f"49 times, {report_text.clock(storm[0].ts)} to {report_text.clock(storm[-1].ts)}" in text
 
 
 @pytest.mark.parametrize("seconds, text", [(0.0123, "12 ms"), (1.5, "1.50 s"), (65, "1m 05s"),
