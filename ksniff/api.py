@@ -56,11 +56,12 @@ def audit(paths: str | Sequence[str], *, ports: Sequence[int] = (), txn_timeout_
 
     Raises ksniff.capture.CaptureError when an input cannot be read.
     """
-    from ksniff.engine.local import EngineConfig, audit_paths
+    from ksniff.config import DEFAULT_PORTS, EngineConfig
+    from ksniff.engine.local import audit_paths
 
     paths = [paths] if isinstance(paths, str) else list(paths)
-    config = EngineConfig(ports=tuple(ports) or (9092,), auto_detect=not ports, txn_timeout_ms=txn_timeout_ms,
-                          keep_tables=True, keep_records=records)
+    config = EngineConfig(ports=tuple(ports) or DEFAULT_PORTS, auto_detect=not ports,
+                          txn_timeout_ms=txn_timeout_ms, keep_tables=True, keep_records=records)
     if engine == "spark":
         from ksniff.engine.spark import audit_paths_spark
 

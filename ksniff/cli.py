@@ -1,28 +1,20 @@
-"""The `ksniff` command line: `audit` over capture files, `live` on an interface (CONTRACT.md)."""
+"""The `ksniff` command line: `audit` over capture files, `live` on an interface (docs/contract.md).
+
+Parses the command line into `Options` (ksniff.options) and hands them to ksniff.run."""
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 
 import click
 
 from ksniff import __version__
+from ksniff.audit import AuditConfig
+from ksniff.config import DEFAULT_PORTS, EngineConfig
+from ksniff.options import Options, abort
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-class UsageError(Exception):
-    """A user error: one line on stderr, exit 2."""
-
-
-def abort(message: str, code: int = EXIT_ERROR) -> None:
-    # A path or an id in the message must not act on the terminal.
-    from ksniff.report.text import shown_message
-
-    click.echo(f"ksniff: error: {shown_message(message, limit=4096)}", err=True)
-    sys.exit(code)
+_DEFAULT = EngineConfig()
 
 
 def _parse_ports(values: tuple[str, ...]) -> tuple[int, ...]:
@@ -38,57 +30,31 @@ def _parse_ports(values: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(ports))
 
 
-@dataclass(frozen=True, slots=True)
-class Options:
-    """What both commands take (CONTRACT.md), after parsing."""
-
-    ports: tuple[int, ...]
-    ports_explicit: bool  # --port given: only those ports, no auto-detection elsewhere
-    json_path: str | None
-    csv_dir: str | None
-    parquet_dir: str | None
-    producer: str | None
-    txn_timeout_ms: int | None
-    exit_zero: bool
-    quiet: bool
-    verbose: bool
-    color: bool
-    records: bool
-    limits: Limits
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Memory caps given on the command line; None keeps the engine's default."""
-
-    max_connections: int | None = None
-    max_buffer_bytes: int | None = None
-    max_buffer_total: int | None = None
-    max_frame_bytes: int | None = None
-    max_in_flight: int | None = None
-
-
 def limit_options(f):
     """Caps on what untrusted traffic can make ksniff hold; what a cap cuts is counted and reported."""
     count = click.IntRange(min=1)
     decorators = [
         click.option("--max-connections", type=count, metavar="N", envvar="KSNIFF_MAX_CONNECTIONS",
                      help="TCP connections tracked at once; beyond it the longest idle one is closed "
-                          "(default 50000). [env KSNIFF_MAX_CONNECTIONS]"),
+                          f"(default {_DEFAULT.max_connections}). "
+                          "[env KSNIFF_MAX_CONNECTIONS]"),
         click.option("--max-buffer-bytes", type=count, metavar="BYTES", envvar="KSNIFF_MAX_BUFFER_BYTES",
                      help="Out-of-order bytes held per connection direction; beyond it the hole waited "
-                          "for becomes a gap (default 4194304). [env KSNIFF_MAX_BUFFER_BYTES]"),
+                          f"for becomes a gap (default {_DEFAULT.max_buffer_bytes}). "
+                          "[env KSNIFF_MAX_BUFFER_BYTES]"),
         click.option("--max-buffer-total", type=count, metavar="BYTES", envvar="KSNIFF_MAX_BUFFER_TOTAL",
-                     help="Out-of-order bytes held across all connections (default 134217728). "
+                     help="Out-of-order bytes held across all connections "
+                          f"(default {_DEFAULT.max_buffer_total}). "
                           "[env KSNIFF_MAX_BUFFER_TOTAL]"),
         click.option("--max-frame-bytes", type=click.IntRange(min=64), metavar="BYTES",
                      envvar="KSNIFF_MAX_FRAME_BYTES",
                      help="Largest Kafka frame decoded; a larger size is skipped and the stream "
-                          "resynchronised (default 104857600, Kafka's socket.request.max.bytes). "
+                          f"resynchronised (default {_DEFAULT.max_frame}, Kafka's socket.request.max.bytes). "
                           "[env KSNIFF_MAX_FRAME_BYTES]"),
         click.option("--max-in-flight", type=count, metavar="N", envvar="KSNIFF_MAX_IN_FLIGHT",
                      help="Requests awaiting a response per connection; beyond it the oldest is given "
-                          "up as unanswered (default 4096). [env KSNIFF_MAX_IN_FLIGHT]"),
+                          f"up as unanswered (default {_DEFAULT.max_in_flight}). "
+                          "[env KSNIFF_MAX_IN_FLIGHT]"),
     ]
     for decorator in reversed(decorators):
         f = decorator(f)
@@ -98,8 +64,9 @@ def limit_options(f):
 def common_options(f):
     decorators = [
         click.option("--port", "-p", "ports", multiple=True, envvar="KSNIFF_PORT",
-                     help="Kafka broker ports, comma-separated, repeatable. Default: 9092 plus "
-                          "auto-detection of Kafka on any port. [env KSNIFF_PORT]"),
+                     help="Kafka broker ports, comma-separated, repeatable. "
+                          f"Default: {DEFAULT_PORTS[0]} plus auto-detection of Kafka on any port. "
+                          "[env KSNIFF_PORT]"),
         click.option("--json", "json_path", metavar="PATH", envvar="KSNIFF_JSON",
                      help="Write the whole result as one JSON document ('-' for stdout). [env KSNIFF_JSON]"),
         click.option("--csv", "csv_dir", metavar="DIR", envvar="KSNIFF_CSV",
@@ -112,7 +79,7 @@ def common_options(f):
         click.option("--txn-timeout", "txn_timeout_ms", metavar="MS", type=click.IntRange(min=1),
                      envvar="KSNIFF_TXN_TIMEOUT",
                      help="Hanging-transaction threshold in ms when the producer's own timeout was not "
-                          "seen (default 60000). [env KSNIFF_TXN_TIMEOUT]"),
+                          f"seen (default {AuditConfig().txn_timeout_ms}). [env KSNIFF_TXN_TIMEOUT]"),
         click.option("--records", is_flag=True, envvar="KSNIFF_RECORDS",
                      help="Also decode and export record keys, values and headers (never by default). "
                           "[env KSNIFF_RECORDS]"),
@@ -133,27 +100,35 @@ def make_options(kw: dict) -> Options:
         raise click.UsageError("--quiet and --verbose exclude each other")
     no_color = kw["no_color"] or bool(os.environ.get("NO_COLOR"))
     ports = _parse_ports(kw["ports"])
+    limits = {name: kw[option] for name, option in (
+        ("max_connections", "max_connections"), ("max_buffer_bytes", "max_buffer_bytes"),
+        ("max_buffer_total", "max_buffer_total"), ("max_frame", "max_frame_bytes"),
+        ("max_in_flight", "max_in_flight")) if kw[option] is not None}
+    config = EngineConfig(
+        ports=ports or DEFAULT_PORTS,
+        auto_detect=not ports,
+        txn_timeout_ms=kw["txn_timeout_ms"],
+        keep_tables=bool(kw["csv_dir"] or kw["parquet_dir"] or kw["producer"]),
+        keep_records=kw["records"],
+        **limits,
+    )
     return Options(
-        ports=ports or (9092,),
+        config=config,
         ports_explicit=bool(ports),
         json_path=kw["json_path"],
         csv_dir=kw["csv_dir"],
         parquet_dir=kw["parquet_dir"],
         producer=kw["producer"],
-        txn_timeout_ms=kw["txn_timeout_ms"],
         exit_zero=kw["exit_zero"],
         quiet=kw["quiet"],
         verbose=kw["verbose"],
         color=not no_color,
-        records=kw["records"],
-        limits=Limits(max_connections=kw["max_connections"], max_buffer_bytes=kw["max_buffer_bytes"],
-                      max_buffer_total=kw["max_buffer_total"], max_frame_bytes=kw["max_frame_bytes"],
-                      max_in_flight=kw["max_in_flight"]),
     )
 
 
 class KsniffGroup(click.Group):
-    """click's group, but a usage error is one line on stderr and exit 2 (CONTRACT.md), not a usage block."""
+    """click's group, but a usage error is one line on stderr and exit 2 (docs/contract.md), not a usage
+    block."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:

@@ -1,11 +1,17 @@
-"""The whole result of one run, as the report room renders and exports it."""
+"""The whole result of one run, as the report room renders and exports it (docs/contract.md).
+
+Every engine assembles it through `AuditResult.of_run`, so the engines cannot differ in what a result
+holds or in the order of its tables.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ksniff import __version__
-from ksniff.audit.model import Finding, ProducerSummary, Transaction
+from ksniff.audit.model import AuditOutput, Finding, ProducerSummary, Transaction
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.decode.events import DecodeStats
 
@@ -26,6 +32,18 @@ class AuditResult:
     warnings: list[str] = field(default_factory=list)  # damage reported for a partial result
     records: list[dict] | None = None  # rows of the `records` table; None unless --records asked for them
 
+    @classmethod
+    def of_run(cls, engine: str, *, inputs: Iterable[InputInfo], capture: CaptureStats, decode: DecodeStats,
+               output: AuditOutput, warnings: Iterable[str], exchanges: Iterable[dict] = (),
+               batches: Iterable[dict] = (), records: list[dict] | None = None) -> AuditResult:
+        """The result of a finished run: the audit's output, the counters, and the table rows (put in
+        time order here; rows of equal time keep the order the engine gave them)."""
+        by_ts = itemgetter("ts")
+        return cls(inputs=list(inputs), capture=capture, decode=decode, producers=list(output.producers),
+                   transactions=list(output.transactions), findings=list(output.findings),
+                   exchanges=sorted(exchanges, key=by_ts), batches=sorted(batches, key=by_ts),
+                   engine=engine, warnings=list(warnings), records=records)
+
     def as_contract(self) -> dict:
         return {
             "version": self.version,
@@ -39,7 +57,8 @@ class AuditResult:
             "producers": [p.as_contract() for p in self.producers],
             "transactions": [t.as_contract() for t in self.transactions],
             "findings": [f.as_contract() for f in self.findings],
-            # additions to CONTRACT.md: which engine ran, and the damage a partial result reports
+            # additions to the original contract (docs/contract.md): which engine ran, and the damage a
+            # partial result reports
             "engine": self.engine,
             "warnings": list(self.warnings),
         }

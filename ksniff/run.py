@@ -7,7 +7,7 @@ import sys
 
 from rich.console import Console
 
-from ksniff.cli import EXIT_CLEAN, EXIT_FINDINGS, Options, abort
+from ksniff.options import EXIT_CLEAN, EXIT_FINDINGS, Options, abort
 from ksniff.result import AuditResult
 
 
@@ -33,27 +33,6 @@ def _consoles(opts: Options) -> tuple[Console, Console]:
     err = _Console(stderr=True, no_color=no_color, highlight=False, raise_broken_pipe=False)
     out = err if opts.json_path == "-" else _Console(no_color=no_color, highlight=False)
     return out, err
-
-
-def _engine_config(opts: Options):
-    from dataclasses import replace
-
-    from ksniff.capture import CaptureLimits
-    from ksniff.engine.local import EngineConfig
-
-    keep_tables = bool(opts.csv_dir or opts.parquet_dir or opts.producer)
-    lim = opts.limits
-    caps = {name: value for name, value in (("max_connections", lim.max_connections),
-                                            ("ooo_bytes_per_direction", lim.max_buffer_bytes),
-                                            ("ooo_bytes_total", lim.max_buffer_total)) if value is not None}
-    config = EngineConfig(ports=opts.ports, auto_detect=not opts.ports_explicit,
-                          txn_timeout_ms=opts.txn_timeout_ms, keep_tables=keep_tables,
-                          keep_records=opts.records, limits=CaptureLimits(**caps) if caps else None)
-    if lim.max_frame_bytes is not None:
-        config = replace(config, max_frame=lim.max_frame_bytes)
-    if lim.max_in_flight is not None:
-        config = replace(config, max_in_flight=lim.max_in_flight)
-    return config
 
 
 def exit_code(result: AuditResult, opts: Options) -> int:
@@ -158,7 +137,7 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
     from ksniff.report.formats import ReportError
 
     out, err = _consoles(opts)
-    config = _engine_config(opts)
+    config = opts.config
     if engine == "spark":  # its rows come back with the result; the exports are written from it
         try:
             from ksniff.engine.spark import SparkUnavailable, audit_paths_spark
@@ -198,7 +177,7 @@ def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> 
     from ksniff.report.formats import ReportError
 
     out, err = _consoles(opts)
-    config = _engine_config(opts)
+    config = opts.config
     with _Tables(opts) as tables:
         try:
             result = live_audit(iface, config, console=err, duration=duration, count=count,

@@ -8,9 +8,10 @@ out which side is the Kafka client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ksniff.capture.slots import fast_init
+from ksniff.common.counters import MAX, MIN
 
 
 @fast_init
@@ -82,7 +83,8 @@ class InputInfo:
 
 @dataclass(slots=True)
 class CaptureStats:
-    """Counters of the capture stage: the JSON document's `capture` block, plus what limits dropped."""
+    """Counters of the capture stage: the JSON document's `capture` block, plus what limits dropped.
+    Parts of a run add up with ksniff.common.counters.add_counters."""
 
     packets: int = 0
     tcp_segments: int = 0
@@ -90,8 +92,8 @@ class CaptureStats:
     kafka_connections: int = 0  # filled in by the decode room
     gaps: int = 0
     gap_bytes: int = 0
-    first_ts: float | None = None
-    last_ts: float | None = None
+    first_ts: float | None = field(default=None, metadata=MIN)
+    last_ts: float | None = field(default=None, metadata=MAX)
     ip_fragments: int = 0
     non_tcp_packets: int = 0
     truncated_packets: int = 0  # captured length shorter than the headers or the TCP payload

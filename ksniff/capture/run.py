@@ -10,6 +10,7 @@ from ksniff.capture.errors import CaptureError, CaptureLimits
 from ksniff.capture.events import CaptureStats, InputInfo, StreamEvent
 from ksniff.capture.files import CaptureFile, expand_paths
 from ksniff.capture.reassembly import Reassembler
+from ksniff.common.counters import add_counters
 
 
 class CaptureRun:
@@ -50,23 +51,26 @@ class CaptureRun:
             add_file_counts(stats, self.warnings, f.path, f.counts, f.warnings)
             self.inputs.append(InputInfo(f.path, f.format, ",".join(f.linktypes), f.counts.packets, f.size))
         self.warnings.extend(self.reassembler.warnings())
-        if stats.truncated_packets:
-            self.warnings.append(f"{stats.truncated_packets} packets cut short by the capture's snapshot "
-                                 "length: the bytes beyond it are missing (counted as gaps)")
+        self.warnings.extend(truncation_warnings(stats))
+
+
+def truncation_warnings(stats: CaptureStats) -> list[str]:
+    """The run's note on packets the snapshot length cut, for any engine's summed counters."""
+    if not stats.truncated_packets:
+        return []
+    return [f"{stats.truncated_packets} packets cut short by the capture's snapshot length: the bytes "
+            "beyond it are missing (counted as gaps)"]
 
 
 def add_file_counts(stats: CaptureStats, warnings: list[str], path: str, counts,
                     file_warnings: Sequence[str]) -> None:
     """Folds one file's walk (packets, non_tcp, fragments, cut_short, first_ts, last_ts) into a run's
     counters and warnings; every engine sums its files this way."""
-    stats.packets += counts.packets
-    stats.non_tcp_packets += counts.non_tcp
-    stats.ip_fragments += counts.fragments
-    stats.truncated_packets += counts.cut_short
-    stats.tcp_segments += counts.packets - counts.non_tcp - counts.fragments - counts.cut_short
-    if counts.first_ts is not None:
-        stats.first_ts = counts.first_ts if stats.first_ts is None else min(stats.first_ts, counts.first_ts)
-        stats.last_ts = counts.last_ts if stats.last_ts is None else max(stats.last_ts, counts.last_ts)
+    add_counters(stats, CaptureStats(
+        packets=counts.packets, non_tcp_packets=counts.non_tcp, ip_fragments=counts.fragments,
+        truncated_packets=counts.cut_short,
+        tcp_segments=counts.packets - counts.non_tcp - counts.fragments - counts.cut_short,
+        first_ts=counts.first_ts, last_ts=counts.last_ts))
     warnings.extend(file_warnings)
     if counts.fragments:
         warnings.append(f"{path}: {counts.fragments} IP fragments not reassembled")

@@ -32,6 +32,7 @@ from ksniff.decode.sync import RequestCheck, looks_like_tls
 from ksniff.decode.values import Struct
 
 INF = float("inf")
+DEFAULT_PORTS = (9092,)  # Kafka's default listener port: the one place ksniff writes it
 DEFAULT_MAX_IN_FLIGHT = 4096  # requests waiting for responses on one connection
 DETECT_BUFFER = 1 << 20  # bytes held per undecided connection before it is declared not Kafka
 
@@ -54,10 +55,22 @@ class _Undecided:
     size: int = 0
 
 
+def limit_warnings(stats: DecodeStats, max_frame: int, max_in_flight: int) -> list[str]:
+    """What the decode limits cut (in `stats`, of one decoder or a run's sum), one line each."""
+    notes = []
+    if stats.oversized_frames:
+        notes.append(f"frame size limit ({max_frame} bytes) reached: {stats.oversized_frames} "
+                     "frames skipped")
+    if stats.in_flight_evicted:
+        notes.append(f"in-flight request limit ({max_in_flight} per connection) reached: "
+                     f"{stats.in_flight_evicted} requests given up as unanswered")
+    return notes
+
+
 class Decoder:
     """Feed it the capture room's stream events; it yields DecodeEvents."""
 
-    def __init__(self, ports: Iterable[int] = (9092,), auto_detect: bool = True,
+    def __init__(self, ports: Iterable[int] = DEFAULT_PORTS, auto_detect: bool = True,
                  max_frame: int = DEFAULT_MAX_FRAME, on_not_kafka: Callable[[int], Any] | None = None,
                  keep_records: bool = False, *, apis: Mapping[int, Api] | None = None,
                  body_decoder: BodyDecoder | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
@@ -151,14 +164,7 @@ class Decoder:
 
     def warnings(self) -> list[str]:
         """What the decode limits cut, one line each, for the run's warnings."""
-        notes = []
-        if self.stats.oversized_frames:
-            notes.append(f"frame size limit ({self.max_frame} bytes) reached: {self.stats.oversized_frames} "
-                         "frames skipped")
-        if self.stats.in_flight_evicted:
-            notes.append(f"in-flight request limit ({self.max_in_flight} per connection) reached: "
-                         f"{self.stats.in_flight_evicted} requests given up as unanswered")
-        return notes
+        return limit_warnings(self.stats, self.max_frame, self.max_in_flight)
 
     def topic_name(self, topic_id: Any) -> str:
         """A topic id's name when a Metadata response told it, else the id as a string."""

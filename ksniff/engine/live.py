@@ -94,17 +94,10 @@ def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: 
     # was open for that minute, whenever its last packet came.
     stopped = time.time()
     pipeline.tick(stopped)
-    output = pipeline.finish()
     stats = run.stats
     if stats.first_ts is not None:  # the capture lasted until the stop, not until its last packet
         stats.last_ts = max(stats.last_ts or stopped, stopped)
-    stats.kafka_connections = pipeline.decoder.kafka_connections
-    return AuditResult(inputs=list(run.inputs), capture=stats, decode=pipeline.decoder.stats,
-                       producers=list(output.producers), transactions=list(output.transactions),
-                       findings=list(output.findings), exchanges=pipeline.exchanges,
-                       batches=pipeline.batches, engine="live",
-                       warnings=list(run.warnings) + pipeline.decoder.warnings(),
-                       records=pipeline.records)
+    return pipeline.result(run, "live")
 
 
 class _Nothing:

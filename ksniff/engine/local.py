@@ -15,32 +15,15 @@ import gc
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
-from ksniff.audit import AuditConfig, Auditor
-from ksniff.capture import CaptureLimits, read_files
+from ksniff.audit import Auditor
+from ksniff.capture import read_files
 from ksniff.capture.events import ConnectionOpened, StreamChunk
-from ksniff.decode import Decoder
-from ksniff.decode.decoder import DEFAULT_MAX_IN_FLIGHT
+from ksniff.config import EngineConfig
 from ksniff.decode.events import DecodeEvent, Exchange
-from ksniff.decode.frames import DEFAULT_MAX_FRAME
 from ksniff.report.tables import batch_row, exchange_row, record_rows
 from ksniff.result import AuditResult
-
-
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    ports: tuple[int, ...] = (9092,)
-    auto_detect: bool = True
-    txn_timeout_ms: int | None = None
-    keep_tables: bool = True  # build exchange and batch rows (exports, --producer); off saves memory
-    keep_records: bool = False
-    reorder_window: float = 5.0
-    limits: CaptureLimits | None = None  # the reassembler's caps (connections, out-of-order bytes)
-    max_frame: int = DEFAULT_MAX_FRAME  # bytes; a frame claiming more is skipped and counted
-    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests awaiting a response, per connection
-
 
 GC_FIRST_THRESHOLD = 100_000  # allocations between young-generation collections during a run
 
@@ -136,12 +119,8 @@ class Pipeline:
         instead of the lists `exchanges` and `batches`, which then stay empty (and `records`, None)."""
         self.config = config
         self.tables = tables
-        self.decoder = Decoder(ports=config.ports, auto_detect=config.auto_detect,
-                               on_not_kafka=on_not_kafka, keep_records=config.keep_records,
-                               max_frame=config.max_frame, max_in_flight=config.max_in_flight)
-        audit_config = AuditConfig() if config.txn_timeout_ms is None else AuditConfig(
-            txn_timeout_ms=config.txn_timeout_ms)
-        self.auditor = Auditor(audit_config)
+        self.decoder = config.decoder(on_not_kafka)
+        self.auditor = Auditor(config.audit_config())
         self.reorder = Reorder(config.reorder_window)
         self.exchanges: list[dict] = []
         self.batches: list[dict] = []
@@ -234,6 +213,15 @@ class Pipeline:
             self._audit(event)
         return self.auditor.finish(self.last_ts)
 
+    def result(self, run, engine: str) -> AuditResult:
+        """The run's result once `run` (a capture run: files or live) has given every event."""
+        output = self.finish()
+        stats = run.stats
+        stats.kafka_connections = self.decoder.kafka_connections
+        return AuditResult.of_run(engine, inputs=run.inputs, capture=stats, decode=self.decoder.stats,
+                                  output=output, warnings=list(run.warnings) + self.decoder.warnings(),
+                                  exchanges=self.exchanges, batches=self.batches, records=self.records)
+
 
 def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
                 progress: Callable[[int, int], None] | None = None, tables: RowSink | None = None
@@ -255,19 +243,4 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
                 feed(event)
                 if n % 4096 == 0:
                     progress(run.bytes_read, run.bytes_total)
-        output = pipeline.finish()
-    stats = run.stats
-    stats.kafka_connections = pipeline.decoder.kafka_connections
-    return AuditResult(
-        inputs=list(run.inputs),
-        capture=stats,
-        decode=pipeline.decoder.stats,
-        producers=list(output.producers),
-        transactions=list(output.transactions),
-        findings=list(output.findings),
-        exchanges=sorted(pipeline.exchanges, key=lambda r: r["ts"]),
-        batches=sorted(pipeline.batches, key=lambda r: r["ts"]),
-        engine="local",
-        warnings=list(run.warnings) + pipeline.decoder.warnings(),
-        records=pipeline.records,
-    )
+        return pipeline.result(run, "local")

@@ -25,13 +25,15 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from ksniff.audit import AuditConfig, fold_groups, merge_outputs
+from ksniff.audit import fold_groups, merge_outputs
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.capture.files import CaptureFile, expand_paths
-from ksniff.capture.run import add_file_counts
+from ksniff.capture.run import add_file_counts, truncation_warnings
+from ksniff.common.counters import add_counters
+from ksniff.config import EngineConfig
+from ksniff.decode.decoder import limit_warnings
 from ksniff.decode.events import DecodeStats
-from ksniff.engine.local import EngineConfig
 from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, shuffle_partitions
 from ksniff.result import AuditResult
 
@@ -75,10 +77,6 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
 
     spark = session.spark
     partitions = shuffle_partitions(total, session.parallelism)
-    audit = (AuditConfig() if config.txn_timeout_ms is None
-             else AuditConfig(txn_timeout_ms=config.txn_timeout_ms))
-    task_config = tasks.TaskConfig(config.ports, config.auto_detect, config.keep_records, config.keep_tables,
-                                   config.reorder_window, config.limits, audit)
 
     # Stage 1: files spread over a few tasks per core. Kept (memory, then disk) because the capture's end
     # time, which stage 2 needs, is known only once every file has been read.
@@ -93,12 +91,12 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
     pms = sorted(segments.filter(F.col("flow").isNotNull()).select("pm").distinct()
                  .toArrow().column(0).to_pylist())
     every = Reassembler(config.limits).sweep_every
-    task_config = _replace_end(task_config, end_ts, tasks.sweep_ticks(pms, every))
+    end = tasks.RunEnd(end_ts, tasks.sweep_ticks(pms, every))
 
     # Stage 2: per flow, in the merge's order.
     events = (segments.repartition(partitions, "flow")
               .sortWithinPartitions("flow", "pm", "file", "idx")
-              .mapInArrow(tasks.decode(task_config), tasks.EVENTS_DDL)
+              .mapInArrow(tasks.decode(config, end), tasks.EVENTS_DDL)
               .persist(StorageLevel.MEMORY_AND_DISK))
     small = events.filter(F.col("kind") != tasks.KEYED).toArrow().to_pylist()
     segments.unpersist()
@@ -123,20 +121,20 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
              .join(F.broadcast(group_table), "key")
              .repartition(partitions, "group")
              .sortWithinPartitions("group", *tasks.ORDER_COLUMNS)
-             .mapInArrow(tasks.fold(task_config, context, conns,
+             .mapInArrow(tasks.fold(config, end, context, conns,
                                     {g: frozenset(k) for g, k in groups.items()}), tasks.OUTPUTS_DDL))
     outputs = [pickle.loads(r["blob"]) for r in keyed.toArrow().to_pylist()]
     events.unpersist()
-    outputs.append(tasks.context_output(task_config, context, conns))
+    outputs.append(tasks.context_output(config, end, context, conns))
     output = merge_outputs(outputs)
 
     capture, decode, warnings = _totals(metas, stats, config)
-    exchanges, batches = _tables(by_kind.get(tasks.TABLE, []), last_event, conns)
-    return AuditResult(
+    exchanges, batches, records = _tables(by_kind.get(tasks.TABLE, []), last_event, conns, config)
+    return AuditResult.of_run(
+        "spark",
         inputs=[InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in metas],
-        capture=capture, decode=decode, producers=list(output.producers),
-        transactions=list(output.transactions), findings=list(output.findings),
-        exchanges=exchanges, batches=batches, engine="spark", warnings=warnings)
+        capture=capture, decode=decode, output=output, warnings=warnings, exchanges=exchanges,
+        batches=batches, records=records)
 
 
 def _spread(listing: list[tuple[int, str, str]], n: int) -> list[list[tuple[int, str, str]]]:
@@ -171,12 +169,6 @@ def _extract(bins: list[list[tuple[int, str, str]]]):
     return run
 
 
-def _replace_end(task_config, end_ts: float | None, ticks: tuple[float, ...]):
-    from dataclasses import replace
-
-    return replace(task_config, end_ts=end_ts, ticks=ticks)
-
-
 def _order(row: dict, last_event: float) -> tuple:
     rel = math.inf if row["rel"] > last_event else row["rel"]
     return (rel, row["ets"], row["phase"], row["ppm"], row["pfile"], row["pidx"], row["n"])
@@ -184,8 +176,6 @@ def _order(row: dict, last_event: float) -> tuple:
 
 def _totals(metas: list, stats: list, config: EngineConfig) -> tuple[CaptureStats, DecodeStats, list[str]]:
     """The run's counters: the files' walks (stage 1) plus every flow's reassembler and decoder (stage 2)."""
-    from ksniff.engine.spark_tasks import _add_capture, _add_decode
-
     capture = CaptureStats()
     decode = DecodeStats(by_api={})
     warnings: list[str] = []
@@ -193,26 +183,33 @@ def _totals(metas: list, stats: list, config: EngineConfig) -> tuple[CaptureStat
         add_file_counts(capture, warnings, m.path, m, m.warnings)
     reassembler = Reassembler(config.limits)
     for s in stats:
-        _add_capture(capture, s.capture)
-        _add_decode(decode, s.decode)
+        add_counters(capture, s.capture)
+        add_counters(decode, s.decode)
         capture.kafka_connections += s.kafka_connections
         reassembler.evicted += s.evicted
         reassembler.forced_gaps += s.forced_gaps
     warnings.extend(reassembler.warnings())
+    warnings.extend(truncation_warnings(capture))
+    warnings.extend(limit_warnings(decode, config.max_frame, config.max_in_flight))
     return capture, decode, warnings
 
 
-def _tables(rows: list[dict], last_event: float, conns: dict[int, int]) -> tuple[list[dict], list[dict]]:
-    """Exchange and batch rows in the in-process engine's order: audit order, then stably by time."""
+def _tables(rows: list[dict], last_event: float, conns: dict[int, int], config: EngineConfig
+            ) -> tuple[list[dict], list[dict], list[dict] | None]:
+    """Exchange, batch and record rows in the in-process engine's order: audit order (records stay in
+    it; AuditResult.of_run sorts exchanges and batches stably by time)."""
     from ksniff.engine.spark_tasks import renumber
-    from ksniff.report.tables import batch_row, exchange_row
+    from ksniff.report.tables import batch_row, exchange_row, record_rows
 
     exchanges: list[dict] = []
     batches: list[dict] = []
+    records: list[dict] | None = [] if config.keep_records else None
     for _order_key, blob in sorted((_order(r, last_event), r["blob"]) for r in rows):
         ex = renumber(pickle.loads(blob), conns)
-        exchanges.append(exchange_row(ex))
-        batches.extend(batch_row(b) for b in ex.batches)
-    exchanges.sort(key=lambda r: r["ts"])
-    batches.sort(key=lambda r: r["ts"])
-    return exchanges, batches
+        if config.keep_tables:
+            exchanges.append(exchange_row(ex))
+            batches.extend(batch_row(b) for b in ex.batches)
+        if records is not None:
+            for b in ex.batches:
+                records.extend(record_rows(b))
+    return exchanges, batches, records

@@ -38,12 +38,13 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-from ksniff.audit import CONTEXT_KEY, AuditConfig, Auditor, is_context, producer_keys, touched_keys
-from ksniff.capture import CaptureLimits, Reassembler
+from ksniff.audit import CONTEXT_KEY, Auditor, is_context, producer_keys, touched_keys
+from ksniff.capture import Reassembler
 from ksniff.capture.events import CaptureStats, ConnectionOpened
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.packets import FIN, RST, SYN, TRUNCATED
-from ksniff.decode import Decoder
+from ksniff.common.counters import add_counters
+from ksniff.config import EngineConfig
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, DecodeStats, Exchange
 
 BATCH_ROWS = 16_384
@@ -82,16 +83,9 @@ OUTPUTS_DDL = "key string, blob binary"
 
 
 @dataclass(frozen=True, slots=True)
-class TaskConfig:
-    """What the workers need of the engine's configuration, small and picklable."""
+class RunEnd:
+    """What the driver learns of the whole run after stage 1, for stages 2 and 3."""
 
-    ports: tuple[int, ...]
-    auto_detect: bool
-    keep_records: bool
-    keep_tables: bool
-    reorder_window: float
-    limits: CaptureLimits | None
-    audit: AuditConfig
     end_ts: float | None = None  # the capture's last segment time: where the reassembler closes everything
     # When the in-process reassembler sweeps for idle connections: it does so on capture time, at the
     # first segment of any connection at least `every` seconds after the last sweep (see `sweep_ticks`).
@@ -244,12 +238,11 @@ def event_ts(event: DecodeEvent) -> float:
 class _Flow:
     """Reassembles and decodes one flow (every connection on one 4-tuple) in the merge's order."""
 
-    def __init__(self, config: TaskConfig, stats: FlowStats, rows: _Rows) -> None:
-        self.config, self.stats, self.rows = config, stats, rows
+    def __init__(self, config: EngineConfig, end: RunEnd, stats: FlowStats, rows: _Rows) -> None:
+        self.config, self.end, self.stats, self.rows = config, end, stats, rows
         self.capture = CaptureStats()
         self.reassembler = Reassembler(config.limits, self.capture, conn_id=self._conn_id)
-        self.decoder = Decoder(ports=config.ports, auto_detect=config.auto_detect,
-                               on_not_kafka=self.reassembler.drop, keep_records=config.keep_records)
+        self.decoder = config.decoder(self.reassembler.drop)
         self.position: tuple[float, int, int] = (0.0, 0, 0)
         self.opened_at: dict[int, tuple[float, int, int]] = {}
         self.links: set[frozenset[str]] = set()  # keys touched together (ksniff.audit.keys)
@@ -269,17 +262,17 @@ class _Flow:
         # Sweeps come from the run's clock (`_sweep_until`), not this flow's own segments.
         for event in reassembler.events(self._segments(segments), finish=False, sweeps=False):
             self._feed(event, 0, self.position)
-        if self.config.end_ts is not None:
-            self._sweep_until(self.config.end_ts, self.position[1])
-        reassembler.finish(self.config.end_ts)
+        if self.end.end_ts is not None:
+            self._sweep_until(self.end.end_ts, self.position[1])
+        reassembler.finish(self.end.end_ts)
         while reassembler.out:
             event = reassembler.out.popleft()
             self._feed(event, 1, self._opening(event.conn))
         for event in self.decoder.finish():
             self._decoded(event, 2, self._opening(event.conn))
         s = self.stats
-        _add_capture(s.capture, self.capture)
-        _add_decode(s.decode, self.decoder.stats)
+        add_counters(s.capture, self.capture)
+        add_counters(s.decode, self.decoder.stats)
         s.kafka_connections += self.decoder.kafka_connections
         s.evicted += reassembler.evicted
         s.forced_gaps += reassembler.forced_gaps
@@ -305,7 +298,7 @@ class _Flow:
     def _sweep_until(self, pm: float, file: int) -> None:
         """The idle sweeps the in-process reassembler ran up to merge position `pm`: each at the first
         segment of the run with ts >= its time, so before any segment whose running maximum reached it."""
-        ticks, reassembler = self.config.ticks, self.reassembler
+        ticks, reassembler = self.end.ticks, self.reassembler
         while self.tick < len(ticks) and ticks[self.tick] <= pm:
             if not reassembler.open_connections:
                 # Nothing a sweep could touch until the next segment: skip the run's ticks up to it
@@ -340,12 +333,12 @@ class _Flow:
         if phase == 2:
             rel = INF
         else:
-            clock = self.config.end_ts if phase == 1 else pm
+            clock = self.end.end_ts if phase == 1 else pm
             rel = max(clock if clock is not None else -INF, ets + self.config.reorder_window)
         self.stats.serial += 1  # the order events left the decoder in, within one position
         order = (rel, ets, phase, pm, file, idx, self.stats.serial)
         blob = dumps(event)
-        if isinstance(event, Exchange) and self.config.keep_tables:
+        if isinstance(event, Exchange) and (self.config.keep_tables or self.config.keep_records):
             self.rows.add(TABLE, None, order, blob)
         if is_context(event):
             self.rows.add(CONTEXT, None, order, blob)
@@ -357,29 +350,7 @@ class _Flow:
                 self.links.add(touched_keys(event))
 
 
-def _add_capture(total: CaptureStats, part: CaptureStats) -> None:
-    for name in ("connections", "gaps", "gap_bytes", "truncated_packets", "overlaps_differing",
-                 "dropped_by_limits"):
-        setattr(total, name, getattr(total, name) + getattr(part, name))
-
-
-def _add_decode(total: DecodeStats, part: DecodeStats) -> None:
-    for name in ("requests", "responses", "exchanges", "unmatched_requests", "unmatched_responses", "errors",
-                 "undecoded_bodies", "resyncs", "tls_connections"):
-        setattr(total, name, getattr(total, name) + getattr(part, name))
-    by_api = total.by_api if total.by_api is not None else {}
-    total.by_api = by_api
-    for api, c in (part.by_api or {}).items():
-        t = by_api.get(api)
-        if t is None:
-            t = by_api[api] = type(c)(versions=set())
-        t.requests += c.requests
-        t.responses += c.responses
-        t.exchanges += c.exchanges
-        t.versions = (t.versions or set()) | (c.versions or set())
-
-
-def decode(config: TaskConfig):
+def decode(config: EngineConfig, end: RunEnd):
     """mapInArrow over segment rows sorted by (flow, pm, file, idx): decode events and counters."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -390,7 +361,7 @@ def decode(config: TaskConfig):
                 for row in segments:
                     rows.add(FILE_META, None, NO_ORDER, row[-1])
                 continue
-            _Flow(config, stats, rows).run(segments)
+            _Flow(config, end, stats, rows).run(segments)
             if rows.full():
                 yield rows.take()
         rows.add(FLOW_STATS, None, NO_ORDER, dumps(stats))
@@ -434,7 +405,7 @@ def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
     return event
 
 
-def fold(config: TaskConfig, context: list[tuple[tuple, bytes]], conns: dict[int, int],
+def fold(config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]], conns: dict[int, int],
          groups: dict[str, frozenset[str]]):
     """mapInArrow over KEYED rows sorted by (group, order): one fold per group of keys over its events
     and the context events, merged in audit order; each group's AuditOutput pickled."""
@@ -444,11 +415,11 @@ def fold(config: TaskConfig, context: list[tuple[tuple, bytes]], conns: dict[int
         names: list[str] = []
         blobs: list[bytes] = []
         for group, events in _keyed(batches):
-            auditor = Auditor(config.audit, key=group, keys=groups[group])
+            auditor = Auditor(config.audit_config(), key=group, keys=groups[group])
             for _order, event in heapq.merge(_once(events, conns), iter(context_events), key=lambda x: x[0]):
                 auditor.feed(event)
             names.append(group)
-            blobs.append(dumps(auditor.finish(config.end_ts)))
+            blobs.append(dumps(auditor.finish(end.end_ts)))
         yield pa.RecordBatch.from_pydict({"key": names, "blob": blobs},
                                          schema=pa.schema([("key", pa.string()), ("blob", pa.binary())]))
 
@@ -477,12 +448,13 @@ def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tu
         yield group, ((order, blob) for _group, order, blob in rows_of_group)
 
 
-def context_output(config: TaskConfig, context: list[tuple[tuple, bytes]], conns: dict[int, int]):
+def context_output(config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]],
+                   conns: dict[int, int]):
     """The CONTEXT_KEY group: the capture gaps, which belong to no producer."""
-    auditor = Auditor(config.audit, key=CONTEXT_KEY)
+    auditor = Auditor(config.audit_config(), key=CONTEXT_KEY)
     for _order, blob in context:
         auditor.feed(renumber(pickle.loads(blob), conns))
-    return auditor.finish(config.end_ts)
+    return auditor.finish(end.end_ts)
 
 
 def read_path(path: str) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ksniff.engine.local import EngineConfig, audit_paths
+from ksniff.config import EngineConfig
+from ksniff.engine.local import audit_paths
 
 PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
 CORPUS = sorted(p for p in PCAPS.glob("*.pcap*") if p.stat().st_size > 24)
@@ -57,6 +58,21 @@ def test_corpus_at_once_matches_local(spark) -> None:
     assert distributed.batches == local.batches
     assert distributed.warnings == local.warnings
     assert local.transactions and local.findings  # the comparison compared something
+
+
+def test_records_and_limits_reach_the_spark_tasks(spark) -> None:
+    """The engines take one config: records and the decode caps change Spark's result as the local one."""
+    from ksniff.engine.spark import audit_paths_spark
+
+    paths = [str(p) for p in CORPUS]
+    config = EngineConfig(keep_tables=True, keep_records=True, max_frame=2048, max_in_flight=1)
+    local = audit_paths(paths, config)
+    distributed = audit_paths_spark(paths, config, master="local[2]", spark=spark)
+    # The caps cut something, and records were decoded: the comparison covers them.
+    assert local.decode.oversized_frames and local.decode.in_flight_evicted and local.records
+    assert comparable(distributed) == comparable(local)
+    assert distributed.records == local.records
+    assert distributed.exchanges == local.exchanges
 
 
 @pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) is not installed")

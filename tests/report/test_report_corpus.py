@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ksniff.engine.local import EngineConfig, audit_paths
+from ksniff.config import EngineConfig
+from ksniff.engine.local import audit_paths
 from ksniff.report.terminal import render_report
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"

@@ -33,7 +33,8 @@ from robustness_support import (
 )
 
 from ksniff.capture import CaptureError
-from ksniff.engine.local import EngineConfig, audit_paths
+from ksniff.config import EngineConfig
+from ksniff.engine.local import audit_paths
 from ksniff.report.formats import json_text
 
 

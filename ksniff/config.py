@@ -1,0 +1,60 @@
+"""The one configuration of a run: every option that changes what a run reads, keeps or finds.
+
+The CLI (ksniff.options), the Python API (ksniff.api) and every engine (local, live, Spark) take this
+one frozen value as is; each room's own settings are derived from it here (`limits` for the capture
+room, `decoder()` for the decode room, `audit_config()` for the audit room), so an option added here
+reaches every engine and cannot be dropped by one of them. Adding an engine option: a field here, its
+use in the method of the room it tunes, and the flag in ksniff.options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ksniff.audit import AuditConfig
+from ksniff.capture import CaptureLimits
+from ksniff.decode import Decoder
+from ksniff.decode.decoder import DEFAULT_MAX_IN_FLIGHT, DEFAULT_PORTS
+from ksniff.decode.frames import DEFAULT_MAX_FRAME
+
+_LIMITS = CaptureLimits()
+
+__all__ = ["DEFAULT_PORTS", "EngineConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    ports: tuple[int, ...] = DEFAULT_PORTS  # broker ports (the side on one of them is the broker)
+    auto_detect: bool = True  # also find Kafka on any other port
+    txn_timeout_ms: int | None = None  # hanging-transaction threshold; None: the audit room's default
+    keep_tables: bool = True  # build exchange and batch rows (exports, --producer); off saves memory
+    keep_records: bool = False  # decode record keys, values and headers (the `records` table)
+    reorder_window: float = 5.0  # capture seconds a decode event may wait for earlier ones
+    # The capture room's memory caps (what a cap cuts is counted and becomes a gap).
+    max_connections: int = _LIMITS.max_connections
+    max_buffer_bytes: int = _LIMITS.ooo_bytes_per_direction  # out-of-order bytes per direction
+    max_buffer_total: int = _LIMITS.ooo_bytes_total  # out-of-order bytes across all connections
+    # The decode room's caps.
+    max_frame: int = DEFAULT_MAX_FRAME  # bytes; a frame claiming more is skipped and counted
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests awaiting a response, per connection
+
+    @property
+    def limits(self) -> CaptureLimits:
+        """The capture room's caps."""
+        return CaptureLimits(max_connections=self.max_connections,
+                             ooo_bytes_per_direction=self.max_buffer_bytes,
+                             ooo_bytes_total=self.max_buffer_total)
+
+    def decoder(self, on_not_kafka: Callable[[int], Any] | None = None) -> Decoder:
+        """A decoder for one run (or one partition of it) with this run's ports and caps."""
+        return Decoder(ports=self.ports, auto_detect=self.auto_detect, on_not_kafka=on_not_kafka,
+                       keep_records=self.keep_records, max_frame=self.max_frame,
+                       max_in_flight=self.max_in_flight)
+
+    def audit_config(self) -> AuditConfig:
+        """The audit room's settings."""
+        if self.txn_timeout_ms is None:
+            return AuditConfig()
+        return AuditConfig(txn_timeout_ms=self.txn_timeout_ms)

@@ -1,0 +1,51 @@
+"""What a run was asked for, after parsing, and how it ends: `Options`, the exit codes and `abort`.
+
+The CLI (ksniff.cli) builds `Options` from the command line; the runner (ksniff.run) reads them. Both
+import this module and neither imports the other's internals. What changes the run itself (ports,
+limits, records...) is the one EngineConfig (ksniff.config) inside `Options.config`; the rest says
+where the results go and how they are shown. The contract: docs/contract.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import click
+
+from ksniff.config import EngineConfig
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def abort(message: str, code: int = EXIT_ERROR) -> None:
+    """Ends the process with one line on stderr: every error of the CLI ends here."""
+    # A path or an id in the message must not act on the terminal.
+    from ksniff.report.text import shown_message
+
+    click.echo(f"ksniff: error: {shown_message(message, limit=4096)}", err=True)
+    sys.exit(code)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What both commands take (docs/contract.md), after parsing."""
+
+    config: EngineConfig  # everything that changes the run
+    ports_explicit: bool  # --port given: only those ports, no auto-detection elsewhere
+    json_path: str | None
+    csv_dir: str | None
+    parquet_dir: str | None
+    producer: str | None
+    exit_zero: bool
+    quiet: bool
+    verbose: bool
+    color: bool
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return self.config.ports
+
+    @property
+    def records(self) -> bool:
+        return self.config.keep_records
