@@ -90,7 +90,8 @@ class FindingGroup:
         return len(self.times)
 
 
-def _cause(f: Finding) -> tuple:
+def finding_cause(f: Finding) -> tuple:
+    """What makes two findings repeats of one another: kind, severity, producer, place, request, answer."""
     ev = f.evidence
     return (f.kind, f.severity, f.transactional_id, f.producer_id, f.producer_epoch, f.topic, f.partition,
             f.group, ev.get("api"), ev.get("broker_error"), bool(ev.get("unverified")))
@@ -100,7 +101,7 @@ def fold_findings(findings: Sequence[Finding]) -> list[FindingGroup]:
     """Repeated findings folded into groups, in order of each group's first finding."""
     groups: dict[tuple, list[Finding]] = {}
     for f in sorted(findings, key=lambda f: f.ts):
-        groups.setdefault(_cause(f), []).append(f)
+        groups.setdefault(finding_cause(f), []).append(f)
     return [FindingGroup(fs[0], tuple(f.ts for f in fs)) for fs in groups.values()]
 
 
