@@ -31,6 +31,7 @@ PCAP_MAGICS = {  # first four bytes as read little-endian -> (byte order, fracti
 }
 PCAPNG_SHB = 0x0A0D0D0A
 GZIP_MAGIC = b"\x1f\x8b"
+PROGRESS_EVERY = 0x3FF  # the walk notes its position every 1,024 packets (a mask: one AND per packet)
 WINDOW = 32 << 20  # bytes parsed between progress updates (and read per step from a gzip stream)
 MAX_RECORD = 1 << 28  # a record or block claiming more than this is corruption, not data
 
@@ -98,6 +99,7 @@ class _Buffer:
         self.gz = head[:2] == GZIP_MAGIC
         self.base = 0  # offset in the (uncompressed) stream of buf[0]
         self.read_pos = 0  # bytes of the file on disk consumed so far, for progress
+        self.parsed = 0  # the walk's position in `buf` at its last progress checkpoint
         self._gz: _Gunzip | None = None
         self._map: mmap.mmap | None = None
         self._released = 0
@@ -188,7 +190,10 @@ class CaptureFile:
 
     @property
     def bytes_read(self) -> int:
-        return self._buffer.read_pos
+        """Bytes of the file walked so far, for progress: the walk's checkpoint in a plain file (the map
+        itself grows by WINDOW, too coarse for a rate), the compressed bytes read from a gzip stream."""
+        b = self._buffer
+        return b.read_pos if b.gz else min(b.base + b.parsed, b.size)
 
     def _fail(self, why: str) -> None:
         self._buffer.close()
@@ -267,6 +272,8 @@ class CaptureFile:
                 pos = p + caplen
                 ts = sec + frac / unit
                 packets += 1
+                if not packets & PROGRESS_EVERY:
+                    b.parsed = pos
                 if caplen >= fast_len:
                     # Inlined common case (IPv4, no options, TCP, whole): one unpack for all headers.
                     et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = fast(buf, p)
@@ -289,6 +296,7 @@ class CaptureFile:
             if packets:  # read at open, so the loop does not test for the first packet every time
                 first_ts = self._first_record_ts
             self._store(packets, non_tcp, fragments, cut_short, first_ts, ts)
+            b.parsed = b.size - b.base
             b.close()
 
     def _store(self, packets: int, non_tcp: int, fragments: int, cut_short: int,
@@ -304,6 +312,7 @@ class CaptureFile:
         finally:
             self._store(walk.packets, walk.non_tcp, walk.fragments, walk.cut_short, walk.first_ts,
                         walk.last_ts)
+            self._buffer.parsed = self._buffer.size - self._buffer.base
             self._buffer.close()
 
 
@@ -427,6 +436,8 @@ class _PcapngWalk:
                     continue
                 pos += blen
                 packets += 1
+                if not packets & PROGRESS_EVERY:
+                    b.parsed = pos
                 if first_ts is None:
                     first_ts = ts
                 q = p + caplen

@@ -14,6 +14,7 @@ import contextlib
 import gc
 import heapq
 import itertools
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
@@ -25,6 +26,7 @@ from ksniff.decode.events import DecodeEvent, Exchange
 from ksniff.report.tables import batch_row, exchange_row, record_rows
 from ksniff.result import AuditResult
 
+PROGRESS_SECONDS = 0.1  # between two progress reports: often enough for a rate and an ETA
 GC_FIRST_THRESHOLD = 100_000  # allocations between young-generation collections during a run
 
 
@@ -239,8 +241,12 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
             for event in run:
                 feed(event)
         else:
+            # By the clock, asked every 256 events (a chunk may be one packet or a thousand).
+            due = time.monotonic()
             for n, event in enumerate(run):
                 feed(event)
-                if n % 4096 == 0:
+                if not n & 0xFF and time.monotonic() >= due:
                     progress(run.bytes_read, run.bytes_total)
+                    due = time.monotonic() + PROGRESS_SECONDS
+            progress(run.bytes_total, run.bytes_total)  # read: what is left is the audit's end
         return pipeline.result(run, "local")

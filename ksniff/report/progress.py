@@ -26,9 +26,12 @@ class ByteProgress:
             self._progress.start()
 
     def update(self, bytes_read: int, total_bytes: int | None = None) -> None:
-        """`bytes_read` is the running total, not an increment; `total_bytes` may be learnt late."""
+        """`bytes_read` is the running total, not an increment; `total_bytes` may be learnt late. At the
+        total, the bar says the run is finishing (the audit's end, the exports), not that it hangs."""
         if self._progress is not None:
             kwargs = {"total": total_bytes} if total_bytes else {}
+            if total_bytes and bytes_read >= total_bytes:
+                kwargs["description"] = "finishing"
             self._progress.update(self._task, completed=bytes_read, **kwargs)
 
     def close(self) -> None:
