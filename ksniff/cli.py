@@ -13,6 +13,7 @@ from ksniff import __version__
 from ksniff.audit import AuditConfig
 from ksniff.config import DEFAULT_PORTS, EngineConfig
 from ksniff.options import Options, abort
+from ksniff.report.filters import FilterError, ResultFilter, parse_time
 
 _DEFAULT = EngineConfig()
 
@@ -73,9 +74,31 @@ def common_options(f):
                      help="Write the tables as CSV files into DIR. [env KSNIFF_CSV]"),
         click.option("--parquet", "parquet_dir", metavar="DIR", envvar="KSNIFF_PARQUET",
                      help="Write the tables as Parquet files into DIR. [env KSNIFF_PARQUET]"),
+        click.option("--html", "html_path", metavar="FILE", envvar="KSNIFF_HTML",
+                     help="Write one self-contained HTML report (timelines per transactional id, "
+                          "findings with their evidence), readable offline. [env KSNIFF_HTML]"),
         click.option("--producer", "-P", metavar="ID", envvar="KSNIFF_PRODUCER",
-                     help="Show the timeline of one producer (transactional id or producer id). "
-                          "[env KSNIFF_PRODUCER]"),
+                     help="Show every step of one producer (transactional id or producer id) instead of "
+                          "the report; with --report, after it. [env KSNIFF_PRODUCER]"),
+        click.option("--report", "full_report", is_flag=True,
+                     help="With --producer: print the whole report too."),
+        click.option("--severity", type=click.Choice(["info", "warning", "critical"]), metavar="LEVEL",
+                     envvar="KSNIFF_SEVERITY",
+                     help="Keep findings of this severity or worse: info, warning or critical. "
+                          "[env KSNIFF_SEVERITY]"),
+        click.option("--kind", "kinds", multiple=True, metavar="KIND", envvar="KSNIFF_KIND",
+                     help="Keep findings of these kinds (comma-separated, repeatable). [env KSNIFF_KIND]"),
+        click.option("--since", metavar="TIME", envvar="KSNIFF_SINCE",
+                     help="Keep what happened from this capture time on: ISO-8601 (UTC unless it says) "
+                          "or epoch seconds. [env KSNIFF_SINCE]"),
+        click.option("--until", metavar="TIME", envvar="KSNIFF_UNTIL",
+                     help="Keep what happened up to this capture time. [env KSNIFF_UNTIL]"),
+        click.option("--transactional-id", "-t", "transactional_ids", multiple=True, metavar="ID",
+                     envvar="KSNIFF_TRANSACTIONAL_ID",
+                     help="Keep only these transactional ids (repeatable). [env KSNIFF_TRANSACTIONAL_ID]"),
+        click.option("--strict", is_flag=True, envvar="KSNIFF_STRICT",
+                     help="Exit 3 when there is no finding but the audit could not see or read everything "
+                          "(no Kafka traffic, capture gaps, drops, decode errors). [env KSNIFF_STRICT]"),
         click.option("--txn-timeout", "txn_timeout_ms", metavar="MS", type=click.IntRange(min=1),
                      envvar="KSNIFF_TXN_TIMEOUT",
                      help="Hanging-transaction threshold in ms when the producer's own timeout was not "
@@ -95,9 +118,24 @@ def common_options(f):
     return limit_options(f)
 
 
+def _filters(kw: dict) -> ResultFilter:
+    kinds = frozenset(k.strip() for value in kw["kinds"] for k in value.split(",") if k.strip())
+    try:
+        since = parse_time(kw["since"]) if kw["since"] else None
+        until = parse_time(kw["until"]) if kw["until"] else None
+    except FilterError as e:
+        raise click.BadParameter(str(e), param_hint="--since/--until") from None
+    if since is not None and until is not None and until < since:
+        raise click.BadParameter("--until is before --since", param_hint="--until")
+    return ResultFilter(severity=kw["severity"], kinds=kinds, since=since, until=until,
+                        transactional_ids=frozenset(kw["transactional_ids"]))
+
+
 def make_options(kw: dict) -> Options:
     if kw["quiet"] and kw["verbose"]:
         raise click.UsageError("--quiet and --verbose exclude each other")
+    if kw["full_report"] and not kw["producer"]:
+        raise click.UsageError("--report goes with --producer (without it the report is printed anyway)")
     no_color = kw["no_color"] or bool(os.environ.get("NO_COLOR"))
     ports = _parse_ports(kw["ports"])
     limits = {name: kw[option] for name, option in (
@@ -123,7 +161,60 @@ def make_options(kw: dict) -> Options:
         quiet=kw["quiet"],
         verbose=kw["verbose"],
         color=not no_color,
+        html_path=kw["html_path"],
+        full_report=kw["full_report"],
+        filters=_filters(kw),
+        strict=kw["strict"],
     )
+
+
+# `--help` in the order a responder reads it: where results go, what to show, how the run goes, and the
+# memory caps last. Options not named here (--help) come at the end.
+HELP_SECTIONS = {
+    "Outputs": ("json_path", "csv_dir", "parquet_dir", "html_path", "producer", "full_report", "quiet",
+                "verbose", "no_color"),
+    "Filters (report and exports alike)": ("severity", "kinds", "since", "until", "transactional_ids"),
+    "The run": ("ports", "txn_timeout_ms", "records", "exit_zero", "strict", "engine", "master", "duration",
+                "count", "write_path", "bpf"),
+    "Limits (caps on what untrusted traffic can make ksniff hold)": (
+        "max_connections", "max_buffer_bytes", "max_buffer_total", "max_frame_bytes", "max_in_flight"),
+}
+
+
+class SectionedCommand(click.Command):
+    """A command whose --help lists its options by section (HELP_SECTIONS), then its examples."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        records = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx)
+                   if isinstance(p, click.Option)}
+        records = {name: rec for name, rec in records.items() if rec is not None}
+        for title, names in HELP_SECTIONS.items():
+            rows = [records.pop(n) for n in names if n in records]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        if records:
+            with formatter.section("Other"):
+                formatter.write_dl(list(records.values()))
+
+
+AUDIT_EXAMPLES = """Examples:
+
+\b
+  ksniff audit incident.pcap                       the report: stories, findings, advice
+  ksniff audit captures/ --html incident.html      one page to share, readable offline
+  ksniff audit incident.pcap -P orders-txn         every step of one transactional id
+  ksniff audit incident.pcap --severity warning --since 2026-11-21T08:00:00Z
+  ksniff audit incident.pcap --json - --strict | jq .summary   clean, findings or unverified
+  ksniff audit broker.pcap -p 19093 --csv out/     a broker on another port; tables for a notebook
+"""
+
+LIVE_EXAMPLES = """Examples:
+
+\b
+  ksniff live eth0 -p 9092 --duration 60 --write incident.pcap
+  ksniff live lo -P orders-txn --html live.html
+"""
 
 
 class KsniffGroup(click.Group):
@@ -155,11 +246,12 @@ def main() -> None:
     idempotent and transactional timeline, and flags sequence gaps, duplicates, epoch regressions,
     fencing, zombie writes and hanging transactions. It only listens.
 
-    Exit codes: 0 no warning or critical finding, 1 findings, 2 could not run.
+    Exit codes: 0 no warning or critical finding, 1 findings, 2 could not run; with --strict, 3 when
+    there is no finding but the audit could not see or read everything.
     """
 
 
-@main.command()
+@main.command(cls=SectionedCommand, epilog=AUDIT_EXAMPLES)
 @click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
 @common_options
 @click.option("--engine", type=click.Choice(["local", "spark"]), default=None, envvar="KSNIFF_ENGINE",
@@ -177,7 +269,7 @@ def audit(captures: tuple[str, ...], engine: str | None, master: str | None, **k
     sys.exit(run_audit(captures, opts, engine=engine, master=master or "local[*]"))
 
 
-@main.command()
+@main.command(cls=SectionedCommand, epilog=LIVE_EXAMPLES)
 @click.argument("iface", metavar="IFACE")
 @common_options
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import click
 
 from ksniff.config import EngineConfig
+from ksniff.report.filters import ResultFilter
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_UNVERIFIED = 3  # only with --strict: no finding, but the audit could not see or read everything
 
 
 def abort(message: str, code: int = EXIT_ERROR) -> None:
@@ -41,6 +43,10 @@ class Options:
     quiet: bool
     verbose: bool
     color: bool
+    html_path: str | None = None
+    full_report: bool = False  # --report: the whole report even with --producer
+    filters: ResultFilter = ResultFilter()
+    strict: bool = False  # --strict: exit 3 when the verdict is "unverified"
 
     @property
     def ports(self) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from ksniff import __version__
+from ksniff.audit.groups import fold_findings, group_contract
 from ksniff.audit.model import AuditOutput, Finding, ProducerSummary, Transaction
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.decode.events import DecodeStats
@@ -31,6 +32,7 @@ class AuditResult:
     version: str = __version__
     warnings: list[str] = field(default_factory=list)  # damage reported for a partial result
     records: list[dict] | None = None  # rows of the `records` table; None unless --records asked for them
+    filters: dict = field(default_factory=dict)  # what --severity, --kind, --since... kept (report.filters)
 
     @classmethod
     def of_run(cls, engine: str, *, inputs: Iterable[InputInfo], capture: CaptureStats, decode: DecodeStats,
@@ -61,4 +63,58 @@ class AuditResult:
             # partial result reports
             "engine": self.engine,
             "warnings": list(self.warnings),
+            # additions: the verdict a script reads (clean, findings, or unverified and why), the counts by
+            # severity and kind, and repeated findings folded with their count and times
+            "summary": self.summary(),
+            "filters": dict(self.filters),
+            "finding_groups": [group_contract(g) for g in fold_findings(self.findings)],
         }
+
+    def unverified_because(self) -> list[str]:
+        """Why a run without findings cannot be called clean: what it could not see or read."""
+        cap, dec = self.capture, self.decode
+        reasons = []
+        if not cap.kafka_connections:
+            reasons.append("no Kafka traffic was decoded: nothing was audited")
+        if cap.gaps:
+            reasons.append(f"the capture lost {_count(cap.gap_bytes, 'byte')} of Kafka connections "
+                           f"({_count(cap.gaps, 'gap')})")
+        for n, what in ((cap.kernel_drops, "packet dropped by the kernel"),
+                        (cap.dropped_by_limits, "segment dropped by memory limits"),
+                        (dec.errors, "malformed frame or body"),
+                        (dec.oversized_frames, "frame over the size limit, skipped")):
+            if n:
+                reasons.append(_count(n, what))
+        unverified = sum(1 for f in self.findings if f.evidence.get("unverified"))
+        if unverified:
+            rest = "rests" if unverified == 1 else "rest"
+            reasons.append(f"{_count(unverified, 'finding')} {rest} on bytes the capture lost")
+        return reasons
+
+    def summary(self) -> dict:
+        """`verdict`: `findings` (a warning or critical finding), else `unverified` (see
+        `unverified_because`), else `clean`; then the findings counted by severity and by kind."""
+        by_severity = {"critical": 0, "warning": 0, "info": 0}
+        by_kind: dict[str, dict[str, int]] = {}
+        for f in self.findings:
+            by_severity[f.severity] = by_severity.get(f.severity, 0) + 1
+            kind = by_kind.setdefault(f.kind, {})
+            kind[f.severity] = kind.get(f.severity, 0) + 1
+        reasons = self.unverified_because()
+        serious = by_severity["critical"] + by_severity["warning"]
+        verdict = "findings" if serious else "unverified" if reasons else "clean"
+        return {"verdict": verdict, "unverified_because": reasons, "findings": by_severity,
+                "findings_by_kind": dict(sorted(by_kind.items()))}
+
+
+def _count(n: int, what: str) -> str:
+    """`1 gap`, `2 gaps`, `2 malformed frames or bodies`: the noun (the first word, or the one after an
+    adjective) takes the plural."""
+    if n == 1:
+        return f"{n:,} {what}"
+    words = what.split(" ")
+    at = 1 if words[0] == "malformed" else 0
+    words[at] = words[at] + "s"
+    if words[at + 1:at + 3] == ["or", "body"]:
+        words[at + 2] = "bodies"
+    return f"{n:,} " + " ".join(words)

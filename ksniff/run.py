@@ -7,7 +7,7 @@ import sys
 
 from rich.console import Console
 
-from ksniff.options import EXIT_CLEAN, EXIT_FINDINGS, Options, abort
+from ksniff.options import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNVERIFIED, Options, abort
 from ksniff.result import AuditResult
 
 
@@ -36,8 +36,12 @@ def _consoles(opts: Options) -> tuple[Console, Console]:
 
 
 def exit_code(result: AuditResult, opts: Options) -> int:
-    serious = any(f.severity in ("critical", "warning") for f in result.findings)
-    return EXIT_FINDINGS if serious and not opts.exit_zero else EXIT_CLEAN
+    """0 clean, 1 findings (0 with --exit-zero), and with --strict 3 when there is no finding but the
+    audit could not see or read everything (the JSON's summary.verdict "unverified")."""
+    verdict = result.summary()["verdict"]
+    if verdict == "findings":
+        return EXIT_CLEAN if opts.exit_zero else EXIT_FINDINGS
+    return EXIT_UNVERIFIED if verdict == "unverified" and opts.strict else EXIT_CLEAN
 
 
 class _Tables:
@@ -47,6 +51,7 @@ class _Tables:
 
     def __init__(self, opts: Options) -> None:
         from ksniff.engine.local import RowFanout
+        from ksniff.report.filters import FilteredRows
         from ksniff.report.formats import ReportError
         from ksniff.report.stream import TableExport
         from ksniff.report.timeline import ProducerRows
@@ -61,6 +66,8 @@ class _Tables:
                 abort(str(e))
         sinks = [s for s in (self.export, self.producer) if s is not None]
         self.sink = None if not sinks else sinks[0] if len(sinks) == 1 else RowFanout(*sinks)
+        if self.sink is not None and opts.filters.active:
+            self.sink = FilteredRows(self.sink, opts.filters)
 
     def __enter__(self) -> _Tables:
         return self
@@ -79,9 +86,11 @@ class _Tables:
 
 def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
           tables: _Tables | None = None) -> int:
-    from ksniff.report.formats import STDOUT, ReportError, write_csv, write_json, write_parquet
+    from ksniff.report.formats import STDOUT, ReportError, write_csv, write_html, write_json, write_parquet
     from ksniff.report.terminal import render_report
     from ksniff.report.text import shown_message
+
+    result = opts.filters.apply(result)
 
     for warning in result.warnings:
         # One line per warning whatever the terminal's width, so scripts can grep them.
@@ -99,10 +108,13 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
                 write_csv(result, opts.csv_dir)
             if opts.parquet_dir:
                 write_parquet(result, opts.parquet_dir)
+        if opts.html_path:
+            write_html(result, opts.html_path)
     except ReportError as e:
         abort(str(e))
+    whole = not opts.producer or opts.full_report  # -P alone: its timeline, not the report above it
     _to_stream(out.file, lambda: render_report(out, result, quiet=opts.quiet, verbose=opts.verbose,
-                                               producer=opts.producer), "the report")
+                                               producer=opts.producer, report=whole), "the report")
     return exit_code(result, opts)
 
 
@@ -150,6 +162,7 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
             abort(str(e))
         except KeyboardInterrupt:
             abort("interrupted", 130)
+        _say_where_kafka_is(result, captures, opts)
         return _emit(result, opts, out, err)
     from ksniff.engine.local import audit_paths
     from ksniff.report.progress import progress
@@ -168,7 +181,49 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
         except KeyboardInterrupt:
             abort("interrupted", 130)
         tables.attach(result)
+        _say_where_kafka_is(result, captures, opts)
         return _emit(result, opts, out, err, tables)
+
+
+class _BrokerPorts:
+    """A row sink that only counts exchanges per broker port."""
+
+    def __init__(self) -> None:
+        self.ports: dict[int, int] = {}
+
+    def add(self, table: str, rows) -> None:
+        if table == "exchanges":
+            for row in rows:
+                port = int(str(row.get("broker") or ":0").rsplit(":", 1)[1] or 0)
+                self.ports[port] = self.ports.get(port, 0) + 1
+
+
+def _say_where_kafka_is(result: AuditResult, captures: tuple[str, ...], opts: Options) -> None:
+    """A wrong --port is not an all-clear: when the named ports saw no Kafka at all, look once more with
+    auto-detection on every port and say where Kafka was, and what to run instead."""
+    if not opts.ports_explicit or result.capture.kafka_connections or not result.capture.connections:
+        return
+    from dataclasses import replace
+
+    from ksniff.capture import CaptureError
+    from ksniff.engine.local import audit_paths
+
+    named = ", ".join(map(str, opts.ports))
+    found = _BrokerPorts()
+    try:
+        audit_paths(captures, replace(opts.config, auto_detect=True, keep_tables=False, keep_records=False),
+                    tables=found)
+    except CaptureError:  # the first pass read these files; nothing more to say
+        return
+    elsewhere = {p: n for p, n in found.ports.items() if p and p not in opts.ports}
+    if not elsewhere:
+        result.warnings.append(f"no Kafka traffic on port {named}, nor on any other port: nothing was "
+                               "audited")
+        return
+    ports = sorted(elsewhere, key=lambda p: -elsewhere[p])
+    seen = ", ".join(f"{p} ({elsewhere[p]:,} exchanges)" for p in ports[:5])
+    result.warnings.append(f"no Kafka traffic on port {named}: nothing was audited; Kafka was seen on port "
+                           f"{seen}: run again with -p {','.join(map(str, ports[:5]))}")
 
 
 def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> int:

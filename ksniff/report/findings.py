@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rich import box
@@ -15,6 +14,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ksniff.audit.groups import fold_findings
 from ksniff.audit.model import Finding
 from ksniff.report.tables import error_name
 from ksniff.report.text import clock, more, plural, producer_label, shown, shown_message
@@ -75,34 +75,6 @@ ADVICE: dict[str, str] = {
 }
 
 FINDINGS_SHOWN = {"critical": 50, "warning": 15, "info": 10}
-
-
-@dataclass(frozen=True, slots=True)
-class FindingGroup:
-    """Findings of the same kind, producer, place and cause (the request and the broker's answer): a
-    zombie retrying EndTxn 49 times is one group of 49, not 49 findings on screen."""
-
-    first: Finding
-    times: tuple[float, ...]
-
-    @property
-    def count(self) -> int:
-        return len(self.times)
-
-
-def finding_cause(f: Finding) -> tuple:
-    """What makes two findings repeats of one another: kind, severity, producer, place, request, answer."""
-    ev = f.evidence
-    return (f.kind, f.severity, f.transactional_id, f.producer_id, f.producer_epoch, f.topic, f.partition,
-            f.group, ev.get("api"), ev.get("broker_error"), bool(ev.get("unverified")))
-
-
-def fold_findings(findings: Sequence[Finding]) -> list[FindingGroup]:
-    """Repeated findings folded into groups, in order of each group's first finding."""
-    groups: dict[tuple, list[Finding]] = {}
-    for f in sorted(findings, key=lambda f: f.ts):
-        groups.setdefault(finding_cause(f), []).append(f)
-    return [FindingGroup(fs[0], tuple(f.ts for f in fs)) for fs in groups.values()]
 
 
 def findings_view(findings: Sequence[Finding], *, verbose: bool = False) -> RenderableType:

@@ -190,7 +190,19 @@ class ParquetFormat:
         write_tables(result, parquet_dir=target)
 
 
-FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JsonFormat(), CsvFormat(), ParquetFormat())}
+class HtmlFormat:
+    name = "html"
+
+    def write(self, result: AuditResult, target: str) -> None:
+        from ksniff.report.html import html_report  # the page's renderer: only when one is asked for
+
+        text = html_report(result)
+        _ensure_parent(target)
+        _write_atomically(target, lambda fh: fh.write(text))
+
+
+FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JsonFormat(), CsvFormat(), ParquetFormat(),
+                                                        HtmlFormat())}
 
 
 def write_json(result: AuditResult, path: str) -> None:
@@ -203,6 +215,10 @@ def write_csv(result: AuditResult, directory: str) -> None:
 
 def write_parquet(result: AuditResult, directory: str) -> None:
     FORMATS["parquet"].write(result, directory)
+
+
+def write_html(result: AuditResult, path: str) -> None:
+    FORMATS["html"].write(result, path)
 
 
 def write_outputs(result: AuditResult, *, json_path: str | None = None, csv_dir: str | None = None,

@@ -106,3 +106,25 @@ def api_table(result: AuditResult) -> Table:
         table.add_row(Text(shown(name)), Text(ranges(counts.versions or ())), f"{counts.requests:,}",
                       f"{counts.responses:,}", f"{counts.exchanges:,}")
     return table
+
+
+VERDICT_STYLE = {"clean": "bold green", "findings": "bold red", "unverified": "bold yellow"}
+
+
+def verdict_line(result: AuditResult) -> Text:
+    """The bottom line a responder (and `--strict`) reads: clean, findings, or unverified and why; a run
+    that audited nothing never reads as clean."""
+    summary = result.summary()
+    verdict = summary["verdict"]
+    text = Text("Verdict: ", style="bold")
+    text.append(verdict, style=VERDICT_STYLE.get(verdict, "bold"))
+    counts = summary["findings"]
+    if verdict == "findings":
+        text.append(f" ({counts['critical']:,} critical, {counts['warning']:,} warning)")
+    reasons = summary["unverified_because"]
+    if reasons:
+        text.append(("; unverified: " if verdict == "findings" else ": ") + "; ".join(reasons),
+                    style="yellow")
+    if result.filters:
+        text.append(" (filtered: --json has what was kept)", style="dim")
+    return text

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ksniff.report.findings import findings_view
 from ksniff.report.producers import producers_table, stories_table
-from ksniff.report.summary import header
+from ksniff.report.summary import header, verdict_line
 from ksniff.report.text import section, shown
 from ksniff.report.timeline import TIMELINE_ROWS, producer_timeline
 from ksniff.report.transactions import transactions_summary
@@ -25,9 +25,16 @@ if TYPE_CHECKING:
 
 
 def render_report(console: Console, result: AuditResult, *, quiet: bool = False, verbose: bool = False,
-                  producer: str | None = None) -> None:
-    """Prints the report: header, producers, transactions, findings (quiet: findings only), then the
-    timeline of `producer` when one was asked for."""
+                  producer: str | None = None, report: bool = True) -> None:
+    """Prints the report: header, transactional ids, producers, transactions, findings (quiet: findings
+    only), the verdict, then the timeline of `producer` when one was asked for (without `report`: the
+    timeline alone, with the verdict)."""
+    if producer and not report:
+        console.print(section(f"Producer {shown(producer)}"))
+        console.print(producer_timeline(result, producer, limit=None if verbose else TIMELINE_ROWS))
+        console.print()
+        console.print(verdict_line(result))
+        return
     if not quiet:
         console.print(header(result, verbose=verbose))
         console.print()
@@ -43,6 +50,8 @@ def render_report(console: Console, result: AuditResult, *, quiet: bool = False,
         console.print()
         console.print(section("Findings"))
     console.print(findings_view(result.findings, verbose=verbose))
+    console.print()
+    console.print(verdict_line(result))
     if producer:
         console.print()
         console.print(section(f"Producer {shown(producer)}"))
