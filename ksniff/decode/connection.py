@@ -30,7 +30,7 @@ from ksniff.decode.frames import (
     request_head,
 )
 from ksniff.decode.reader import ZERO_UUID
-from ksniff.decode.sync import response_finder
+from ksniff.decode.sync import BODY_BAD, response_finder
 from ksniff.decode.values import Struct
 
 if TYPE_CHECKING:
@@ -87,14 +87,16 @@ class Connection:
                                                               self._verify_response),
                                        syncing=mid_stream)
 
-    def _verify_response(self, payload: memoryview, correlation_id: int) -> bool:
+    def _verify_response(self, payload: memoryview, correlation_id: int) -> int:
         p = self.pending.get(correlation_id)
         if p is None:
-            return False
+            return BODY_BAD
         api = p.api
         flexible = api is not None and api.flexible.contains(p.api_version) and not api.response_header_v0
         header = parse_response_header(payload, flexible)
-        return header is not None and self.dec.verify(api, p.api_version, False, payload[header[1]:])
+        if header is None:
+            return BODY_BAD
+        return self.dec.verify(api, p.api_version, False, payload[header[1]:])
 
     # -- stream events -----------------------------------------------------------------------------
 

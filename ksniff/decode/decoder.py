@@ -28,7 +28,7 @@ from ksniff.decode.events import ApiCounts, DecodeEvent, DecodeStats
 from ksniff.decode.frames import DEFAULT_MAX_FRAME, FOUND, MIN_RESPONSE, NONE, WAIT, parse_request_header
 from ksniff.decode.reader import DecodeError
 from ksniff.decode.schema import Api
-from ksniff.decode.sync import RequestCheck, looks_like_tls
+from ksniff.decode.sync import BODY_BAD, BODY_OK, RequestCheck, body_verdict, looks_like_tls
 from ksniff.decode.values import Struct
 
 INF = float("inf")
@@ -237,22 +237,20 @@ class Decoder:
             self.stats.errors += 1
             return None, f"malformed: {type(e).__name__}: {e}"
 
-    def verify(self, api: Api | None, version: int, is_request: bool, body: memoryview) -> bool:
-        """Whether a body decodes strictly (resynchronisation's test of a candidate frame); bodies that are
+    def verify(self, api: Api | None, version: int, is_request: bool, body: memoryview) -> int:
+        """Resynchronisation's test of a candidate frame's body (`sync.body_verdict`); bodies that are
         never decoded pass."""
         if api is None or api.extra.get("body") == "skipped" or not api.valid.contains(version):
-            return True
-        try:
-            self.body_decoder(api, version, is_request, body, strict=True)
-        except Exception:  # noqa: BLE001 - any failure means "not a frame"
-            return False
-        return True
+            return BODY_OK
+        return body_verdict(functools.partial(self.body_decoder, api, version, is_request), body)
 
-    def verify_request(self, payload: memoryview) -> bool:
+    def verify_request(self, payload: memoryview) -> int:
         api_key, api_version = struct.unpack_from(">hh", payload, 0)
         api = self.apis.get(api_key)
         header = parse_request_header(payload, api is not None and api.flexible.contains(api_version))
-        return header is not None and self.verify(api, api_version, True, payload[header.body_offset:])
+        if header is None:
+            return BODY_BAD
+        return self.verify(api, api_version, True, payload[header.body_offset:])
 
     # -- connection lifecycle ----------------------------------------------------------------------
 

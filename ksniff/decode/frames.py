@@ -152,6 +152,10 @@ class FrameSplitter:
         keep_from = at
         if len(data) - keep_from > self.max_buffer:
             keep_from = len(data) - self.max_buffer
+        elif status == WAIT and len(data) - at >= 4:
+            # A candidate waiting for its whole frame: judged again only once that much has come, not at
+            # every chunk (1-byte chunks would otherwise rescan the buffer each time: quadratic).
+            self.need = 4 + _SIZE(data, at)[0]
         self.skipped += keep_from - pos
         self.buf += memoryview(data)[keep_from:]
         self.buf_offset = (self.next_offset or 0) - len(self.buf)

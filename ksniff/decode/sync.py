@@ -5,6 +5,12 @@ defines, its correlation id is non-negative (and after the last one seen on the 
 client id is a sane string. A response is plausible when its size is in range and its correlation id is
 that of a request in flight (responses carry nothing else to check). Candidates are found with a regular
 expression scan in C, then checked in Python, so skipping a megabyte of lost context stays cheap.
+
+A candidate's body is decoded only over its first `VERIFY_PREFIX` bytes (a body longer than that passes
+when its prefix decodes so far): each candidate costs a bounded amount of work, so scanning stays linear
+in the bytes scanned however many overlapping candidates a hostile stream packs in. A body that decodes
+with bytes left over (clients add fields a schema does not have) is believed when what follows it is
+itself plausible: a frame header, or the end of the bytes seen so far.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import struct
 from collections.abc import Callable, Collection, Mapping
 
 from ksniff.decode.frames import FOUND, MIN_REQUEST, MIN_RESPONSE, NONE, WAIT
+from ksniff.decode.reader import Incomplete, Malformed
 from ksniff.decode.schema import Api
 
 _HEAD = struct.Struct(">ihhih").unpack_from  # size, api_key, api_version, correlation_id, client id len
@@ -24,6 +31,27 @@ _SIZE_CORR = struct.Struct(">ii").unpack_from
 _ANY_VERSION = 64
 # Correlation ids grow by one per request; a jump beyond this after a gap is not believed.
 MAX_CORRELATION_JUMP = 1 << 20
+# Bytes of a candidate's body decoded to believe it: its bounded cost keeps resynchronisation linear.
+VERIFY_PREFIX = 1024
+# What a verification says: the body decodes (or its prefix does), decodes with bytes left over, or not.
+BODY_OK, BODY_LEFTOVER, BODY_BAD = 0, 1, 2
+
+
+def body_verdict(decode: Callable[..., object], body: memoryview) -> int:
+    """BODY_OK, BODY_LEFTOVER or BODY_BAD for `decode(view, strict=True)` over at most VERIFY_PREFIX
+    bytes of `body`: a prefix that runs out of bytes mid-value is as good as a whole body."""
+    cut = len(body) > VERIFY_PREFIX
+    try:
+        decode(body[:VERIFY_PREFIX] if cut else body, strict=True)
+    except Incomplete:
+        return BODY_OK if cut else BODY_BAD
+    except Malformed as e:
+        if e.field == "<end>":
+            return BODY_LEFTOVER
+        return BODY_OK if cut and e.why == "past the end of the frame" else BODY_BAD
+    except Exception:  # noqa: BLE001 - any other failure means "not a frame"
+        return BODY_BAD
+    return BODY_OK
 
 
 @functools.lru_cache(maxsize=16)
@@ -56,12 +84,13 @@ def _printable(data: bytes) -> bool:
 class RequestCheck:
     """Plausibility of request frames for one set of APIs.
 
-    `verify(payload, api, version)`, when given, decodes a candidate's body: a frame found by scanning
-    is believed only when its body decodes, which random bytes almost never do.
+    `verify(payload)`, when given, judges a candidate's body (BODY_OK, BODY_LEFTOVER or BODY_BAD, see
+    `body_verdict`): a frame found by scanning is believed only when its body decodes, which random bytes
+    almost never do.
     """
 
     def __init__(self, apis: Mapping[int, Api], max_frame: int,
-                 verify: Callable[[memoryview], bool] | None = None, max_wait: int = 1 << 20) -> None:
+                 verify: Callable[[memoryview], int] | None = None, max_wait: int = 1 << 20) -> None:
         self.apis = apis
         self.max_frame = max_frame
         self.verify = verify
@@ -95,9 +124,13 @@ class RequestCheck:
         if verdict != FOUND or self.verify is None:
             return verdict
         size = _SIZE_CORR(data, i)[0]
-        if i + 4 + size > len(data):
+        stop = i + 4 + size
+        if stop > len(data):
             return WAIT if size <= self.max_wait else NONE
-        return FOUND if self.verify(memoryview(data)[i + 4:i + 4 + size]) else NONE
+        body = self.verify(memoryview(data)[i + 4:stop])
+        if body == BODY_LEFTOVER:
+            return FOUND if self.header_at(data, stop) != NONE else NONE
+        return FOUND if body == BODY_OK else NONE
 
     def finder(self, last_correlation: Callable[[], int | None]) -> Callable[[bytes, int], tuple[int, int]]:
         def find(data: bytes, pos: int) -> tuple[int, int]:
@@ -115,7 +148,8 @@ def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
                     verify: Callable[[memoryview, int], bool] | None = None, max_wait: int = 1 << 20
                     ) -> Callable[[bytes, int], tuple[int, int]]:
     """Finds the next response whose correlation id is in flight (`pending()` lists them in order) and,
-    with `verify(payload, correlation_id)`, whose body decodes as the answer to that request."""
+    with `verify(payload, correlation_id)` (a `body_verdict`), whose body decodes as the answer to that
+    request; one with bytes left over is believed when the bytes after it are a plausible response too."""
 
     def plausible_size(size: int) -> bool:
         return MIN_RESPONSE <= size <= max_frame
@@ -129,7 +163,10 @@ def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
             return WAIT if size <= max_wait else NONE
         if verify is None:
             return FOUND
-        return FOUND if verify(memoryview(data)[i + 4:stop], cid) else NONE
+        body = verify(memoryview(data)[i + 4:stop], cid)
+        if body == BODY_LEFTOVER:
+            return FOUND if len(data) - stop < 4 or plausible_size(_SIZE_CORR(data, stop)[0]) else NONE
+        return FOUND if body == BODY_OK else NONE
 
     def find(data: bytes, pos: int) -> tuple[int, int]:
         best, best_verdict = -1, NONE
