@@ -199,9 +199,14 @@ class Decoder:
                 self.stats.undecoded_bodies += 1
                 return None, reason
             try:
-                return fn(body)[0], None
+                value, end = fn(body)
             except Exception:  # noqa: BLE001 - rare: the general path below words the error
                 pass
+            else:
+                if end != len(body):  # bytes the schema does not define: the body is still what it says
+                    self.stats.bodies_with_leftover += 1
+                    self.stats.leftover_bytes += len(body) - end
+                return value, None
         return self._decode(api, version, is_request, body)
 
     def _plan(self, api: Api | None, version: int, is_request: bool) -> tuple[Any, str | None]:

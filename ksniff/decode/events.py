@@ -187,6 +187,10 @@ class DecodeStats:
     tls_connections: int = 0
     oversized_frames: int = 0  # frame sizes above the cap (max_frame): skipped, the stream resynchronised
     in_flight_evicted: int = 0  # requests given up as unanswered because the in-flight cap was reached
+    # Bodies that decoded with bytes after what the schema defines (a client's extra field): decoded
+    # as what their header says, never dropped; counted here with the bytes left over.
+    bodies_with_leftover: int = 0
+    leftover_bytes: int = 0
     by_api: dict[str, ApiCounts] | None = None
 
     def as_contract(self) -> dict:
@@ -200,6 +204,8 @@ class DecodeStats:
             # Additions to the contract's keys: what the decode limits cut.
             "oversized_frames": self.oversized_frames,
             "in_flight_evicted": self.in_flight_evicted,
+            "bodies_with_leftover": self.bodies_with_leftover,
+            "leftover_bytes": self.leftover_bytes,
             "by_api": {
                 name: {
                     "requests": c.requests,

@@ -28,7 +28,8 @@ def one_byte_out_of_order(n: int, order: str = "ascending") -> list[tuple]:
     elif order == "interleaved":
         idx = idx[::2] + idx[1::2]
     elif order == "shuffled":
-        idx = [idx[(k * 7919) % n] for k in range(n)]  # 7919 is prime: a permutation whenever n is not a multiple
+        # 7919 is prime: a fixed permutation whenever n is not a multiple of it
+        idx = [idx[(k * 7919) % n] for k in range(n)]
     segs = [(1e-6 * k, CLIENT, 40000, SERVER, 9092, 1000 + i, 5000, ACK, b"x") for k, i in enumerate(idx)]
     return head + segs + [(1.0, CLIENT, 40000, SERVER, 9092, 1000, 5000, ACK, b"y")]
 
