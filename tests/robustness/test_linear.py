@@ -1,0 +1,64 @@
+"""Per-byte and per-segment paths are linear whatever the segmentation: hostile captures of two sizes, the
+larger four times the smaller, must take less than twice four times as long (a quadratic path takes
+sixteen). Times are the best of three runs, in one test, so the machine's load cancels out."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from decode_builders import Stream
+from hostile import PERIOD, one_byte_out_of_order, resync_bait
+
+from ksniff.capture import Reassembler
+from ksniff.decode.decoder import Decoder
+
+SCALE = 4
+LINEAR_BOUND = 2 * SCALE
+
+
+def best_time(fn, arg) -> float:
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        fn(arg)
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def assert_linear(fn, small, large) -> None:
+    fn(small)  # warm up: generated decoders, imports
+    t_small, t_large = best_time(fn, small), best_time(fn, large)
+    assert t_large < LINEAR_BOUND * max(t_small, 0.005), (t_small, t_large)
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "interleaved", "shuffled"])
+def test_one_byte_out_of_order_segments(order):
+    def reassemble(segments):
+        r = Reassembler()
+        n = sum(len(e.data) for e in r.events(segments) if hasattr(e, "data"))
+        assert n == len(segments) - 3  # every byte delivered: nothing lost below the buffer caps
+
+    assert_linear(reassemble, one_byte_out_of_order(5000, order), one_byte_out_of_order(5000 * SCALE, order))
+
+
+def decode_mid_stream(data: bytes, chunk: int = 1448) -> Decoder:
+    dec = Decoder()
+    s = Stream()
+    dec.feed(s.opened(handshake=False))
+    for i in range(0, len(data), chunk):
+        dec.feed(s.send(data[i:i + chunk]))
+    dec.feed(s.closed())
+    return dec
+
+
+@pytest.mark.parametrize("frame", [None, 1000], ids=["to_the_end", "short_frames"])
+def test_resynchronisation_over_bait(frame):
+    small = resync_bait(64 * PERIOD * 64, frame)
+    assert_linear(decode_mid_stream, small, resync_bait(len(small) * SCALE, frame))
+
+
+def test_resynchronisation_one_byte_chunks():
+    """A candidate waiting for its frame is judged again when the frame is there, not at every byte."""
+    small = resync_bait(8 * 1024)
+    assert_linear(lambda d: decode_mid_stream(d, chunk=1), small, resync_bait(len(small) * SCALE))
