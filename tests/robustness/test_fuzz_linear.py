@@ -1,0 +1,145 @@
+"""Fuzz targets that search for super-linear inputs of the reassembler and the resynchroniser.
+
+Hypothesis builds a small pattern (segments relative to a span of the stream, or bytes made of plausible
+frame headers and noise), tiles it `n` and `SCALE * n` times, and counts the lines of ksniff's capture
+and decode code executed for each (a work counter, so the verdict does not depend on the machine's load).
+Linear code does at most about SCALE times the work for SCALE times the input; `target` steers the search
+toward the patterns with the worst ratio. CI runs a few dozen cases; KSNIFF_FUZZ_EXAMPLES runs more.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+
+import fuzz_counts
+from decode_builders import Stream
+from hypothesis import HealthCheck, given, settings, target
+from hypothesis import strategies as st
+from robustness_support import fuzz_examples
+
+from ksniff.capture import Reassembler
+from ksniff.capture.packets import ACK, SYN, TRUNCATED
+from ksniff.decode.decoder import Decoder
+
+SCALE = 4
+SLACK = 1.5  # allowed on top of SCALE: bookkeeping that grows like a logarithm, warm-up differences
+BASE = 3000  # lines a run costs whatever its size (opening, closing, generated decoders' first calls)
+WATCHED = ("ksniff/capture/", "ksniff/decode/")
+
+
+def work(fn, *args) -> int:
+    """Lines of the capture and decode rooms executed by `fn(*args)`."""
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return local
+
+    def call(frame, event, arg):
+        name = frame.f_code.co_filename
+        return local if any(w in name for w in WATCHED) else None
+
+    sys.settrace(call)
+    try:
+        fn(*args)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def assert_linear(fn, build, n: int) -> float:
+    small, large = work(fn, build(n)), work(fn, build(SCALE * n))
+    ratio = large / max(small, 1)
+    target(ratio)
+    assert large <= SCALE * SLACK * small + BASE, (small, large)
+    return ratio
+
+
+# -- the reassembler ---------------------------------------------------------------------------------
+
+C, S = b"\x0a\0\0\x01", b"\x0a\0\0\x02"
+
+PIECE = st.tuples(st.integers(0, 63), st.integers(1, 40), st.sampled_from(["data", "truncated", "ack"]))
+
+
+def segments(pattern, span: int, withhold: bool, n: int) -> list[tuple]:
+    out = [(0.0, C, 1, S, 9092, 999, 0, SYN, b""), (0.0, S, 9092, C, 1, 4999, 1000, SYN | ACK, b""),
+           (0.0, C, 1, S, 9092, 1000, 5000, ACK, b"")]
+    ts = 0.0
+    for t in range(n):
+        for rel, length, kind in pattern:
+            off = t * span + rel
+            if withhold and off == 0:
+                continue
+            ts += 1e-6
+            seq = 1000 + off
+            if kind == "data":
+                out.append((ts, C, 1, S, 9092, seq, 5000, ACK, b"z" * length))
+            elif kind == "truncated":
+                out.append((ts, C, 1, S, 9092, seq, 5000, ACK | TRUNCATED, length))
+            else:  # the broker acknowledges up to here: holes before it were lost by the capture
+                out.append((ts, S, 9092, C, 1, 5000, seq, ACK, b""))
+    out.append((ts + 1, C, 1, S, 9092, 1000, 5000, ACK, b"z"))
+    return out
+
+
+def reassemble(segs) -> None:
+    for _ in Reassembler().events(segs):
+        pass
+
+
+@settings(max_examples=fuzz_examples(25), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(PIECE, min_size=1, max_size=12), st.integers(8, 64), st.booleans())
+def test_reassembler_work_is_linear(pattern, span, withhold):
+    fuzz_counts.ran("linear: reassembler")
+    assert_linear(reassemble, lambda n: segments(pattern, span, withhold, n), 40)
+
+
+# -- the resynchroniser ------------------------------------------------------------------------------
+
+# Request headers a resynchroniser believes at first sight (known API, valid version, null client id),
+# with sizes reaching a few periods ahead or to the end, and noise between them.
+BLOCK = st.one_of(
+    st.tuples(st.just("request"), st.sampled_from([0, 3, 10, 18, 22, 24]), st.integers(0, 4),
+              st.integers(-1, 6)),
+    st.tuples(st.just("noise"), st.binary(min_size=1, max_size=24)),
+)
+
+
+def bait(blocks, n: int) -> bytes:
+    pieces = []
+    for _ in range(n):
+        for b in blocks:
+            pieces.append(b)
+    total = sum(len(b[1]) if b[0] == "noise" else 18 for b in pieces)
+    out = bytearray()
+    for cid, b in enumerate(pieces):
+        if b[0] == "noise":
+            out += b[1]
+            continue
+        _, key, version, reach = b
+        size = total - len(out) - 4 if reach < 0 else 14 + 18 * reach
+        out += struct.pack(">ihhih", size, key, version, cid + 1, -1) + struct.pack(">i", 1 << 10)
+    return bytes(out)
+
+
+def resync(data: bytes, chunk: int) -> None:
+    dec = Decoder()
+    s = Stream()
+    dec.feed(s.opened(handshake=False))
+    for i in range(0, len(data), chunk):
+        dec.feed(s.send(data[i:i + chunk]))
+    dec.feed(s.closed())
+
+
+@settings(max_examples=fuzz_examples(25), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(BLOCK, min_size=1, max_size=8), st.sampled_from([1, 7, 300, 1 << 16]))
+def test_resynchroniser_work_is_linear(blocks, chunk):
+    fuzz_counts.ran("linear: resynchroniser")
+    resync(bait(blocks, 2), chunk)  # generated decoders compiled before counting
+    assert_linear(lambda data: resync(data, chunk), lambda n: bait(blocks, n), 30)
