@@ -19,3 +19,8 @@ class CaptureLimits:
     idle_timeout: float = 600.0  # seconds of capture time without a packet before a connection expires
     closed_linger: float = 60.0  # a closed connection's 4-tuple swallows stray packets this long
     max_chunk_bytes: int = 256 << 10  # consecutive in-order segments are merged into chunks up to this
+    max_interfaces: int = 4096  # pcapng interfaces kept per section; packets of later ones are skipped
+    # A gzip capture inflates to at most this many times its size (and at least gunzip_floor bytes):
+    # real captures compress a few times, a decompression bomb a thousand.
+    gunzip_ratio: int = 200
+    gunzip_floor: int = 256 << 20

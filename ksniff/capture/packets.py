@@ -153,3 +153,16 @@ def _tcp(ts: float, mv: memoryview, t: int, ip_end: int, end: int, src: bytes, d
             return CUT_SHORT
         return (ts, src, sport, dst, dport, seq, ack, flags | TRUNCATED, ip_end - d)
     return (ts, src, sport, dst, dport, seq, ack, flags, mv[d:ip_end])
+
+
+def fast_segment(ts: float, buf, p: int, end: int, l2: int, unpack):
+    """The common frame, IPv4 without options carrying TCP, whole: its segment tuple read with one unpack
+    (`unpack`, a FAST_PATHS struct's over link type field + IPv4 + TCP headers), else None (the caller
+    then asks `parse_frame`). Both capture walks use it; the caller checks the frame is long enough."""
+    et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = unpack(buf, p)
+    if et == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x3FFF:
+        ip_end = p + l2 + total
+        d = p + l2 + 20 + (off >> 4) * 4
+        if d <= ip_end <= end:
+            return (ts, src, sp, dst, dp, seq, ack, flags, buf[d:ip_end])
+    return None

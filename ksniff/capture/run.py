@@ -8,7 +8,7 @@ from operator import itemgetter
 
 from ksniff.capture.errors import CaptureError, CaptureLimits
 from ksniff.capture.events import CaptureStats, InputInfo, StreamEvent
-from ksniff.capture.files import CaptureFile, expand_paths
+from ksniff.capture.files import CaptureFile, expand_inputs
 from ksniff.capture.reassembly import Reassembler
 from ksniff.common.counters import add_counters
 
@@ -16,12 +16,13 @@ from ksniff.common.counters import add_counters
 class CaptureRun:
     """Iterate once for the events; `stats`, `inputs` and `warnings` are complete after that."""
 
-    def __init__(self, files: list[CaptureFile], limits: CaptureLimits | None = None) -> None:
+    def __init__(self, files: list[CaptureFile], limits: CaptureLimits | None = None,
+                 warnings: Sequence[str] = ()) -> None:
         self._files = files
         self.stats = CaptureStats()
         self.reassembler = Reassembler(limits, self.stats)
         self.inputs: list[InputInfo] = []
-        self.warnings: list[str] = []
+        self.warnings: list[str] = list(warnings)  # inputs skipped while expanding folders come first
         self.bytes_total = sum(f.size for f in files)
         self._started = False
 
@@ -97,11 +98,12 @@ def read_files(paths: Sequence[str], limits: CaptureLimits | None = None) -> Cap
     if not paths:
         raise CaptureError("no capture files given")
     files: list[CaptureFile] = []
+    paths, skipped = expand_inputs(list(paths))
     try:
-        for path in expand_paths(list(paths)):
-            files.append(CaptureFile(path))
+        for path in paths:
+            files.append(CaptureFile(path, limits))
     except CaptureError:
         for f in files:
             f.close()
         raise
-    return CaptureRun(files, limits)
+    return CaptureRun(files, limits, skipped)

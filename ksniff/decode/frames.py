@@ -24,6 +24,7 @@ _SIZE = struct.Struct(">i").unpack_from
 _REQUEST_HEAD = struct.Struct(">hhi").unpack_from
 _I16 = struct.Struct(">h").unpack_from
 _CORRELATION = struct.Struct(">i").unpack_from
+_HEAD_WITH_CLIENT_ID = 14  # size, api key, version, correlation id, client id length
 
 # What a resync finder answers: the next plausible frame starts at `pos` (FOUND); a candidate at `pos`
 # needs more bytes to judge (WAIT); nothing plausible before `pos`, keep bytes from there (NONE).
@@ -152,14 +153,26 @@ class FrameSplitter:
         keep_from = at
         if len(data) - keep_from > self.max_buffer:
             keep_from = len(data) - self.max_buffer
-        elif status == WAIT and len(data) - at >= 4:
-            # A candidate waiting for its whole frame: judged again only once that much has come, not at
-            # every chunk (1-byte chunks would otherwise rescan the buffer each time: quadratic).
-            self.need = 4 + _SIZE(data, at)[0]
+        elif status == WAIT:
+            self.need = _wait_need(data, at)
         self.skipped += keep_from - pos
         self.buf += memoryview(data)[keep_from:]
         self.buf_offset = (self.next_offset or 0) - len(self.buf)
         return len(data)
+
+
+def _wait_need(data: bytes, at: int) -> int:
+    """Bytes from `at` before a waiting candidate can be judged again: its header up to the client id
+    (requests), or else its whole frame. Judging it at every chunk instead would rescan the buffer each
+    time (1-byte chunks: quadratic)."""
+    have = len(data) - at
+    if have < _HEAD_WITH_CLIENT_ID:
+        return _HEAD_WITH_CLIENT_ID
+    need = 4 + _SIZE(data, at)[0]
+    n = _I16(data, at + 12)[0]
+    if n > 0 and have < _HEAD_WITH_CLIENT_ID + n:  # a request's client id is not all there yet
+        need = min(need, _HEAD_WITH_CLIENT_ID + n)
+    return need
 
 
 @dataclass(frozen=True, slots=True)

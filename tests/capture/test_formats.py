@@ -107,9 +107,9 @@ def test_gzip_capture(tmp_path):
 
 
 def test_gzip_stream_larger_than_one_window(tmp_path, monkeypatch):
-    from ksniff.capture import files
+    from ksniff.capture import source
 
-    monkeypatch.setattr(files, "WINDOW", 4096)
+    monkeypatch.setattr(source, "WINDOW", 4096)
     f = Flow()
     pkts = f.handshake() + [f.send(True, bytes([i % 251]) * 700) for i in range(200)]
     path = tmp_path / "big.pcapng.gz"

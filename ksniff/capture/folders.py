@@ -1,0 +1,95 @@
+"""Inputs named on the command line: files as given, folders walked recursively for captures.
+
+Nothing is skipped in silence: a file in a folder that cannot be read, or a subfolder that cannot be
+listed, is named in a warning; a folder that cannot be listed at all is an error.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import stat
+import zlib
+from collections.abc import Iterator
+
+from ksniff.capture.errors import CaptureError
+from ksniff.capture.pcap import PCAP_MAGICS
+from ksniff.capture.pcapng import PCAPNG_SHB
+from ksniff.capture.source import GZIP_MAGIC
+
+_NOT_A_CAPTURE, _CAPTURE = False, True
+
+
+def expand_inputs(paths: list[str]) -> tuple[list[str], list[str]]:
+    """(capture files, warnings): files as given, folders walked (sorted) for files that look like
+    captures. Raises CaptureError for a path that does not exist, a folder that cannot be listed, or a
+    folder without any capture."""
+    files: list[str] = []
+    warnings: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = []
+            for f in _walk(path, warnings):
+                verdict = _sniff(f)
+                if verdict is _CAPTURE:
+                    found.append(f)
+                elif verdict is not _NOT_A_CAPTURE:
+                    warnings.append(f"{f}: skipped: {verdict}")
+            if not found:
+                if any(w.startswith(path) for w in warnings):
+                    raise CaptureError(f"{path}: no readable pcap or pcapng files in this folder "
+                                       f"({_first_reason(warnings)})")
+                raise CaptureError(f"{path}: no pcap or pcapng files in this folder")
+            files.extend(found)
+        elif os.path.exists(path) or os.path.islink(path):
+            files.append(path)
+        else:
+            raise CaptureError(f"{path}: no such file or folder")
+    return files, warnings
+
+
+def expand_paths(paths: list[str]) -> list[str]:
+    """`expand_inputs` without the warnings."""
+    return expand_inputs(paths)[0]
+
+
+def _first_reason(warnings: list[str]) -> str:
+    return warnings[0].split(": ", 1)[1] if warnings else "unreadable"
+
+
+def _walk(folder: str, warnings: list[str]) -> Iterator[str]:
+    def unreadable(err: OSError) -> None:
+        where = err.filename or folder
+        if where == folder:
+            raise CaptureError(f"{folder}: cannot list this folder: {err.strerror or err}")
+        warnings.append(f"{where}: folder skipped: {err.strerror or err}")
+
+    for root, dirs, names in os.walk(folder, onerror=unreadable):
+        dirs.sort()
+        for name in sorted(names):
+            yield os.path.join(root, name)
+
+
+def _sniff(path: str) -> bool | str:
+    """True for a capture (by its magic, inside gzip too), False for anything else, or why it could not
+    be read."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO in a folder would block the walk
+            return _NOT_A_CAPTURE
+        with open(path, "rb") as f:
+            head = f.read(4)
+            if head[:2] == GZIP_MAGIC:
+                f.seek(0)
+                with gzip.GzipFile(fileobj=f) as g:
+                    head = g.read(4)
+    except (EOFError, zlib.error, gzip.BadGzipFile):
+        return _NOT_A_CAPTURE
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return len(head) == 4 and (int.from_bytes(head, "little") in PCAP_MAGICS
+                               or int.from_bytes(head, "little") == PCAPNG_SHB)
+
+
+def looks_like_capture(path: str) -> bool:
+    """Whether the first bytes are a capture magic (inside gzip, too); never raises."""
+    return _sniff(path) is True

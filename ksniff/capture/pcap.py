@@ -1,0 +1,96 @@
+"""The pcap walk: the file header, then one record after another, each frame into a segment tuple."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from ksniff.capture.packets import (
+    CUT_SHORT,
+    FAST_PATHS,
+    FRAGMENT,
+    fast_segment,
+    is_supported,
+    linktype_name,
+    parse_frame,
+)
+from ksniff.capture.source import CaptureBuffer
+from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts
+
+PCAP_MAGICS = {  # first four bytes as read little-endian -> (byte order, fraction units per second)
+    0xA1B2C3D4: ("<", 1e6), 0xD4C3B2A1: (">", 1e6),
+    0xA1B23C4D: ("<", 1e9), 0x4D3CB2A1: (">", 1e9),
+}
+
+
+class PcapHeader:
+    """What the file header says: byte order, timestamp unit, link type; or why the file is unusable."""
+
+    def __init__(self, b: CaptureBuffer, magic: int) -> None:
+        self.error: str | None = None
+        if b.end < 24:
+            self.error = "truncated pcap header"
+            return
+        self.order, self.unit = PCAP_MAGICS[magic]
+        network = struct.unpack_from(self.order + "I", b.buf, 20)[0]
+        self.link = network & 0xFFFF  # the upper bits carry FCS information, not the link type
+        self.first_ts = None
+        if b.end >= 32:
+            sec, frac = struct.unpack_from(self.order + "II", b.buf, 24)
+            self.first_ts = sec + frac / self.unit
+        if not is_supported(self.link):
+            self.error = f"unsupported link type {self.link}"
+        self.linktypes = [linktype_name(self.link)]
+
+
+def pcap_segments(b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnings: list[str]
+                  ) -> Iterator[tuple]:
+    """Every TCP segment of the file in order; damage ends the walk with a warning."""
+    record = struct.Struct(head.order + "IIII").unpack_from
+    unit, link, parse = head.unit, head.link, parse_frame
+    l2, fast = FAST_PATHS.get(link, (0, None))
+    fast_len = fast.size if fast else 1 << 30
+    fast = fast.unpack_from if fast else None
+    buf, end, pos = b.buf, b.end, 24
+    packets = non_tcp = fragments = cut_short = 0
+    ts = None
+    try:
+        while True:
+            if pos + 16 <= end:
+                sec, frac, caplen, _wire = record(buf, pos)
+                p = pos + 16
+            else:
+                caplen, p = 0, end + 1
+            if p + caplen > end:  # the record runs past the bytes available: get more, or stop
+                if caplen > MAX_RECORD:
+                    warnings.append(b.corrupt(pos, "corrupt record"))
+                    break
+                new_pos = b.more(pos)
+                if new_pos is None:
+                    if pos < end:
+                        warnings.append(b.truncated(pos))
+                    break
+                pos, buf, end = new_pos, b.buf, b.end
+                continue
+            pos = p + caplen
+            ts = sec + frac / unit
+            packets += 1
+            if not packets & PROGRESS_EVERY:
+                b.parsed = pos
+            if caplen >= fast_len:
+                seg = fast_segment(ts, buf, p, pos, l2, fast)
+                if seg is not None:
+                    yield seg
+                    continue
+            seg = parse(ts, buf, p, pos, link)
+            if seg.__class__ is tuple:
+                yield seg
+            elif seg == FRAGMENT:
+                fragments += 1
+            elif seg == CUT_SHORT:
+                cut_short += 1
+            else:
+                non_tcp += 1
+    finally:
+        # The first record's time was read with the header, so the loop does not test for it each time.
+        counts.store(packets, non_tcp, fragments, cut_short, head.first_ts if packets else None, ts)
