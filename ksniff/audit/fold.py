@@ -217,7 +217,7 @@ def _with_outcome(rec: TxnRecord, outcome: str | None) -> Transaction:
     if outcome is None:
         return row
     return Transaction(row.transactional_id, row.producer_id, row.producer_epoch, row.start_ts, row.end_ts,
-                       outcome, row.partitions, row.records, row.groups)
+                       outcome, row.partitions, row.records, row.groups, row.client)
 
 
 def _summaries(state: AuditState, transactions: list[Transaction]) -> tuple[ProducerSummary, ...]:

@@ -77,6 +77,7 @@ class Transaction:
     partitions: tuple[str, ...]  # "topic-partition"
     records: int
     groups: tuple[str, ...]
+    client: str | None = None  # "ip:port" of the instance whose request began it, where seen
 
     def as_contract(self) -> dict:
         return {
@@ -89,6 +90,7 @@ class Transaction:
             "partitions": list(self.partitions),
             "records": self.records,
             "groups": list(self.groups),
+            "client": self.client,
         }
 
 

@@ -79,6 +79,7 @@ class TxnRecord:
     batches: int = 0
     end_requested: bool = False  # an EndTxn went unanswered
     markers: str | None = None  # "commit"/"abort" from WriteTxnMarkers, where captured
+    client: str | None = None  # "ip:port" of the instance whose request began it
 
     def add_partition(self, topic: str, partition: int) -> None:
         self.partitions.setdefault(f"{topic}-{partition}", None)
@@ -94,6 +95,7 @@ class TxnRecord:
             partitions=tuple(self.partitions),
             records=self.records,
             groups=tuple(self.groups),
+            client=self.client,
         )
 
 

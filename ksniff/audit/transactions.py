@@ -41,7 +41,7 @@ def close_unknown(t: Lane, ts: float) -> None:
 
 
 def enter(state: AuditState, t: Lane, trigger: Trigger, producer_id: int, epoch: int, ts: float,
-          end_ts: float | None = None) -> TxnRecord | None:
+          end_ts: float | None = None, client: str | None = None) -> TxnRecord | None:
     """Apply an allowed, accepted trigger; returns the transaction it belongs to (None if none)."""
     before = t.state
     after = next_state(before, trigger)
@@ -51,12 +51,13 @@ def enter(state: AuditState, t: Lane, trigger: Trigger, producer_id: int, epoch:
     if after is TxnState.ONGOING and not (before is TxnState.ONGOING and is_open):
         close_unknown(t, ts)
         rec = TxnRecord(t.transactional_id, producer_id, epoch, ts,
-                        registration_known=before is not TxnState.UNKNOWN)
+                        registration_known=before is not TxnState.UNKNOWN, client=client)
         state.transactions.append(rec)
         t.txn = rec
     elif after in _END and before in (TxnState.ONGOING, TxnState.UNKNOWN):
         if not is_open:  # its beginning was before the capture: still a transaction seen on the wire
-            rec = TxnRecord(t.transactional_id, producer_id, epoch, ts, registration_known=False)
+            rec = TxnRecord(t.transactional_id, producer_id, epoch, ts, registration_known=False,
+                            client=client)
             state.transactions.append(rec)
             t.txn = rec
         rec.outcome, rec.end_ts = _END[after], end_ts if end_ts is not None else ts
@@ -141,7 +142,7 @@ def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> 
         return
     take_over(state, t, Instance(pid, epoch, ex.request_ts, ex.client, ex.client_id), ex, out,
               via="InitProducerId")
-    enter(state, t, Trigger.INIT, pid, epoch, ex.request_ts)
+    enter(state, t, Trigger.INIT, pid, epoch, ex.request_ts, client=ex.client)
 
 
 def _add_partitions_entries(ex: Exchange):
@@ -204,7 +205,7 @@ def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> No
             # transaction ended out of sight.
             close_unknown(lane, ex.request_ts)
             lane.state = TxnState.EMPTY
-        rec = enter(state, lane, Trigger.ADD_PARTITIONS, pid, epoch, ex.request_ts)
+        rec = enter(state, lane, Trigger.ADD_PARTITIONS, pid, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
             for topic, partition in accepted:
                 rec.registered.add((topic, partition))
@@ -217,7 +218,8 @@ def on_add_offsets(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     answer = answer_of(ex)
     lane = identify(state, t, req.producer_id, req.producer_epoch, answer, ex, out, what="AddOffsetsToTxn")
     if lane is not None and answer == 0:
-        rec = enter(state, lane, Trigger.ADD_OFFSETS, req.producer_id, req.producer_epoch, ex.request_ts)
+        rec = enter(state, lane, Trigger.ADD_OFFSETS, req.producer_id, req.producer_epoch, ex.request_ts,
+                    client=ex.client)
         if rec is not None:
             rec.groups_added.add(req.group_id)
             rec.groups.setdefault(req.group_id, None)
@@ -254,7 +256,7 @@ def on_txn_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) ->
                         transactional_id=t.transactional_id, producer_id=pid, producer_epoch=epoch,
                         group=group))
     if answer == 0:
-        rec = enter(state, lane, trigger, pid, epoch, ex.request_ts)
+        rec = enter(state, lane, trigger, pid, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
             rec.groups.setdefault(group, None)
 
@@ -282,7 +284,7 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         return
     if answer != 0:
         return  # e.g. CONCURRENT_TRANSACTIONS: the client retries; the transaction is still open
-    enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts)
+    enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts, client=ex.client)
     if lane is t and ex.api_version >= 5 and resp.producer_id >= 0:
         # transaction.version 2: every end bumps the epoch (KIP-890); the answer says which to use next.
         t.tv2 = True
@@ -318,7 +320,7 @@ def write(state: AuditState, t: TxnIdState, lane: Lane, ex: Exchange, topic: str
                         transactional_id=t.transactional_id, producer_id=producer_id,
                         producer_epoch=epoch, topic=topic, partition=partition))
     if answer == 0:
-        rec = enter(state, lane, trigger, producer_id, epoch, ex.request_ts)
+        rec = enter(state, lane, trigger, producer_id, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
             rec.add_partition(topic, partition)
             rec.records += records

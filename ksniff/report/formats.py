@@ -6,9 +6,11 @@ Failures to write come out as `ReportError` with one line the CLI can print as i
 
 CSV: one file per table (`exchanges.csv`, `batches.csv`, `transactions.csv`, `findings.csv`). Each time
 column keeps its float epoch seconds (exact, and the same number as in the JSON) and gains a
-`<name>_utc` column right after it, `YYYY-MM-DD HH:MM:SS.mmm` in UTC: ISO 8601 with the space separator
-RFC 3339 allows, no zone suffix and milliseconds, because that is what Excel, LibreOffice and Google
-Sheets all read as a date-time without an import wizard (they reject `T`, `Z` or microseconds in places).
+`<name>_utc` column right after it, `YYYY-MM-DDTHH:MM:SS.ffffffZ`: ISO 8601 / RFC 3339 in UTC with its
+zone and the capture's microseconds, so nobody has to guess the zone and two packets a few microseconds
+apart keep their order. (Before, the text was `YYYY-MM-DD HH:MM:SS.mmm`, which spreadsheets read
+without a wizard; they read this form as text, and the README says how to get a date-time back.)
+Every text cell is neutralised against formulas and control characters (ksniff.report.cells).
 
 Parquet: the same four tables; time columns are `timestamp[us, tz=UTC]`.
 
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
 
 STDOUT = "-"
 UTC_SUFFIX = "_utc"
-CSV_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+CSV_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 class ReportError(Exception):
@@ -166,7 +168,7 @@ def csv_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
         if dtype == "string":  # text people open in a spreadsheet: no formula, no control character
             out[col] = out[col].map(neutral, na_action="ignore").astype("string")
     for col in tables.TIME_COLUMNS[table]:
-        text = tables.utc_timestamps(df[col]).dt.strftime(CSV_TIME_FORMAT).str.slice(0, 23)  # to the ms
+        text = tables.utc_timestamps(df[col]).dt.strftime(CSV_TIME_FORMAT)
         out.insert(out.columns.get_loc(col) + 1, col + UTC_SUFFIX, text.astype("string"))
     return out
 

@@ -171,17 +171,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _utc_cell(value: Any) -> str:
-    """`formats.CSV_TIME_FORMAT` cut to the millisecond, from the time rounded to whole microseconds
-    (as `tables.utc_timestamps` does). strftime once per second of capture: it was most of the export."""
+    """`formats.CSV_TIME_FORMAT`, from the time rounded to whole microseconds (as
+    `tables.utc_timestamps` does). strftime once per second of capture: it was most of the export."""
     if not tables.in_calendar(value):  # also None and NaN
         return ""
     seconds, micros = divmod(round(value * 1e6), 1_000_000)
-    return f"{_utc_second(seconds)}.{micros // 1000:03d}"
+    return f"{_utc_second(seconds)}.{micros:06d}Z"
 
 
 @functools.lru_cache(maxsize=4096)
 def _utc_second(seconds: int) -> str:
-    return (_EPOCH + timedelta(seconds=seconds)).strftime(CSV_TIME_FORMAT[:-3])
+    return (_EPOCH + timedelta(seconds=seconds)).strftime(CSV_TIME_FORMAT.removesuffix(".%fZ"))
 
 
 _CELLS = {"float64": _float_cell, "Int64": _int_cell, "boolean": _bool_cell, "string": _text_cell}

@@ -59,14 +59,16 @@ EXCHANGE_SCHEMA: dict[str, str] = {
     "transactional_id": "string",
     "producer_id": "Int64",
     "producer_epoch": "Int64",
-    "error_code": "Int64",  # the response's top-level error code, where it has one
+    "error_code": "Int64",  # the response's top-level error code; empty where its version has none
     "error": "string",  # Kafka's name for error_code
     "decode_error": "string",  # why a body was not decoded
     # Additions: what the request asked and every part of the answer (not for Produce, whose batches have
     # their own rows, nor Fetch).
     "request_detail": "string",  # commit | abort (EndTxn), group G, timeout N ms (InitProducerId)
     "partitions": "string",  # JSON list of the "topic-partition"s the request names
-    "worst_error": "string",  # the top-level error if any, else the first per-partition one; NONE if none
+    # the top-level error if any, else the first per-partition one other than OPERATION_NOT_ATTEMPTED
+    # (which only says another partition failed), else that; NONE if none
+    "worst_error": "string",
     "partition_errors": "string",  # JSON list of "topic-partition ERROR" for every partition not NONE
 }
 
@@ -109,6 +111,7 @@ TRANSACTION_SCHEMA: dict[str, str] = {
     "partitions": "string",  # JSON list of "topic-partition"
     "records": "Int64",
     "groups": "string",  # JSON list of consumer groups whose offsets it committed
+    "client": "string",  # "ip:port" of the instance whose request began it, where seen
 }
 
 FINDING_SCHEMA: dict[str, str] = {
@@ -123,6 +126,8 @@ FINDING_SCHEMA: dict[str, str] = {
     "group": "string",
     "message": "string",
     "evidence": "string",  # JSON object
+    "client": "string",  # "ip:port" the finding is about, where it is about one connection
+    "unverified": "boolean",  # it rests on bytes the capture lost
 }
 
 # Only with --records: record keys and values are private data, never exported unless asked for.
@@ -207,12 +212,15 @@ def _producer_of(ex: Exchange) -> tuple[int | None, int | None]:
     req, resp = ex.request, ex.response
     # Produce carries them in its batch headers; InitProducerId asks with -1 and learns them from the answer;
     # AddPartitionsToTxn v0-3 names them with a prefix, v4+ (a batch from a broker) per transaction.
-    candidates = [(_body_field(req, "producer_id"), _body_field(req, "producer_epoch")),
-                  (_body_field(req, "v3_and_below_producer_id"),
-                   _body_field(req, "v3_and_below_producer_epoch"))]
-    only = _only_transaction(req)
-    if only is not None:
-        candidates.append((_body_field(only, "producer_id"), _body_field(only, "producer_epoch")))
+    # (A decoded v4+ body still has the v0-3 fields, filled with defaults: 0 would pass for an id.)
+    candidates = [(_body_field(req, "producer_id"), _body_field(req, "producer_epoch"))]
+    if _body_field(req, "transactions"):
+        only = _only_transaction(req)
+        if only is not None:
+            candidates.append((_body_field(only, "producer_id"), _body_field(only, "producer_epoch")))
+    else:
+        candidates.append((_body_field(req, "v3_and_below_producer_id"),
+                           _body_field(req, "v3_and_below_producer_epoch")))
     candidates += [(b.header.producer_id, b.header.producer_epoch) for b in ex.batches[:1]]
     candidates.append((_body_field(resp, "producer_id"), _body_field(resp, "producer_epoch")))
     for pid, epoch in candidates:
@@ -233,6 +241,8 @@ def _only_transaction(req: Any) -> Any:
 
 
 def _transactional_id_of(req: Any) -> str | None:
+    if _body_field(req, "transactions"):  # v4+: its v0-3 fields hold defaults
+        return _body_field(_only_transaction(req), "transactional_id")
     for name in ("transactional_id", "v3_and_below_transactional_id"):
         value = _body_field(req, name)
         if value is not None:
@@ -313,7 +323,8 @@ def _walked_cells(ex: Exchange, error_code: int | None) -> dict[str, Any]:
     errors = _partition_answers(ex.response) if ex.response is not None else []
     worst = error_name(error_code) if error_code else None
     if worst is None and errors:
-        worst = errors[0].rsplit(" ", 1)[1]
+        names = [e.rsplit(" ", 1)[1] for e in errors]
+        worst = next((n for n in names if n != "OPERATION_NOT_ATTEMPTED"), names[0])
     if worst is None and ex.response is not None:
         worst = "NONE"
     partitions = _asked_partitions(ex.request) if ex.request is not None else []
@@ -322,11 +333,29 @@ def _walked_cells(ex: Exchange, error_code: int | None) -> dict[str, Any]:
             "partition_errors": to_json_text(errors) if errors else None}
 
 
+_top_error_versions: dict[type, Any] = {}
+
+
+def _top_error(ex: Exchange) -> int | None:
+    """The response's top-level error code, None where the response has none at its version (a decoded
+    body fills absent fields with defaults: AddPartitionsToTxn v0-3 would otherwise say NONE)."""
+    resp = ex.response
+    code = _body_field(resp, "error_code")
+    if code is None:
+        return None
+    cls = type(resp)
+    if cls not in _top_error_versions:
+        field = next((f for f in getattr(cls, "_schema", None) or () if f.name == "error_code"), None)
+        _top_error_versions[cls] = None if field is None else field.versions
+    versions = _top_error_versions[cls]
+    return code if versions is None or versions.contains(ex.api_version) else None
+
+
 def exchange_row(ex: Exchange) -> dict[str, Any]:
     """One row of `exchanges`: the request's identity and what it asked, the broker's answer (top-level,
     per partition, and the worst of them)."""
     producer_id, epoch = _producer_of(ex)
-    error_code = _body_field(ex.response, "error_code")
+    error_code = _top_error(ex)
     return {
         "ts": ex.request_ts,
         "response_ts": ex.response_ts,
@@ -428,6 +457,7 @@ def transaction_row(t: Transaction) -> dict[str, Any]:
         "partitions": to_json_text(list(t.partitions)),
         "records": t.records,
         "groups": to_json_text(list(t.groups)),
+        "client": getattr(t, "client", None),
     }
 
 
@@ -444,6 +474,8 @@ def finding_row(f: Finding) -> dict[str, Any]:
         "group": f.group,
         "message": f.message,
         "evidence": to_json_text(f.evidence),
+        "client": f.evidence.get("client"),
+        "unverified": bool(f.evidence.get("unverified")),
     }
 
 

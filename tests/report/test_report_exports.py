@@ -3,6 +3,8 @@
 import json
 import os
 import stat
+from dataclasses import replace
+from datetime import datetime, timezone
 
 import pandas as pd
 import pytest
@@ -102,8 +104,7 @@ def test_csv_round_trip(result, tmp_path):
         pd.testing.assert_frame_equal(df[list(schema)], expected[table])
         for col in time_cols:
             parsed = pd.to_datetime(df[col + "_utc"], utc=True, format="ISO8601")
-            delta = (parsed - tables.utc_timestamps(df[col])).abs().dropna()
-            assert (delta < pd.Timedelta(milliseconds=1)).all()
+            assert ((parsed - tables.utc_timestamps(df[col])).dropna() == pd.Timedelta(0)).all()
             assert parsed.notna().sum() == df[col].notna().sum()
 
 
@@ -116,10 +117,13 @@ def _csv_columns(table):
     return cols
 
 
-def test_csv_time_text_opens_in_a_spreadsheet(result, tmp_path):
+def test_csv_time_text_is_iso_8601_utc_to_the_microsecond(result, tmp_path):
+    result.findings[2] = replace(result.findings[2], ts=1714564802.156789)
     write_csv(result, str(tmp_path))
     zombie = (tmp_path / "findings.csv").read_text().splitlines()[3]
-    assert zombie.startswith("1714564802.156,2024-05-01 12:00:02.156,critical,zombie_write_accepted,")
+    assert zombie.startswith("1714564802.156789,2024-05-01T12:00:02.156789Z,critical,zombie_write_accepted,")
+    when = datetime.fromisoformat(zombie.split(",")[1].replace("Z", "+00:00"))
+    assert when == datetime(2024, 5, 1, 12, 0, 2, 156789, tzinfo=timezone.utc)
 
 
 def test_empty_csv_has_headers(empty, tmp_path):
