@@ -322,6 +322,7 @@ class TableExport:
         self._buffers: dict[str, list[dict[str, Any]]] = {}
         self._records = records
         self._done = False
+        self._stale: list[str] = []  # tables of an earlier run that this one does not write
         try:
             for kind, directory in (("csv", csv_dir), ("parquet", parquet_dir)):
                 if directory:
@@ -341,6 +342,8 @@ class TableExport:
                 raise ReportError(f"cannot write {path}: {_reason(err)}") from err
             self._files.append(f)
             self._streamed.setdefault(table, []).append(f)
+        self._stale += [os.path.join(directory, f"{table}.{kind}") for table in tables.SCHEMAS
+                        if table not in names]
 
     def __enter__(self) -> TableExport:
         return self
@@ -390,6 +393,13 @@ class TableExport:
         for f in self._files:
             self._guard(f, os.replace, f.tmp, f.path)
         self._done = True
+        # A folder holds one run's tables: e.g. records.csv of an earlier --records run would otherwise
+        # sit beside tables it does not belong to. Only ksniff's own table names are removed.
+        for path in self._stale:
+            try:
+                _unlink_quietly(path)
+            except OSError as err:
+                raise ReportError(f"cannot remove {path}, a table of an earlier run: {_reason(err)}") from err
 
     def discard(self) -> None:
         if not self._done:
