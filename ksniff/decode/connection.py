@@ -160,9 +160,12 @@ class Connection:
             return
         correlation_id, client_id, body_offset = head
         name = api.name if api is not None else f"Unknown{api_key}"
-        dec.count(name, api_version).requests += 1
+        counts = dec.count(name, api_version)
+        counts.requests += 1
         dec.stats.requests += 1
         body, error = dec.decode(api, api_version, True, payload[body_offset:])
+        if error is not None:
+            counts.not_decoded(error)
         self.last_correlation = correlation_id
         self.seq += 1
         pending = Pending(self.seq, api, api_key, name, api_version, correlation_id, client_id,
@@ -208,6 +211,8 @@ class Connection:
             body, error = None, "malformed: response header"
         else:
             body, error = dec.decode(api, pending.api_version, False, payload[header[1]:])
+        if error is not None:
+            counts.not_decoded(error)
         if body is not None and pending.api_key == METADATA:
             self._learn_topic_ids(body)
         out.append(self._exchange(pending, body, error, frame.last_ts, "ok"))

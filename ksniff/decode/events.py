@@ -170,6 +170,26 @@ class ApiCounts:
     responses: int = 0
     exchanges: int = 0
     versions: set[int] | None = None
+    # Bodies (requests and responses) of this API that were not decoded, by why: the API's bodies are not
+    # read (nothing in them for the audit), its version is newer than the tables, its key is unknown, or
+    # the bytes did not parse.
+    skipped_api: int = 0
+    unknown_version: int = 0
+    unknown_api: int = 0
+    malformed: int = 0
+
+    def not_decoded(self, reason: str) -> None:
+        """Counts one body not decoded, by the decoder's reason ("malformed: ..." counts as malformed)."""
+        if reason.startswith("malformed"):
+            self.malformed += 1
+        elif reason in NOT_DECODED:
+            setattr(self, reason, getattr(self, reason) + 1)
+
+    def not_decoded_contract(self) -> dict[str, int]:
+        return {reason: n for reason in NOT_DECODED if (n := getattr(self, reason))}
+
+
+NOT_DECODED = ("skipped_api", "unknown_version", "unknown_api", "malformed")
 
 
 @dataclass(slots=True)
@@ -206,12 +226,16 @@ class DecodeStats:
             "in_flight_evicted": self.in_flight_evicted,
             "bodies_with_leftover": self.bodies_with_leftover,
             "leftover_bytes": self.leftover_bytes,
+            "undecoded_bodies": self.undecoded_bodies,  # by API and why: by_api[...].not_decoded
             "by_api": {
                 name: {
                     "requests": c.requests,
                     "responses": c.responses,
                     "exchanges": c.exchanges,
                     "versions": sorted(c.versions or ()),
+                    # addition: bodies not decoded, by why (skipped_api, unknown_version, unknown_api,
+                    # malformed); absent reasons are left out
+                    "not_decoded": c.not_decoded_contract(),
                 }
                 for name, c in sorted((self.by_api or {}).items())
             },

@@ -68,7 +68,8 @@ def _decode_text(result: AuditResult) -> Text:
     text.append("; ")
     text.append(plural(dec.errors, "decode error"), style="red" if dec.errors else "")
     if dec.undecoded_bodies:
-        text.append(f"; {plural(dec.undecoded_bodies, 'body', 'bodies')} not decoded")
+        text.append(f"; {plural(dec.undecoded_bodies, 'body', 'bodies')} not decoded: ")
+        text.append(_not_decoded(dec), style="dim")
     if dec.resyncs:
         text.append(f"; {plural(dec.resyncs, 'resync')}")
     if dec.tls_connections:
@@ -128,3 +129,24 @@ def verdict_line(result: AuditResult) -> Text:
     if result.filters:
         text.append(" (filtered: --json has what was kept)", style="dim")
     return text
+
+
+NOT_DECODED_WHY = {
+    "skipped_api": "not read: nothing there for the audit",
+    "unknown_version": "a version newer than ksniff's tables",
+    "unknown_api": "an API key ksniff does not know",
+    "malformed": "malformed",
+}
+NOT_DECODED_SHOWN = 4
+
+
+def _not_decoded(dec) -> str:
+    """Which APIs' bodies were not decoded and why, most first (the JSON's by_api[...].not_decoded)."""
+    items = [(n, name, reason) for name, c in (dec.by_api or {}).items()
+             for reason, n in c.not_decoded_contract().items()]
+    items.sort(key=lambda item: (-item[0], item[1]))
+    text = ", ".join(f"{shown(name)} {n:,} ({NOT_DECODED_WHY.get(reason, reason)})"
+                     for n, name, reason in items[:NOT_DECODED_SHOWN])
+    if len(items) > NOT_DECODED_SHOWN:
+        text += f", {len(items) - NOT_DECODED_SHOWN:,} more in --json"
+    return text or "see --json"

@@ -131,3 +131,14 @@ def test_help_lists_outputs_and_filters_before_the_limits_and_ends_with_examples
     assert text.index("--html") < text.index("--severity") < text.index("--max-connections")
     assert text.rstrip().splitlines()[-1].strip().startswith("ksniff audit")
     assert "Examples:" in text.split("Limits")[1]
+
+
+def test_the_report_says_which_apis_were_not_decoded_and_why():
+    capture = PCAPS / "ctp_confluent_tansu.pcap"  # librdkafka asks for telemetry, whose bodies ksniff skips
+    dec = document(capture)["decode"]
+    not_decoded = {name: c["not_decoded"] for name, c in dec["by_api"].items() if c["not_decoded"]}
+    assert not_decoded == {"GetTelemetrySubscriptions": {"skipped_api": 12}}
+    assert dec["undecoded_bodies"] == 12
+    text = " ".join(cli("audit", capture, "--exit-zero").stdout.split())
+    why = "12 bodies not decoded: GetTelemetrySubscriptions 12 (not read: nothing there for the audit)"
+    assert why in text
