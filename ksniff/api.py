@@ -1,28 +1,55 @@
-"""The Python API for notebooks and scripts: `ksniff.audit(paths)` -> tables as pandas DataFrames."""
+"""The Python API for notebooks and scripts: capture files in, the result's tables as pandas DataFrames.
+
+    import ksniff
+    result = ksniff.audit("dump.pcap")      # or a folder, a pathlib.Path, or a list of them
+    result.findings                          # DataFrames: findings, transactions, exchanges, batches
+
+The function lives here, at the top of the house beside the CLI, as `audit_captures`: the name
+`ksniff.audit` is the audit room's (ksniff/audit/), which must not import the engines above it. The call
+`ksniff.audit(...)` is an alias wired by the top package (ksniff/__init__.py), not by the room.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ksniff.result import AuditResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+ENGINES = ("local", "spark")
+PathLike = str | os.PathLike
 
 
 @dataclass(frozen=True)
 class Audit:
-    """One audit's result: `.findings`, `.transactions`, `.exchanges`, `.batches` are DataFrames with the
-    columns of the CSV export; `.result` is the whole AuditResult and `.document` the JSON document."""
+    """One audit's result: `.findings`, `.transactions`, `.exchanges`, `.batches` (and `.records` when
+    asked for) are DataFrames with the columns of the CSV export, their times as UTC datetimes (as in the
+    Parquet export); `.producers` one row per producer; `.result` is the whole AuditResult and
+    `.document` the JSON document (docs/contract.md)."""
 
     result: AuditResult
 
+    def __repr__(self) -> str:
+        r = self.result
+        severities = [f.severity for f in r.findings]
+        worst = ", ".join(f"{severities.count(s)} {s}" for s in ("critical", "warning", "info")
+                          if s in severities)
+        inputs = f"{len(r.inputs)} input" + ("" if len(r.inputs) == 1 else "s")
+        return (f"<ksniff Audit ({r.engine}): {inputs}, {r.capture.kafka_connections} Kafka connections, "
+                f"{len(r.transactions)} transactions, {len(r.findings)} findings"
+                f"{f' ({worst})' if worst else ''}>")
+
     @cached_property
     def _frames(self) -> dict[str, pd.DataFrame]:
-        from ksniff.report.tables import frames
+        from ksniff.report.tables import frames, with_datetimes
 
-        return frames(self.result)
+        return {table: with_datetimes(df, table) for table, df in frames(self.result).items()}
 
     @property
     def findings(self) -> pd.DataFrame:
@@ -41,7 +68,14 @@ class Audit:
         return self._frames["batches"]
 
     @property
+    def records(self) -> pd.DataFrame | None:
+        """Record keys, values and headers: only when the audit was asked for them (`records=True`)."""
+        return self._frames.get("records")
+
+    @property
     def producers(self) -> pd.DataFrame:
+        import pandas as pd
+
         rows = [p.as_contract() for p in self.result.producers]
         return pd.json_normalize(rows) if rows else pd.DataFrame()
 
@@ -50,20 +84,33 @@ class Audit:
         return self.result.as_contract()
 
 
-def audit(paths: str | Sequence[str], *, ports: Sequence[int] = (), txn_timeout_ms: int | None = None,
-          engine: str = "local", master: str = "local[*]", records: bool = False) -> Audit:
-    """Audit capture files or folders. `ports` names the broker ports (default 9092 plus auto-detection).
+def audit_captures(paths: PathLike | Iterable[PathLike], *, ports: int | str | Sequence[int | str] = (),
+                   txn_timeout_ms: int | None = None, engine: str = "local", master: str = "local[*]",
+                   records: bool = False) -> Audit:
+    """Audit capture files or folders (pcap, pcapng; folders recursively) and return an `Audit`.
 
-    Raises ksniff.capture.CaptureError when an input cannot be read.
+    paths: a path (str or pathlib.Path), or a list of them.
+    ports: the broker ports, as an int, a list of ints, or the CLI's text ("9092,19093"); only those
+        ports are then read as Kafka. Default: 9092 plus auto-detection of Kafka on any port.
+    txn_timeout_ms: the hanging-transaction threshold when the producer's own timeout was not seen.
+    engine: "local" (in-process) or "spark" (a PySpark job on `master`).
+    records: also decode record keys, values and headers (`Audit.records`).
+
+    Raises ValueError for an unknown engine or a port out of range, and ksniff.capture.CaptureError
+    when an input cannot be read.
     """
-    from ksniff.config import DEFAULT_PORTS, EngineConfig
-    from ksniff.engine.local import audit_paths
+    from ksniff.config import DEFAULT_PORTS, EngineConfig, parse_ports
 
-    paths = [paths] if isinstance(paths, str) else list(paths)
-    config = EngineConfig(ports=tuple(ports) or DEFAULT_PORTS, auto_detect=not ports,
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}: one of {', '.join(map(repr, ENGINES))}")
+    wanted = parse_ports([ports] if isinstance(ports, int | str) else ports)
+    inputs = [os.fspath(paths)] if isinstance(paths, str | os.PathLike) else [os.fspath(p) for p in paths]
+    config = EngineConfig(ports=wanted or DEFAULT_PORTS, auto_detect=not wanted,
                           txn_timeout_ms=txn_timeout_ms, keep_tables=True, keep_records=records)
     if engine == "spark":
         from ksniff.engine.spark import audit_paths_spark
 
-        return Audit(audit_paths_spark(paths, config, master=master))
-    return Audit(audit_paths(paths, config))
+        return Audit(audit_paths_spark(inputs, config, master=master))
+    from ksniff.engine.local import audit_paths
+
+    return Audit(audit_paths(inputs, config))

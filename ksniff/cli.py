@@ -11,7 +11,7 @@ import click
 
 from ksniff import __version__
 from ksniff.audit import AuditConfig
-from ksniff.config import DEFAULT_PORTS, EngineConfig
+from ksniff.config import DEFAULT_PORTS, EngineConfig, parse_ports
 from ksniff.options import Options, abort
 from ksniff.report.filters import FilterError, ResultFilter, parse_time
 
@@ -19,16 +19,10 @@ _DEFAULT = EngineConfig()
 
 
 def _parse_ports(values: tuple[str, ...]) -> tuple[int, ...]:
-    ports: list[int] = []
-    for value in values:
-        for part in value.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if not part.isdigit() or not 0 < int(part) < 65536:
-                raise click.BadParameter(f"not a TCP port: {part!r}", param_hint="--port")
-            ports.append(int(part))
-    return tuple(dict.fromkeys(ports))
+    try:
+        return parse_ports(values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--port") from None
 
 
 def limit_options(f):

@@ -9,7 +9,7 @@ use in the method of the room it tunes, and the flag in ksniff.options.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,24 @@ from ksniff.decode.frames import DEFAULT_MAX_FRAME
 
 _LIMITS = CaptureLimits()
 
-__all__ = ["DEFAULT_PORTS", "EngineConfig"]
+__all__ = ["DEFAULT_PORTS", "EngineConfig", "parse_ports"]
+
+
+def parse_ports(values: Iterable[str | int]) -> tuple[int, ...]:
+    """Broker ports as the CLI and the Python API take them: numbers, or text of comma-separated
+    numbers (`"9092,19093"`), each in 1-65535; repeated ones once, in order. Raises ValueError naming
+    the first that is not a TCP port."""
+    ports: list[int] = []
+    for value in values:
+        parts = [value] if isinstance(value, int) and not isinstance(value, bool) else str(value).split(",")
+        for part in parts:
+            text = str(part).strip()
+            if not text:
+                continue
+            if not text.isdigit() or not 0 < int(text) < 65536:
+                raise ValueError(f"not a TCP port: {text!r}")
+            ports.append(int(text))
+    return tuple(dict.fromkeys(ports))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,19 +15,3 @@ from ksniff.audit.state import AuditConfig, AuditState
 
 __all__ = ["CONTEXT_KEY", "AuditConfig", "AuditState", "Auditor", "finish", "fold_groups", "is_context",
            "merge_outputs", "producer_key", "producer_keys", "step", "touched_keys"]
-
-
-class _CallableAuditModule(__import__("types").ModuleType):
-    """`ksniff.audit` is both this room and the notebook entry point `ksniff.audit(paths, ...)`.
-
-    The room's name is fixed by the architecture and the call by the Python API users expect; a package
-    attribute cannot be both a module and a function, so the module itself is made callable.
-    """
-
-    def __call__(self, paths, **kwargs):
-        from ksniff.api import audit
-
-        return audit(paths, **kwargs)
-
-
-__import__("sys").modules[__name__].__class__ = _CallableAuditModule
