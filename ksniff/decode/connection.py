@@ -34,7 +34,7 @@ from ksniff.decode.sync import BODY_BAD, response_finder
 from ksniff.decode.values import Struct
 
 if TYPE_CHECKING:
-    from ksniff.decode.decoder import Decoder
+    from ksniff.decode.context import DecodeContext
     from ksniff.decode.schema import Api
 
 PRODUCE = 0
@@ -67,9 +67,9 @@ class Pending:
 class Connection:
     """Decoding state of one Kafka connection (client and broker sides known)."""
 
-    def __init__(self, dec: Decoder, conn: int, client: str, broker: str, client_is_src: bool,
+    def __init__(self, ctx: DecodeContext, conn: int, client: str, broker: str, client_is_src: bool,
                  mid_stream: bool) -> None:
-        self.dec = dec
+        self.ctx = ctx
         self.conn = conn
         self.client = client
         self.broker = broker
@@ -79,11 +79,11 @@ class Connection:
         self.last_correlation: int | None = None
         self.unverified = False
         self.last_ts = 0.0  # of the latest bytes seen: when the capture ends, the connection ends here
-        self.requests = FrameSplitter(min_size=MIN_REQUEST, max_frame=dec.max_frame,
-                                      finder=dec.request_check.finder(lambda: self.last_correlation),
+        self.requests = FrameSplitter(min_size=MIN_REQUEST, max_frame=ctx.max_frame,
+                                      finder=ctx.request_check.finder(lambda: self.last_correlation),
                                       syncing=mid_stream)
-        self.responses = FrameSplitter(min_size=MIN_RESPONSE, max_frame=dec.max_frame,
-                                       finder=response_finder(dec.max_frame, lambda: self.pending.keys(),
+        self.responses = FrameSplitter(min_size=MIN_RESPONSE, max_frame=ctx.max_frame,
+                                       finder=response_finder(ctx.max_frame, lambda: self.pending.keys(),
                                                               self._verify_response),
                                        syncing=mid_stream)
 
@@ -96,7 +96,7 @@ class Connection:
         header = parse_response_header(payload, flexible)
         if header is None:
             return BODY_BAD
-        return self.dec.verify(api, p.api_version, False, payload[header[1]:])
+        return self.ctx.verify(api, p.api_version, False, payload[header[1]:])
 
     # -- stream events -----------------------------------------------------------------------------
 
@@ -115,15 +115,15 @@ class Connection:
             for frame in splitter.feed(data, first_ts, last_ts, offset):
                 self._response(frame, out)
         if splitter.malformed != before:
-            self.dec.stats.errors += splitter.malformed - before
-            self.dec.stats.oversized_frames += splitter.oversized - over
+            self.ctx.stats.errors += splitter.malformed - before
+            self.ctx.stats.oversized_frames += splitter.oversized - over
         return out
 
     def gap(self, from_src: bool, offset: int, length: int, ts: float) -> list[DecodeEvent]:
         to_broker = from_src == self.client_is_src
         (self.requests if to_broker else self.responses).gap()
         self.unverified = True
-        self.dec.stats.resyncs += 1
+        self.ctx.stats.resyncs += 1
         return [ConnectionLost(self.conn, self.client, self.broker, ts, offset, length, to_broker)]
 
     def earliest_ts(self) -> float:
@@ -147,23 +147,23 @@ class Connection:
     # -- requests ----------------------------------------------------------------------------------
 
     def _request(self, frame: Frame, out: list[DecodeEvent]) -> None:
-        dec = self.dec
+        ctx = self.ctx
         payload = frame.payload
         if len(payload) < MIN_REQUEST:
-            dec.stats.errors += 1
+            ctx.stats.errors += 1
             return
         api_key, api_version = _API_HEAD(payload, 0)
-        api = dec.apis.get(api_key)
+        api = ctx.apis.get(api_key)
         head = request_head(payload, api is not None and api.flexible.contains(api_version))
         if head is None:
-            dec.stats.errors += 1
+            ctx.stats.errors += 1
             return
         correlation_id, client_id, body_offset = head
         name = api.name if api is not None else f"Unknown{api_key}"
-        counts = dec.count(name, api_version)
+        counts = ctx.count(name, api_version)
         counts.requests += 1
-        dec.stats.requests += 1
-        body, error = dec.decode(api, api_version, True, payload[body_offset:])
+        ctx.stats.requests += 1
+        body, error = ctx.decode(api, api_version, True, payload[body_offset:])
         if error is not None:
             counts.not_decoded(error)
         self.last_correlation = correlation_id
@@ -177,20 +177,20 @@ class Connection:
         if old is not None:  # a reused correlation id: the older request was never answered
             out.append(self._unanswered(old))
         self.pending[correlation_id] = pending
-        if len(self.pending) > dec.max_in_flight:
-            dec.stats.in_flight_evicted += 1
+        if len(self.pending) > ctx.max_in_flight:
+            ctx.stats.in_flight_evicted += 1
             out.append(self._unanswered(self.pending.pop(next(iter(self.pending)))))
 
     # -- responses ---------------------------------------------------------------------------------
 
     def _response(self, frame: Frame, out: list[DecodeEvent]) -> None:
-        dec = self.dec
+        ctx = self.ctx
         payload = frame.payload
         correlation_id = _CORRELATION(payload, 0)[0]
-        dec.stats.responses += 1
+        ctx.stats.responses += 1
         pending = self.pending.pop(correlation_id, None)
         if pending is None:
-            dec.stats.unmatched_responses += 1
+            ctx.stats.unmatched_responses += 1
             return
         # Kafka answers in order: whatever was sent before this request will never be answered now.
         while self.pending:
@@ -202,15 +202,15 @@ class Connection:
         flexible = (api is not None and api.flexible.contains(pending.api_version)
                     and not api.response_header_v0)
         header = parse_response_header(payload, flexible)
-        counts = dec.count(pending.api_name, pending.api_version)
+        counts = ctx.count(pending.api_name, pending.api_version)
         counts.responses += 1
         counts.exchanges += 1
-        dec.stats.exchanges += 1
+        ctx.stats.exchanges += 1
         if header is None:
-            dec.stats.errors += 1
+            ctx.stats.errors += 1
             body, error = None, "malformed: response header"
         else:
-            body, error = dec.decode(api, pending.api_version, False, payload[header[1]:])
+            body, error = ctx.decode(api, pending.api_version, False, payload[header[1]:])
         if error is not None:
             counts.not_decoded(error)
         if body is not None and pending.api_key == METADATA:
@@ -222,12 +222,12 @@ class Connection:
             topic_id = getattr(topic, "topic_id", None)
             name = getattr(topic, "name", None)
             if topic_id is not None and topic_id != ZERO_UUID and name:
-                self.dec.topic_names[topic_id] = name
+                self.ctx.topic_names[topic_id] = name
 
     # -- exchanges ---------------------------------------------------------------------------------
 
     def _unanswered(self, p: Pending) -> Exchange:
-        self.dec.stats.unmatched_requests += 1
+        self.ctx.stats.unmatched_requests += 1
         return self._exchange(p, None, None, None, "unanswered")
 
     def _exchange(self, p: Pending, response: Struct | None, response_error: str | None,
@@ -250,7 +250,7 @@ class Connection:
                  ) -> tuple[FetchedPartition, ...]:
         """Each partition of a Fetch answer with the offset the request asked it from."""
         request = p.body
-        names = self.dec.topic_names
+        names = self.ctx.topic_names
         asked: dict[tuple[Any, int], int] = {}
         for topic in request.topics:
             key = _topic_key(topic, "topic")
@@ -279,7 +279,7 @@ class Connection:
     def _produced(self, p: Pending, response: Struct | None, response_ts: float | None, unverified: bool
                   ) -> tuple[ProducedBatch, ...]:
         request = p.body
-        names = self.dec.topic_names
+        names = self.ctx.topic_names
         answers: dict[tuple[Any, int], Any] = {}
         if response is not None:
             for topic in getattr(response, "responses", ()) or ():

@@ -1,0 +1,136 @@
+"""What every Kafka connection of a run shares: body decoding, the counters, the caps, topic names.
+
+A Connection (ksniff.decode.connection) is given this context, not the Decoder that owns it: the
+decoder routes stream events to connections, the context is all a connection needs back.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ksniff.decode import compiled
+from ksniff.decode.events import ApiCounts, DecodeStats
+from ksniff.decode.frames import parse_request_header
+from ksniff.decode.reader import DecodeError
+from ksniff.decode.schema import Api
+from ksniff.decode.sync import BODY_BAD, BODY_OK, RequestCheck, body_verdict
+from ksniff.decode.values import Struct
+
+BodyDecoder = Callable[[Api, int, bool, Any], Struct]
+
+
+class DecodeContext:
+    """Body decoding (the generated decoders, or a `body_decoder` given in, e.g. the interpreter in
+    tests), the run's DecodeStats and per-API counts, the frame and in-flight caps, and the topic names
+    learnt from Metadata responses anywhere in the run."""
+
+    def __init__(self, apis: Mapping[int, Api], *, max_frame: int, max_in_flight: int, keep_records: bool,
+                 body_decoder: BodyDecoder | None = None) -> None:
+        self.apis = apis
+        self.max_frame = max_frame
+        self.max_in_flight = max_in_flight
+        self.keep_records = keep_records
+        # With the default (compiled) decoders, `decode` calls each generated function directly through
+        # `_bodies`; a decoder passed in (the interpreter, in tests) goes through `body_decoder` always.
+        self._compiled = body_decoder is None
+        self._counts: dict[tuple[str, int], ApiCounts] = {}
+        self._bodies: dict[tuple[int, int, bool], tuple[Api | None, Any, str | None]] = {}
+        if body_decoder is None:
+            body_decoder = (functools.partial(compiled.decode_body, keep_records=True) if keep_records
+                            else compiled.decode_body)
+        self.body_decoder: BodyDecoder = body_decoder
+        self.request_check = RequestCheck(apis, max_frame, verify=self.verify_request)
+        self.stats = DecodeStats(by_api={})
+        self.topic_names: dict[Any, str] = {}
+
+    def topic_name(self, topic_id: Any) -> str:
+        """A topic id's name when a Metadata response told it, else the id as a string."""
+        return self.topic_names.get(topic_id, str(topic_id))
+
+    def count(self, name: str, version: int) -> ApiCounts:
+        hit = self._counts.get((name, version))  # once per frame: skip the versions set after the first
+        if hit is not None:
+            return hit
+        hit = self._counts[(name, version)] = self._count(name, version)
+        return hit
+
+    def _count(self, name: str, version: int) -> ApiCounts:
+        by_api = self.stats.by_api
+        c = by_api.get(name)
+        if c is None:
+            c = by_api[name] = ApiCounts(versions=set())
+        c.versions.add(version)
+        return c
+
+    def decode(self, api: Api | None, version: int, is_request: bool, body: memoryview
+               ) -> tuple[Struct | None, str | None]:
+        if self._compiled:  # twice per exchange: one dict lookup, then the generated function
+            key = (id(api), version, is_request)
+            plan = self._bodies.get(key)
+            if plan is None or plan[0] is not api:
+                plan = self._bodies[key] = (api, *self._plan(api, version, is_request))
+            _, fn, reason = plan
+            if fn is None:
+                self.stats.undecoded_bodies += 1
+                return None, reason
+            try:
+                value, end = fn(body)
+            except Exception:  # noqa: BLE001 - rare: the general path below words the error
+                pass
+            else:
+                if end != len(body):  # bytes the schema does not define: the body is still what it says
+                    self.stats.bodies_with_leftover += 1
+                    self.stats.leftover_bytes += len(body) - end
+                return value, None
+        return self._decode(api, version, is_request, body)
+
+    def _plan(self, api: Api | None, version: int, is_request: bool) -> tuple[Any, str | None]:
+        """(generated decoder, None), or (None, why the body is not decoded): `_decode`'s checks, once."""
+        reason = self._undecodable(api, version)
+        if reason is not None:
+            return None, reason
+        return compiled.decoder_for(api, version, is_request, self.keep_records), None
+
+    @staticmethod
+    def _undecodable(api: Api | None, version: int) -> str | None:
+        if api is None:
+            return "unknown_api"
+        if api.extra.get("body") == "skipped" or not (api.request or api.response):
+            return "skipped_api"
+        if not api.valid.contains(version):
+            # Never guess a newer (or retired) version's layout from one we know.
+            return "unknown_version"
+        return None
+
+    def _decode(self, api: Api | None, version: int, is_request: bool, body: memoryview
+                ) -> tuple[Struct | None, str | None]:
+        reason = self._undecodable(api, version)
+        if reason is not None:
+            self.stats.undecoded_bodies += 1
+            return None, reason
+        try:
+            return self.body_decoder(api, version, is_request, body), None
+        except DecodeError as e:
+            self.stats.errors += 1
+            return None, f"malformed: {e}"
+        except Exception as e:  # noqa: BLE001 - untrusted bytes must never stop the run
+            self.stats.errors += 1
+            return None, f"malformed: {type(e).__name__}: {e}"
+
+    def verify(self, api: Api | None, version: int, is_request: bool, body: memoryview) -> int:
+        """Resynchronisation's test of a candidate frame's body (`sync.body_verdict`); bodies that are
+        never decoded pass."""
+        if api is None or api.extra.get("body") == "skipped" or not api.valid.contains(version):
+            return BODY_OK
+        return body_verdict(functools.partial(self.body_decoder, api, version, is_request), body)
+
+    def verify_request(self, payload: memoryview) -> int:
+        api_key, api_version = struct.unpack_from(">hh", payload, 0)
+        api = self.apis.get(api_key)
+        header = parse_request_header(payload, api is not None and api.flexible.contains(api_version))
+        if header is None:
+            return BODY_BAD
+        return self.verify(api, api_version, True, payload[header.body_offset:])
