@@ -1,8 +1,9 @@
 """The export formats behind `--json`, `--csv DIR` and `--parquet DIR`, one interface for all three.
 
-Every file is written to a temporary file in its own directory and then renamed over the target, so a
-reader (or an interrupted run) never sees half a file: either the previous file or the whole new one.
-Failures to write come out as `ReportError` with one line the CLI can print as is.
+Every file is written to a temporary file in its own directory and then renamed over the target
+(ksniff.report.atomic), so a reader (or an interrupted run) never sees half a file: either the previous
+file or the whole new one. Failures to write come out as `ReportError` with one line the CLI can print
+as is.
 
 CSV: one file per table (`exchanges.csv`, `batches.csv`, `transactions.csv`, `findings.csv`). Each time
 column keeps its float epoch seconds (exact, and the same number as in the JSON) and gains a
@@ -16,33 +17,25 @@ Parquet: the same four tables; time columns are `timestamp[us, tz=UTC]`.
 
 Both table formats are written in chunks by ksniff.report.stream (the local engine feeds it while it runs,
 so no table is held whole); each directory's files are renamed into place together once all are written.
-`csv_frame` remains the reference for the CSV layout.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ksniff.report import tables
+from ksniff.report.atomic import ReportError, ensure_parent, write_atomically
+from ksniff.report.stream import write_tables
 
 if TYPE_CHECKING:
-    import pandas as pd  # only the table exports need pandas; tables.py imports it when they run
-
     from ksniff.result import AuditResult
 
+__all__ = ["FORMATS", "STDOUT", "OutputFormat", "ReportError", "json_text", "write_csv", "write_json",
+           "write_outputs", "write_parquet"]
+
 STDOUT = "-"
-UTC_SUFFIX = "_utc"
-CSV_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-class ReportError(Exception):
-    """An export could not be written; the message is one line, fit for `ksniff: error: ...`."""
 
 
 class OutputFormat(Protocol):
@@ -53,69 +46,8 @@ class OutputFormat(Protocol):
     def write(self, result: AuditResult, target: str) -> None: ...
 
 
-def _reason(err: OSError) -> str:
-    return err.strerror or err.__class__.__name__
-
-
-@contextmanager
-def atomic_file(path: str, mode: str = "w") -> Iterator[IO]:
-    """A temporary file beside `path`, renamed onto it only when the block finishes without error."""
-    tmp, fd = _create_temporary(path)
-    try:
-        text = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
-        with os.fdopen(fd, mode, **text) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())  # the rename must not land before the data does
-        os.replace(tmp, path)
-    except BaseException:  # also KeyboardInterrupt: the point is never to leave a partial file
-        _unlink_quietly(tmp)
-        raise
-
-
-def _create_temporary(path: str) -> tuple[str, int]:
-    # Not tempfile.mkstemp: its files are 0600, and an export should get the mode the umask gives.
-    directory, name = os.path.split(os.path.abspath(path))
-    while True:
-        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            continue
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _write_atomically(path: str, write: Callable[[IO], None], mode: str = "w") -> None:
-    try:
-        with atomic_file(path, mode) as fh:
-            write(fh)
-    except OSError as err:
-        raise ReportError(f"cannot write {path}: {_reason(err)}") from err
-
-
-def _ensure_dir(directory: str) -> None:
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as err:
-        raise ReportError(f"cannot create directory {directory}: {_reason(err)}") from err
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ReportError(f"cannot write into {directory}: permission denied")
-
-
-def _ensure_parent(path: str) -> None:
-    parent = os.path.dirname(path)
-    if parent:
-        _ensure_dir(parent)
-
-
 def json_text(result: AuditResult) -> str:
-    """The JSON document of CONTRACT.md, whole, ending with a newline."""
+    """The JSON document of docs/contract.md, whole, ending with a newline."""
     try:
         return _two_levels(result.as_contract()) + "\n"
     except (TypeError, ValueError) as err:
@@ -155,22 +87,8 @@ class JsonFormat:
             sys.stdout.write(text)
             sys.stdout.flush()
             return
-        _ensure_parent(target)
-        _write_atomically(target, lambda fh: fh.write(text))
-
-
-def csv_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
-    """The CSV layout of a table: each time column followed by its `_utc` text twin."""
-    from ksniff.report.cells import neutral
-
-    out = df.copy()
-    for col, dtype in tables.SCHEMAS[table].items():
-        if dtype == "string":  # text people open in a spreadsheet: no formula, no control character
-            out[col] = out[col].map(neutral, na_action="ignore").astype("string")
-    for col in tables.TIME_COLUMNS[table]:
-        text = tables.utc_timestamps(df[col]).dt.strftime(CSV_TIME_FORMAT)
-        out.insert(out.columns.get_loc(col) + 1, col + UTC_SUFFIX, text.astype("string"))
-    return out
+        ensure_parent(target)
+        write_atomically(target, lambda fh: fh.write(text))
 
 
 class CsvFormat:
@@ -178,8 +96,6 @@ class CsvFormat:
 
     def write(self, result: AuditResult, target: str) -> None:
         # The tables are written in chunks by ksniff.report.stream, as the local engine does while it runs.
-        from ksniff.report.stream import write_tables
-
         write_tables(result, csv_dir=target)
 
 
@@ -187,8 +103,6 @@ class ParquetFormat:
     name = "parquet"
 
     def write(self, result: AuditResult, target: str) -> None:
-        from ksniff.report.stream import write_tables
-
         write_tables(result, parquet_dir=target)
 
 
@@ -199,8 +113,8 @@ class HtmlFormat:
         from ksniff.report.html import html_report  # the page's renderer: only when one is asked for
 
         text = html_report(result)
-        _ensure_parent(target)
-        _write_atomically(target, lambda fh: fh.write(text))
+        ensure_parent(target)
+        write_atomically(target, lambda fh: fh.write(text))
 
 
 FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JsonFormat(), CsvFormat(), ParquetFormat(),

@@ -2,8 +2,9 @@
 
 The engine hands over the rows of `exchanges` and `batches` (and `records` with --records) as it releases
 exchanges, in request-time order. They are buffered per table and written in chunks of `CHUNK_ROWS`, each
-to a temporary file beside its target: CSV through the csv module (cell for cell what
-`formats.csv_frame` gives through pandas, without importing pandas), Parquet through one
+to a temporary file beside its target (ksniff.report.atomic): CSV through the csv module (cell for cell
+what pandas' `to_csv` writes, which tests/report/test_report_stream.py holds it to, without importing
+pandas), Parquet through one
 `pyarrow.parquet.ParquetWriter` per table, a row group per chunk. `transactions` and `findings` are small
 and come with the result at the end. Only when every table is complete are the temporary files renamed
 onto their targets; an error or an interrupt before that removes them and leaves the previous exports as
@@ -26,18 +27,12 @@ from datetime import datetime, timedelta, timezone
 from typing import IO, Any
 
 from ksniff.report import tables
+from ksniff.report.atomic import ReportError, create_temporary, ensure_dir, reason, unlink_quietly
 from ksniff.report.cells import neutral
-from ksniff.report.formats import (
-    CSV_TIME_FORMAT,
-    UTC_SUFFIX,
-    ReportError,
-    _create_temporary,
-    _ensure_dir,
-    _reason,
-    _unlink_quietly,
-)
 from ksniff.result import AuditResult
 
+UTC_SUFFIX = "_utc"  # each CSV time column is followed by its text twin `<name>_utc`
+CSV_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # ISO 8601 in UTC with microseconds (see ksniff.report.formats)
 CHUNK_ROWS = 4096  # rows per write and per Parquet row group: memory stays near pandas' own footprint
 STREAMED = ("exchanges", "batches", "records")  # tables whose rows come during the run
 AT_END = ("transactions", "findings")
@@ -52,7 +47,7 @@ class _TableFile:
     def __init__(self, directory: str, table: str) -> None:
         self.table = table
         self.path = os.path.join(directory, f"{table}.{self.suffix}")
-        self.tmp, fd = _create_temporary(self.path)
+        self.tmp, fd = create_temporary(self.path)
         self.fh: IO = self._open(fd)
         self.rows = 0
         self.last = None  # the highest sort value written so far
@@ -97,7 +92,7 @@ class _TableFile:
             self.fh.close()
         except Exception:  # noqa: BLE001 - a file being thrown away may fail to flush; it goes anyway
             pass
-        _unlink_quietly(self.tmp)
+        unlink_quietly(self.tmp)
 
 
 def _sort_value(value: float | None) -> float:
@@ -111,8 +106,9 @@ def _fsync_close(fh: IO) -> None:
 
 
 class _CsvTable(_TableFile):
-    """The layout of `formats.csv_frame` written by pandas, cell for cell, but through the csv module
-    (which pandas itself writes with): importing pandas alone would take 100 MiB, more than the rows."""
+    """The CSV layout (each time column followed by its `_utc` text, text cells neutralised) that pandas
+    would write, cell for cell, but through the csv module (which pandas itself writes with): importing
+    pandas alone would take 100 MiB, more than the rows."""
 
     suffix = "csv"
 
@@ -171,7 +167,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _utc_cell(value: Any) -> str:
-    """`formats.CSV_TIME_FORMAT`, from the time rounded to whole microseconds (as
+    """`CSV_TIME_FORMAT`, from the time rounded to whole microseconds (as
     `tables.utc_timestamps` does). strftime once per second of capture: it was most of the export."""
     if not tables.in_calendar(value):  # also None and NaN
         return ""
@@ -332,14 +328,14 @@ class TableExport:
             raise
 
     def _open(self, kind: str, directory: str) -> None:
-        _ensure_dir(directory)
+        ensure_dir(directory)
         names = [*STREAMED[:2], *STREAMED[2:] * self._records, *AT_END]
         for table in names:
             path = os.path.join(directory, f"{table}.{kind}")
             try:
                 f = _KINDS[kind](directory, table)
             except OSError as err:
-                raise ReportError(f"cannot write {path}: {_reason(err)}") from err
+                raise ReportError(f"cannot write {path}: {reason(err)}") from err
             self._files.append(f)
             self._streamed.setdefault(table, []).append(f)
         self._stale += [os.path.join(directory, f"{table}.{kind}") for table in tables.SCHEMAS
@@ -371,7 +367,7 @@ class TableExport:
         try:
             action(*args)
         except OSError as err:
-            raise ReportError(f"cannot write {f.path}: {_reason(err)}") from err
+            raise ReportError(f"cannot write {f.path}: {reason(err)}") from err
         except (TypeError, ValueError) as err:
             raise ReportError(f"cannot build the tables: {err}") from err
 
@@ -397,9 +393,9 @@ class TableExport:
         # sit beside tables it does not belong to. Only ksniff's own table names are removed.
         for path in self._stale:
             try:
-                _unlink_quietly(path)
+                unlink_quietly(path)
             except OSError as err:
-                raise ReportError(f"cannot remove {path}, a table of an earlier run: {_reason(err)}") from err
+                raise ReportError(f"cannot remove {path}, a table of an earlier run: {reason(err)}") from err
 
     def discard(self) -> None:
         if not self._done:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from ksniff.audit.model import Finding
-from ksniff.report import formats, tables
+from ksniff.report import atomic, tables
 from ksniff.report.formats import ReportError, write_csv, write_json, write_outputs, write_parquet
 
 TOP_KEYS = {"version", "inputs", "capture", "decode", "producers", "transactions", "findings"}
@@ -81,7 +81,7 @@ def test_failure_midway_through_a_file_removes_the_temporary_file(tmp_path, inte
         raise interruption("interrupted")
 
     with pytest.raises(interruption):
-        formats._write_atomically(str(target), write_half)
+        atomic.write_atomically(str(target), write_half)
     assert os.listdir(tmp_path) == []
 
 

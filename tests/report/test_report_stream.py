@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from ksniff.report import stream, tables
-from ksniff.report.formats import csv_frame
-from ksniff.report.stream import TableExport, write_tables
+from ksniff.report.cells import neutral
+from ksniff.report.stream import CSV_TIME_FORMAT, UTC_SUFFIX, TableExport, write_tables
 from ksniff.report.timeline import ProducerRows, producer_timeline
 
 from .conftest import T0
@@ -21,8 +21,21 @@ from .conftest import T0
 TABLES = ("exchanges", "batches", "transactions", "findings")
 
 
+def csv_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
+    """The CSV layout built with pandas, independently of the writer: each time column followed by its
+    `_utc` text twin, text cells neutralised for spreadsheets."""
+    out = df.copy()
+    for col, dtype in tables.SCHEMAS[table].items():
+        if dtype == "string":
+            out[col] = out[col].map(neutral, na_action="ignore").astype("string")
+    for col in tables.TIME_COLUMNS[table]:
+        text = tables.utc_timestamps(df[col]).dt.strftime(CSV_TIME_FORMAT)
+        out.insert(out.columns.get_loc(col) + 1, col + UTC_SUFFIX, text.astype("string"))
+    return out
+
+
 def _pandas_csv(rows, table) -> str:
-    """What the whole-table export wrote (pandas), the reference for the chunked writer."""
+    """What pandas writes for the table, the reference for the chunked writer."""
     buf = io.StringIO()
     csv_frame(tables.frame(rows, table), table).to_csv(buf, index=False)
     return buf.getvalue()

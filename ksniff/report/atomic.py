@@ -1,0 +1,87 @@
+"""Writing export files so that no reader ever sees half of one, with one-line errors.
+
+Every export (ksniff.report.formats, ksniff.report.stream) writes to a temporary file in the target's
+own directory and renames it over the target once complete: a reader, or a run interrupted half way,
+sees either the previous file or the whole new one. A failure is a `ReportError` whose message is one
+line the CLI prints as is.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO
+
+__all__ = ["ReportError", "atomic_file", "create_temporary", "ensure_dir", "ensure_parent", "reason",
+           "unlink_quietly", "write_atomically"]
+
+
+class ReportError(Exception):
+    """An export could not be written; the message is one line, fit for `ksniff: error: ...`."""
+
+
+def reason(err: OSError) -> str:
+    """The OS's words for a failed write, for a one-line error."""
+    return err.strerror or err.__class__.__name__
+
+
+@contextmanager
+def atomic_file(path: str, mode: str = "w") -> Iterator[IO]:
+    """A temporary file beside `path`, renamed onto it only when the block finishes without error."""
+    tmp, fd = create_temporary(path)
+    try:
+        text = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
+        with os.fdopen(fd, mode, **text) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())  # the rename must not land before the data does
+        os.replace(tmp, path)
+    except BaseException:  # also KeyboardInterrupt: the point is never to leave a partial file
+        unlink_quietly(tmp)
+        raise
+
+
+def create_temporary(path: str) -> tuple[str, int]:
+    """A new temporary file beside `path` (hidden, unique): its name and an open descriptor."""
+    # Not tempfile.mkstemp: its files are 0600, and an export should get the mode the umask gives.
+    directory, name = os.path.split(os.path.abspath(path))
+    while True:
+        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+
+
+def unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def write_atomically(path: str, write: Callable[[IO], None], mode: str = "w") -> None:
+    """`write(fh)` into `path` through atomic_file; a failure is a ReportError."""
+    try:
+        with atomic_file(path, mode) as fh:
+            write(fh)
+    except OSError as err:
+        raise ReportError(f"cannot write {path}: {reason(err)}") from err
+
+
+def ensure_dir(directory: str) -> None:
+    """The directory exists (made if need be) and can be written into, or a ReportError."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        raise ReportError(f"cannot create directory {directory}: {reason(err)}") from err
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ReportError(f"cannot write into {directory}: permission denied")
+
+
+def ensure_parent(path: str) -> None:
+    parent = os.path.dirname(path)
+    if parent:
+        ensure_dir(parent)
