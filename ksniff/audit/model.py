@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ksniff.capture.slots import fast_init
+from ksniff.common.codegen import fast_init
 
 
 class Severity(str, Enum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ksniff.capture.slots import fast_init
+from ksniff.common.codegen import fast_init
 from ksniff.common.counters import MAX, MIN
 
 

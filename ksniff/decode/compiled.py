@@ -13,6 +13,7 @@ import struct
 import uuid
 from typing import Any
 
+from ksniff.common.codegen import define
 from ksniff.decode import interp
 from ksniff.decode.reader import Incomplete, Malformed, Reader
 from ksniff.decode.records import parse_batches, parse_batches_keeping_records
@@ -277,10 +278,8 @@ def compile_body(api: Api, version: int, is_request: bool, keep_records: bool = 
     top = gen.struct_fn(fields, interp.message_class(api, is_request))
     source = "\n".join(gen.funcs)
     source += f"\ndef decode(buf):\n    return {top}(buf, 0, len(buf))\n"
-    code = compile(source, f"<ksniff {api.name} v{version} {'request' if is_request else 'response'}>",
-                   "exec")
-    exec(code, gen.ns)  # noqa: S102 - source generated from our own tables, never from input bytes
-    fn = gen.ns["decode"]
+    fn = define(source, "decode", gen.ns,
+                f"<ksniff {api.name} v{version} {'request' if is_request else 'response'}>")
     fn.source = source
     return fn
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ksniff.capture.slots import fast_init
+from ksniff.common.codegen import fast_init
 
 
 @fast_init

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import IO, Any
 
+from ksniff.common.codegen import define
 from ksniff.report import tables
 from ksniff.report.atomic import ReportError, create_temporary, ensure_dir, reason, unlink_quietly
 from ksniff.report.cells import neutral
@@ -246,8 +247,8 @@ def _line_function(cells: list[tuple[str, str, Any]]):
     for i, (_name, column, cell) in enumerate(cells):
         namespace[f"_cell{i}"] = cell
         parts.append(f"_cell{i}(row[{column!r}])")
-    exec(f"def line(row):\n    return ({', '.join(parts)},)\n", namespace)  # noqa: S102 - schema names
-    return namespace["line"]
+    return define(f"def line(row):\n    return ({', '.join(parts)},)\n", "line", namespace,
+                  "<ksniff CSV row>")
 
 
 class _ParquetTable(_TableFile):

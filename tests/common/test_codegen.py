@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ksniff.audit.model import Finding
-from ksniff.capture.slots import fast_init
+from ksniff.common.codegen import fast_init
 
 
 @fast_init
