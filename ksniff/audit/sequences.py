@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from enum import Enum
 
-SEQ_MOD = 1 << 31  # sequences wrap after 2^31 - 1
+from ksniff.decode.events import SEQUENCE_MODULUS as SEQ_MOD
+from ksniff.decode.events import last_sequence as _batch_last_sequence
 
 
 class Placement(str, Enum):
@@ -21,7 +22,8 @@ class Placement(str, Enum):
 
 
 def last_sequence(base: int, records: int) -> int:
-    return (base + max(records, 1) - 1) % SEQ_MOD
+    """The last sequence of `records` records from `base` (at least one: an empty batch still takes one)."""
+    return _batch_last_sequence(base, max(records, 1) - 1)
 
 
 def next_sequence(last: int) -> int:

@@ -14,6 +14,16 @@ from typing import Any
 
 from ksniff.common.codegen import fast_init
 
+SEQUENCE_MODULUS = 1 << 31  # producer sequences are int32 and wrap from 2^31 - 1 to 0
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """The sequence of a batch's last record, as Kafka computes it (base + last offset delta, wrapped);
+    -1 for a batch without sequences (idempotence off)."""
+    if base_sequence < 0:
+        return -1
+    return (base_sequence + last_offset_delta) % SEQUENCE_MODULUS
+
 
 @fast_init
 @dataclass(frozen=True, slots=True)

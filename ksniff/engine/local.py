@@ -23,7 +23,7 @@ from ksniff.capture import read_files
 from ksniff.capture.events import ConnectionOpened, StreamChunk
 from ksniff.config import EngineConfig
 from ksniff.decode.events import DecodeEvent, Exchange
-from ksniff.report.tables import batch_row, exchange_row, record_rows
+from ksniff.decode.rows import batch_row, exchange_row, record_rows
 from ksniff.result import AuditResult
 
 PROGRESS_SECONDS = 0.1  # between two progress reports: often enough for a rate and an ETA

@@ -198,8 +198,8 @@ def _tables(rows: list[dict], last_event: float, conns: dict[int, int], config: 
             ) -> tuple[list[dict], list[dict], list[dict] | None]:
     """Exchange, batch and record rows in the in-process engine's order: audit order (records stay in
     it; AuditResult.of_run sorts exchanges and batches stably by time)."""
+    from ksniff.decode.rows import batch_row, exchange_row, record_rows
     from ksniff.engine.spark_tasks import renumber
-    from ksniff.report.tables import batch_row, exchange_row, record_rows
 
     exchanges: list[dict] = []
     batches: list[dict] = []

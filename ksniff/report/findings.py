@@ -14,9 +14,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from ksniff.audit.codes import error_name
 from ksniff.audit.groups import fold_findings
 from ksniff.audit.model import Finding
-from ksniff.report.tables import error_name
 from ksniff.report.text import clock, more, plural, producer_label, shown, shown_message
 
 SEVERITIES = ("critical", "warning", "info")

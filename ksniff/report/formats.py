@@ -25,7 +25,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Protocol
 
-from ksniff.report import tables
+from ksniff.common.cells import json_default
 from ksniff.report.atomic import ReportError, ensure_parent, write_atomically
 from ksniff.report.stream import write_tables
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ksniff.result import AuditResult
 
 __all__ = ["FORMATS", "STDOUT", "OutputFormat", "ReportError", "json_text", "write_csv", "write_json",
-           "write_outputs", "write_parquet"]
+           "write_html", "write_outputs", "write_parquet"]
 
 STDOUT = "-"
 
@@ -56,7 +56,7 @@ def json_text(result: AuditResult) -> str:
 
 # No indent: json then uses its C encoder. With `indent` it falls back to a pure-Python one, three times
 # slower, which made writing the document a twentieth of a whole audit of many small transactions.
-_ONE_LINE = json.JSONEncoder(default=tables.json_default, separators=(", ", ": ")).encode
+_ONE_LINE = json.JSONEncoder(default=json_default, separators=(", ", ": ")).encode
 
 
 def _two_levels(doc: dict) -> str:

@@ -18,7 +18,7 @@ import pytest
 from ksniff.audit.model import Finding, ProducerSummary, Transaction
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.decode.events import ApiCounts, DecodeStats, Exchange, ProducedBatch, RecordBatchHeader
-from ksniff.report.tables import TableRows
+from ksniff.decode.rows import batch_row, exchange_row
 from ksniff.result import AuditResult
 
 T0 = 1714564800.0  # 2024-05-01 12:00:00 UTC
@@ -203,11 +203,10 @@ def sample_findings() -> list[Finding]:
 
 
 def sample_result() -> AuditResult:
-    rows = TableRows()
-    # Responses arrive out of request order; the accumulator sorts at the end.
-    for ex in reversed(sample_exchanges()):
-        rows.add(ex)
-    exchanges, batches = rows.finish()
+    # Responses arrive out of request order; the result holds its rows sorted by time (stably).
+    late_first = list(reversed(sample_exchanges()))
+    exchanges = sorted((exchange_row(ex) for ex in late_first), key=lambda r: r["ts"])
+    batches = sorted((batch_row(b) for ex in late_first for b in ex.batches), key=lambda r: r["ts"])
     by_api = {
         "Produce": ApiCounts(requests=26, responses=26, exchanges=26, versions={9}),
         "InitProducerId": ApiCounts(requests=2, responses=2, exchanges=2, versions={4}),

@@ -1,12 +1,17 @@
-"""Row builders and frames: the columns CONTRACT.md promises, stable dtypes, sorted by time."""
+"""Row builders and frames: the columns docs/contract.md promises, stable dtypes, sorted by time."""
 
 import json
 
 import pandas as pd
 import pytest
 
+from ksniff.audit.model import AuditOutput
+from ksniff.capture.events import CaptureStats
+from ksniff.decode.events import DecodeStats, last_sequence
+from ksniff.decode.rows import batch_row, exchange_row
 from ksniff.report import tables
-from ksniff.report.tables import TableRows, batch_row, exchange_row, finding_row, frames, transaction_row
+from ksniff.report.tables import finding_row, frames, transaction_row
+from ksniff.result import AuditResult
 
 
 def test_exchange_row_has_exactly_the_documented_columns(exchanges):
@@ -44,8 +49,8 @@ def test_batch_row(exchanges):
 
 
 def test_last_sequence_wraps_like_kafka():
-    assert tables.last_sequence(2**31 - 2, 4) == 2
-    assert tables.last_sequence(-1, 4) == -1
+    assert last_sequence(2**31 - 2, 4) == 2
+    assert last_sequence(-1, 4) == -1
 
 
 def test_transaction_and_finding_rows(result):
@@ -58,10 +63,14 @@ def test_transaction_and_finding_rows(result):
     assert json.loads(finding["evidence"]) == result.findings[0].evidence
 
 
-def test_accumulator_sorts_by_request_time_and_expands_batches(exchanges):
-    rows = TableRows()
-    rows.extend(reversed(exchanges))
-    ex_rows, batch_rows = rows.finish()
+def test_every_engine_result_sorts_rows_by_request_time(exchanges):
+    """Exchanges complete in response order; AuditResult.of_run, which every engine ends with, sorts."""
+    late_first = list(reversed(exchanges))
+    result = AuditResult.of_run(
+        "local", inputs=[], capture=CaptureStats(), decode=DecodeStats(), output=AuditOutput((), (), ()),
+        warnings=[], exchanges=[exchange_row(e) for e in late_first],
+        batches=[batch_row(b) for e in late_first for b in e.batches])
+    ex_rows, batch_rows = result.exchanges, result.batches
     assert len(ex_rows) == len(exchanges)
     assert len(batch_rows) == sum(len(e.batches) for e in exchanges)
     assert [r["ts"] for r in ex_rows] == sorted(e.request_ts for e in exchanges)
