@@ -11,12 +11,11 @@ everything, makes that room's module object callable: `ksniff.audit(...)` runs t
 `help(ksniff.audit)` shows the function's documentation first. The room itself knows nothing of this.
 """
 
-__version__ = "0.1.0"
+import inspect as _inspect
+import types as _types
 
-import inspect as _inspect  # noqa: E402
-import types as _types  # noqa: E402
-
-from ksniff import audit as _room  # noqa: E402
+from ksniff import audit as _room
+from ksniff.common.version import VERSION as __version__
 
 __all__ = ["__version__", "audit", "audit_captures"]
 

@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from ksniff import __version__
 from ksniff.audit import AuditConfig
+from ksniff.common.version import VERSION as __version__
 from ksniff.config import DEFAULT_PORTS, EngineConfig, parse_ports
 from ksniff.options import Options, abort
 from ksniff.report.filters import FilterError, ResultFilter, parse_time

@@ -10,10 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
 
-from ksniff import __version__
 from ksniff.audit.groups import fold_findings, group_contract
 from ksniff.audit.model import AuditOutput, Finding, ProducerSummary, Transaction
 from ksniff.capture.events import CaptureStats, InputInfo
+from ksniff.common.version import VERSION as __version__
 from ksniff.decode.events import DecodeStats
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import ksniff
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # ksniff/, shipped to the workers
 
 
 class SparkUnavailable(RuntimeError):
@@ -76,7 +76,7 @@ def shuffle_partitions(total_bytes: int, parallelism: int) -> int:
 
 def package_zip(workdir: str) -> str:
     """ksniff's own package as a zip, for executors that do not have it installed."""
-    root = Path(ksniff.__file__).resolve().parent
+    root = PACKAGE_DIR
     target = os.path.join(workdir, "ksniff.zip")
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
         for path in sorted(root.rglob("*.py")):
@@ -134,7 +134,7 @@ class Session:
                    .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}"))
         if is_local(self.master):
             # Local workers import ksniff from where the driver did, without a zip round trip.
-            here = str(Path(ksniff.__file__).resolve().parent.parent)
+            here = str(PACKAGE_DIR.parent)
             path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
             builder = builder.config("spark.executorEnv.PYTHONPATH", path)
         try:
