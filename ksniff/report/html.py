@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from ksniff.audit.groups import FindingGroup, finding_cause, fold_findings
 from ksniff.audit.model import Finding, Transaction
+from ksniff.common.cells import json_default
 from ksniff.report.cells import neutral
 from ksniff.report.findings import SEVERITIES, finding_message
 from ksniff.report.producers import TransactionalStory, transactional_stories
-from ksniff.report.tables import json_default
 from ksniff.report.text import clock, duration, plural, shown, span
 
 if TYPE_CHECKING:
