@@ -1,4 +1,4 @@
-"""The command line surface of CONTRACT.md: every command and option is there and explains itself."""
+"""The command line surface of docs/contract.md: every command and option is there and explains itself."""
 
 from click.testing import CliRunner
 

@@ -1,7 +1,7 @@
 """Building findings: the severity a broker's answer implies, and the evidence every finding carries.
 
-Severity (CONTRACT.md): `critical` where the broker accepted an anomaly that may lose, duplicate or expose
-data; `warning` where the broker caught it (rejected) or the answer is unknown; `info` for context. A
+Severity (docs/contract.md): `critical` where the broker accepted an anomaly that may lose, duplicate or
+expose data; `warning` where the broker caught it (rejected) or the answer is unknown; `info` for context. A
 finding that rests on bytes the capture lost carries `evidence.unverified = true` and is never critical:
 it drops to `info` where the lost bytes could explain it entirely (a missing batch behind a sequence gap,
 a lost AddPartitionsToTxn behind an "unregistered" write), else to `warning`.

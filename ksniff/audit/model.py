@@ -1,4 +1,4 @@
-"""What the audit room produces: findings, transactions and producer summaries (CONTRACT.md)."""
+"""What the audit room produces: findings, transactions and producer summaries (docs/contract.md)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class FindingKind(str, Enum):
     ZOMBIE_WRITE_ACCEPTED = "zombie_write_accepted"
     HANGING_TRANSACTION = "hanging_transaction"
     CAPTURE_GAP = "capture_gap"
-    # Added by the audit room (CONTRACT.md: "more may be added").
+    # Added by the audit room (docs/contract.md: "more may be added").
     SEQUENCE_OUT_OF_ORDER = "sequence_out_of_order"
     WRITE_TO_UNREGISTERED_PARTITION = "write_to_unregistered_partition"
     WRITE_OUTSIDE_TRANSACTION = "write_outside_transaction"

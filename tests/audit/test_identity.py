@@ -35,7 +35,7 @@ def test_a_newer_instance_taking_over_is_context(wire: Wire):
 def test_the_zombie_rejected_is_a_warning(wire: Wire):
     takeover(wire)
     got = wire.add_partitions(T, 7, 0, [("orders", 0)], err=PRODUCER_FENCED)
-    # A stale epoch of the same producer id is also an epoch regression (CONTRACT.md).
+    # A stale epoch of the same producer id is also an epoch regression (docs/contract.md).
     assert wire.kinds(got) == [STALE_REJECTED, ("producer_fenced", "warning")]
     assert got[1].evidence["broker_error"] == "PRODUCER_FENCED"
     assert got[1].evidence["current_epoch"] == 1

@@ -1,4 +1,4 @@
-"""The exports: JSON keys of CONTRACT.md, CSV/Parquet round trips with pandas, atomic writes."""
+"""The exports: JSON keys of docs/contract.md, CSV/Parquet round trips with pandas, atomic writes."""
 
 import json
 import os

@@ -77,7 +77,7 @@ def assert_one_line_error(code: int, stdout: str, stderr: str, mentions: str) ->
 
 
 def check_document(doc: dict) -> None:
-    """Every key CONTRACT.md promises is present, even on a partial result."""
+    """Every key docs/contract.md promises is present, even on a partial result."""
     assert CONTRACT_KEYS <= doc.keys()
     assert CAPTURE_KEYS <= doc["capture"].keys()
     assert DECODE_KEYS <= doc["decode"].keys()
