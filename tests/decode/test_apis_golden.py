@@ -7,11 +7,8 @@ Independent of every client library: these pin the flexible versions of transact
 import struct
 import uuid
 
-import pytest
-
+from ksniff.decode import interp
 from ksniff.decode.apis import BY_NAME
-
-interp = pytest.importorskip("ksniff.decode.interp")
 
 
 def uvarint(n: int) -> bytes:

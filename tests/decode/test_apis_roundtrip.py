@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from ksniff.decode import interp
 from ksniff.decode.apis import FULL_BODY
 from ksniff.decode.schema import Api, Array, Field, Primitive
 
-interp = pytest.importorskip("ksniff.decode.interp")
 pytest.importorskip("kafka.protocol.api_message")
 
 from kafka.protocol.api_message import ApiMessage  # noqa: E402

@@ -309,10 +309,16 @@ def test_in_flight_limit():
     assert len(dec._conns[1].pending) == 3
 
 
-def test_garbage_never_raises():
+def test_garbage_is_counted_never_raised_nor_turned_into_findings():
+    """Random bytes on a Kafka port: never read as an exchange (nor counted as a request); where they
+    pass for a frame header they are reported as damage (malformed, oversized); the connection is
+    reported ended; and the audit invents no critical or warning finding from them."""
     import random
 
+    from ksniff.audit import AuditConfig, Auditor
+
     rnd = random.Random(7)
+    damaged = 0
     for _ in range(200):
         s = Stream()
         dec = Decoder()
@@ -320,8 +326,17 @@ def test_garbage_never_raises():
         for _ in range(5):
             events.append(s.send(bytes(rnd.getrandbits(8) for _ in range(rnd.randint(1, 200))),
                                  from_src=rnd.random() < 0.6))
-        run(dec, events)
-        dec.finish()
+        events.append(s.closed())
+        out = run(dec, events) + dec.finish()
+        found = exchanges(out)
+        assert found == [] and dec.stats.requests == 0
+        assert sum(isinstance(e, ConnectionEnded) for e in out) == (1 if dec.kafka_connections else 0)
+        damaged += bool(dec.stats.errors or dec.stats.resyncs or dec.stats.oversized_frames)
+        auditor = Auditor(AuditConfig())
+        findings = [f for e in out for f in auditor.feed(e)]
+        findings += auditor.finish(s.ts).findings
+        assert not [f for f in findings if f.severity in ("critical", "warning")]
+    assert damaged > 50  # the rest never completed a frame: held as a partial frame, then dropped
 
 
 def test_records_kept_only_when_asked():

@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from ksniff.capture import read_files
 from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange, RecordBatchHeader
 from ksniff.decode.values import Struct
-
-capture = pytest.importorskip("ksniff.capture")
-read_files = getattr(capture, "read_files", None)
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
 EXPECTATIONS = sorted(PCAPS.glob("*.expect.json"))
@@ -34,8 +32,6 @@ CASES = list(_cases())
 
 
 def decode(path: Path, ports: list[int]) -> tuple[Decoder, list[Exchange]]:
-    if read_files is None:
-        pytest.skip("capture room has no read_files yet")
     run = read_files([str(path)])
     dec = Decoder(ports=tuple(ports), on_not_kafka=run.drop)
     out = []

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from ksniff.config import EngineConfig
+from ksniff.engine.local import audit_paths
+
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
 SCENARIO = "txn_confluent_tansu"
 OUTCOMES = ("commit", "abort", "open", "unknown")
 RANKS = {"info": 0, "warning": 1, "critical": 2}
-AUDIT = "Audit: each producer's timeline, each transaction's life, and the findings"
 
 pytestmark = [
     pytest.mark.root,
@@ -60,10 +62,9 @@ def test_regenerated_capture_tells_the_committed_story(regenerated: Path) -> Non
 
 def test_audit_of_the_regenerated_capture(regenerated: Path) -> None:
     """End to end: the audit of the fresh capture finds what its expectations say."""
-    local = pytest.importorskip("ksniff.engine.local", reason=AUDIT)
     fresh = json.loads((regenerated / f"{SCENARIO}.expect.json").read_text())
-    config = local.EngineConfig(ports=tuple(fresh["kafka_ports"]))
-    result = local.audit_paths([str(regenerated / fresh["capture"])], config).as_contract()
+    config = EngineConfig(ports=tuple(fresh["kafka_ports"]))
+    result = audit_paths([str(regenerated / fresh["capture"])], config).as_contract()
 
     outcomes: dict[str, dict[str, int]] = {}
     for txn in result["transactions"]:
