@@ -23,7 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from ksniff.engine.local import EngineConfig, audit_paths  # noqa: E402
+from ksniff.config import EngineConfig  # noqa: E402
+from ksniff.engine.local import audit_paths  # noqa: E402
 
 PCAPS = Path(__file__).resolve().parent.parent / "tests" / "pcaps"
 _RECORD = struct.Struct("<IIII")
