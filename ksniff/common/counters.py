@@ -28,10 +28,12 @@ def add_counters(total: Any, part: Any) -> None:
             mine |= value
         elif isinstance(value, dict):
             for key, counts in value.items():
-                if key in mine:
+                if key not in mine:
+                    mine[key] = _copy(counts)
+                elif dataclasses.is_dataclass(counts):
                     add_counters(mine[key], counts)
                 else:
-                    mine[key] = _copy(counts)
+                    mine[key] += counts
         else:
             setattr(total, name, mine + value)
 
