@@ -102,6 +102,7 @@ class CaptureStats:
     evicted_connections: int = 0  # closed early because the connection cap was reached
     forced_gaps: int = 0  # holes given up as gaps because an out-of-order buffer cap was reached
     kernel_drops: int = 0  # live capture only
+    skipped_files: int = 0  # files in the folders given that were not audited: not captures, or unreadable
 
     def as_contract(self) -> dict:
         return {
@@ -117,4 +118,5 @@ class CaptureStats:
             "truncated_packets": self.truncated_packets,
             "evicted_connections": self.evicted_connections,
             "forced_gaps": self.forced_gaps,
+            "skipped_files": self.skipped_files,
         }

@@ -1,7 +1,9 @@
 """Inputs named on the command line: files as given, folders walked recursively for captures.
 
 Nothing is skipped in silence: a file in a folder that cannot be read, or a subfolder that cannot be
-listed, is named in a warning; a folder that cannot be listed at all is an error.
+listed, is named in a warning; so are the files that are not captures (an incident folder also holds
+notes, logs and exports), one warning per folder naming the first few; a folder that cannot be listed
+at all is an error. The run counts every skipped file (`capture.skipped_files` in the JSON).
 """
 
 from __future__ import annotations
@@ -20,21 +22,32 @@ from ksniff.capture.source import GZIP_MAGIC
 _NOT_A_CAPTURE, _CAPTURE = False, True
 
 
-def expand_inputs(paths: list[str]) -> tuple[list[str], list[str]]:
-    """(capture files, warnings): files as given, folders walked (sorted) for files that look like
-    captures. Raises CaptureError for a path that does not exist, a folder that cannot be listed, or a
-    folder without any capture."""
+NAMES_PER_WARNING = 5  # non-captures named per folder; the rest are counted
+
+
+def expand_inputs(paths: list[str]) -> tuple[list[str], list[str], int]:
+    """(capture files, warnings, files skipped): files as given, folders walked (sorted) for files that
+    look like captures. Raises CaptureError for a path that does not exist, a folder that cannot be
+    listed, or a folder without any capture."""
     files: list[str] = []
     warnings: list[str] = []
+    skipped = 0
     for path in paths:
         if os.path.isdir(path):
             found = []
+            others: dict[str, list[str]] = {}  # folder -> names of its files that are not captures
             for f in _walk(path, warnings):
                 verdict = _sniff(f)
                 if verdict is _CAPTURE:
                     found.append(f)
-                elif verdict is not _NOT_A_CAPTURE:
+                    continue
+                skipped += 1
+                if verdict is _NOT_A_CAPTURE:
+                    folder, name = os.path.split(f)
+                    others.setdefault(folder, []).append(name)
+                else:
                     warnings.append(f"{f}: skipped: {verdict}")
+            warnings += [_not_captures(folder, names) for folder, names in others.items()]
             if not found:
                 if any(w.startswith(path) for w in warnings):
                     raise CaptureError(f"{path}: no readable pcap or pcapng files in this folder "
@@ -45,7 +58,14 @@ def expand_inputs(paths: list[str]) -> tuple[list[str], list[str]]:
             files.append(path)
         else:
             raise CaptureError(f"{path}: no such file or folder")
-    return files, warnings
+    return files, warnings, skipped
+
+
+def _not_captures(folder: str, names: list[str]) -> str:
+    shown = ", ".join(names[:NAMES_PER_WARNING])
+    more = f" (and {len(names) - NAMES_PER_WARNING} more)" if len(names) > NAMES_PER_WARNING else ""
+    files = "file" if len(names) == 1 else "files"
+    return f"{folder}: {len(names)} {files} skipped, not a capture: {shown}{more}"
 
 
 def expand_paths(paths: list[str]) -> list[str]:

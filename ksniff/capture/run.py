@@ -98,7 +98,7 @@ def read_files(paths: Sequence[str], limits: CaptureLimits | None = None) -> Cap
     if not paths:
         raise CaptureError("no capture files given")
     files: list[CaptureFile] = []
-    paths, skipped = expand_inputs(list(paths))
+    paths, skipped, skipped_files = expand_inputs(list(paths))
     try:
         for path in paths:
             files.append(CaptureFile(path, limits))
@@ -106,4 +106,6 @@ def read_files(paths: Sequence[str], limits: CaptureLimits | None = None) -> Cap
         for f in files:
             f.close()
         raise
-    return CaptureRun(files, limits, skipped)
+    run = CaptureRun(files, limits, skipped)
+    run.stats.skipped_files = skipped_files
+    return run

@@ -28,7 +28,7 @@ from typing import Any
 from ksniff.audit import fold_groups, merge_outputs
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, InputInfo
-from ksniff.capture.files import CaptureFile, expand_paths
+from ksniff.capture.files import CaptureFile, expand_inputs
 from ksniff.capture.run import add_file_counts, truncation_warnings
 from ksniff.common.counters import add_counters
 from ksniff.config import EngineConfig
@@ -47,29 +47,31 @@ def audit_paths_spark(paths: Sequence[str], config: EngineConfig | None = None, 
     Raises CaptureError for inputs that cannot be read, SparkUnavailable when Spark cannot run here.
     """
     config = config or EngineConfig()
-    files = _open_all(paths)
+    files, skipped = _open_all(paths)
     if spark is None:
         check_available(master)
     total = sum(os.path.getsize(f) for f in files)
     session = Session(master, shuffle_partitions(total, os.cpu_count() or 2), spark)
     try:
         session.start()
-        return _run(session, files, config, total)
+        return _run(session, files, config, total, skipped)
     finally:
         session.stop()
 
 
-def _open_all(paths: Sequence[str]) -> list[str]:
-    """The capture files, each checked here so that an unreadable input is the user's one-line error."""
+def _open_all(paths: Sequence[str]) -> tuple[list[str], tuple[list[str], int]]:
+    """The capture files, each checked here so that an unreadable input is the user's one-line error,
+    and (warnings, count) of the files in folders that were skipped."""
     if not paths:
         raise CaptureError("no capture files given")
-    files = expand_paths(list(paths))
+    files, warnings, skipped = expand_inputs(list(paths))
     for path in files:
         CaptureFile(path).close()
-    return files
+    return files, (warnings, skipped)
 
 
-def _run(session: Session, files: list[str], config: EngineConfig, total: int) -> AuditResult:
+def _run(session: Session, files: list[str], config: EngineConfig, total: int,
+         skipped: tuple[list[str], int] = ([], 0)) -> AuditResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -129,6 +131,8 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int) -
     output = merge_outputs(outputs)
 
     capture, decode, warnings = _totals(metas, stats, config)
+    warnings[:0] = skipped[0]  # inputs skipped while expanding folders come first, as in the local engine
+    capture.skipped_files = skipped[1]
     exchanges, batches, records = _tables(by_kind.get(tasks.TABLE, []), last_event, conns, config)
     return AuditResult.of_run(
         "spark",
