@@ -27,7 +27,7 @@ visible = escape
 
 def neutral(text: str) -> str:
     """A text cell as the CSV export and the HTML report write it: no formula, no control character."""
-    if not text:
+    if not text or (text.isprintable() and text[0] not in FORMULA_STARTS):  # almost every cell: as is
         return text
     out = visible(text)
     return "'" + out if text[0] in FORMULA_STARTS else out

@@ -161,7 +161,7 @@ def _bool_cell(value: Any) -> str:
 
 def _text_cell(value: Any) -> str:
     # ids, topics, client ids: no formula, no raw control character (ksniff.report.cells)
-    return "" if value is None else neutral(str(value))
+    return "" if value is None else neutral(value if value.__class__ is str else str(value))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
