@@ -47,12 +47,14 @@ def expand_inputs(paths: list[str]) -> tuple[list[str], list[str], int]:
                     others.setdefault(folder, []).append(name)
                 else:
                     warnings.append(f"{f}: skipped: {verdict}")
-            warnings += [_not_captures(folder, names) for folder, names in others.items()]
             if not found:
                 if any(w.startswith(path) for w in warnings):
                     raise CaptureError(f"{path}: no readable pcap or pcapng files in this folder "
                                        f"({_first_reason(warnings)})")
-                raise CaptureError(f"{path}: no pcap or pcapng files in this folder")
+                seen = sum(len(names) for names in others.values())
+                raise CaptureError(f"{path}: no pcap or pcapng files in this folder"
+                                   + (f" ({seen} other {'file' if seen == 1 else 'files'})" if seen else ""))
+            warnings += [_not_captures(folder, names) for folder, names in others.items()]
             files.extend(found)
         elif os.path.exists(path) or os.path.islink(path):
             files.append(path)
