@@ -252,9 +252,22 @@ def main() -> None:
               help="Run in-process (local, default) or as a PySpark job (spark). [env KSNIFF_ENGINE]")
 @click.option("--master", metavar="URL", envvar="KSNIFF_MASTER",
               help="Spark master (default local[*]); implies --engine spark. [env KSNIFF_MASTER]")
-def audit(captures: tuple[str, ...], engine: str | None, master: str | None, **kw) -> None:
+@click.option("--merge", is_flag=True, envvar="KSNIFF_MERGE",
+              help="Audit every input as one capture set (one producer-id space), whatever they share. "
+                   "[env KSNIFF_MERGE]")
+@click.option("--separate", is_flag=True, envvar="KSNIFF_SEPARATE",
+              help="Audit every input file as its own capture set. Default: files that share a cluster "
+                   "while they ran, or a TCP connection, are one set. [env KSNIFF_SEPARATE]")
+def audit(captures: tuple[str, ...], engine: str | None, master: str | None, merge: bool, separate: bool,
+          **kw) -> None:
     """Audit pcap/pcapng captures, or folders of them (recursively)."""
+    from dataclasses import replace
+
+    if merge and separate:
+        raise click.UsageError("--merge and --separate exclude each other")
     opts = make_options(kw)
+    mode = "merge" if merge else "separate" if separate else "auto"
+    opts = replace(opts, config=replace(opts.config, capture_sets=mode))
     if master and engine == "local":
         raise click.UsageError("--master needs --engine spark")
     engine = engine or ("spark" if master else "local")

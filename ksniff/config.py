@@ -56,6 +56,8 @@ class EngineConfig:
     # The decode room's caps.
     max_frame: int = DEFAULT_MAX_FRAME  # bytes; a frame claiming more is skipped and counted
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests awaiting a response, per connection
+    # How inputs group into capture sets (ksniff.engine.sets): "auto", "merge" (--merge), "separate".
+    capture_sets: str = "auto"
 
     @property
     def limits(self) -> CaptureLimits:

@@ -6,12 +6,13 @@ holds or in the order of its tables.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
+from typing import Any
 
 from ksniff.audit.groups import fold_findings, group_contract
-from ksniff.audit.model import AuditOutput, Finding, ProducerSummary, Transaction
+from ksniff.audit.model import AuditOutput, Finding, ProducerSummary, Transaction, stamp
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.common.version import VERSION as __version__
 from ksniff.decode.events import DecodeStats
@@ -33,6 +34,8 @@ class AuditResult:
     warnings: list[str] = field(default_factory=list)  # damage reported for a partial result
     records: list[dict] | None = None  # rows of the `records` table; None unless --records asked for them
     filters: dict = field(default_factory=dict)  # what --severity, --kind, --since... kept (report.filters)
+    capture_sets: list[Any] = field(default_factory=list)  # ksniff.engine.sets.CaptureSet, in order
+    clusters: list[dict] = field(default_factory=list)  # the JSON document's `clusters` rows
 
     @classmethod
     def of_run(cls, engine: str, *, inputs: Iterable[InputInfo], capture: CaptureStats, decode: DecodeStats,
@@ -68,6 +71,9 @@ class AuditResult:
             "summary": self.summary(),
             "filters": dict(self.filters),
             "finding_groups": [group_contract(g) for g in fold_findings(self.findings)],
+            # additions for capture sets and cluster identity (README: "Capture sets and clusters")
+            "capture_sets": [c.as_contract() for c in self.capture_sets],
+            "clusters": [dict(c) for c in self.clusters],
         }
 
     def unverified_because(self) -> list[str]:
@@ -118,3 +124,59 @@ def _count(n: int, what: str) -> str:
     if words[at + 1:at + 3] == ["or", "body"]:
         words[at + 2] = "bodies"
     return f"{n:,} " + " ".join(words)
+
+
+
+def stamp_set(result: AuditResult, cset: Any, identity: Any) -> None:
+    """Make `result` one capture set's: its producers, transactions and findings labelled with the set
+    and, when the set's answers named exactly one cluster, that cluster; its `capture_sets` and
+    `clusters` from what the run learnt."""
+    from dataclasses import replace
+
+    ids = identity.cluster_ids
+    result.capture_sets = [replace(cset, cluster_ids=tuple(dict.fromkeys((*cset.cluster_ids, *ids))))]
+    cluster = ids[0] if len(ids) == 1 else None
+    for items in (result.producers, result.transactions, result.findings):
+        stamp(items, cset.number, cluster)
+    rows = []
+    for info in identity.clusters():
+        rows.append({
+            "id": info.cluster_id,
+            "capture_set": cset.number,
+            "inputs": list(cset.paths),
+            "brokers": [b.as_contract() for b in info.brokers],
+            "coordinators": [{"kind": k, "key": key, "node_id": n} for k, key, n in info.coordinators],
+            "connections": [{"broker": a, "node_id": n} for a, n in info.connections],
+        })
+    result.clusters = rows
+
+
+def join_results(results: Sequence[AuditResult], sets: Sequence[Any], files: Sequence[str],
+                 engine: str) -> AuditResult:
+    """One result from the results of several capture sets (each audited on its own): counters summed,
+    rows joined in the order a single run lists them, inputs in the order given."""
+    from ksniff.audit.fold import finding_order, producer_order
+    from ksniff.common.counters import add_counters
+
+    if len(results) == 1:
+        return results[0]
+    capture, decode = CaptureStats(), DecodeStats(by_api={})
+    for r in results:
+        add_counters(capture, r.capture)
+        add_counters(decode, r.decode)
+    position = {p: i for i, p in enumerate(files)}
+    inputs = sorted((i for r in results for i in r.inputs), key=lambda i: position.get(i.path, len(position)))
+    records = None
+    by_ts = itemgetter("ts")
+    if any(r.records is not None for r in results):
+        records = sorted((row for r in results for row in r.records or ()), key=by_ts)
+    return AuditResult(
+        inputs=inputs, capture=capture, decode=decode,
+        producers=sorted((p for r in results for p in r.producers), key=producer_order),
+        transactions=sorted((t for r in results for t in r.transactions),
+                            key=lambda t: (t.start_ts, t.transactional_id, t.producer_id or -1)),
+        findings=sorted((f for r in results for f in r.findings), key=finding_order),
+        exchanges=sorted((row for r in results for row in r.exchanges), key=by_ts),
+        batches=sorted((row for r in results for row in r.batches), key=by_ts),
+        engine=engine, warnings=[w for r in results for w in r.warnings], records=records,
+        capture_sets=list(sets), clusters=[c for r in results for c in r.clusters])

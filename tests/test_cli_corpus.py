@@ -44,8 +44,10 @@ def test_json_on_stdout_is_only_the_document():
     kinds = {(f["kind"], f["severity"]) for f in doc["findings"]}
     assert ("producer_fenced", "warning") in kinds
     for finding in doc["findings"]:
+        # The contract's keys, plus the additions of capture sets (README: "Capture sets and clusters").
         assert set(finding) == {"kind", "severity", "ts", "transactional_id", "producer_id", "producer_epoch",
-                                "topic", "partition", "group", "message", "evidence"}
+                                "topic", "partition", "group", "message", "evidence", "capture_set",
+                                "cluster"}
 
 
 def test_json_to_a_file(tmp_path):

@@ -48,6 +48,10 @@ class Finding:
     partition: int | None = None
     group: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    # Which capture set (ksniff.engine.sets) and cluster id it belongs to: set by the engine after the
+    # set's audit (`stamp`), None before.
+    capture_set: int | None = None
+    cluster: str | None = None
 
     def as_contract(self) -> dict:
         return {
@@ -62,6 +66,8 @@ class Finding:
             "group": self.group,
             "message": self.message,
             "evidence": dict(self.evidence),
+            "capture_set": self.capture_set,
+            "cluster": self.cluster,
         }
 
 
@@ -78,6 +84,8 @@ class Transaction:
     records: int
     groups: tuple[str, ...]
     client: str | None = None  # "ip:port" of the instance whose request began it, where seen
+    capture_set: int | None = None
+    cluster: str | None = None
 
     def as_contract(self) -> dict:
         return {
@@ -91,6 +99,8 @@ class Transaction:
             "records": self.records,
             "groups": list(self.groups),
             "client": self.client,
+            "capture_set": self.capture_set,
+            "cluster": self.cluster,
         }
 
 
@@ -108,6 +118,8 @@ class ProducerSummary:
     open: int
     unknown: int
     first_ts: float | None = None  # when the capture first saw this producer id (for ordering)
+    capture_set: int | None = None
+    cluster: str | None = None
 
     def as_contract(self) -> dict:
         return {
@@ -124,7 +136,21 @@ class ProducerSummary:
                 "open": self.open,
                 "unknown": self.unknown,
             },
+            "capture_set": self.capture_set,
+            "cluster": self.cluster,
         }
+
+
+def stamp(items, capture_set: int, cluster: str | None) -> None:
+    """Label freshly made findings, transactions or producer rows with their capture set and cluster.
+
+    They are frozen for everyone downstream; the engine sets these two slots once, right after the set's
+    audit made them and before anyone else holds them (a copy each would cost more than the audit of a
+    small transaction)."""
+    for item in items:
+        cls = type(item)
+        cls.capture_set.__set__(item, capture_set)
+        cls.cluster.__set__(item, cluster)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,10 @@ from rich.live import Live
 
 from ksniff.capture.live import open_live
 from ksniff.engine.local import EngineConfig, Pipeline, RowSink, fewer_collections
+from ksniff.engine.sets import CaptureSet
 from ksniff.report.live import LiveSnapshot, live_view
 from ksniff.report.text import shown
-from ksniff.result import AuditResult
+from ksniff.result import AuditResult, stamp_set
 
 
 def capture_filter(ports: tuple[int, ...], explicit_ports: bool, bpf: str | None) -> str:
@@ -97,7 +98,9 @@ def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: 
     stats = run.stats
     if stats.first_ts is not None:  # the capture lasted until the stop, not until its last packet
         stats.last_ts = max(stats.last_ts or stopped, stopped)
-    return pipeline.result(run, "live")
+    result = pipeline.result(run, "live")
+    stamp_set(result, CaptureSet(1, (iface,), ("one live capture",)), pipeline.identity)
+    return result
 
 
 class _Nothing:

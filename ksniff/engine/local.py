@@ -14,17 +14,22 @@ import contextlib
 import gc
 import heapq
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from ksniff.audit import Auditor
-from ksniff.capture import read_files
+from ksniff.capture import CaptureError, read_files
 from ksniff.capture.events import ConnectionOpened, StreamChunk
+from ksniff.capture.files import CaptureFile
+from ksniff.capture.folders import expand_inputs
 from ksniff.config import EngineConfig
 from ksniff.decode.events import DecodeEvent, Exchange
+from ksniff.decode.identity import Identity
 from ksniff.decode.rows import batch_row, exchange_row, record_rows
-from ksniff.result import AuditResult
+from ksniff.engine import sets as capture_sets
+from ksniff.result import AuditResult, join_results, stamp_set
 
 PROGRESS_SECONDS = 0.1  # between two progress reports: often enough for a rate and an ETA
 GC_FIRST_THRESHOLD = 100_000  # allocations between young-generation collections during a run
@@ -124,6 +129,7 @@ class Pipeline:
         self.decoder = config.decoder(on_not_kafka)
         self.auditor = Auditor(config.audit_config())
         self.reorder = Reorder(config.reorder_window)
+        self.identity = Identity()
         self.exchanges: list[dict] = []
         self.batches: list[dict] = []
         self.findings_so_far: list = []
@@ -181,6 +187,7 @@ class Pipeline:
     def _audit(self, event: DecodeEvent) -> None:
         if isinstance(event, Exchange):
             self.exchanges_seen += 1
+            self.identity.feed(event)
             sink = self.tables
             if sink is not None:
                 sink.add("exchanges", (exchange_row(event),))
@@ -230,9 +237,35 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
                 ) -> AuditResult:
     """Audit capture files or folders in-process. Raises CaptureError for inputs that cannot be read.
 
-    With `tables`, the table rows go there as they are made, and the result's row lists stay empty."""
+    The inputs are grouped into capture sets (ksniff.engine.sets), each audited by its own pipeline, one
+    after the other, and the results joined. With `tables`, the table rows go there as they are made,
+    and the result's row lists stay empty."""
     config = config or EngineConfig()
-    run = read_files(list(paths), config.limits)
+    files, skipped_warnings, skipped_files = expand_inputs(list(paths))
+    if not files:
+        raise CaptureError("no capture files given")
+    for path in files:  # every input checked before the work starts: an unreadable one is the user's error
+        CaptureFile(path).close()
+    planned = capture_sets.plan(files, config.capture_sets, ports=config.ports,
+                                auto_detect=config.auto_detect, limits=config.limits)
+    total = sum(os.path.getsize(f) for f in files)
+    done = 0
+    results = []
+    for cset in planned:
+        def step(read: int, _total: int, base: int = done) -> None:
+            progress(base + read, total)
+
+        results.append(_audit_set(cset, config, step if progress is not None else None, tables))
+        done += sum(i.bytes for i in results[-1].inputs)
+    result = join_results(results, planned, files, engine="local")
+    result.warnings[:0] = skipped_warnings  # inputs skipped while expanding folders come first
+    result.capture.skipped_files += skipped_files
+    return result
+
+
+def _audit_set(cset: capture_sets.CaptureSet, config: EngineConfig,
+               progress: Callable[[int, int], None] | None, tables: RowSink | None) -> AuditResult:
+    run = read_files(list(cset.paths), config.limits)
     pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon,
                         tables=tables)
     with fewer_collections():
@@ -249,4 +282,6 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
                     progress(run.bytes_read, run.bytes_total)
                     due = time.monotonic() + PROGRESS_SECONDS
             progress(run.bytes_total, run.bytes_total)  # read: what is left is the audit's end
-        return pipeline.result(run, "local")
+        result = pipeline.result(run, "local")
+    stamp_set(result, cset, pipeline.identity)
+    return result

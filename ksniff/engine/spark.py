@@ -34,8 +34,10 @@ from ksniff.common.counters import add_counters
 from ksniff.config import EngineConfig
 from ksniff.decode.decoder import limit_warnings
 from ksniff.decode.events import DecodeStats
+from ksniff.decode.identity import Identity
+from ksniff.engine import sets as capture_sets
 from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, shuffle_partitions
-from ksniff.result import AuditResult
+from ksniff.result import AuditResult, join_results, stamp_set
 
 __all__ = ["SparkUnavailable", "audit_paths_spark"]
 
@@ -50,11 +52,18 @@ def audit_paths_spark(paths: Sequence[str], config: EngineConfig | None = None, 
     files, skipped = _open_all(paths)
     if spark is None:
         check_available(master)
+    planned = capture_sets.plan(files, config.capture_sets, ports=config.ports,
+                                auto_detect=config.auto_detect, limits=config.limits)
     total = sum(os.path.getsize(f) for f in files)
     session = Session(master, shuffle_partitions(total, os.cpu_count() or 2), spark)
     try:
         session.start()
-        return _run(session, files, config, total, skipped)
+        results = []
+        for i, cset in enumerate(planned):  # one after the other, each its own producer-id space
+            part = list(cset.paths)
+            results.append(_run(session, part, config, sum(os.path.getsize(f) for f in part), cset,
+                                skipped if i == 0 else ([], 0)))
+        return join_results(results, planned, files, engine="spark")
     finally:
         session.stop()
 
@@ -71,7 +80,7 @@ def _open_all(paths: Sequence[str]) -> tuple[list[str], tuple[list[str], int]]:
 
 
 def _run(session: Session, files: list[str], config: EngineConfig, total: int,
-         skipped: tuple[list[str], int] = ([], 0)) -> AuditResult:
+         cset: capture_sets.CaptureSet, skipped: tuple[list[str], int] = ([], 0)) -> AuditResult:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -115,7 +124,9 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int,
     for key, group in group_of.items():
         groups.setdefault(group, set()).add(key)
 
-    # Stage 3: per group of producer keys, in audit order, with the context events.
+    # Stage 3: per group of producer keys, in audit order, with the context events. The audit closes its
+    # books where the in-process engine does: at the last capture event the pipeline was fed.
+    end = tasks.RunEnd(last_event if last_event > -math.inf else end.end_ts, end.ticks)
     group_table = spark.createDataFrame(sorted(group_of.items()) or [("", "")], "key string, group string")
     keyed = (events.filter(F.col("kind") == tasks.KEYED)
              .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf))
@@ -134,11 +145,29 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int,
     warnings[:0] = skipped[0]  # inputs skipped while expanding folders come first, as in the local engine
     capture.skipped_files = skipped[1]
     exchanges, batches, records = _tables(by_kind.get(tasks.TABLE, []), last_event, conns, config)
-    return AuditResult.of_run(
+    result = AuditResult.of_run(
         "spark",
         inputs=[InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in metas],
         capture=capture, decode=decode, output=output, warnings=warnings, exchanges=exchanges,
         batches=batches, records=records)
+    stamp_set(result, cset, _identity(by_kind.get(tasks.IDENTITY, []), last_event))
+    return result
+
+
+def _identity(rows: list[dict], last_event: float) -> Identity:
+    """The set's cluster identity: the flows' broker addresses, then the naming answers in audit order."""
+    identity = Identity()
+    named = []
+    for r in rows:
+        item = pickle.loads(r["blob"])
+        if isinstance(item, tuple):
+            for address in item:
+                identity.saw_broker(address)
+        else:
+            named.append((_order(r, last_event), item))
+    for _key, ex in sorted(named, key=lambda pair: pair[0]):
+        identity.feed(ex)
+    return identity
 
 
 def _spread(listing: list[tuple[int, str, str]], n: int) -> list[list[tuple[int, str, str]]]:

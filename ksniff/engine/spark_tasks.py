@@ -46,6 +46,7 @@ from ksniff.capture.packets import FIN, RST, SYN, TRUNCATED
 from ksniff.common.counters import add_counters
 from ksniff.config import EngineConfig
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, DecodeStats, Exchange
+from ksniff.decode.identity import IDENTITY_APIS
 
 BATCH_ROWS = 16_384
 
@@ -56,7 +57,7 @@ def dumps(obj) -> bytes:
 INF = math.inf
 
 # Row kinds leaving stage 2.
-KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, FILE_META, LINK = 0, 1, 2, 3, 4, 5, 6
+KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, FILE_META, LINK, IDENTITY = 0, 1, 2, 3, 4, 5, 6, 7
 
 SEGMENTS = pa.schema([
     ("flow", pa.binary()), ("pm", pa.float64()), ("file", pa.int32()), ("idx", pa.int64()),
@@ -246,6 +247,7 @@ class _Flow:
         self.position: tuple[float, int, int] = (0.0, 0, 0)
         self.opened_at: dict[int, tuple[float, int, int]] = {}
         self.links: set[frozenset[str]] = set()  # keys touched together (ksniff.audit.keys)
+        self.brokers: set[str] = set()  # server sides of the Kafka exchanges (ksniff.decode.identity)
 
     def _conn_id(self, _sip: bytes, _sp: int, _dip: bytes, _dp: int, _ts: float) -> int:
         # Unique across the run (the opening segment's file and index); renumbered on the driver in the
@@ -278,6 +280,8 @@ class _Flow:
         s.forced_gaps += reassembler.forced_gaps
         for keys in self.links:
             self.rows.add(LINK, None, NO_ORDER, "\n".join(sorted(keys)).encode())
+        if self.brokers:
+            self.rows.add(IDENTITY, None, NO_ORDER, dumps(tuple(sorted(self.brokers))))
 
     def _segments(self, rows: Iterator[tuple]) -> Iterator[tuple]:
         """Segment tuples for the reassembler, noting each one's position; where the in-process
@@ -338,8 +342,12 @@ class _Flow:
         self.stats.serial += 1  # the order events left the decoder in, within one position
         order = (rel, ets, phase, pm, file, idx, self.stats.serial)
         blob = dumps(event)
-        if isinstance(event, Exchange) and (self.config.keep_tables or self.config.keep_records):
-            self.rows.add(TABLE, None, order, blob)
+        if isinstance(event, Exchange):
+            self.brokers.add(event.broker)
+            if event.api_name in IDENTITY_APIS:
+                self.rows.add(IDENTITY, None, order, blob)
+            if self.config.keep_tables or self.config.keep_records:
+                self.rows.add(TABLE, None, order, blob)
         if is_context(event):
             self.rows.add(CONTEXT, None, order, blob)
         else:

@@ -25,6 +25,10 @@ def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
     grid.add_column(overflow="fold")
     grid.add_row("ksniff", Text(f"{result.version}, engine {result.engine}"))
     grid.add_row("Inputs", _inputs_text(result, verbose))
+    if len(result.capture_sets) > 1:
+        grid.add_row("Sets", _sets_text(result, verbose))
+    if verbose and result.clusters:
+        grid.add_row("Clusters", _clusters_text(result))
     cap, dec = result.capture, result.decode
     grid.add_row("Capture", Text(span(cap.first_ts, cap.last_ts)))
     traffic = (f"{plural(cap.packets, 'packet')}, {plural(cap.tcp_segments, 'TCP segment')}, "
@@ -41,6 +45,34 @@ def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
     if dec.by_api:
         parts += [Text(""), api_table(result)]
     return Group(*parts)
+
+
+def _sets_text(result: AuditResult, verbose: bool) -> Text:
+    """Which inputs were audited together (each set its own producer-id space), and why."""
+    sets = result.capture_sets
+    listed = sets if verbose else sets[:INPUTS_SHOWN]
+    lines = [f"{plural(len(sets), 'capture set')}, each audited apart"]
+    for s in listed:
+        names = ", ".join(shown(p.rsplit("/", 1)[-1], 200) for p in s.paths[:3])
+        if len(s.paths) > 3:
+            names += f" and {len(s.paths) - 3:,} more"
+        lines.append(f"{s.number}: {names}: {shown_message('; '.join(s.reasons))}")
+    text = Text("\n".join(lines))
+    if len(sets) > len(listed):
+        text.append("\n")
+        text.append_text(more(len(sets) - len(listed), "set"))
+    return text
+
+
+def _clusters_text(result: AuditResult) -> Text:
+    lines = []
+    for c in result.clusters:
+        brokers = ", ".join(f"{b['node_id']} at {shown(b['host'], 200)}:{b['port']}" for b in c["brokers"])
+        name = "unnamed" if c["id"] is None else shown(c["id"], 200)
+        lines.append(f"{name} (set {c['capture_set']}): {plural(len(c['brokers']), 'broker')}"
+                     + (f" ({brokers})" if brokers else "")
+                     + f", {plural(len(c['connections']), 'broker address', 'broker addresses')} reached")
+    return Text("\n".join(lines))
 
 
 def _inputs_text(result: AuditResult, verbose: bool) -> Text:

@@ -102,6 +102,8 @@ TRANSACTION_SCHEMA: dict[str, str] = {
     "records": "Int64",
     "groups": "string",  # JSON list of consumer groups whose offsets it committed
     "client": "string",  # "ip:port" of the instance whose request began it, where seen
+    "capture_set": "Int64",  # the capture set it was audited in (ksniff.engine.sets)
+    "cluster": "string",  # the cluster id its set's brokers named, when exactly one
 }
 
 FINDING_SCHEMA: dict[str, str] = {
@@ -118,6 +120,8 @@ FINDING_SCHEMA: dict[str, str] = {
     "evidence": "string",  # JSON object
     "client": "string",  # "ip:port" the finding is about, where it is about one connection
     "unverified": "boolean",  # it rests on bytes the capture lost
+    "capture_set": "Int64",
+    "cluster": "string",
 }
 
 # Only with --records: record keys and values are private data, never exported unless asked for.
@@ -171,6 +175,8 @@ def transaction_row(t: Transaction) -> dict[str, Any]:
         "records": t.records,
         "groups": to_json_text(list(t.groups)),
         "client": getattr(t, "client", None),
+        "capture_set": t.capture_set,
+        "cluster": t.cluster,
     }
 
 
@@ -189,6 +195,8 @@ def finding_row(f: Finding) -> dict[str, Any]:
         "evidence": to_json_text(f.evidence),
         "client": f.evidence.get("client"),
         "unverified": bool(f.evidence.get("unverified")),
+        "capture_set": f.capture_set,
+        "cluster": f.cluster,
     }
 
 

@@ -41,8 +41,12 @@ def comparable(result, inputs: bool = True) -> dict:
     doc = result.as_contract()
     del doc["version"]
     doc.pop("engine", None)
-    if not inputs:
+    if not inputs:  # the files' names, also in the capture sets and clusters
         del doc["inputs"]
+        for s in doc["capture_sets"]:
+            del s["inputs"], s["reasons"]
+        for c in doc["clusters"]:
+            del c["inputs"]
     return doc
 
 

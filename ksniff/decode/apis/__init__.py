@@ -4,7 +4,13 @@ APIs whose bodies the audit or the exports read have full request and response t
 Kafka defines is header-only (`body_skipped(api)` is true, its request and response are empty).
 """
 
-from ksniff.decode.apis.cluster import API_VERSIONS, METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
+from ksniff.decode.apis.cluster import (
+    API_VERSIONS,
+    DESCRIBE_CLUSTER,
+    METADATA,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
 from ksniff.decode.apis.consumer import (
     FETCH,
     FIND_COORDINATOR,
@@ -36,7 +42,7 @@ FULL_BODY: tuple[Api, ...] = (
     PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP,
     HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, SASL_HANDSHAKE, API_VERSIONS, INIT_PRODUCER_ID,
     ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, WRITE_TXN_MARKERS, TXN_OFFSET_COMMIT,
-    SASL_AUTHENTICATE, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS,
+    SASL_AUTHENTICATE, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS, DESCRIBE_CLUSTER,
 )
 
 ALL_APIS: dict[int, Api] = {api.key: api for api in sorted(FULL_BODY + HEADER_ONLY, key=lambda a: a.key)}

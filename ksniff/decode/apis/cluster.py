@@ -1,11 +1,11 @@
-"""Connection and cluster APIs: ApiVersions, Metadata, SaslHandshake, SaslAuthenticate.
+"""Connection and cluster APIs: ApiVersions, Metadata, DescribeCluster, SaslHandshake, SaslAuthenticate.
 
 ApiVersions carries the finalized features (transaction.version among them) that decide which
 transaction protocol a cluster speaks; Metadata maps topic ids to names for the topic-id versions of
-Produce and Fetch.
+Produce and Fetch. Metadata and DescribeCluster name the cluster and its brokers (ksniff.decode.identity).
 """
 
-from ksniff.decode.schema import API, ARRAY, BOOL, BYTES, INT16, INT32, INT64, STRING, UUID, F
+from ksniff.decode.schema import API, ARRAY, BOOL, BYTES, INT8, INT16, INT32, INT64, STRING, UUID, F
 
 API_VERSIONS = API(
     18, "ApiVersions", valid="0-4", flexible="3+", response_header_v0=True,
@@ -79,6 +79,32 @@ METADATA = API(
         ]), "0+"),
         F("cluster_authorized_operations", INT32, "8-10", default=-2147483648),
         F("error_code", INT16, "13+"),
+    ],
+)
+
+DESCRIBE_CLUSTER = API(
+    60, "DescribeCluster", valid="0-2", flexible="0+",
+    notes="Admin clients ask it; endpoint_type 1 describes the brokers, 2 the KRaft controllers.",
+    request=[
+        F("include_cluster_authorized_operations", BOOL, "0+"),
+        F("endpoint_type", INT8, "1+", default=1),
+        F("include_fenced_brokers", BOOL, "2+"),
+    ],
+    response=[
+        F("throttle_time_ms", INT32, "0+"),
+        F("error_code", INT16, "0+"),
+        F("error_message", STRING, "0+", nullable="0+"),
+        F("endpoint_type", INT8, "1+", default=1),
+        F("cluster_id", STRING, "0+"),
+        F("controller_id", INT32, "0+", default=-1),
+        F("brokers", ARRAY([
+            F("broker_id", INT32, "0+"),
+            F("host", STRING, "0+"),
+            F("port", INT32, "0+"),
+            F("rack", STRING, "0+", nullable="0+"),
+            F("is_fenced", BOOL, "2+"),
+        ]), "0+"),
+        F("cluster_authorized_operations", INT32, "0+", default=-2147483648),
     ],
 )
 

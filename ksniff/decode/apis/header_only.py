@@ -58,7 +58,6 @@ HEADER_ONLY: tuple[Api, ...] = (
     _skipped(57, "UpdateFeatures", "0-2", "0+"),
     _skipped(58, "Envelope", "0", "0+", "Broker to controller, wraps a forwarded request."),
     _skipped(59, "FetchSnapshot", "0-1", "0+", "KRaft controllers only."),
-    _skipped(60, "DescribeCluster", "0-2", "0+"),
     _skipped(62, "BrokerRegistration", "0-4", "0+", "Broker to controller."),
     _skipped(63, "BrokerHeartbeat", "0-1", "0+", "Broker to controller."),
     _skipped(64, "UnregisterBroker", "0", "0+"),

@@ -1,0 +1,263 @@
+"""Capture sets: which of the inputs are one body of traffic, to be audited together.
+
+Producer ids are unique within one cluster's broker lifetime, never across clusters, so captures that
+have nothing in common must not share one producer-id space. Before the audit, one cheap pass over each
+file (`scan`) notes:
+
+- every TCP direction it saw (4-tuple, the sequence numbers it covered), over the whole file;
+- the cluster id and brokers that the first Metadata or DescribeCluster answer names, looked for in the
+  first `IDENTITY_BYTES` of the file (clients ask for metadata as they connect); only those two APIs'
+  bodies are decoded, and the decoding stops at the first answer that names a cluster.
+
+`plan` then joins files into sets: two files are one set when they carry the same TCP connection
+(a direction with the same 4-tuple whose sequence numbers meet or overlap: rotated files of one capture,
+or one connection captured at both ends), or when they name the same cluster id, list compatible brokers
+and overlap in time (captures taken on several brokers of one cluster at once). A cluster id alone is not
+enough: Tansu names every instance alike and librdkafka's mock draws ids that repeat, and captures taken
+at different times share no state the audit could check (joining them would invent sequence gaps across
+the hours between them). Everything else is a set of its own. `--merge` makes one set, `--separate` one
+per file.
+
+Each set is audited by its own pipeline, one after the other: a set of one file gives exactly what that
+file gives alone, and memory is that of the largest set.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from ksniff.capture import CaptureError
+from ksniff.capture.errors import CaptureLimits
+from ksniff.capture.files import CaptureFile
+from ksniff.capture.packets import FIN, RST, SYN
+from ksniff.capture.reassembly import Reassembler
+from ksniff.decode import Decoder
+from ksniff.decode.events import Exchange
+from ksniff.decode.identity import Identity
+
+AUTO, MERGE, SEPARATE = "auto", "merge", "separate"
+MODES = (AUTO, MERGE, SEPARATE)
+
+IDENTITY_BYTES = 1 << 20  # TCP payload bytes of a file decoded at most to learn its cluster
+MAX_DIRECTIONS = 200_000  # TCP directions remembered per file; more are counted, not kept
+SEQ_SLACK = 1 << 20  # sequence numbers two files' views of a direction may lie apart and still meet
+_MOD = 1 << 32
+_HALF = 1 << 31
+
+
+@dataclass(slots=True)
+class FileScan:
+    """What the identification pass learnt of one file."""
+
+    path: str
+    first_ts: float | None = None
+    last_ts: float | None = None
+    # (src, sport, dst, dport) -> [first seq, lowest, highest] (lowest/highest relative to the first)
+    directions: dict[tuple, list[int]] = field(default_factory=dict)
+    directions_dropped: int = 0
+    clusters: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # id -> {(node, port)}
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSet:
+    """Inputs audited together: `number` (1, 2, ... in the order of their first file), why they joined."""
+
+    number: int
+    paths: tuple[str, ...]
+    reasons: tuple[str, ...]
+    cluster_ids: tuple[str, ...] = ()
+
+    def as_contract(self) -> dict:
+        return {"capture_set": self.number, "inputs": list(self.paths), "reasons": list(self.reasons),
+                "cluster_ids": list(self.cluster_ids)}
+
+
+def scan(path: str) -> FileScan:
+    """One walk of `path`: its time span and TCP directions (no reassembly, no decoding)."""
+    out = FileScan(path)
+    f = CaptureFile(path)
+    dirs = out.directions
+    try:
+        for seg in f.segments():
+            key = seg[1:5]
+            seq = seg[5]
+            payload = seg[8]
+            n = payload if payload.__class__ is int else len(payload)
+            r = dirs.get(key)
+            if r is None:
+                if len(dirs) >= MAX_DIRECTIONS:
+                    out.directions_dropped += 1
+                    continue
+                dirs[key] = [seq, 0, n, seg[7] & SYN]
+                continue
+            if seg[7] & (FIN | RST):
+                r[3] |= FIN
+            rel = (seq - r[0]) % _MOD
+            if rel >= _HALF:
+                rel -= _MOD
+            if rel < r[1]:
+                r[1] = rel
+            if rel + n > r[2]:
+                r[2] = rel + n
+        out.first_ts, out.last_ts = f.counts.first_ts, f.counts.last_ts
+    finally:
+        f.close()
+    # A connection that opened and closed inside this file cannot go on in another one: forgotten, so
+    # that what is kept is the connections open at the file's edges (bounded like the reassembler's).
+    for key in [k for k, r in dirs.items() if r[3] == SYN | FIN]:
+        del dirs[key]
+    return out
+
+
+def identify(scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None = None
+             ) -> None:
+    """The cluster the first Metadata or DescribeCluster answer of the file names (into `scan.clusters`),
+    looked for in its first `IDENTITY_BYTES` of TCP payload, decoding only those two APIs' bodies."""
+    f = CaptureFile(scan.path)
+    identity = Identity()
+    try:
+        def head():
+            budget = IDENTITY_BYTES
+            for seg in f.segments():
+                yield seg
+                payload = seg[8]
+                budget -= payload if payload.__class__ is int else len(payload)
+                if budget < 0 or identity.cluster_ids:
+                    return
+
+        reassembler = Reassembler(limits)
+        decoder = Decoder(ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop,
+                          apis=_naming_apis())
+        for event in reassembler.events(head(), finish=False):
+            for ex in decoder.feed(event):
+                if ex.__class__ is Exchange and ex.api_name in _NAMING:
+                    identity.feed(ex)
+    finally:
+        f.close()
+    for cid in identity.cluster_ids:
+        scan.clusters[cid] = frozenset((b.node_id, b.port) for b in identity.brokers(cid))
+
+
+_NAMING = frozenset({"Metadata", "DescribeCluster"})
+
+
+@functools.cache
+def _naming_apis() -> dict:
+    """The protocol tables with every body but Metadata's and DescribeCluster's skipped: the pass only
+    needs those two, and decoding no other body is most of what makes it cheap."""
+    from ksniff.decode.apis import ALL_APIS
+
+    return {key: api if api.name in _NAMING else replace(api, extra={**api.extra, "body": "skipped"})
+            for key, api in ALL_APIS.items()}
+
+
+def _continues(a: FileScan, b: FileScan) -> tuple | None:
+    """A TCP direction both files carry with sequence numbers that meet: one connection in both."""
+    small, large = (a, b) if len(a.directions) <= len(b.directions) else (b, a)
+    for key, (first, lo, hi, _flags) in small.directions.items():
+        other = large.directions.get(key)
+        if other is None:
+            continue
+        shift = (other[0] - first) % _MOD
+        if shift >= _HALF:
+            shift -= _MOD
+        olo, ohi = other[1] + shift, other[2] + shift
+        if olo <= hi + SEQ_SLACK and lo <= ohi + SEQ_SLACK:
+            return key
+    return None
+
+
+def _same_cluster(a: FileScan, b: FileScan) -> str | None:
+    """A cluster id both name, with brokers that agree, while both captures ran."""
+    if a.first_ts is None or b.first_ts is None:
+        return None
+    if a.last_ts < b.first_ts or b.last_ts < a.first_ts:
+        return None
+    for cid, brokers in a.clusters.items():
+        theirs = b.clusters.get(cid)
+        if theirs is None:
+            continue
+        if not brokers or not theirs or brokers & theirs:
+            return cid
+    return None
+
+
+def _name(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092,), auto_detect: bool = True,
+         limits: CaptureLimits | None = None) -> list[CaptureSet]:
+    """The capture sets of `paths` (files, already expanded), in the order of their first file."""
+    paths = list(paths)
+    if mode not in MODES:
+        raise CaptureError(f"unknown capture-set mode {mode!r}")
+    if len(paths) == 1:
+        return [CaptureSet(1, tuple(paths), ("one input",))]
+    if mode == MERGE:
+        return [CaptureSet(1, tuple(paths), ("--merge: every input in one set",))]
+    if mode == SEPARATE:
+        return [CaptureSet(i + 1, (p,), ("--separate: one set per input",)) for i, p in enumerate(paths)]
+    scans = [scan(p) for p in paths]
+    parent = list(range(len(paths)))
+    reasons: dict[int, list[str]] = {}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def join(i: int, j: int, why: str) -> None:
+        ri, rj = root(i), root(j)
+        if ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
+        reasons.setdefault(j, []).append(why)
+
+    sharing: dict[tuple, list[int]] = {}
+    for i, sc in enumerate(scans):
+        for key in sc.directions:
+            sharing.setdefault(key, []).append(i)
+    candidates = sorted({(a, b) for files in sharing.values()
+                         for x, a in enumerate(files) for b in files[x + 1:]})
+    del sharing
+    for i, j in candidates:
+        if _continues(scans[i], scans[j]) is not None:
+            join(i, j, f"{_name(scans[j].path)} and {_name(scans[i].path)} carry the same TCP connection")
+    # Identity: per group of files that continue one another, the earliest files until one names a
+    # cluster (the later parts of a rotated capture rarely repeat the clients' first Metadata requests).
+    components: dict[int, list[int]] = {}
+    for i in range(len(paths)):
+        components.setdefault(root(i), []).append(i)
+    for members in components.values():
+        for m in sorted(members, key=lambda k: (scans[k].first_ts is None, scans[k].first_ts or 0.0)):
+            identify(scans[m], ports, auto_detect, limits)
+            if scans[m].clusters:
+                for other in members:
+                    scans[other].clusters = dict(scans[m].clusters)
+                break
+    named = [i for i, sc in enumerate(scans) if sc.clusters]
+    for x, i in enumerate(named):
+        for j in named[x + 1:]:
+            if root(i) == root(j):
+                continue
+            cid = _same_cluster(scans[i], scans[j])
+            if cid is not None:
+                join(i, j, f"{_name(scans[j].path)} and {_name(scans[i].path)} name cluster {cid!r} at "
+                           "overlapping times")
+    groups: dict[int, list[int]] = {}
+    for i in range(len(paths)):
+        groups.setdefault(root(i), []).append(i)
+    sets = []
+    for number, members in enumerate(sorted(groups.values(), key=lambda m: m[0]), start=1):
+        why = [r for m in members for r in reasons.get(m, ())]
+        if not why:
+            named = sorted({c for m in members for c in scans[m].clusters})
+            why = [f"no other input shares its cluster ({', '.join(map(repr, named))}) while it ran, "
+                   "nor a TCP connection" if named else
+                   "no cluster identity seen and no TCP connection shared with another input"]
+        ids = tuple(dict.fromkeys(c for m in members for c in scans[m].clusters))
+        sets.append(CaptureSet(number, tuple(paths[m] for m in members), tuple(why), ids))
+    return sets

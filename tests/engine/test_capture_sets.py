@@ -1,0 +1,90 @@
+"""Capture sets: a folder of unrelated captures audits to exactly the sum of its files audited one by one,
+rotated files of one capture stay one set, and --merge / --separate override the grouping."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ksniff.engine.local import EngineConfig, audit_paths
+from ksniff.engine.sets import plan
+
+PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
+CORPUS = sorted(str(p) for p in PCAPS.glob("*.pcap*") if p.stat().st_size > 24)
+CONFIG = EngineConfig(keep_tables=False)
+
+pytestmark = pytest.mark.skipif(len(CORPUS) < 2, reason="no corpus captures")
+
+
+def _rows(items) -> Counter:
+    """Findings, transactions or producers as a multiset, without the set label (it differs by run)."""
+    out = Counter()
+    for item in items:
+        row = item.as_contract()
+        row.pop("capture_set")
+        out[json.dumps(row, sort_keys=True)] += 1
+    return out
+
+
+def test_a_folder_audits_to_the_sum_of_its_files() -> None:
+    whole = audit_paths([str(PCAPS)], CONFIG)
+    alone = [audit_paths([p], CONFIG) for p in CORPUS]
+    assert len(whole.capture_sets) == len(CORPUS)  # nothing in the corpus belongs together
+    for table in ("findings", "transactions", "producers"):
+        expected = sum((_rows(getattr(r, table)) for r in alone), Counter())
+        assert _rows(getattr(whole, table)) == expected, table
+    severities = Counter(f.severity for f in whole.findings)
+    assert severities["critical"] == sum(1 for r in alone for f in r.findings if f.severity == "critical")
+    assert whole.capture.packets == sum(r.capture.packets for r in alone)
+    assert whole.decode.exchanges == sum(r.decode.exchanges for r in alone)
+    assert [f.capture_set for f in whole.findings if f.capture_set is None] == []
+    # Every set says why it stands alone; clusters are listed per set with their brokers.
+    assert all(s.reasons for s in whole.capture_sets)
+    tansu = [c for c in whole.clusters if c["id"] == "tansu_cluster"]
+    assert len({c["capture_set"] for c in tansu}) > 1 and all(c["brokers"] for c in tansu)
+
+
+def test_merge_puts_everything_in_one_producer_id_space() -> None:
+    merged = audit_paths(CORPUS, EngineConfig(keep_tables=False, capture_sets="merge"))
+    assert len(merged.capture_sets) == 1
+    # Unrelated brokers handed out the same producer ids: merged, they look like one producer's anomalies.
+    split = audit_paths(CORPUS, CONFIG)
+    critical = Counter(f.severity for f in merged.findings)["critical"]
+    assert critical > Counter(f.severity for f in split.findings)["critical"]
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) is not installed")
+def test_rotated_files_are_one_set(tmp_path: Path) -> None:
+    whole = str(PCAPS / "txn_confluent_tansu_mtu1500.pcap")
+    packets = audit_paths([whole], CONFIG).capture.packets
+    subprocess.run(["editcap", "-c", str(packets // 2 + 1), whole, str(tmp_path / "rotated.pcap")],
+                   check=True, capture_output=True)
+    parts = sorted(str(p) for p in tmp_path.iterdir())
+    assert len(parts) == 2
+    (only,) = plan(parts)
+    assert only.paths == tuple(parts)
+    assert any("same TCP connection" in why for why in only.reasons)
+    reference = audit_paths([whole], CONFIG)
+    rotated = audit_paths(parts, CONFIG)
+    for table in ("findings", "transactions", "producers"):
+        assert _rows(getattr(rotated, table)) == _rows(getattr(reference, table)), table
+    separate = plan(parts, "separate")
+    assert [s.paths for s in separate] == [(parts[0],), (parts[1],)]
+
+
+def test_rotated_files_join_among_unrelated_ones(tmp_path: Path) -> None:
+    if shutil.which("editcap") is None:
+        pytest.skip("editcap (Wireshark) is not installed")
+    whole = str(PCAPS / "anomalies_tansu.pcap")
+    subprocess.run(["editcap", "-c", "30", whole, str(tmp_path / "rot.pcap")], check=True,
+                   capture_output=True)
+    parts = sorted(str(p) for p in tmp_path.iterdir())
+    assert len(parts) > 2
+    other = str(PCAPS / "txn_confluent_tansu.pcap")
+    sets = plan([*parts, other])
+    assert [s.paths for s in sets] == [tuple(parts), (other,)]
