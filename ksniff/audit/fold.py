@@ -172,7 +172,7 @@ def _transactional_id(ex: Exchange) -> str | None:
 def finish(state: AuditState, end_ts: float | None = None) -> AuditOutput:
     """Close the books at `end_ts` (the capture's last timestamp). Does not change `state`."""
     end = end_ts if end_ts is not None else state.last_ts
-    outcomes: dict[int, str] = {}
+    outcomes: dict[int, tuple[str, str | None, float | None]] = {}
     closing: list[Finding] = []
     for t in sorted(state.txn_ids.values(), key=lambda t: (t.first_ts, t.transactional_id)):
         for lane in t.lanes():
@@ -187,10 +187,13 @@ def finish(state: AuditState, end_ts: float | None = None) -> AuditOutput:
 
 
 def _close(state: AuditState, t: TxnIdState, rec: TxnRecord, end: float | None,
-           out: list[Finding]) -> str:
-    """The outcome of a transaction still open at the end of the capture."""
+           out: list[Finding]) -> tuple[str, str | None, float | None]:
+    """(outcome, outcome_source, end time) of a transaction still open at the end of the capture."""
+    if rec.taken_over_ts is not None:
+        return "abort", "takeover", rec.taken_over_ts  # KIP-98: the takeover aborted it
     if rec.end_requested:
-        return "unknown"  # its EndTxn got no answer
+        # Its EndTxn got no answer: what it asked for, said to rest on the request alone.
+        return (rec.intent, "request", rec.end_request_ts) if rec.intent else ("unknown", None, None)
     conns = set(t.conns)
     if rec.producer_id is not None and rec.producer_id in state.producers:
         conns |= state.producers[rec.producer_id].conns
@@ -209,15 +212,19 @@ def _close(state: AuditState, t: TxnIdState, rec: TxnRecord, end: float | None,
                         evidence, unverified=lost, transactional_id=t.transactional_id,
                         producer_id=rec.producer_id, producer_epoch=rec.producer_epoch, topic=only[0],
                         partition=None if only[1] is None else int(only[1])))
-    return "unknown" if lost else "open"
+    return ("unknown" if lost else "open"), None, None
 
 
-def _with_outcome(rec: TxnRecord, outcome: str | None) -> Transaction:
+def _with_outcome(rec: TxnRecord, outcome: tuple[str, str | None, float | None] | None) -> Transaction:
     row = rec.as_transaction()
     if outcome is None:
         return row
     return Transaction(row.transactional_id, row.producer_id, row.producer_epoch, row.start_ts, row.end_ts,
                        outcome, row.partitions, row.records, row.groups, row.client)
+    outcome, source, end_ts = outcome
+    return Transaction(row.transactional_id, row.producer_id, row.producer_epoch, row.start_ts,
+                       end_ts if end_ts is not None else row.end_ts, outcome, row.partitions, row.records,
+                       row.groups, outcome_source=source)
 
 
 def _summaries(state: AuditState, transactions: list[Transaction]) -> tuple[ProducerSummary, ...]:

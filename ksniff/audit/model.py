@@ -86,6 +86,9 @@ class Transaction:
     client: str | None = None  # "ip:port" of the instance whose request began it, where seen
     capture_set: int | None = None
     cluster: str | None = None
+    # How the outcome is known: "end_txn", "markers", "takeover", "next_transaction", "request"; None
+    # for "open" and "unknown" (ksniff.audit.state.TxnRecord).
+    outcome_source: str | None = None
 
     def as_contract(self) -> dict:
         return {
@@ -101,6 +104,7 @@ class Transaction:
             "client": self.client,
             "capture_set": self.capture_set,
             "cluster": self.cluster,
+            "outcome_source": self.outcome_source,
         }
 
 

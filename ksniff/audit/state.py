@@ -78,8 +78,17 @@ class TxnRecord:
     records: int = 0
     batches: int = 0
     end_requested: bool = False  # an EndTxn went unanswered
+    intent: str | None = None  # "commit"/"abort": what that unanswered EndTxn asked for
+    end_request_ts: float | None = None  # when it was sent
+    # An accepted InitProducerId for its transactional id came while it was open: the coordinator
+    # aborts it (KIP-98) unless later evidence (its own accepted EndTxn, markers) says otherwise.
+    taken_over_ts: float | None = None
     markers: str | None = None  # "commit"/"abort" from WriteTxnMarkers, where captured
     client: str | None = None  # "ip:port" of the instance whose request began it
+    # How the outcome is known: "end_txn" (the broker's answer), "markers", "takeover",
+    # "next_transaction" (the same producer id and epoch went on after an unanswered EndTxn), "request"
+    # (an unanswered EndTxn's intent alone); None while open or unknown.
+    outcome_source: str | None = None
 
     def add_partition(self, topic: str, partition: int) -> None:
         self.partitions.setdefault(f"{topic}-{partition}", None)
@@ -96,6 +105,7 @@ class TxnRecord:
             records=self.records,
             groups=tuple(self.groups),
             client=self.client,
+            outcome_source=self.outcome_source,
         )
 
 

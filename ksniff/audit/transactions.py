@@ -3,8 +3,18 @@ TxnOffsetCommit, EndTxn and WriteTxnMarkers, driven through the table in ksniff.
 
 A transaction begins with the first accepted AddPartitionsToTxn or AddOffsetsToTxn (or, under
 transaction.version 2, the first transactional write), and ends with an accepted EndTxn; an EndTxn the
-broker rejected does not end it. Its outcome is `unknown` when its end was not seen: a newer instance
-took over, or the next transaction began first.
+broker rejected does not end it. Its outcome is what the capture proves, and `outcome_source` says how:
+
+- `end_txn`: the broker accepted its EndTxn;
+- `markers`: WriteTxnMarkers for its producer id (which override everything but an accepted EndTxn);
+- `takeover`: an accepted InitProducerId for its transactional id came while it was open, which makes
+  the coordinator abort it (KIP-98). What the broker then does decides: if the superseded instance's
+  later EndTxn is accepted (librdkafka's mock does that), it is that one transaction's end;
+- `next_transaction`: its EndTxn got no answer, but the same producer id went on with a new transaction
+  (the coordinator refuses one while the previous is still completing), so the EndTxn's intent holds;
+- `request`: its EndTxn got no answer and nothing came after: the intent alone.
+
+`unknown` stays for a transaction whose end nothing shows (e.g. its EndTxn request itself was lost).
 """
 
 from __future__ import annotations
@@ -33,11 +43,38 @@ def answer_of(ex: Exchange) -> int | None:
     return None if ex.response is None else ex.response.error_code
 
 
-def close_unknown(t: Lane, ts: float) -> None:
-    """The lane's open transaction ended without its end on the wire."""
+def close_unknown(t: Lane, ts: float, producer_id: int | None = None, epoch: int | None = None) -> None:
+    """The lane's open transaction ended without its end on the wire; `producer_id` and `epoch`: the
+    instance whose new transaction shows that (None when it is not a new transaction)."""
     rec = t.txn
-    if rec is not None and rec.outcome is None:
+    if rec is None or rec.outcome is not None:
+        return
+    if rec.taken_over_ts is not None:
+        rec.outcome, rec.end_ts, rec.outcome_source = "abort", rec.taken_over_ts, "takeover"
+    elif rec.intent is not None:
+        went_on = (producer_id is not None and producer_id == rec.producer_id and epoch is not None
+                   and rec.producer_epoch is not None and epoch >= rec.producer_epoch)
+        rec.outcome, rec.end_ts = rec.intent, rec.end_request_ts
+        rec.outcome_source = "next_transaction" if went_on else "request"
+    else:
         rec.outcome, rec.end_ts = "unknown", ts
+
+
+def taken_over(t: TxnIdState, producer_id: int, epoch: int, ts: float) -> None:
+    """An accepted InitProducerId gave the transactional id to (producer_id, epoch): a transaction the
+    previous instance had open moves to that instance's lane, aborted by the takeover unless its own
+    later requests show otherwise."""
+    rec = t.txn
+    if rec is None or rec.outcome is not None or rec.producer_id is None or rec.end_requested:
+        return
+    if (rec.producer_id, rec.producer_epoch) == (producer_id, epoch):
+        return
+    lane = t.zombie_lane(rec.producer_id, rec.producer_epoch if rec.producer_epoch is not None else -1)
+    if lane.txn is not None and lane.txn.outcome is None:
+        return
+    lane.txn, lane.state = rec, t.state
+    rec.taken_over_ts = ts
+    t.txn, t.state = None, TxnState.EMPTY
 
 
 def enter(state: AuditState, t: Lane, trigger: Trigger, producer_id: int, epoch: int, ts: float,
@@ -48,8 +85,14 @@ def enter(state: AuditState, t: Lane, trigger: Trigger, producer_id: int, epoch:
     assert after is not None, "callers check ALLOWED first"
     rec = t.txn
     is_open = rec is not None and rec.outcome is None
+    if is_open and (rec.intent is not None or rec.taken_over_ts is not None) and after is TxnState.ONGOING \
+            and trigger is not Trigger.WRITE and trigger is not Trigger.OFFSET_COMMIT:
+        # A new transaction of an instance whose EndTxn went unanswered, or whose transaction a
+        # takeover aborted: that transaction is over.
+        close_unknown(t, ts, producer_id, epoch)
+        is_open = False
     if after is TxnState.ONGOING and not (before is TxnState.ONGOING and is_open):
-        close_unknown(t, ts)
+        close_unknown(t, ts, producer_id, epoch)
         rec = TxnRecord(t.transactional_id, producer_id, epoch, ts,
                         registration_known=before is not TxnState.UNKNOWN, client=client)
         state.transactions.append(rec)
@@ -61,6 +104,7 @@ def enter(state: AuditState, t: Lane, trigger: Trigger, producer_id: int, epoch:
             state.transactions.append(rec)
             t.txn = rec
         rec.outcome, rec.end_ts = _END[after], end_ts if end_ts is not None else ts
+        rec.outcome_source = "end_txn"
     elif after is TxnState.EMPTY:
         close_unknown(t, ts)
     t.state = after
@@ -140,6 +184,7 @@ def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> 
     p.started_epochs.add(epoch)
     if t is None:
         return
+    taken_over(t, pid, epoch, ex.response_ts if ex.response_ts is not None else ex.request_ts)
     take_over(state, t, Instance(pid, epoch, ex.request_ts, ex.client, ex.client_id), ex, out,
               via="InitProducerId")
     enter(state, t, Trigger.INIT, pid, epoch, ex.request_ts, client=ex.client)
@@ -203,7 +248,7 @@ def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> No
                 and all(tp in rec.registered for tp in accepted)):
             # Clients add each partition once per transaction: adding them again means the previous
             # transaction ended out of sight.
-            close_unknown(lane, ex.request_ts)
+            close_unknown(lane, ex.request_ts, pid, epoch)
             lane.state = TxnState.EMPTY
         rec = enter(state, lane, Trigger.ADD_PARTITIONS, pid, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
@@ -279,8 +324,11 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
             illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what)
         return
     if answer is None:
-        if lane.txn is not None and lane.txn.outcome is None:
-            lane.txn.end_requested = True
+        rec = lane.txn
+        if rec is not None and rec.outcome is None:
+            rec.end_requested = True
+            rec.intent = "commit" if req.committed else "abort"
+            rec.end_request_ts = ex.request_ts
         return
     if answer != 0:
         return  # e.g. CONCURRENT_TRANSACTIONS: the client retries; the transaction is still open
@@ -342,12 +390,25 @@ def on_write_txn_markers(state: AuditState, ex: Exchange, out: list[Finding]) ->
         if cur is not None and cur.producer_id == m.producer_id and m.producer_epoch > cur.epoch:
             # The coordinator bumped the epoch itself (timeout or fencing abort, or transaction.version 2).
             t.current = Instance(m.producer_id, m.producer_epoch, ex.request_ts, cur.client, cur.client_id)
-        if rec is None or rec.producer_id != m.producer_id or rec.markers is not None:
+        lane = _marked_lane(t, m.producer_id)
+        if lane is None:
             continue
+        rec = lane.txn
         if rec.outcome is None:
             # No EndTxn seen: the coordinator ended it (timeout, fencing) or the EndTxn was not captured.
             rec.outcome, rec.end_ts = result, ex.request_ts
-            t.state = TxnState.PREPARE_COMMIT if result == "commit" else TxnState.PREPARE_ABORT
-        elif rec.outcome == "unknown":
-            rec.outcome = result
+            lane.state = TxnState.PREPARE_COMMIT if result == "commit" else TxnState.PREPARE_ABORT
+            rec.outcome_source = "markers"
+        elif rec.outcome_source != "end_txn":
+            rec.outcome, rec.outcome_source = result, "markers"
         rec.markers = result
+
+
+def _marked_lane(t: TxnIdState, producer_id: int) -> Lane | None:
+    """The lane whose latest transaction markers for `producer_id` end: the current one's, else a
+    superseded instance's (a takeover's abort markers name the old producer id)."""
+    for lane in t.lanes():
+        rec = lane.txn
+        if rec is not None and rec.producer_id == producer_id and rec.markers is None:
+            return lane
+    return None

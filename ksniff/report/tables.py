@@ -104,6 +104,7 @@ TRANSACTION_SCHEMA: dict[str, str] = {
     "client": "string",  # "ip:port" of the instance whose request began it, where seen
     "capture_set": "Int64",  # the capture set it was audited in (ksniff.engine.sets)
     "cluster": "string",  # the cluster id its set's brokers named, when exactly one
+    "outcome_source": "string",  # end_txn | markers | takeover | next_transaction | request
 }
 
 FINDING_SCHEMA: dict[str, str] = {
@@ -177,6 +178,7 @@ def transaction_row(t: Transaction) -> dict[str, Any]:
         "client": getattr(t, "client", None),
         "capture_set": t.capture_set,
         "cluster": t.cluster,
+        "outcome_source": t.outcome_source,
     }
 
 

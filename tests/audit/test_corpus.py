@@ -100,3 +100,18 @@ def test_every_finding_kind_is_produced_by_the_corpus(kind: str):
                  for w in load(PCAPS / f"{name}.expect.json")["findings"] if w["kind"] == kind]
     assert expecting, f"no capture in tests/pcaps expects {kind}: record a scenario for it"
     assert any(any(matches(f, w) for f in audit(name).findings) for name, w in expecting)
+
+
+WITH_SOURCES = [p for p in EXPECTS if "outcome_sources" in load(p)]
+
+
+@pytest.mark.parametrize("path", WITH_SOURCES, ids=lambda p: p.name.removesuffix(".expect.json"))
+def test_outcomes_say_how_the_capture_proves_them(path: Path) -> None:
+    """A takeover aborts an open transaction unless the broker accepts the old instance's EndTxn (then it
+    is that one transaction, committed); a commit whose answer was lost is a commit, from the next
+    transaction (the expectations file lists outcome and source per transaction, in time order)."""
+    expect = load(path)
+    out = audit(path.name.removesuffix(".expect.json"))
+    for tid, wanted in expect["outcome_sources"].items():
+        got = [[t.outcome, t.outcome_source] for t in out.transactions if t.transactional_id == tid]
+        assert got == wanted, tid

@@ -163,14 +163,50 @@ def test_capture_starting_mid_transaction(wire: Wire):
     assert out.transactions[0].records == 5
 
 
-def test_takeover_leaves_the_open_transaction_unknown_and_markers_resolve_it(wire: Wire):
+def sources(out) -> list[tuple[str, str | None]]:
+    return [(t.outcome, t.outcome_source) for t in out.transactions]
+
+
+def test_a_takeover_aborts_the_open_transaction_and_markers_confirm_it(wire: Wire):
+    """KIP-98: an accepted InitProducerId for a transactional id with a transaction open makes the
+    coordinator abort it."""
     wire.init(T, 7, 0)
     wire.add_partitions(T, 7, 0, [("orders", 0)])
     wire.produce(T, 7, 0, [("orders", 0, 0, 5, 0, 100)])
-    wire.init(T, 7, 1, client=APP2, conn=2)
-    assert outcomes(wire.finish()) == ["unknown"]
+    wire.init(T, 7, 1, client=APP2, conn=2, timeout_ms=1000)
+    out = wire.finish(after=120)
+    assert sources(out) == [("abort", "takeover")]
+    assert not [f for f in out.findings if f.kind == "hanging_transaction"]
     wire.markers(7, 1, False, [("orders", 0)])
-    assert outcomes(wire.finish()) == ["abort"]
+    assert sources(wire.finish()) == [("abort", "markers")]
+
+
+def test_a_broker_that_lets_the_superseded_instance_commit_gives_one_committed_transaction(wire: Wire):
+    """librdkafka's mock: the takeover gets a new producer id, the old instance's open transaction stays
+    open and its later EndTxn(commit) is accepted. One transaction, committed; the zombie's writes are
+    critical."""
+    wire.init(T, 7, 0)
+    wire.add_partitions(T, 7, 0, [("orders", 0)])
+    wire.produce(T, 7, 0, [("orders", 0, 0, 5, 0, 100)])
+    wire.init(T, 8, 0, client=APP2, conn=2)
+    got = wire.produce(T, 7, 0, [("orders", 0, 5, 5, 0, 105)])
+    assert ("zombie_write_accepted", "critical") in wire.kinds(got)
+    got = wire.end_txn(T, 7, 0)
+    assert ("zombie_write_accepted", "critical") in wire.kinds(got)
+    out = wire.finish()
+    assert sources(out) == [("commit", "end_txn")]
+    assert out.transactions[0].records == 10
+
+
+def test_a_takeover_then_the_old_instance_starting_again_ends_the_aborted_one(wire: Wire):
+    wire.init(T, 7, 0)
+    wire.add_partitions(T, 7, 0, [("orders", 0)])
+    wire.produce(T, 7, 0, [("orders", 0, 0, 5, 0, 100)])
+    wire.init(T, 8, 0, client=APP2, conn=2)
+    wire.add_partitions(T, 7, 0, [("orders", 0)])
+    wire.produce(T, 7, 0, [("orders", 0, 5, 5, 0, 105)])
+    wire.end_txn(T, 7, 0)
+    assert sources(wire.finish()) == [("abort", "takeover"), ("commit", "end_txn")]
 
 
 def test_adding_the_same_partitions_again_means_a_new_transaction(wire: Wire):
@@ -185,12 +221,29 @@ def test_adding_the_same_partitions_again_means_a_new_transaction(wire: Wire):
     assert wire.findings == []
 
 
-def test_unanswered_end_txn_leaves_the_outcome_unknown(wire: Wire):
+def test_unanswered_end_txn_gives_its_intent_from_the_request_alone(wire: Wire):
     wire.init(T, 7, 0)
     wire.add_partitions(T, 7, 0, [("orders", 0)])
     wire.produce(T, 7, 0, [("orders", 0, 0, 5, 0, 100)])
     wire.end_txn(T, 7, 0, err=None)
-    assert outcomes(wire.finish()) == ["unknown"]
+    assert sources(wire.finish()) == [("commit", "request")]
+
+
+def test_unanswered_end_txn_then_the_next_transaction_proves_it_ended(wire: Wire):
+    """The coordinator refuses a new transaction while the previous one is still completing: the same
+    producer id and epoch beginning another means the EndTxn went through as asked."""
+    wire.init(T, 7, 0)
+    wire.add_partitions(T, 7, 0, [("orders", 0)])
+    wire.produce(T, 7, 0, [("orders", 0, 0, 5, 0, 100)])
+    sent = wire.ts
+    wire.end_txn(T, 7, 0, commit=False, err=None)
+    wire.add_partitions(T, 7, 0, [("orders", 1)])
+    wire.produce(T, 7, 0, [("orders", 1, 0, 5, 0, 100)])
+    wire.end_txn(T, 7, 0)
+    out = wire.finish()
+    assert sources(out) == [("abort", "next_transaction"), ("commit", "end_txn")]
+    assert out.transactions[0].end_ts >= sent and out.transactions[0].records == 5
+    assert wire.findings == []
 
 
 def test_markers_without_end_txn_end_the_transaction(wire: Wire):
