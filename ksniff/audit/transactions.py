@@ -20,7 +20,7 @@ broker rejected does not end it. Its outcome is what the capture proves, and `ou
 from __future__ import annotations
 
 from ksniff.audit.codes import error_name
-from ksniff.audit.findings import exchange_evidence, judge, make
+from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.identity import (
     adopt,
     epoch_regression,
@@ -333,6 +333,11 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     if answer != 0:
         return  # e.g. CONCURRENT_TRANSACTIONS: the client retries; the transaction is still open
     enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts, client=ex.client)
+    rec = lane.txn
+    started = rec.start_ts if rec is not None and rec.outcome is None and rec.registration_known else None
+    enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts)
+    if started is not None and t.timeout_ms and (ex.request_ts - started) * 1000 > t.timeout_ms:
+        _ended_late(state, t, ex, pid, epoch, started, out)
     if lane is t and ex.api_version >= 5 and resp.producer_id >= 0:
         # transaction.version 2: every end bumps the epoch (KIP-890); the answer says which to use next.
         t.tv2 = True
@@ -340,6 +345,23 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         p.started_epochs.add(resp.producer_epoch)
         take_over(state, t, Instance(resp.producer_id, resp.producer_epoch, ex.request_ts, ex.client,
                                      ex.client_id), ex, out, via="EndTxn")
+
+
+def _ended_late(state: AuditState, t: TxnIdState, ex: Exchange, pid: int, epoch: int, started: float,
+                out: list[Finding]) -> None:
+    """An EndTxn accepted after the transaction's own timeout: the coordinator should have aborted it
+    (and fenced the epoch) by then; a commit it accepted anyway is a broker letting the timeout slip."""
+    committed = ex.request.committed
+    lost = ex.unverified or state.lost_since(t.conns, started)
+    took_ms = (ex.request_ts - started) * 1000
+    evidence = exchange_evidence(ex, 0)
+    evidence.update(start_ts=started, timeout_ms=t.timeout_ms, took_ms=round(took_ms, 3))
+    severity = Severity.WARNING if committed else Severity.INFO
+    out.append(make(FindingKind.ENDED_AFTER_TIMEOUT, Severity.INFO if lost else severity, ex.request_ts,
+                    f"transaction of {t.transactional_id!r} (producer id {pid} epoch {epoch}) ended with "
+                    f"{'a commit' if committed else 'an abort'} the broker accepted {took_ms:,.0f} ms after "
+                    f"it began, past its {t.timeout_ms} ms timeout", evidence, unverified=lost,
+                    transactional_id=t.transactional_id, producer_id=pid, producer_epoch=epoch))
 
 
 def write(state: AuditState, t: TxnIdState, lane: Lane, ex: Exchange, topic: str, partition: int,
@@ -401,7 +423,37 @@ def on_write_txn_markers(state: AuditState, ex: Exchange, out: list[Finding]) ->
             rec.outcome_source = "markers"
         elif rec.outcome_source != "end_txn":
             rec.outcome, rec.outcome_source = result, "markers"
+        elif rec.outcome != result:
+            _markers_disagree(ex, m, t, rec, result, out)
         rec.markers = result
+
+
+def _marker_answer(ex: Exchange, producer_id: int) -> int | None:
+    """0 when every partition leader accepted the markers for `producer_id`, else the first error."""
+    if ex.response is None:
+        return None
+    for written in ex.response.markers:
+        if written.producer_id == producer_id:
+            codes = [p.error_code for tp in written.topics for p in tp.partitions]
+            return next((c for c in codes if c), 0)
+    return None
+
+
+def _markers_disagree(ex: Exchange, m, t: TxnIdState, rec: TxnRecord, result: str,
+                      out: list[Finding]) -> None:
+    """The coordinator accepted EndTxn(X) and then wrote markers saying the opposite: read_committed
+    consumers see the transaction the other way round."""
+    answer = _marker_answer(ex, m.producer_id)
+    evidence = exchange_evidence(ex, answer)
+    evidence.update(end_txn_result=rec.outcome, marker_result=result, end_ts=rec.end_ts,
+                    partitions=[f"{tp.name}-{p}" for tp in m.topics for p in tp.partition_indexes])
+    out.append(make(FindingKind.MARKERS_DISAGREE,
+                    judge(answer, unverified=ex.unverified, explained_by_loss=False), ex.request_ts,
+                    f"the coordinator accepted EndTxn({rec.outcome}) of {t.transactional_id!r} (producer id "
+                    f"{rec.producer_id} epoch {rec.producer_epoch}) but wrote {result.upper()} markers; "
+                    f"{broker_verdict(answer)}", evidence, unverified=ex.unverified,
+                    transactional_id=t.transactional_id, producer_id=rec.producer_id,
+                    producer_epoch=rec.producer_epoch))
 
 
 def _marked_lane(t: TxnIdState, producer_id: int) -> Lane | None:
