@@ -15,6 +15,8 @@ transaction of each transactional id in time order.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from pathlib import Path
 
 import clients
@@ -171,3 +173,86 @@ def lost_answer(out: Path) -> None:
             "still completing: the first transaction is a commit whose source is the next transaction."
         )
         write_expectations(ledger, target, ports)
+
+
+LATE_TID = "tx-late"
+LATE_TIMEOUT_MS = 1000
+LATE_WAIT_S = 2.5
+
+
+def late_commit(conn: RawConnection, ledger: Ledger) -> None:
+    """A transaction with a 1 s timeout writes, waits 2.5 s, then asks to commit."""
+    conn.find_coordinator(LATE_TID)
+    err, pid, epoch = conn.init_producer_id(LATE_TID, timeout_ms=LATE_TIMEOUT_MS)
+    ledger.answer(f"InitProducerId with TransactionTimeoutMs={LATE_TIMEOUT_MS}", "InitProducerId", err,
+                  producer_id=pid, epoch=epoch)
+    added = conn.add_partitions(LATE_TID, pid, epoch, TOPIC, [0])
+    ledger.answer("AddPartitionsToTxn", "AddPartitionsToTxn", _first_error(added))
+    err, offset = conn.produce(TOPIC, 0, record_batch(pid, epoch, 0, 2, True, "late"),
+                               transactional_id=LATE_TID)
+    ledger.answer("Produce", "Produce", err, base_offset=offset)
+    if err:
+        raise RuntimeError(f"{LATE_TID}: the write was rejected: {error_name(err)}")
+    ledger.records_produced += 2
+    time.sleep(LATE_WAIT_S)
+    try:
+        end_err = conn.end_txn(LATE_TID, pid, epoch, commit=True)
+    except ConnectionError:
+        end_err = None
+        conn.reconnect()
+    ledger.answer(f"EndTxn(commit) {LATE_WAIT_S}s after the write", "EndTxn", end_err)
+    where = {"transactional_id": LATE_TID, "producer_id": pid, "topic": None, "partition": None}
+    if end_err == 0:
+        ledger.txn(LATE_TID, "commit")
+        ledger.finding("transaction_ended_after_timeout", "warning", **where)
+        ledger.extra["outcome_sources"] = {LATE_TID: [["commit", "end_txn"]]}
+        ledger.note(f"{ledger.broker} accepted the commit {LATE_WAIT_S}s into a transaction whose timeout "
+                    f"was {LATE_TIMEOUT_MS} ms.")
+    else:
+        # The broker enforced the timeout: the transaction never ended on the wire as asked.
+        ledger.txn(LATE_TID, "open")
+        ledger.finding("hanging_transaction", "warning", **{**where, "topic": TOPIC, "partition": 0})
+        ledger.may_also_find.append({"kind": "producer_fenced", "max_severity": "warning"})
+        ledger.may_also_find.append({"kind": "unanswered_request", "max_severity": "warning"})
+        ledger.note(f"{ledger.broker} refused the late commit: "
+                    + ("no answer" if end_err is None else error_name(end_err)) + ".")
+
+
+def record_late(out: Path, name: str, broker: str) -> None:
+    capture = out / f"{name}.pcap"
+    ledger = Ledger(name, broker, "kafka-python protocol classes over a plain socket")
+    ledger.note(f"One connection. {LATE_TID}: InitProducerId with TransactionTimeoutMs={LATE_TIMEOUT_MS}, "
+                f"AddPartitionsToTxn, a transactional batch of 2 records, {LATE_WAIT_S}s of nothing, then "
+                "EndTxn(commit).")
+    with (_tansu_bootstrap() if broker == "tansu" else _mock_bootstrap()) as where:
+        host, port = where
+        with tcpdump(capture, [port]), RawConnection(host, port, "corpus-late") as conn:
+            conn.api_versions()
+            conn.metadata([TOPIC])
+            late_commit(conn, ledger)
+    write_expectations(ledger, capture, [port])
+
+
+@contextlib.contextmanager
+def _tansu_bootstrap():
+    with tansu() as bootstrap:
+        clients.create_topics(bootstrap, {TOPIC: 2})
+        host, port = bootstrap.rsplit(":", 1)
+        yield host, int(port)
+
+
+@contextlib.contextmanager
+def _mock_bootstrap():
+    with mock_cluster(1) as cluster:
+        (host, port), = cluster.brokers.values()
+        yield host, port
+
+
+@scenario("late_commit_mock", "a commit 2.5 s into a transaction with a 1 s timeout, librdkafka's mock")
+def late_commit_mock(out: Path) -> None:
+    record_late(out, "late_commit_mock", "librdkafka-mock")
+
+
+@scenario("late_commit_tansu", "the same late commit to tansu")
+def late_commit_tansu(out: Path) -> None:
+    record_late(out, "late_commit_tansu", "tansu")
