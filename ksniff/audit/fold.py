@@ -219,12 +219,10 @@ def _with_outcome(rec: TxnRecord, outcome: tuple[str, str | None, float | None] 
     row = rec.as_transaction()
     if outcome is None:
         return row
-    return Transaction(row.transactional_id, row.producer_id, row.producer_epoch, row.start_ts, row.end_ts,
-                       outcome, row.partitions, row.records, row.groups, row.client)
     outcome, source, end_ts = outcome
     return Transaction(row.transactional_id, row.producer_id, row.producer_epoch, row.start_ts,
                        end_ts if end_ts is not None else row.end_ts, outcome, row.partitions, row.records,
-                       row.groups, outcome_source=source)
+                       row.groups, row.client, outcome_source=source)
 
 
 def _summaries(state: AuditState, transactions: list[Transaction]) -> tuple[ProducerSummary, ...]:

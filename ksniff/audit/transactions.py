@@ -332,10 +332,9 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         return
     if answer != 0:
         return  # e.g. CONCURRENT_TRANSACTIONS: the client retries; the transaction is still open
-    enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts, client=ex.client)
     rec = lane.txn
     started = rec.start_ts if rec is not None and rec.outcome is None and rec.registration_known else None
-    enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts)
+    enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts, client=ex.client)
     if started is not None and t.timeout_ms and (ex.request_ts - started) * 1000 > t.timeout_ms:
         _ended_late(state, t, ex, pid, epoch, started, out)
     if lane is t and ex.api_version >= 5 and resp.producer_id >= 0:
