@@ -31,9 +31,7 @@ class FindingKind(str, Enum):
     END_TXN_WITHOUT_TRANSACTION = "end_txn_without_transaction"
     UNANSWERED_REQUEST = "unanswered_request"
     OFFSET_COMMIT_BACKWARDS = "offset_commit_backwards"
-    # One transaction across brokers (issue 12): the coordinator's markers against the EndTxn it accepted,
-    # and an end that came after the transaction's own timeout.
-    MARKERS_DISAGREE = "markers_disagree"
+    # An end that came after the transaction's own timeout (issue 12).
     ENDED_AFTER_TIMEOUT = "transaction_ended_after_timeout"
 
 

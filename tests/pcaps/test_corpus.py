@@ -27,7 +27,7 @@ KINDS = {"sequence_gap", "sequence_duplicate", "epoch_regression", "producer_fen
 # and offsets_back captures expect them.
 EXTRA_KINDS = {"sequence_out_of_order", "write_to_unregistered_partition", "write_outside_transaction",
                "txn_offset_commit_unregistered_group", "end_txn_without_transaction", "unanswered_request",
-               "offset_commit_backwards", "markers_disagree", "transaction_ended_after_timeout"}
+               "offset_commit_backwards", "transaction_ended_after_timeout"}
 SEVERITIES = {"critical", "warning", "info"}
 
 
