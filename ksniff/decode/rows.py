@@ -150,8 +150,15 @@ def _request_detail(req: Any) -> str | None:
 
 
 def _walked_cells(ex: Exchange, error_code: int | None) -> dict[str, Any]:
+    if ex.api_name == "Produce" and ex.response is not None and ex.batches:
+        # Its per-partition answers are already on its batches (one row each in `batches`): no walk.
+        errors = [f"{b.topic}-{b.partition} {error_name(b.error_code) or b.error_code}"
+                  for b in ex.batches if b.error_code]
+        worst = errors[0].rsplit(" ", 1)[1] if errors else "NONE"
+        return {"request_detail": None, "partitions": None, "worst_error": worst,
+                "partition_errors": to_json_text(errors) if errors else None}
     if ex.api_name not in _WALKED:
-        # Produce and Fetch answer per partition in their batch rows: no worst without a top-level error.
+        # Fetch answers per partition in its own rows: no worst without a top-level error.
         per_partition = ex.api_name in ("Produce", "Fetch")
         worst = error_name(error_code) if error_code is not None else (
             "NONE" if ex.response is not None and not per_partition else None)

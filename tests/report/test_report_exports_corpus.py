@@ -135,3 +135,16 @@ def test_add_partitions_v4_rows(tmp_path):
     # a batch of two transactions: no one id for the row
     assert two["transactional_id"] == "" and two["worst_error"] == "INVALID_TXN_STATE"
     assert json.loads(two["partition_errors"]) == ["orders-1 INVALID_TXN_STATE"]
+
+
+def test_produce_rows_carry_the_worst_of_their_partitions_answers(tmp_path):
+    tables, _doc = _export(tmp_path, PCAPS / "anomalies_tansu.pcap")
+    answers: dict[tuple[str, str], list[str]] = {}
+    for b in tables["batches"]:
+        answers.setdefault((b["correlation_id"], b["conn"]), []).append(b["error"])
+    produce = [r for r in tables["exchanges"] if r["api"] == "Produce"]
+    assert {r["worst_error"] for r in produce} >= {"NONE", "PRODUCER_FENCED", "DUPLICATE_SEQUENCE_NUMBER"}
+    for row in produce:
+        errors = [e for e in answers[(row["correlation_id"], row["conn"])] if e != "NONE"]
+        assert row["worst_error"] == (errors[0] if errors else "NONE")
+        assert [e.rsplit(" ", 1)[1] for e in json.loads(row["partition_errors"] or "[]")] == errors
