@@ -50,6 +50,31 @@ def limit_options(f):
                      help="Requests awaiting a response per connection; beyond it the oldest is given "
                           f"up as unanswered (default {_DEFAULT.max_in_flight}). "
                           "[env KSNIFF_MAX_IN_FLIGHT]"),
+        click.option("--max-in-flight-total", type=count, metavar="N", envvar="KSNIFF_MAX_IN_FLIGHT_TOTAL",
+                     help="Requests awaiting a response across all connections; beyond it the oldest of "
+                          "the connection holding most is given up as unanswered "
+                          f"(default {_DEFAULT.max_in_flight_total}). [env KSNIFF_MAX_IN_FLIGHT_TOTAL]"),
+        click.option("--max-partial-total", type=count, metavar="BYTES", envvar="KSNIFF_MAX_PARTIAL_TOTAL",
+                     help="Bytes of Kafka frames waiting for their end, across all connections; beyond "
+                          "it the largest is given up and its stream resynchronised "
+                          f"(default {_DEFAULT.max_partial_total}). [env KSNIFF_MAX_PARTIAL_TOTAL]"),
+        click.option("--max-records-batch", type=count, metavar="BYTES", envvar="KSNIFF_MAX_RECORDS_BATCH",
+                     help="With --records: bytes one record batch may decompress to "
+                          f"(default {_DEFAULT.max_records_batch}). [env KSNIFF_MAX_RECORDS_BATCH]"),
+        click.option("--max-records-request", type=count, metavar="BYTES",
+                     envvar="KSNIFF_MAX_RECORDS_REQUEST",
+                     help="With --records: bytes the batches of one Produce request may decompress to "
+                          f"(default {_DEFAULT.max_records_request}). [env KSNIFF_MAX_RECORDS_REQUEST]"),
+        click.option("--max-records-total", type=count, metavar="BYTES", envvar="KSNIFF_MAX_RECORDS_TOTAL",
+                     help="With --records: bytes all batches of the run may decompress to "
+                          f"(default {_DEFAULT.max_records_run}). [env KSNIFF_MAX_RECORDS_TOTAL]"),
+        click.option("--max-interfaces", type=count, metavar="N", envvar="KSNIFF_MAX_INTERFACES",
+                     help="pcapng interfaces kept per section; packets of later ones are skipped "
+                          f"(default {_DEFAULT.max_interfaces}). [env KSNIFF_MAX_INTERFACES]"),
+        click.option("--max-gunzip-ratio", type=count, metavar="N", envvar="KSNIFF_MAX_GUNZIP_RATIO",
+                     help="A .gz capture is read up to N times its size (at least 256 MiB); the rest "
+                          f"is not read (default {_DEFAULT.max_gunzip_ratio}). "
+                          "[env KSNIFF_MAX_GUNZIP_RATIO]"),
     ]
     for decorator in reversed(decorators):
         f = decorator(f)
@@ -135,7 +160,11 @@ def make_options(kw: dict) -> Options:
     limits = {name: kw[option] for name, option in (
         ("max_connections", "max_connections"), ("max_buffer_bytes", "max_buffer_bytes"),
         ("max_buffer_total", "max_buffer_total"), ("max_frame", "max_frame_bytes"),
-        ("max_in_flight", "max_in_flight")) if kw[option] is not None}
+        ("max_in_flight", "max_in_flight"), ("max_in_flight_total", "max_in_flight_total"),
+        ("max_partial_total", "max_partial_total"), ("max_records_batch", "max_records_batch"),
+        ("max_records_request", "max_records_request"), ("max_records_run", "max_records_total"),
+        ("max_interfaces", "max_interfaces"), ("max_gunzip_ratio", "max_gunzip_ratio"))
+        if kw[option] is not None}
     config = EngineConfig(
         ports=ports or DEFAULT_PORTS,
         auto_detect=not ports,

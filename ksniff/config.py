@@ -16,8 +16,14 @@ from typing import Any
 from ksniff.audit import AuditConfig
 from ksniff.capture import CaptureLimits
 from ksniff.decode import Decoder
-from ksniff.decode.decoder import DEFAULT_MAX_IN_FLIGHT, DEFAULT_PORTS
+from ksniff.decode.decoder import (
+    DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_MAX_IN_FLIGHT_TOTAL,
+    DEFAULT_MAX_PARTIAL_TOTAL,
+    DEFAULT_PORTS,
+)
 from ksniff.decode.frames import DEFAULT_MAX_FRAME
+from ksniff.decode.records import MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST, MAX_DECOMPRESSED_RUN
 
 _LIMITS = CaptureLimits()
 
@@ -56,6 +62,15 @@ class EngineConfig:
     # The decode room's caps.
     max_frame: int = DEFAULT_MAX_FRAME  # bytes; a frame claiming more is skipped and counted
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests awaiting a response, per connection
+    max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL  # ... across all connections
+    max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL  # bytes of frames waiting to complete, in all
+    # --records: bytes records may decompress to, per batch, per Produce request and per run.
+    max_records_batch: int = MAX_DECOMPRESSED
+    max_records_request: int = MAX_DECOMPRESSED_REQUEST
+    max_records_run: int = MAX_DECOMPRESSED_RUN
+    # Input files: pcapng interfaces per section, and how far a gzip capture may inflate.
+    max_interfaces: int = _LIMITS.max_interfaces
+    max_gunzip_ratio: int = _LIMITS.gunzip_ratio
     # How inputs group into capture sets (ksniff.engine.sets): "auto", "merge" (--merge), "separate".
     capture_sets: str = "auto"
 
@@ -64,13 +79,16 @@ class EngineConfig:
         """The capture room's caps."""
         return CaptureLimits(max_connections=self.max_connections,
                              ooo_bytes_per_direction=self.max_buffer_bytes,
-                             ooo_bytes_total=self.max_buffer_total)
+                             ooo_bytes_total=self.max_buffer_total, max_interfaces=self.max_interfaces,
+                             gunzip_ratio=self.max_gunzip_ratio)
 
     def decoder(self, on_not_kafka: Callable[[int], Any] | None = None) -> Decoder:
         """A decoder for one run (or one partition of it) with this run's ports and caps."""
         return Decoder(ports=self.ports, auto_detect=self.auto_detect, on_not_kafka=on_not_kafka,
                        keep_records=self.keep_records, max_frame=self.max_frame,
-                       max_in_flight=self.max_in_flight)
+                       max_in_flight=self.max_in_flight, max_in_flight_total=self.max_in_flight_total,
+                       max_partial_total=self.max_partial_total,
+                       records_caps=(self.max_records_batch, self.max_records_request, self.max_records_run))
 
     def audit_config(self) -> AuditConfig:
         """The audit room's settings."""

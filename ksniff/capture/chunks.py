@@ -12,7 +12,9 @@ from collections import deque
 from ksniff.capture.events import CaptureStats, StreamChunk, StreamEvent, StreamGap
 from ksniff.capture.halves import Half
 
-TAIL_KEPT = 64 << 10  # bytes of the last chunk kept per direction to compare retransmissions against
+# Bytes at the end of the last chunk kept per direction to compare retransmissions against: a segment's
+# worth, so that tens of thousands of open connections hold megabytes here, not gigabytes.
+TAIL_KEPT = 2 << 10
 
 
 class ChunkMerger:
@@ -58,9 +60,9 @@ class ChunkMerger:
         self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last))
         if len(data) <= TAIL_KEPT:
             h.tail, h.tail_off = data, h.p_off
-        else:  # keep only the last segment, copied so no capture buffer stays alive through it
-            h.tail = bytes(parts[-1])
-            h.tail_off = h.p_off + len(data) - len(h.tail)
+        else:  # a copy of the end, so the whole chunk does not stay alive through it
+            h.tail = data[-TAIL_KEPT:]
+            h.tail_off = h.p_off + len(data) - TAIL_KEPT
 
     def emit(self, event: StreamEvent) -> None:
         if self.pend is not None:

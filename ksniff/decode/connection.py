@@ -126,6 +126,21 @@ class Connection:
         self.ctx.stats.resyncs += 1
         return [ConnectionLost(self.conn, self.client, self.broker, ts, offset, length, to_broker)]
 
+    def held(self) -> int:
+        """Bytes of partial frames (or resynchronisation tails) this connection's splitters hold."""
+        return len(self.requests.buf) + len(self.responses.buf)
+
+    def drop_partial(self) -> list[DecodeEvent]:
+        """A run-wide cap: the larger partial frame is given up as if its bytes were lost."""
+        to_broker = len(self.requests.buf) >= len(self.responses.buf)
+        splitter = self.requests if to_broker else self.responses
+        offset, length, ts = splitter.buf_offset, len(splitter.buf), splitter.buf_ts
+        return self.gap(to_broker == self.client_is_src, offset, length, ts)
+
+    def give_up_oldest(self) -> Exchange:
+        """A run-wide cap: the oldest request in flight is given up as unanswered."""
+        return self._unanswered(self.pending.pop(next(iter(self.pending))))
+
     def earliest_ts(self) -> float:
         """The earliest time an event this connection still owes can carry (inf when it owes none):
         the oldest request in flight, or a request whose first bytes wait in the splitter's buffer."""

@@ -24,12 +24,21 @@ from ksniff.decode.connection import Connection
 from ksniff.decode.context import BodyDecoder, DecodeContext
 from ksniff.decode.events import DecodeEvent, DecodeStats
 from ksniff.decode.frames import DEFAULT_MAX_FRAME, FOUND, MIN_RESPONSE, NONE, WAIT
+from ksniff.decode.records import (
+    MAX_DECOMPRESSED,
+    MAX_DECOMPRESSED_REQUEST,
+    MAX_DECOMPRESSED_RUN,
+    Inflation,
+    inflation_warnings,
+)
 from ksniff.decode.schema import Api
 from ksniff.decode.sync import looks_like_tls
 
 INF = float("inf")
 DEFAULT_PORTS = (9092,)  # Kafka's default listener port: the one place ksniff writes it
 DEFAULT_MAX_IN_FLIGHT = 4096  # requests waiting for responses on one connection
+DEFAULT_MAX_IN_FLIGHT_TOTAL = 65536  # ... on all connections together
+DEFAULT_MAX_PARTIAL_TOTAL = 256 << 20  # bytes of frames waiting for their end, on all connections
 DETECT_BUFFER = 1 << 20  # bytes held per undecided connection before it is declared not Kafka
 
 def _default_apis() -> Mapping[int, Api]:
@@ -48,7 +57,11 @@ class _Undecided:
     size: int = 0
 
 
-def limit_warnings(stats: DecodeStats, max_frame: int, max_in_flight: int) -> list[str]:
+def limit_warnings(stats: DecodeStats, max_frame: int, max_in_flight: int, *,
+                   max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
+                   max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL,
+                   records_caps: tuple[int, int, int] = (MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST,
+                                                         MAX_DECOMPRESSED_RUN)) -> list[str]:
     """What the decode limits cut (in `stats`, of one decoder or a run's sum), one line each."""
     notes = []
     if stats.oversized_frames:
@@ -57,7 +70,14 @@ def limit_warnings(stats: DecodeStats, max_frame: int, max_in_flight: int) -> li
     if stats.in_flight_evicted:
         notes.append(f"in-flight request limit ({max_in_flight} per connection) reached: "
                      f"{stats.in_flight_evicted} requests given up as unanswered")
-    return notes
+    if stats.partial_dropped:
+        notes.append(f"partial frame limit ({max_partial_total} bytes in all) reached: "
+                     f"{stats.partial_dropped} partial frames (streams resynchronised) or connections "
+                     "still being identified given up")
+    if stats.in_flight_total_evicted:
+        notes.append(f"in-flight request limit ({max_in_flight_total} in all) reached: "
+                     f"{stats.in_flight_total_evicted} requests given up as unanswered")
+    return notes + inflation_warnings(stats, *records_caps)
 
 
 class Decoder:
@@ -66,7 +86,11 @@ class Decoder:
     def __init__(self, ports: Iterable[int] = DEFAULT_PORTS, auto_detect: bool = True,
                  max_frame: int = DEFAULT_MAX_FRAME, on_not_kafka: Callable[[int], Any] | None = None,
                  keep_records: bool = False, *, apis: Mapping[int, Api] | None = None,
-                 body_decoder: BodyDecoder | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+                 body_decoder: BodyDecoder | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 records_caps: tuple[int, int, int] = (MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST,
+                                                       MAX_DECOMPRESSED_RUN),
+                 max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
+                 max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL) -> None:
         self.ports = frozenset(ports)
         self.auto_detect = auto_detect
         self.on_not_kafka = on_not_kafka
@@ -77,6 +101,14 @@ class Decoder:
         self.max_frame, self.max_in_flight, self.keep_records = max_frame, max_in_flight, keep_records
         self.apis, self.stats, self.request_check = ctx.apis, ctx.stats, ctx.request_check
         self.topic_names = ctx.topic_names  # topic id -> name, learnt from Metadata responses in the run
+        # --records: what the run may decompress (per batch, per request, in all), drawn on by the rows.
+        self.inflation = Inflation(self.stats, *records_caps)
+        # Run-wide caps: what all connections together hold in requests in flight and partial frames.
+        self.max_in_flight_total = max_in_flight_total
+        self.max_partial_total = max_partial_total
+        self._in_flight = 0
+        self._partial = 0
+        self._undecided_bytes = 0  # held for connections still being identified, under the same cap
         self.kafka_connections = 0
         self._conns: dict[int, Connection] = {}
         self._undecided: dict[int, _Undecided] = {}
@@ -91,12 +123,16 @@ class Decoder:
         if isinstance(event, StreamChunk):
             c = self._conns.get(event.conn)
             if c is not None:
-                return c.chunk(event.from_src, event.data, event.first_ts, event.last_ts, event.offset)
+                held, waiting = c.held(), len(c.pending)
+                out = c.chunk(event.from_src, event.data, event.first_ts, event.last_ts, event.offset)
+                return self._account(c, held, waiting, out)
             return self._chunk_slow(event)
         if isinstance(event, StreamGap):
             c = self._conns.get(event.conn)
             if c is not None:
-                return c.gap(event.from_src, event.offset, event.length, event.ts)
+                held, waiting = c.held(), len(c.pending)
+                return self._account(c, held, waiting,
+                                     c.gap(event.from_src, event.offset, event.length, event.ts))
             u = self._undecided.get(event.conn)
             if u is not None:
                 u.events.append(event)
@@ -109,12 +145,37 @@ class Decoder:
             return self._closed(event.conn, event.ts, event.reason)
         return []
 
+    def _account(self, c: Connection, held: int, waiting: int, out: list[DecodeEvent]) -> list[DecodeEvent]:
+        """After `c` changed (it held `held` partial bytes and `waiting` requests before): the run-wide
+        totals, and what their caps give up when they are passed."""
+        self._partial += c.held() - held
+        self._in_flight += len(c.pending) - waiting
+        while self._partial > self.max_partial_total:
+            big = max(self._conns.values(), key=Connection.held)
+            held = big.held()
+            if not held:  # nothing left to give up: the count had drifted
+                self._partial = 0
+                break
+            out += big.drop_partial()
+            self.stats.partial_dropped += 1
+            self._partial -= held - big.held()
+        while self._in_flight > self.max_in_flight_total:
+            busy = max(self._conns.values(), key=lambda x: len(x.pending))
+            if not busy.pending:
+                self._in_flight = 0
+                break
+            out.append(busy.give_up_oldest())
+            self.stats.in_flight_total_evicted += 1
+            self._in_flight -= 1
+        return out
+
     def finish(self) -> list[DecodeEvent]:
         """End of capture: requests still waiting are unanswered; undecided connections are dropped."""
         out: list[DecodeEvent] = []
         for conn in list(self._conns):
             out += self._closed(conn, self._last_ts(conn), "end_of_capture")
         self._undecided.clear()
+        self._undecided_bytes = 0
         self._ported.clear()
         self._early_gaps.clear()
         return out
@@ -147,7 +208,11 @@ class Decoder:
 
     def warnings(self) -> list[str]:
         """What the decode limits cut, one line each, for the run's warnings."""
-        return limit_warnings(self.stats, self.max_frame, self.max_in_flight)
+        inf = self.inflation
+        return limit_warnings(self.stats, self.max_frame, self.max_in_flight,
+                              max_in_flight_total=self.max_in_flight_total,
+                              max_partial_total=self.max_partial_total,
+                              records_caps=(inf.per_batch, inf.per_request, inf.per_run))
 
     def topic_name(self, topic_id: Any) -> str:
         """A topic id's name when a Metadata response told it, else the id as a string."""
@@ -167,12 +232,14 @@ class Decoder:
 
     def _closed(self, conn: int, ts: float, reason: str, quiet: bool = False) -> list[DecodeEvent]:
         self._ignored.discard(conn)
-        self._undecided.pop(conn, None)
+        self._forget_undecided(conn)
         self._ported.pop(conn, None)
         self._early_gaps.pop(conn, None)
         c = self._conns.pop(conn, None)
         if c is None:
             return []
+        self._partial -= c.held()
+        self._in_flight -= len(c.pending)
         out = c.close(ts, reason)
         return [] if quiet else out
 
@@ -181,11 +248,16 @@ class Decoder:
 
     def _not_kafka(self, conn: int) -> None:
         self._ignored.add(conn)
-        self._undecided.pop(conn, None)
+        self._forget_undecided(conn)
         self._ported.pop(conn, None)
         self._early_gaps.pop(conn, None)
         if self.on_not_kafka is not None:
             self.on_not_kafka(conn)
+
+    def _forget_undecided(self, conn: int) -> None:
+        u = self._undecided.pop(conn, None)
+        if u is not None:
+            self._undecided_bytes -= u.size
 
     def _start(self, ev: ConnectionOpened, client_is_src: bool) -> Connection:
         client, broker = (ev.src, ev.dst) if client_is_src else (ev.dst, ev.src)
@@ -222,13 +294,19 @@ class Decoder:
         out: list[DecodeEvent] = []
         for g in self._early_gaps.pop(opened.conn, ()):
             out += c.gap(g.from_src, g.offset, g.length, g.ts)
-        return out + c.chunk(ev.from_src, ev.data, ev.first_ts, ev.last_ts, ev.offset)
+        out += c.chunk(ev.from_src, ev.data, ev.first_ts, ev.last_ts, ev.offset)
+        return self._account(c, 0, 0, out)  # a new connection held nothing before
 
     # -- auto-detection ----------------------------------------------------------------------------
 
     def _detect(self, u: _Undecided, ev: StreamChunk) -> list[DecodeEvent]:
         u.events.append(ev)
         u.size += len(ev.data)
+        self._undecided_bytes += len(ev.data)
+        if self._undecided_bytes > self.max_partial_total:  # the run-wide cap: this one is given up
+            self.stats.partial_dropped += 1
+            self._not_kafka(u.opened.conn)
+            return []
         prefix = u.prefix[ev.from_src]
         if len(prefix) < 64:
             prefix += ev.data[:64 - len(prefix)]
@@ -240,7 +318,7 @@ class Decoder:
         if verdict is False:
             self._not_kafka(u.opened.conn)
             return []
-        del self._undecided[u.opened.conn]
+        self._forget_undecided(u.opened.conn)
         c = self._start(u.opened, verdict == "src")
         out: list[DecodeEvent] = []
         for e in u.events:
@@ -248,7 +326,7 @@ class Decoder:
                 out += c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset)
             else:
                 out += c.gap(e.from_src, e.offset, e.length, e.ts)
-        return out
+        return self._account(c, 0, 0, out)
 
     def _verdict(self, u: _Undecided) -> str | bool | None:
         """"src"/"dst": Kafka with that side the client; False: not Kafka; None: not yet known."""

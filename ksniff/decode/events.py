@@ -221,6 +221,13 @@ class DecodeStats:
     # as what their header says, never dropped; counted here with the bytes left over.
     bodies_with_leftover: int = 0
     leftover_bytes: int = 0
+    # --records: bytes of records decompressed, and batches left undecoded by each decompression cap.
+    partial_dropped: int = 0  # partial frames given up at the run-wide cap (--max-partial-total)
+    in_flight_total_evicted: int = 0  # requests given up at the run-wide cap (--max-in-flight-total)
+    records_inflated_bytes: int = 0
+    records_cut_by_batch_cap: int = 0
+    records_cut_by_request_cap: int = 0
+    records_cut_by_run_cap: int = 0
     by_api: dict[str, ApiCounts] | None = None
 
     def as_contract(self) -> dict:
@@ -237,6 +244,12 @@ class DecodeStats:
             "bodies_with_leftover": self.bodies_with_leftover,
             "leftover_bytes": self.leftover_bytes,
             "undecoded_bodies": self.undecoded_bodies,  # by API and why: by_api[...].not_decoded
+            "partial_dropped": self.partial_dropped,
+            "in_flight_total_evicted": self.in_flight_total_evicted,
+            "records_inflated_bytes": self.records_inflated_bytes,
+            "records_cut_by_batch_cap": self.records_cut_by_batch_cap,
+            "records_cut_by_request_cap": self.records_cut_by_request_cap,
+            "records_cut_by_run_cap": self.records_cut_by_run_cap,
             "by_api": {
                 name: {
                     "requests": c.requests,

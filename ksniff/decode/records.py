@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import cramjam
 import crc32c
+import zstandard
 
 from ksniff.decode.events import RecordBatchHeader
 from ksniff.decode.reader import Reader
@@ -175,6 +176,50 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 # The most bytes one batch may decompress to. Kafka's own batches are bounded by max.message.bytes
 # (1 MiB by default); a few bytes on the wire must never become gigabytes in memory.
 MAX_DECOMPRESSED = 64 << 20
+MAX_DECOMPRESSED_REQUEST = 128 << 20  # all the batches of one Produce request
+MAX_DECOMPRESSED_RUN = 1 << 30  # all the batches of a run
+
+
+class Inflation:
+    """The decompression budget of a run (--records): caps per batch, per Kafka request and per run. A
+    batch that would pass one is not decompressed (no rows; its header row remains) and counted in
+    `stats` by the cap that stopped it."""
+
+    def __init__(self, stats, per_batch: int = MAX_DECOMPRESSED, per_request: int = MAX_DECOMPRESSED_REQUEST,
+                 per_run: int = MAX_DECOMPRESSED_RUN) -> None:
+        self.stats = stats  # a DecodeStats
+        self.per_batch, self.per_request, self.per_run = per_batch, per_request, per_run
+        self.run_used = 0
+        self.request_used = 0
+
+    def new_request(self) -> None:
+        self.request_used = 0
+
+    def cap(self) -> tuple[int, str]:
+        """The most the next batch may decompress to, and the name of the cap that sets it."""
+        return min((self.per_batch, "batch"), (self.per_request - self.request_used, "request"),
+                   (self.per_run - self.run_used, "run"))
+
+    def used(self, n: int) -> None:
+        self.request_used += n
+        self.run_used += n
+        self.stats.records_inflated_bytes += n
+
+    def cut(self, which: str) -> None:
+        setattr(self.stats, f"records_cut_by_{which}_cap",
+                getattr(self.stats, f"records_cut_by_{which}_cap") + 1)
+
+
+def inflation_warnings(stats, per_batch: int = MAX_DECOMPRESSED, per_request: int = MAX_DECOMPRESSED_REQUEST,
+                       per_run: int = MAX_DECOMPRESSED_RUN) -> list[str]:
+    """What the decompression caps cut (in a DecodeStats), one line each."""
+    notes = []
+    for which, cap in (("batch", per_batch), ("request", per_request), ("run", per_run)):
+        n = getattr(stats, f"records_cut_by_{which}_cap")
+        if n:
+            notes.append(f"records decompression limit per {which} ({cap} bytes) reached: {n} batches' "
+                         "records not decoded (their batch rows remain)")
+    return notes
 
 
 class TooLarge(ValueError):
@@ -220,21 +265,56 @@ def _gzip(data: bytes, cap: int) -> bytes:
     return out
 
 
-def _zstd(data: bytes, cap: int) -> bytes:
-    # The frame header tells the content size when the writer knew it (Kafka's clients do); without it
-    # the size cannot be bounded before decompressing, so the batch is refused.
-    if len(data) < 6 or data[:4] != b"\x28\xb5\x2f\xfd":
+def _zstd_frame(data: bytes, pos: int) -> tuple[int, int]:
+    """(content size, end) of the zstd frame at `pos`. The frame header tells the content size when the
+    writer knew it (Kafka's clients do); without it the size cannot be bounded before decompressing, so
+    the batch is refused. The blocks are walked (3-byte headers) to find where the frame ends."""
+    if len(data) - pos < 6 or data[pos:pos + 4] != b"\x28\xb5\x2f\xfd":
         raise ValueError("not a zstd frame")
-    descriptor = data[4]
+    descriptor = data[pos + 4]
     fcs_flag, single_segment, dict_flag = descriptor >> 6, descriptor >> 5 & 1, descriptor & 3
-    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    at = pos + 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
     width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
-    if width == 0 or pos + width > len(data):
-        raise TooLarge("zstd frame without a content size")
-    size = int.from_bytes(data[pos:pos + width], "little") + (256 if width == 2 else 0)
-    if size > cap:
-        raise TooLarge("zstd frame larger than the cap")
-    return bytes(cramjam.zstd.decompress(data, output_len=size))
+    if at + width > len(data):
+        raise ValueError("zstd frame cut short")
+    size = -1 if width == 0 else int.from_bytes(data[at:at + width], "little") + (256 if width == 2 else 0)
+    at += width
+    while True:
+        if at + 3 > len(data):
+            raise ValueError("zstd frame cut short")
+        head = int.from_bytes(data[at:at + 3], "little")
+        at += 3 + (1 if head >> 1 & 3 == 1 else head >> 3)  # an RLE block holds one byte
+        if head & 1:
+            return size, at + (4 if descriptor & 4 else 0)
+
+
+def _zstd(data: bytes, cap: int) -> bytes:
+    # Every frame is sized before any is decompressed: concatenated frames share the one cap. A frame
+    # that does not tell its size (-1) is inflated as a stream, stopped one byte past the cap.
+    total, pos, unsized = 0, 0, False
+    while pos < len(data):
+        size, pos = _zstd_frame(data, pos)
+        unsized |= size < 0
+        total += max(size, 0)
+        if total > cap:
+            raise TooLarge("zstd frames larger than the cap")
+    if not unsized:
+        return bytes(cramjam.zstd.decompress(data, output_len=total))
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
+            pieces, have = [], 0
+            while have <= cap:
+                piece = reader.read(cap + 1 - have)
+                if not piece:
+                    break
+                pieces.append(piece)
+                have += len(piece)
+            out = b"".join(pieces)
+    except zstandard.ZstdError as e:
+        raise ValueError(f"zstd data does not decompress: {e}") from None
+    if len(out) > cap:
+        raise TooLarge("zstd data larger than the cap")
+    return out
 
 
 _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
@@ -243,26 +323,37 @@ _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 def _lz4(data: bytes, cap: int) -> bytes:
     # An LZ4 frame is blocks of at most the block maximum its header names: their count times that size
     # bounds the output, whether or not the optional content size is there.
-    if len(data) < 7 or data[:4] != b"\x04\x22\x4d\x18":
-        raise ValueError("not an lz4 frame")
-    flags, block_max = data[4], _LZ4_BLOCK_MAX.get(data[5] >> 4 & 7)
-    if block_max is None:
-        raise ValueError("bad lz4 block size")
-    pos = 7 + (8 if flags & 0x08 else 0)
-    bound = 0
-    while pos + 4 <= len(data):
-        size = struct.unpack_from("<I", data, pos)[0]
-        if size == 0:
-            break
-        bound += block_max
-        pos += 4 + (size & 0x7FFFFFFF) + (4 if flags & 0x10 else 0)
-    if bound > cap:
-        raise TooLarge("lz4 frame larger than the cap")
+    bound, pos = 0, 0
+    while pos < len(data):  # concatenated frames share the one cap
+        if len(data) - pos < 7 or data[pos:pos + 4] != b"\x04\x22\x4d\x18":
+            raise ValueError("not an lz4 frame")
+        flags, block_max = data[pos + 4], _LZ4_BLOCK_MAX.get(data[pos + 5] >> 4 & 7)
+        if block_max is None:
+            raise ValueError("bad lz4 block size")
+        pos += 7 + (8 if flags & 0x08 else 0)
+        while True:
+            if pos + 4 > len(data):
+                raise ValueError("lz4 frame cut short")
+            size = struct.unpack_from("<I", data, pos)[0]
+            pos += 4
+            if size == 0:
+                pos += 4 if flags & 0x04 else 0  # content checksum
+                break
+            bound += block_max
+            pos += (size & 0x7FFFFFFF) + (4 if flags & 0x10 else 0)
+        if bound > cap:
+            raise TooLarge("lz4 frames larger than the cap")
     return bytes(cramjam.lz4.decompress(data))
 
 
+def _uncompressed(data: bytes, cap: int) -> bytes:
+    if len(data) > cap:
+        raise TooLarge("records larger than the cap")
+    return bytes(data)
+
+
 _DECOMPRESS = {
-    "none": lambda d, cap: bytes(d),
+    "none": lambda d, cap: _uncompressed(d, cap),
     "gzip": _gzip,
     "snappy": _snappy,
     "lz4": _lz4,
@@ -282,8 +373,10 @@ def decompress(codec: str, data: bytes, cap: int = MAX_DECOMPRESSED) -> bytes:
         raise ValueError(f"{codec} data does not decompress: {e}") from None
 
 
-def iter_records(raw_batch: bytes | memoryview) -> Iterator[Record]:
-    """The records of one magic-2 batch (its full bytes, header included), decompressing as needed.
+def iter_records(raw_batch: bytes | memoryview, cap: int = MAX_DECOMPRESSED,
+                 inflated: list[int] | None = None) -> Iterator[Record]:
+    """The records of one magic-2 batch (its full bytes, header included), decompressing as needed, to
+    at most `cap` bytes (TooLarge past it); `inflated`, when given, receives the size decompressed.
     Raises ValueError on bytes that do not decode."""
     view = memoryview(raw_batch)
     if len(view) < HEADER_SIZE or view[MAGIC_OFFSET] != 2:
@@ -292,7 +385,9 @@ def iter_records(raw_batch: bytes | memoryview) -> Iterator[Record]:
     base_offset, batch_length, attributes, base_ts, count = fields[0], fields[1], fields[5], fields[7], \
         fields[12]
     body = bytes(view[HEADER_SIZE:LOG_OVERHEAD + batch_length])
-    data = decompress(codec_name(attributes), body)
+    data = decompress(codec_name(attributes), body, cap)
+    if inflated is not None:
+        inflated.append(len(data))
     r = Reader(data, complete=True)
     for _ in range(max(count, 0)):
         r.varint("length")

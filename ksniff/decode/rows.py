@@ -9,16 +9,16 @@ the cell empty. The engines call these as they release exchanges (docs/contract.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
 from ksniff.common.cells import millis, to_json_text
 from ksniff.decode.apis.errors import error_name
 from ksniff.decode.events import Exchange, ProducedBatch, last_sequence
-from ksniff.decode.records import iter_records
+from ksniff.decode.records import MAX_DECOMPRESSED, Inflation, TooLarge, iter_records
 
-__all__ = ["batch_row", "exchange_row", "record_rows"]
+__all__ = ["batch_row", "exchange_row", "iter_record_rows", "record_rows"]
 
 
 def _body_field(body: Any, name: str) -> Any:
@@ -259,25 +259,43 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def record_rows(b: ProducedBatch) -> list[dict[str, Any]]:
-    """Rows of `records` for one batch whose bytes were kept (--records); [] when they were not, and
-    when they do not decode (a damaged or cut batch: its header row in `batches` still says so)."""
+def record_rows(b: ProducedBatch, inflation: Inflation | None = None) -> list[dict[str, Any]]:
+    """Rows of `records` for one batch whose bytes were kept (--records): `iter_record_rows` as a list."""
+    return list(iter_record_rows(b, inflation))
+
+
+def iter_record_rows(b: ProducedBatch, inflation: Inflation | None = None) -> Iterator[dict[str, Any]]:
+    """Rows of `records` for one batch whose bytes were kept (--records), one record at a time (a batch
+    of tiny records makes millions of rows: a caller streaming them holds only a chunk). None when the
+    bytes were not kept or are past a decompression cap (`inflation`: the run's budget; the batch's own
+    cap when None); rows stop at the first damaged record (a damaged or cut batch: its header row in
+    `batches` still says so)."""
     if b.records is None or b.header.control:
-        return []
-    try:
-        records = list(iter_records(b.records))
-    except ValueError:  # damaged, cut, or past the decompression cap: no rows, the batch row remains
-        return []
+        return
+    cap, which = (MAX_DECOMPRESSED, "batch") if inflation is None else inflation.cap()
+    inflated: list[int] = []
     first = b.header.base_offset
-    return [{
-        "ts": b.ts,
-        "topic": b.topic,
-        "partition": b.partition,
-        "offset": None if b.base_offset is None else b.base_offset + r.offset - first,
-        "producer_id": b.header.producer_id,
-        "transactional_id": b.transactional_id,
-        "timestamp_ms": r.timestamp,
-        "key": _b64(r.key),
-        "value": _b64(r.value),
-        "headers": to_json_text([[k, _b64(v)] for k, v in r.headers]),
-    } for r in records]
+    try:
+        for r in iter_records(b.records, max(cap, 0), inflated):
+            if inflated and inflation is not None:
+                inflation.used(inflated.pop())
+            yield {
+                "ts": b.ts,
+                "topic": b.topic,
+                "partition": b.partition,
+                "offset": None if b.base_offset is None else b.base_offset + r.offset - first,
+                "producer_id": b.header.producer_id,
+                "transactional_id": b.transactional_id,
+                "timestamp_ms": r.timestamp,
+                "key": _b64(r.key),
+                "value": _b64(r.value),
+                "headers": to_json_text([[k, _b64(v)] for k, v in r.headers]),
+            }
+    except TooLarge:
+        if inflation is not None:
+            inflation.cut(which)
+    except ValueError:  # damaged or cut: the rows before the damage stay, the batch row remains
+        pass
+    finally:
+        if inflated and inflation is not None:
+            inflation.used(inflated.pop())

@@ -27,10 +27,11 @@ from ksniff.capture.folders import expand_inputs
 from ksniff.config import EngineConfig
 from ksniff.decode.events import DecodeEvent, Exchange
 from ksniff.decode.identity import Identity
-from ksniff.decode.rows import batch_row, exchange_row, record_rows
+from ksniff.decode.rows import batch_row, exchange_row, iter_record_rows, record_rows
 from ksniff.engine import sets as capture_sets
 from ksniff.result import AuditResult, join_results, stamp_set
 
+RECORD_ROWS_CHUNK = 4096  # record rows handed to the exports at a time
 PROGRESS_SECONDS = 0.1  # between two progress reports: often enough for a rate and an ETA
 GC_FIRST_THRESHOLD = 100_000  # allocations between young-generation collections during a run
 
@@ -194,14 +195,21 @@ class Pipeline:
                 if event.batches:
                     sink.add("batches", [batch_row(b) for b in event.batches])
                     if self.config.keep_records:
-                        sink.add("records", [r for b in event.batches for r in record_rows(b)])
+                        inflation = self.decoder.inflation
+                        inflation.new_request()
+                        for b in event.batches:  # in chunks: a batch may hold millions of records
+                            rows = iter_record_rows(b, inflation)
+                            while chunk := list(itertools.islice(rows, RECORD_ROWS_CHUNK)):
+                                sink.add("records", chunk)
             else:
                 if self.config.keep_tables:
                     self.exchanges.append(exchange_row(event))
                     self.batches.extend(batch_row(b) for b in event.batches)
                 if self.records is not None:
+                    inflation = self.decoder.inflation
+                    inflation.new_request()
                     for b in event.batches:
-                        self.records.extend(record_rows(b))
+                        self.records.extend(record_rows(b, inflation))
         self.findings_so_far.extend(self.auditor.feed(event))
 
     def tick(self, now: float) -> None:
@@ -255,7 +263,8 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
         def step(read: int, _total: int, base: int = done) -> None:
             progress(base + read, total)
 
-        results.append(_audit_set(cset, config, step if progress is not None else None, tables))
+        used = sum(r.decode.records_inflated_bytes for r in results)  # one --records budget per run
+        results.append(_audit_set(cset, config, step if progress is not None else None, tables, used))
         done += sum(i.bytes for i in results[-1].inputs)
     result = join_results(results, planned, files, engine="local")
     result.warnings[:0] = skipped_warnings  # inputs skipped while expanding folders come first
@@ -264,10 +273,14 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
 
 
 def _audit_set(cset: capture_sets.CaptureSet, config: EngineConfig,
-               progress: Callable[[int, int], None] | None, tables: RowSink | None) -> AuditResult:
+               progress: Callable[[int, int], None] | None, tables: RowSink | None,
+               records_used: int = 0) -> AuditResult:
+    """One capture set's run; `records_used`: bytes earlier sets' records already drew from the run's
+    decompression budget."""
     run = read_files(list(cset.paths), config.limits)
     pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon,
                         tables=tables)
+    pipeline.decoder.inflation.run_used = records_used
     with fewer_collections():
         feed = pipeline.feed
         if progress is None:

@@ -35,6 +35,7 @@ from ksniff.config import EngineConfig
 from ksniff.decode.decoder import limit_warnings
 from ksniff.decode.events import DecodeStats
 from ksniff.decode.identity import Identity
+from ksniff.decode.records import Inflation, inflation_warnings
 from ksniff.engine import sets as capture_sets
 from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, shuffle_partitions
 from ksniff.result import AuditResult, join_results, stamp_set
@@ -61,8 +62,9 @@ def audit_paths_spark(paths: Sequence[str], config: EngineConfig | None = None, 
         results = []
         for i, cset in enumerate(planned):  # one after the other, each its own producer-id space
             part = list(cset.paths)
+            used = sum(r.decode.records_inflated_bytes for r in results)  # one --records budget per run
             results.append(_run(session, part, config, sum(os.path.getsize(f) for f in part), cset,
-                                skipped if i == 0 else ([], 0)))
+                                skipped if i == 0 else ([], 0), used))
         return join_results(results, planned, files, engine="spark")
     finally:
         session.stop()
@@ -80,7 +82,10 @@ def _open_all(paths: Sequence[str]) -> tuple[list[str], tuple[list[str], int]]:
 
 
 def _run(session: Session, files: list[str], config: EngineConfig, total: int,
-         cset: capture_sets.CaptureSet, skipped: tuple[list[str], int] = ([], 0)) -> AuditResult:
+         cset: capture_sets.CaptureSet, skipped: tuple[list[str], int] = ([], 0), records_used: int = 0
+         ) -> AuditResult:
+    """One capture set's run; `records_used`: bytes earlier sets' records already drew from the run's
+    decompression budget."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -144,7 +149,11 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int,
     capture, decode, warnings = _totals(metas, stats, config)
     warnings[:0] = skipped[0]  # inputs skipped while expanding folders come first, as in the local engine
     capture.skipped_files = skipped[1]
-    exchanges, batches, records = _tables(by_kind.get(tasks.TABLE, []), last_event, conns, config)
+    exchanges, batches, records = _tables(by_kind.get(tasks.TABLE, []), last_event, conns, config, decode,
+                                          records_used)
+    # Records are decompressed here, on the driver, under the run's budget: what it cut, said last.
+    caps = (config.max_records_batch, config.max_records_request, config.max_records_run)
+    warnings.extend(inflation_warnings(decode, *caps))
     result = AuditResult.of_run(
         "spark",
         inputs=[InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in metas],
@@ -223,12 +232,15 @@ def _totals(metas: list, stats: list, config: EngineConfig) -> tuple[CaptureStat
         reassembler.forced_gaps += s.forced_gaps
     warnings.extend(reassembler.warnings())
     warnings.extend(truncation_warnings(capture))
-    warnings.extend(limit_warnings(decode, config.max_frame, config.max_in_flight))
+    warnings.extend(limit_warnings(
+        decode, config.max_frame, config.max_in_flight, max_in_flight_total=config.max_in_flight_total,
+        max_partial_total=config.max_partial_total,
+        records_caps=(config.max_records_batch, config.max_records_request, config.max_records_run)))
     return capture, decode, warnings
 
 
-def _tables(rows: list[dict], last_event: float, conns: dict[int, int], config: EngineConfig
-            ) -> tuple[list[dict], list[dict], list[dict] | None]:
+def _tables(rows: list[dict], last_event: float, conns: dict[int, int], config: EngineConfig,
+            decode: DecodeStats, records_used: int = 0) -> tuple[list[dict], list[dict], list[dict] | None]:
     """Exchange, batch and record rows in the in-process engine's order: audit order (records stay in
     it; AuditResult.of_run sorts exchanges and batches stably by time)."""
     from ksniff.decode.rows import batch_row, exchange_row, record_rows
@@ -237,12 +249,16 @@ def _tables(rows: list[dict], last_event: float, conns: dict[int, int], config: 
     exchanges: list[dict] = []
     batches: list[dict] = []
     records: list[dict] | None = [] if config.keep_records else None
+    inflation = Inflation(decode, config.max_records_batch, config.max_records_request,
+                          config.max_records_run)
+    inflation.run_used = records_used
     for _order_key, blob in sorted((_order(r, last_event), r["blob"]) for r in rows):
         ex = renumber(pickle.loads(blob), conns)
         if config.keep_tables:
             exchanges.append(exchange_row(ex))
             batches.extend(batch_row(b) for b in ex.batches)
         if records is not None:
+            inflation.new_request()
             for b in ex.batches:
-                records.extend(record_rows(b))
+                records.extend(record_rows(b, inflation))
     return exchanges, batches, records

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
@@ -47,12 +48,52 @@ def create_temporary(path: str) -> tuple[str, int]:
     """A new temporary file beside `path` (hidden, unique): its name and an open descriptor."""
     # Not tempfile.mkstemp: its files are 0600, and an export should get the mode the umask gives.
     directory, name = os.path.split(os.path.abspath(path))
+    _remove_orphans(directory, name)
     while True:
-        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
+        # The writer's process id in the name: a later run can tell a temporary file whose writer died
+        # (killed with -9, the machine lost power) from one still being written.
+        tmp = os.path.join(directory, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
             return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:
             continue
+
+
+_ORPHAN_AGE = 3600.0  # seconds: a temporary file without a writer's id older than this is left over
+
+
+def _remove_orphans(directory: str, name: str) -> None:
+    """Temporary files of `name` left by earlier runs that died: their writer's process is gone (or,
+    written before names carried it, they are over an hour old)."""
+    prefix = f".{name}."
+    try:
+        entries = [e for e in os.scandir(directory) if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+    except OSError:
+        return  # the export itself will say what is wrong with the folder
+    now = time.time()
+    for entry in entries:
+        middle = entry.name[len(prefix):-len(".tmp")]
+        pid, dash, _token = middle.partition("-")
+        try:
+            if dash and pid.isdigit():
+                if _alive(int(pid)):
+                    continue
+            elif now - entry.stat(follow_symlinks=False).st_mtime < _ORPHAN_AGE:
+                continue
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def unlink_quietly(path: str) -> None:
