@@ -10,6 +10,7 @@ is counted, never guessed at.
 from __future__ import annotations
 
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ from ksniff.decode.frames import (
     request_head,
 )
 from ksniff.decode.reader import ZERO_UUID
-from ksniff.decode.sync import BODY_BAD, response_finder
+from ksniff.decode.sync import BODY_BAD, response_confirmer, response_finder
 from ksniff.decode.values import Struct
 
 if TYPE_CHECKING:
@@ -79,13 +80,19 @@ class Connection:
         self.last_correlation: int | None = None
         self.unverified = False
         self.last_ts = 0.0  # of the latest bytes seen: when the capture ends, the connection ends here
+
+        def last() -> int | None:
+            return self.last_correlation
+
+        def pending() -> Collection[int]:
+            return self.pending.keys()
+
         self.requests = FrameSplitter(min_size=MIN_REQUEST, max_frame=ctx.max_frame,
-                                      finder=ctx.request_check.finder(lambda: self.last_correlation),
-                                      syncing=mid_stream)
+                                      finder=ctx.request_check.finder(last),
+                                      confirm=ctx.request_check.confirmer(last), syncing=mid_stream)
         self.responses = FrameSplitter(min_size=MIN_RESPONSE, max_frame=ctx.max_frame,
-                                       finder=response_finder(ctx.max_frame, lambda: self.pending.keys(),
-                                                              self._verify_response),
-                                       syncing=mid_stream)
+                                       finder=response_finder(ctx.max_frame, pending, self._verify_response),
+                                       confirm=response_confirmer(ctx.max_frame, pending), syncing=mid_stream)
 
     def _verify_response(self, payload: memoryview, correlation_id: int) -> int:
         p = self.pending.get(correlation_id)

@@ -30,6 +30,8 @@ _HEAD_WITH_CLIENT_ID = 14  # size, api key, version, correlation id, client id l
 # needs more bytes to judge (WAIT); nothing plausible before `pos`, keep bytes from there (NONE).
 FOUND, WAIT, NONE = 0, 1, 2
 Finder = Callable[[bytes, int], tuple[int, int]]
+# Whether a frame header plausibly starts at `pos`: (FOUND or NONE, 0), or (WAIT, bytes from `pos` it needs).
+Confirm = Callable[[bytes, int], tuple[int, int]]
 
 
 @dataclass(slots=True)
@@ -45,10 +47,13 @@ class FrameSplitter:
     """Splits one direction of a connection into frames."""
 
     __slots__ = ("max_frame", "min_size", "max_buffer", "buf", "buf_ts", "buf_offset", "need", "syncing",
-                 "finder", "malformed", "oversized", "skipped", "next_offset")
+                 "finder", "confirm", "confirm_at", "malformed", "oversized", "skipped", "next_offset")
 
     def __init__(self, *, min_size: int, max_frame: int = DEFAULT_MAX_FRAME,
-                 max_buffer: int | None = None, finder: Finder | None = None, syncing: bool = False) -> None:
+                 max_buffer: int | None = None, finder: Finder | None = None, syncing: bool = False,
+                 confirm: Confirm | None = None) -> None:
+        """`confirm`: judges the header of the frame after one found by resynchronisation; without it,
+        that frame is believed as any frame in step is."""
         self.max_frame = max_frame
         self.min_size = min_size
         # A partial frame is buffered up to its own size; the cap only bounds what resync scanning keeps.
@@ -59,6 +64,9 @@ class FrameSplitter:
         self.need = 0  # bytes the buffered frame needs in all (0: size not yet known)
         self.syncing = syncing
         self.finder = finder
+        self.confirm = confirm
+        # Stream offset of the frame after one found by resynchronisation, until `confirm` judged it.
+        self.confirm_at: int | None = None
         self.malformed = 0  # frames whose size was out of range
         self.oversized = 0  # ... of which above the cap (max_frame)
         self.skipped = 0  # bytes skipped while resynchronising
@@ -75,6 +83,7 @@ class FrameSplitter:
         self.need = 0
         self.syncing = True
         self.next_offset = None
+        self.confirm_at = None
 
     def feed(self, data: bytes, first_ts: float, last_ts: float, offset: int = 0) -> list[Frame]:
         """Frames completed by this chunk, in order."""
@@ -82,7 +91,7 @@ class FrameSplitter:
             # Chunks must be contiguous; a jump without a gap event is treated as one.
             self.gap()
         self.next_offset = offset + len(data)
-        if not self.buf and not self.syncing and len(data) >= 4:
+        if not self.buf and not self.syncing and self.confirm_at is None and len(data) >= 4:
             # The common case: a chunk holding exactly one whole frame (a small request or response).
             size = _SIZE(data, 0)[0]
             if size + 4 == len(data) and self.min_size <= size <= self.max_frame:
@@ -107,6 +116,13 @@ class FrameSplitter:
         frames: list[Frame] = []
         resynced = False
         while True:
+            if self.confirm_at is not None:
+                verdict = self._confirm(data, pos, offset)
+                if verdict == WAIT:
+                    self._keep(data, pos, first_ts, offset)
+                    return frames
+                if verdict == NONE:  # the frame found was an accident: the search goes on from here
+                    self.syncing = True
             if self.syncing:
                 pos = self._resync(data, pos)
                 if self.syncing:
@@ -129,11 +145,26 @@ class FrameSplitter:
             frames.append(Frame(view[pos + 4:stop], first_ts, last_ts, offset + pos, resynced))
             # Later frames began in the newest chunk (a buffered frame only ever starts the data).
             first_ts = later_ts
+            if resynced and self.confirm is not None:
+                # A frame found by resynchronisation may be a plausible accident (a body that decodes while
+                # the bytes after it are not yet seen): the header after it must be plausible too before
+                # the splitter is back in step. Unchecked, sizes read from the middle of other frames would
+                # be believed, and the bytes they claim skipped unsearched.
+                self.confirm_at = offset + stop
             resynced = False
             pos = stop
         if pos < end:
             self._keep(data, pos, first_ts, offset)
         return frames
+
+    def _confirm(self, data: bytes, pos: int, offset: int) -> int:
+        """FOUND, NONE or WAIT (`need` set) for the header after a resynchronised frame at `pos`."""
+        verdict, need = self.confirm(data, pos) if offset + pos == self.confirm_at else (NONE, 0)
+        if verdict == WAIT:
+            self.need = need
+        else:
+            self.confirm_at = None
+        return verdict
 
     def _keep(self, data: bytes, pos: int, ts: float, offset: int) -> None:
         self.buf += memoryview(data)[pos:]

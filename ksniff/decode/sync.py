@@ -26,7 +26,9 @@ from ksniff.decode.schema import Api
 
 _HEAD = struct.Struct(">ihhih").unpack_from  # size, api_key, api_version, correlation_id, client id len
 _HEAD_SIZE = 14
+_SIZE = struct.Struct(">i").unpack_from
 _SIZE_CORR = struct.Struct(">ii").unpack_from
+_I16 = struct.Struct(">h").unpack_from
 # Versions accepted for APIs the tables know only by name (no version range to check against).
 _ANY_VERSION = 64
 # Correlation ids grow by one per request; a jump beyond this after a gap is not believed.
@@ -123,7 +125,7 @@ class RequestCheck:
         verdict = self.header_at(data, i, last_correlation)
         if verdict != FOUND or self.verify is None:
             return verdict
-        size = _SIZE_CORR(data, i)[0]
+        size = _SIZE(data, i)[0]
         stop = i + 4 + size
         if stop > len(data):
             return WAIT if size <= self.max_wait else NONE
@@ -131,6 +133,18 @@ class RequestCheck:
         if body == BODY_LEFTOVER:
             return FOUND if self.header_at(data, stop) != NONE else NONE
         return FOUND if body == BODY_OK else NONE
+
+    def confirmer(self, last_correlation: Callable[[], int | None]
+                  ) -> Callable[[bytes, int], tuple[int, int]]:
+        """Judges the header after a resynchronised request (`frames.Confirm`): `header_at`, the body
+        unread (the frame may be large, its body a version this schema lacks)."""
+        def confirm(data: bytes, i: int) -> tuple[int, int]:
+            verdict = self.header_at(data, i, last_correlation())
+            if verdict != WAIT:
+                return verdict, 0
+            have = len(data) - i
+            return WAIT, _HEAD_SIZE if have < _HEAD_SIZE else _HEAD_SIZE + _I16(data, i + 12)[0]
+        return confirm
 
     def finder(self, last_correlation: Callable[[], int | None]) -> Callable[[bytes, int], tuple[int, int]]:
         def find(data: bytes, pos: int) -> tuple[int, int]:
@@ -155,7 +169,7 @@ def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
         return MIN_RESPONSE <= size <= max_frame
 
     def verdict(data: bytes, i: int, cid: int) -> int:
-        size = _SIZE_CORR(data, i)[0]
+        size = _SIZE(data, i)[0]
         if not plausible_size(size):
             return NONE
         stop = i + 4 + size
@@ -165,7 +179,8 @@ def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
             return FOUND
         body = verify(memoryview(data)[i + 4:stop], cid)
         if body == BODY_LEFTOVER:
-            return FOUND if len(data) - stop < 4 or plausible_size(_SIZE_CORR(data, stop)[0]) else NONE
+            # Only the next frame's size is judged, and only its 4 bytes are sure to be there.
+            return FOUND if len(data) - stop < 4 or plausible_size(_SIZE(data, stop)[0]) else NONE
         return FOUND if body == BODY_OK else NONE
 
     def find(data: bytes, pos: int) -> tuple[int, int]:
@@ -184,6 +199,18 @@ def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
         return NONE, max(pos, len(data) - 7)
 
     return find
+
+
+def response_confirmer(max_frame: int, pending: Callable[[], Collection[int]]
+                       ) -> Callable[[bytes, int], tuple[int, int]]:
+    """Judges the header after a resynchronised response (`frames.Confirm`): its size is in range and
+    its correlation id is that of a request in flight."""
+    def confirm(data: bytes, i: int) -> tuple[int, int]:
+        if len(data) - i < 8:
+            return WAIT, 8
+        size, cid = _SIZE_CORR(data, i)
+        return (FOUND if MIN_RESPONSE <= size <= max_frame and cid in pending() else NONE), 0
+    return confirm
 
 
 def looks_like_tls(data: bytes) -> bool:

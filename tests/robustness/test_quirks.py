@@ -72,3 +72,25 @@ def test_resynchronisation_after_a_gap_lands_on_the_quirky_request(tmp_path):
     assert dec["by_api"]["ApiVersions"]["exchanges"] == 2, dec
     assert dec["exchanges"] == 6
     assert doc["capture"]["gaps"] == 1
+
+
+
+@pytest.mark.parametrize("after", [4, 5, 7])
+def test_answer_with_bytes_left_over_then_a_few_bytes_of_the_next(tmp_path, after):
+    """Read from its middle, a broker's segment holds an answer with bytes its schema lacks and then only
+    the first 4-7 bytes of the next answer (the rest comes after the client's next request):
+    resynchronisation judges the next frame by its size, the 4 bytes it can count on, and lands on every
+    answer without a traceback."""
+    flow = Flow()
+    body = struct.pack(">ih", 0, 0) + b"\0\0"  # EndTxn v1's answer (throttle, error) and two bytes more
+    answer = struct.pack(">ii", 4 + len(body), 1) + body
+    second = frame(end_txn_response(1), 1, 2)
+    packets = [flow.send(True, frame(end_txn(1), 1, 1) + frame(end_txn(1), 1, 2)),
+               flow.send(False, answer + second[:after]),
+               flow.send(True, frame(end_txn(1), 1, 3)),
+               flow.send(False, second[after:] + frame(end_txn_response(1), 1, 3))]
+    doc = audit(tmp_path, packets)
+    dec = doc["decode"]
+    assert dec["by_api"]["EndTxn"]["exchanges"] == 3, dec
+    assert dec["exchanges"] == 3 and dec["errors"] == 0
+    assert dec["bodies_with_leftover"] == 1 and dec["leftover_bytes"] == 2
