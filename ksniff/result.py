@@ -12,7 +12,7 @@ from operator import itemgetter
 from typing import Any
 
 from ksniff.audit.groups import fold_findings, group_contract
-from ksniff.audit.model import AuditOutput, Finding, ProducerSummary, Transaction, stamp
+from ksniff.audit.model import AuditOutput, Finding, PartitionSummary, ProducerSummary, Transaction, stamp
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.common.version import VERSION as __version__
 from ksniff.decode.events import DecodeStats
@@ -36,6 +36,8 @@ class AuditResult:
     filters: dict = field(default_factory=dict)  # what --severity, --kind, --since... kept (report.filters)
     capture_sets: list[Any] = field(default_factory=list)  # ksniff.engine.sets.CaptureSet, in order
     clusters: list[dict] = field(default_factory=list)  # the JSON document's `clusters` rows
+    # Each topic-partition's log as the wire showed it, who wrote and who read it (ksniff.audit.partlog).
+    partitions: list[PartitionSummary] = field(default_factory=list)
 
     @classmethod
     def of_run(cls, engine: str, *, inputs: Iterable[InputInfo], capture: CaptureStats, decode: DecodeStats,
@@ -47,7 +49,8 @@ class AuditResult:
         return cls(inputs=list(inputs), capture=capture, decode=decode, producers=list(output.producers),
                    transactions=list(output.transactions), findings=list(output.findings),
                    exchanges=sorted(exchanges, key=by_ts), batches=sorted(batches, key=by_ts),
-                   engine=engine, warnings=list(warnings), records=records)
+                   engine=engine, warnings=list(warnings), records=records,
+                   partitions=list(output.partitions))
 
     def as_contract(self) -> dict:
         return {
@@ -74,6 +77,8 @@ class AuditResult:
             # additions for capture sets and cluster identity (README: "Capture sets and clusters")
             "capture_sets": [c.as_contract() for c in self.capture_sets],
             "clusters": [dict(c) for c in self.clusters],
+            # each topic-partition's log as seen (ksniff.audit.partlog)
+            "partitions": [p.as_contract() for p in self.partitions],
         }
 
     def unverified_because(self) -> list[str]:

@@ -7,10 +7,12 @@ little late by an engine's reorder window is judged when it comes.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 
+from ksniff.audit import partlog
 from ksniff.audit.findings import exchange_evidence, judge, make
-from ksniff.audit.keys import CONTEXT_APIS, CONTEXT_KEY, producer_keys
+from ksniff.audit.keys import CONTEXT_APIS, CONTEXT_KEY, LOG_APIS, producer_keys
 from ksniff.audit.model import AuditOutput, Finding, FindingKind, ProducerSummary, Severity, Transaction
 from ksniff.audit.offsets import on_offset_commit
 from ksniff.audit.produce import on_produce
@@ -76,6 +78,9 @@ def _on_exchange(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     if api == "ApiVersions":
         _on_api_versions(state, ex)
         return
+    logs = state.logs
+    if logs is not None and api in LOG_APIS:
+        partlog.on_exchange(logs, ex, out, partlog.Context(state.lost_since))
     handler = HANDLERS.get(api)
     if handler is None or ex.request is None:
         return
@@ -182,8 +187,14 @@ def finish(state: AuditState, end_ts: float | None = None) -> AuditOutput:
     transactions = sorted(
         (_with_outcome(rec, outcomes.get(id(rec))) for rec in state.transactions),
         key=lambda r: (r.start_ts, r.transactional_id, r.producer_id or -1))
+    partitions: tuple = ()
+    if state.logs is not None:
+        logs = copy.deepcopy(state.logs)  # finishing reads what is still pending; `state` stays as it was
+        partlog.finish(logs, closing)
+        partitions = partlog.summaries(logs)
     return AuditOutput(producers=_summaries(state, transactions), transactions=tuple(transactions),
-                       findings=tuple(sorted([*state.emitted, *closing], key=finding_order)))
+                       findings=tuple(sorted([*state.emitted, *closing], key=finding_order)),
+                       partitions=partitions)
 
 
 def _close(state: AuditState, t: TxnIdState, rec: TxnRecord, end: float | None,
@@ -261,12 +272,15 @@ def merge_outputs(outputs: Iterable[AuditOutput]) -> AuditOutput:
     producers: list[ProducerSummary] = []
     transactions: list[Transaction] = []
     findings: list[Finding] = []
+    partitions: list = []
     for o in outputs:
         producers.extend(o.producers)
         transactions.extend(o.transactions)
         findings.extend(o.findings)
+        partitions.extend(o.partitions)
     return AuditOutput(
         producers=tuple(sorted(producers, key=producer_order)),
         transactions=tuple(sorted(transactions, key=lambda r: (r.start_ts, r.transactional_id,
                                                                r.producer_id or -1))),
-        findings=tuple(sorted(findings, key=finding_order)))
+        findings=tuple(sorted(findings, key=finding_order)),
+        partitions=tuple(sorted(partitions, key=lambda p: (p.topic, p.partition))))

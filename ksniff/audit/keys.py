@@ -31,6 +31,10 @@ from ksniff.decode.values import Struct
 CONTEXT_KEY = "@context"
 
 CONTEXT_APIS = frozenset({"ApiVersions", "WriteTxnMarkers"})
+# What the partition logs read (ksniff.audit.partlog.LOG_APIS): a partitioned run gives these exchanges to
+# the CONTEXT_KEY group too, whose fold keeps the logs.
+LOG_APIS = frozenset({"Produce", "Fetch", "EndTxn", "WriteTxnMarkers", "OffsetCommit", "TxnOffsetCommit",
+                      "ListOffsets", "OffsetFetch", "Metadata"})
 _TXN_ID_APIS = frozenset({"InitProducerId", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit"})
 
 
@@ -39,6 +43,11 @@ def is_context(event: DecodeEvent) -> bool:
     if isinstance(event, ConnectionLost | ConnectionEnded):
         return True
     return event.api_name in CONTEXT_APIS
+
+
+def is_log_event(event: DecodeEvent) -> bool:
+    """Whether the partition logs read `event` (the CONTEXT_KEY group's fold must see it)."""
+    return isinstance(event, Exchange) and event.api_name in LOG_APIS
 
 
 def producer_keys(event: DecodeEvent) -> tuple[str, ...]:

@@ -33,6 +33,15 @@ class FindingKind(str, Enum):
     OFFSET_COMMIT_BACKWARDS = "offset_commit_backwards"
     # An end that came after the transaction's own timeout (issue 12).
     ENDED_AFTER_TIMEOUT = "transaction_ended_after_timeout"
+    # What consumers were given, against the partition log as the wire shows it (ksniff.audit.partlog).
+    ABORTED_READ = "aborted_read"
+    UNCOMMITTED_READ = "uncommitted_read"
+    LOST_WRITE = "lost_write"
+    DUPLICATE_WRITE = "duplicate_write"
+    TORN_TRANSACTION = "torn_transaction"
+    OFFSET_COMMIT_PAST_END = "offset_commit_past_end"
+    FETCH_POSITION_BACKWARDS = "fetch_position_backwards"
+    FETCH_POSITION_SKIP = "fetch_position_skip"
 
 
 # Findings and transactions are made per event (a transaction per EndTxn): built through their slots.
@@ -160,7 +169,57 @@ def stamp(items, capture_set: int, cluster: str | None) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionSummary:
+    """One topic-partition's log as the wire showed it (ksniff.audit.partlog): its offsets, who wrote
+    which of them, which transaction each batch belongs to and how it ended, who read it."""
+
+    topic: str
+    partition: int
+    high_watermark: int | None  # the highest seen in Fetch answers
+    last_stable_offset: int | None  # the latest seen
+    log_start_offset: int | None
+    end_offset: int  # one past the highest offset known to hold something
+    acked_batches: int
+    acked_records: int
+    fetch_answers: int
+    fetched_batches: int  # every batch of every Fetch answer, counted again when read again
+    fetched_records: int
+    commit_markers: int
+    abort_markers: int
+    aborted_entries: int  # aborted-transaction entries in Fetch answers
+    forgotten: int  # batches beyond the per-partition bound, not kept
+    producers: tuple[dict, ...]  # {producer_id, transactional_id, epochs, batches, records, offsets, ...}
+    readers: tuple[dict, ...]  # {client, client_id, isolation_level, fetches, batches, records, offsets}
+    log: tuple[dict, ...]  # batches in offset order (at most LOG_ROWS): see ksniff.audit.partlog.log_row
+    log_truncated: int = 0  # batches known but left out of `log`
+
+    def as_contract(self) -> dict:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "high_watermark": self.high_watermark,
+            "last_stable_offset": self.last_stable_offset,
+            "log_start_offset": self.log_start_offset,
+            "end_offset": self.end_offset,
+            "acked_batches": self.acked_batches,
+            "acked_records": self.acked_records,
+            "fetch_answers": self.fetch_answers,
+            "fetched_batches": self.fetched_batches,
+            "fetched_records": self.fetched_records,
+            "commit_markers": self.commit_markers,
+            "abort_markers": self.abort_markers,
+            "aborted_entries": self.aborted_entries,
+            "forgotten": self.forgotten,
+            "producers": [dict(p) for p in self.producers],
+            "readers": [dict(r) for r in self.readers],
+            "log": [dict(b) for b in self.log],
+            "log_truncated": self.log_truncated,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class AuditOutput:
     producers: tuple[ProducerSummary, ...]
     transactions: tuple[Transaction, ...]
     findings: tuple[Finding, ...]  # sorted by ts
+    partitions: tuple[PartitionSummary, ...] = ()  # by topic, partition

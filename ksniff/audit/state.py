@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from ksniff.audit.keys import CONTEXT_KEY
 from ksniff.audit.model import Finding, Transaction
+from ksniff.audit.partlog import LogState
 from ksniff.audit.txn import TxnState
 from ksniff.decode.events import Exchange
 
@@ -206,6 +208,9 @@ class AuditState:
     first_ts: float | None = None
     last_ts: float | None = None
     emitted: list[Finding] = field(default_factory=list)  # every finding `step` returned, for `finish`
+    # The partition logs (ksniff.audit.partlog): kept by the fold over every key, or by the group of the
+    # context key in a partitioned run, which is given the exchanges they read (keys.is_log_event).
+    logs: LogState | None = None
 
     @classmethod
     def initial(cls, config: AuditConfig | None = None, key: str | None = None,
@@ -213,7 +218,8 @@ class AuditState:
         """A fresh state: over every key, over `key` alone, or over the group `key` of the keys `keys`."""
         if keys is None and key is not None:
             keys = frozenset((key,))
-        return cls(config=config or AuditConfig(), key=key, keys=keys)
+        logs = LogState() if key is None or key == CONTEXT_KEY else None
+        return cls(config=config or AuditConfig(), key=key, keys=keys, logs=logs)
 
     def owns(self, key: str | None) -> bool:
         return key is not None and (self.keys is None or key in self.keys)

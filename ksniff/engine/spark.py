@@ -124,6 +124,7 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int,
     openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
     conns = {pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)}
     context = sorted((_order(r, last_event), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
+    log_rows = [(_order(r, last_event), r["blob"]) for r in by_kind.get(tasks.LOG, [])]
     group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
     groups: dict[str, set[str]] = {}
     for key, group in group_of.items():
@@ -143,7 +144,9 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int,
                                     {g: frozenset(k) for g, k in groups.items()}), tasks.OUTPUTS_DDL))
     outputs = [pickle.loads(r["blob"]) for r in keyed.toArrow().to_pylist()]
     events.unpersist()
-    outputs.append(tasks.context_output(config, end, context, conns))
+    # The context group also keeps the partition logs: the context events with the LOG rows, each once.
+    with_logs = sorted(dict([*context, *log_rows]).items())
+    outputs.append(tasks.context_output(config, end, with_logs, conns))
     output = merge_outputs(outputs)
 
     capture, decode, warnings = _totals(metas, stats, config)

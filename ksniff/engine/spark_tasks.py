@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 
 from ksniff.audit import CONTEXT_KEY, Auditor, is_context, producer_keys, touched_keys
+from ksniff.audit.keys import is_log_event
 from ksniff.capture import Reassembler
 from ksniff.capture.events import CaptureStats, ConnectionOpened
 from ksniff.capture.files import CaptureFile
@@ -58,6 +59,7 @@ INF = math.inf
 
 # Row kinds leaving stage 2.
 KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, FILE_META, LINK, IDENTITY = 0, 1, 2, 3, 4, 5, 6, 7
+LOG = 8  # exchanges the partition logs read (ksniff.audit.keys.is_log_event): for the CONTEXT_KEY group
 
 SEGMENTS = pa.schema([
     ("flow", pa.binary()), ("pm", pa.float64()), ("file", pa.int32()), ("idx", pa.int64()),
@@ -348,6 +350,8 @@ class _Flow:
                 self.rows.add(IDENTITY, None, order, blob)
             if self.config.keep_tables or self.config.keep_records:
                 self.rows.add(TABLE, None, order, blob)
+        if is_log_event(event):
+            self.rows.add(LOG, None, order, blob)
         if is_context(event):
             self.rows.add(CONTEXT, None, order, blob)
         else:
@@ -458,7 +462,8 @@ def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tu
 
 def context_output(config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]],
                    conns: dict[int, int]):
-    """The CONTEXT_KEY group: the capture gaps, which belong to no producer."""
+    """The CONTEXT_KEY group: the capture gaps, which belong to no producer, and the partition logs
+    (`context` then holds the LOG rows too, in audit order)."""
     auditor = Auditor(config.audit_config(), key=CONTEXT_KEY)
     for _order, blob in context:
         auditor.feed(renumber(pickle.loads(blob), conns))

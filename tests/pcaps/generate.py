@@ -20,6 +20,7 @@ sys.path.insert(0, str(HERE))
 
 import scen_anomalies  # noqa: E402,F401  (registers scenarios)
 import scen_bulk  # noqa: E402,F401
+import scen_consume  # noqa: E402,F401
 import scen_ctp  # noqa: E402,F401
 import scen_formats  # noqa: E402,F401
 import scen_misuse  # noqa: E402,F401

@@ -27,7 +27,10 @@ KINDS = {"sequence_gap", "sequence_duplicate", "epoch_regression", "producer_fen
 # and offsets_back captures expect them.
 EXTRA_KINDS = {"sequence_out_of_order", "write_to_unregistered_partition", "write_outside_transaction",
                "txn_offset_commit_unregistered_group", "end_txn_without_transaction", "unanswered_request",
-               "offset_commit_backwards", "transaction_ended_after_timeout"}
+               "offset_commit_backwards", "transaction_ended_after_timeout",
+               # what consumers were given (ksniff.audit.partlog): the consume_* and rewritten captures
+               "aborted_read", "uncommitted_read", "lost_write", "duplicate_write", "torn_transaction",
+               "offset_commit_past_end", "fetch_position_backwards", "fetch_position_skip"}
 SEVERITIES = {"critical", "warning", "info"}
 
 
