@@ -223,16 +223,21 @@ class Pipeline:
         for event in self.reorder.release(self.last_ts, self._before):
             self._audit(event)
 
-    def finish(self):
+    def finish(self, end_ts: float | None = None):
+        """`end_ts`: the capture's last packet, when later than the last stream event (a bare ACK):
+        the end the audit closes its books at, as the Spark engine does."""
         for event in self.decoder.finish():
             self.reorder.push(event)
         for event in self.reorder.drain():
             self._audit(event)
-        return self.auditor.finish(self.last_ts)
+        end = self.last_ts
+        if end_ts is not None and (end is None or end_ts > end):
+            end = end_ts
+        return self.auditor.finish(end)
 
     def result(self, run, engine: str) -> AuditResult:
         """The run's result once `run` (a capture run: files or live) has given every event."""
-        output = self.finish()
+        output = self.finish(run.stats.last_ts)
         stats = run.stats
         stats.kafka_connections = self.decoder.kafka_connections
         return AuditResult.of_run(engine, inputs=run.inputs, capture=stats, decode=self.decoder.stats,

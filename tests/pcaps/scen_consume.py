@@ -32,7 +32,9 @@ from registry import scenario
 
 TOPIC = "reads"
 PARTITIONS = (0, 1)
-TID = "tx-reads"
+# One transactional id per broker: the corpus is also audited as one folder, where a shared id would join
+# the two captures' producers.
+TID_BY_BROKER = {"tansu": "tx-reads-tansu", "librdkafka-mock": "tx-reads-mock"}
 GROUP = "reads-ahead"
 AHEAD = 1000  # the offset the group member commits on partition 0
 PER_PARTITION = 2
@@ -52,10 +54,10 @@ def txn_of(raw: bytes) -> int:
 # --------------------------------------------------------------------------- the producer
 
 
-def producer_story(bootstrap: str, ledger: Ledger):
+def producer_story(bootstrap: str, ledger: Ledger, tid: str):
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": TID,
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
                   "client.id": "corpus-reads-producer", "linger.ms": 0})
     p.init_transactions(15)
     for txn in (1, 2, 3, 4):
@@ -71,7 +73,7 @@ def producer_story(bootstrap: str, ledger: Ledger):
             p.commit_transaction(15)
         else:
             p.abort_transaction(15)
-        ledger.txn(TID, OUTCOMES[txn])
+        ledger.txn(tid, OUTCOMES[txn])
     raise AssertionError("unreachable")
 
 
@@ -178,7 +180,8 @@ class AiokafkaReader:
 def story(bootstrap: str, broker: str, ledger: Ledger) -> list[Log]:
     from confluent_kafka import TopicPartition
 
-    producer = producer_story(bootstrap, ledger)
+    tid = TID_BY_BROKER[broker]
+    producer = producer_story(bootstrap, ledger, tid)
     readers: list[tuple[Log, object, object, object]] = []  # (log, consumer, round, close)
     rc = confluent_consumer(bootstrap, "corpus-rc-confluent", "read_committed")
     readers.append((Log("corpus-rc-confluent", "read_committed"), rc, confluent_round, rc.close))
@@ -193,7 +196,7 @@ def story(bootstrap: str, broker: str, ledger: Ledger) -> list[Log]:
     for lg, consumer, read, _ in readers:
         lg.add_round(read(consumer))
     producer.abort_transaction(15)
-    ledger.txn(TID, OUTCOMES[4])
+    ledger.txn(tid, OUTCOMES[4])
     for lg, consumer, read, _ in readers:
         lg.add_round(read(consumer))
     ru.commit(offsets=[TopicPartition(TOPIC, 0, AHEAD)], asynchronous=False)
@@ -206,7 +209,7 @@ def story(bootstrap: str, broker: str, ledger: Ledger) -> list[Log]:
     return [lg for lg, _, _, _ in readers]
 
 
-def expect_from_logs(logs: list[Log], ledger: Ledger) -> None:
+def expect_from_logs(logs: list[Log], ledger: Ledger, tid: str) -> None:
     """Findings from what the consumers delivered: per read_committed consumer, partition and
     transaction, an aborted read where the transaction aborted (txn 4 also counts: it aborted later)."""
     delivered: dict[str, dict] = {}
@@ -214,7 +217,7 @@ def expect_from_logs(logs: list[Log], ledger: Ledger) -> None:
         for got in lg.rounds:
             for part, _offset, raw in got:
                 if lg.isolation == "read_committed" and OUTCOMES[txn_of(raw)] == "abort":
-                    where = {"transactional_id": TID, "topic": TOPIC, "partition": part}
+                    where = {"transactional_id": tid, "topic": TOPIC, "partition": part}
                     wanted = {"kind": "aborted_read", "severity": "critical", **where}
                     if wanted not in ledger.findings:
                         ledger.findings.append(wanted)
@@ -227,14 +230,15 @@ def record(out: Path, broker: str) -> None:
     name = f"consume_{'tansu' if broker == 'tansu' else 'mock'}"
     capture = out / f"{name}.pcap"
     ledger = Ledger(name, broker, "confluent-kafka, " + ("kafka-python" if broker == "tansu" else "aiokafka"))
+    second = "kafka-python" if broker == "tansu" else "aiokafka"
     ledger.note(
-        f"Transactional producer {TID} (confluent-kafka) writes {PER_PARTITION} records to each partition of "
-        f"'{TOPIC}' per transaction: txn 1 commits, txn 2 aborts, txn 3 commits, txn 4 stays open while the "
-        "consumers read (round 1) and aborts afterwards; the consumers read on (round 2). Consumers: "
-        "read_committed confluent-kafka, read_uncommitted confluent-kafka (group member, commits offset "
-        f"{AHEAD} on partition 0 past the end of the log, accepted), read_committed "
-        + ("kafka-python" if broker == "tansu" else "aiokafka") + ". `delivered` is each consumer's own "
-        "log of the records it handed to the application; expectations come from it.")
+        f"Transactional producer {TID_BY_BROKER[broker]} (confluent-kafka) writes {PER_PARTITION} records "
+        f"to each partition of '{TOPIC}' per transaction: txn 1 commits, txn 2 aborts, txn 3 commits, "
+        "txn 4 stays open while the consumers read (round 1) and aborts afterwards; the consumers read on "
+        "(round 2). Consumers: read_committed confluent-kafka, read_uncommitted confluent-kafka (group "
+        f"member, commits offset {AHEAD} on partition 0 past the end of the log, accepted), read_committed "
+        f"{second}. `delivered` is each consumer's own log of the records it handed to the application; "
+        "expectations come from it.")
     ledger.findings.append({"kind": "offset_commit_past_end", "severity": "critical", "group": GROUP,
                             "topic": TOPIC, "partition": 0})
     if broker == "tansu":
@@ -250,7 +254,7 @@ def record(out: Path, broker: str) -> None:
             ports = cluster.ports
             with tcpdump(capture, ports):
                 logs = story(cluster.bootstrap, broker, ledger)
-    expect_from_logs(logs, ledger)
+    expect_from_logs(logs, ledger, TID_BY_BROKER[broker])
     write_expectations(ledger, capture, ports)
 
 
