@@ -76,6 +76,31 @@ ADVICE: dict[str, str] = {
                                        "timeout: Kafka's coordinator would have aborted it; check the "
                                        "broker's timeout enforcement and the producer's "
                                        "transaction.timeout.ms against how long it really takes.",
+    "aborted_read": "A read_committed consumer got records of an aborted transaction with no aborted-"
+                    "transaction entry to skip them: it handed them out. The broker does not honour "
+                    "read_committed (check its version and transaction support); reprocess what that "
+                    "consumer wrote downstream from those offsets.",
+    "uncommitted_read": "A read_committed consumer got records before their transaction ended: the broker's "
+                        "last stable offset did not hold it back. Data was not lost, but isolation was "
+                        "broken; check the broker's read_committed support.",
+    "lost_write": "An acknowledged batch is not at its offset when read back: check the broker's log, "
+                  "unclean leader elections (unclean.leader.election.enable) and acks; the producer believes "
+                  "it was written.",
+    "duplicate_write": "The same producer sequence range sits at two offsets: consumers read it twice. The "
+                       "broker failed to deduplicate a retry; check its idempotence support and the "
+                       "producer's retries around that time.",
+    "torn_transaction": "A Produce of a transaction landed after its EndTxn was answered, so it belongs to "
+                        "the next transaction or none: use a client and broker with transaction version 2 "
+                        "(KIP-890), whose epoch bump refuses such late writes.",
+    "offset_commit_past_end": "A group committed an offset past the end of the log: the records later "
+                              "written below it will be skipped by the group. Look for a bad manual commit "
+                              "or offset reset in the application.",
+    "fetch_position_backwards": "A consumer asked again from an offset it had already read, with no reset "
+                                "or seek answer in between: it processes records again; look for a "
+                                "rebalance or a seek in the application.",
+    "fetch_position_skip": "A consumer asked from past what it had been given, with no reset or seek "
+                           "answer in between: it never saw the records in between; look for a seek in "
+                           "the application or a client bug.",
 }
 
 FINDINGS_SHOWN = {"critical": 50, "warning": 15, "info": 10}
