@@ -408,12 +408,12 @@ def _see_batch(
 ) -> Placed:
     old = lg.at.get(h.base_offset)
     if old is not None:
-        if old.fetched_ts is not None:
-            return old  # read before: judged then
-        old.fetched_ts, old.fetched_by = part.response_ts or part.ts, part.client
+        if old.fetched_ts is None:
+            old.fetched_ts, old.fetched_by = part.response_ts or part.ts, part.client
         if old.acked is None or old.same(h):
             return old
-        # not what was acknowledged there: the write was lost, and what is there is judged as found
+        # not what was acknowledged there (in this answer, whatever earlier ones said): the write was
+        # lost, and what is there is judged as found
         found = Placed(
             h.base_offset,
             h.base_offset + h.last_offset_delta,
