@@ -99,6 +99,10 @@ def common_options(f):
         click.option("--producer", "-P", metavar="ID", envvar="KSNIFF_PRODUCER",
                      help="Show every step of one producer (transactional id or producer id) instead of "
                           "the report; with --report, after it. [env KSNIFF_PRODUCER]"),
+        click.option("--topic-partition", "-T", "topic_partition", metavar="TOPIC-N",
+                     envvar="KSNIFF_TOPIC_PARTITION",
+                     help="Show one partition's log as the wire showed it: who wrote which offsets, in "
+                          "which transaction and how it ended, who read it. [env KSNIFF_TOPIC_PARTITION]"),
         click.option("--report", "full_report", is_flag=True,
                      help="With --producer: print the whole report too."),
         click.option("--severity", type=click.Choice(["info", "warning", "critical"]), metavar="LEVEL",
@@ -186,6 +190,7 @@ def make_options(kw: dict) -> Options:
         color=not no_color,
         html_path=kw["html_path"],
         full_report=kw["full_report"],
+        topic_partition=kw["topic_partition"],
         filters=_filters(kw),
         strict=kw["strict"],
     )
@@ -194,7 +199,8 @@ def make_options(kw: dict) -> Options:
 # `--help` in the order a responder reads it: where results go, what to show, how the run goes, and the
 # memory caps last. Options not named here (--help) come at the end.
 HELP_SECTIONS = {
-    "Outputs": ("json_path", "csv_dir", "parquet_dir", "html_path", "producer", "full_report", "quiet",
+    "Outputs": ("json_path", "csv_dir", "parquet_dir", "html_path", "producer", "topic_partition",
+                "full_report", "quiet",
                 "verbose", "no_color"),
     "Filters (report and exports alike)": ("severity", "kinds", "since", "until", "transactional_ids"),
     "The run": ("ports", "txn_timeout_ms", "records", "exit_zero", "strict", "engine", "master", "duration",

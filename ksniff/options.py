@@ -45,6 +45,7 @@ class Options:
     color: bool
     html_path: str | None = None
     full_report: bool = False  # --report: the whole report even with --producer
+    topic_partition: str | None = None  # -T TOPIC-N: that partition's log after the report
     filters: ResultFilter = ResultFilter()
     strict: bool = False  # --strict: exit 3 when the verdict is "unverified"
 

@@ -114,7 +114,8 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
         abort(str(e))
     whole = not opts.producer or opts.full_report  # -P alone: its timeline, not the report above it
     _to_stream(out.file, lambda: render_report(out, result, quiet=opts.quiet, verbose=opts.verbose,
-                                               producer=opts.producer, report=whole), "the report")
+                                               producer=opts.producer, report=whole,
+                                               topic_partition=opts.topic_partition), "the report")
     return exit_code(result, opts)
 
 

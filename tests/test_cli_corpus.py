@@ -110,3 +110,24 @@ def test_errors_are_one_line_and_exit_two(args, needle):
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert needle in result.output
+
+
+def test_topic_partition_view_and_tables(tmp_path):
+    result = ksniff("audit", PCAPS / "consume_mock.pcap", "-T", "reads-1", "--no-color", "--csv", tmp_path,
+                 "--parquet", tmp_path / "pq", "--exit-zero")
+    assert result.exit_code == 0
+    view = result.output[result.output.index("Partition reads-1"):]
+    assert "The log as seen" in view and "Who read it" in view and "aborted_read" in view
+    assert "ABORT" in view and "COMMIT" in view
+    log = pd.read_csv(tmp_path / "partition_log.csv")
+    part1 = log[log["partition"] == 1]
+    assert list(part1["first_offset"]) == [0, 2, 3, 5, 6, 8, 9, 11]
+    assert list(part1["kind"]) == [
+        "transactional", "COMMIT", "transactional", "ABORT", "transactional", "COMMIT", "transactional",
+        "ABORT"]
+    assert pd.read_parquet(tmp_path / "pq" / "partition_log.parquet")["first_offset"].tolist() == list(
+        log["first_offset"])
+    parts = pd.read_csv(tmp_path / "partitions.csv")
+    assert set(zip(parts["topic"], parts["partition"], strict=True)) >= {("reads", 0), ("reads", 1)}
+    missing = ksniff("audit", PCAPS / "consume_mock.pcap", "-T", "nope-3", "--no-color", "--exit-zero")
+    assert "No partition nope-3" in missing.output

@@ -36,7 +36,7 @@ UTC_SUFFIX = "_utc"  # each CSV time column is followed by its text twin `<name>
 CSV_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # ISO 8601 in UTC with microseconds (see ksniff.report.formats)
 CHUNK_ROWS = 4096  # rows per write and per Parquet row group: memory stays near pandas' own footprint
 STREAMED = ("exchanges", "batches", "records")  # tables whose rows come during the run
-AT_END = ("transactions", "findings")
+AT_END = ("transactions", "findings", "partitions", "partition_log")
 INF = float("inf")
 
 
@@ -379,7 +379,9 @@ class TableExport:
         if self._files:
             try:
                 at_end = {"transactions": [tables.transaction_row(t) for t in result.transactions],
-                          "findings": [tables.finding_row(f) for f in result.findings]}
+                          "findings": [tables.finding_row(f) for f in result.findings],
+                          "partitions": tables.partition_rows(result.partitions),
+                          "partition_log": tables.partition_log_rows(result.partitions)}
             except (TypeError, ValueError) as err:
                 raise ReportError(f"cannot build the tables: {err}") from err
             for table, rows in at_end.items():

@@ -139,12 +139,56 @@ RECORD_SCHEMA: dict[str, str] = {
     "headers": "string",  # JSON list of [key, base64 value or null]
 }
 
+# Each topic-partition's log as the wire showed it (ksniff.audit.partlog): one row per partition, and one
+# row per batch of its log (`partition_log`). `order` is the row's place in topic, partition, offset order.
+PARTITION_SCHEMA: dict[str, str] = {
+    "order": "Int64",
+    "topic": "string",
+    "partition": "Int64",
+    "high_watermark": "Int64",  # the highest a Fetch answer gave
+    "last_stable_offset": "Int64",  # the latest a Fetch answer gave
+    "log_start_offset": "Int64",
+    "end_offset": "Int64",  # one past the highest offset known to hold something
+    "acked_batches": "Int64",
+    "acked_records": "Int64",
+    "fetch_answers": "Int64",
+    "fetched_batches": "Int64",  # counted again when read again
+    "fetched_records": "Int64",
+    "commit_markers": "Int64",
+    "abort_markers": "Int64",
+    "aborted_entries": "Int64",  # aborted-transaction entries in Fetch answers
+    "forgotten": "Int64",  # batches past the per-partition bound
+    "producers": "string",  # JSON list: producer id, transactional id, epochs, offsets, sequences
+    "readers": "string",  # JSON list: client, client id, isolation level, fetches, records, offsets
+}
+
+PARTITION_LOG_SCHEMA: dict[str, str] = {
+    "order": "Int64",
+    "topic": "string",
+    "partition": "Int64",
+    "first_offset": "Int64",
+    "last_offset": "Int64",
+    "kind": "string",  # data | transactional | COMMIT | ABORT
+    "producer_id": "Int64",
+    "producer_epoch": "Int64",
+    "base_sequence": "Int64",
+    "transactional_id": "string",
+    "outcome": "string",  # commit | abort, once a marker or EndTxn says; empty otherwise
+    "acked": "boolean",  # a Produce answer placed it here
+    "acks": "Int64",
+    "acked_by": "string",
+    "fetched": "boolean",  # a Fetch answer returned it
+    "first_read_by": "string",
+}
+
 SCHEMAS: dict[str, dict[str, str]] = {
     "exchanges": EXCHANGE_SCHEMA,
     "batches": BATCH_SCHEMA,
     "transactions": TRANSACTION_SCHEMA,
     "findings": FINDING_SCHEMA,
     "records": RECORD_SCHEMA,
+    "partitions": PARTITION_SCHEMA,
+    "partition_log": PARTITION_LOG_SCHEMA,
 }
 
 EXCHANGE_COLUMNS = tuple(EXCHANGE_SCHEMA)
@@ -154,13 +198,15 @@ FINDING_COLUMNS = tuple(FINDING_SCHEMA)
 
 # The column each table is sorted by, and every column holding epoch seconds.
 SORT_COLUMN = {"exchanges": "ts", "batches": "ts", "transactions": "start_ts", "findings": "ts",
-               "records": "ts"}
+               "records": "ts", "partitions": "order", "partition_log": "order"}
 TIME_COLUMNS = {
     "exchanges": ("ts", "response_ts"),
     "batches": ("ts", "response_ts"),
     "transactions": ("start_ts", "end_ts"),
     "findings": ("ts",),
     "records": ("ts",),
+    "partitions": (),
+    "partition_log": (),
 }
 
 def transaction_row(t: Transaction) -> dict[str, Any]:
@@ -180,6 +226,28 @@ def transaction_row(t: Transaction) -> dict[str, Any]:
         "cluster": t.cluster,
         "outcome_source": t.outcome_source,
     }
+
+
+def partition_rows(partitions: Iterable[Any]) -> list[dict[str, Any]]:
+    """The `partitions` table: one row per topic-partition (PartitionSummary)."""
+    rows = []
+    for n, p in enumerate(partitions):
+        row = {name: getattr(p, name, None) for name in PARTITION_SCHEMA if name not in (
+            "order", "producers", "readers")}
+        row.update(order=n, producers=to_json_text(list(p.producers)), readers=to_json_text(list(p.readers)))
+        rows.append(row)
+    return rows
+
+
+def partition_log_rows(partitions: Iterable[Any]) -> list[dict[str, Any]]:
+    """The `partition_log` table: each partition's batches in offset order."""
+    rows = []
+    for p in partitions:
+        for b in p.log:
+            row = {name: b.get(name) for name in PARTITION_LOG_SCHEMA}
+            row.update(order=len(rows), topic=p.topic, partition=p.partition)
+            rows.append(row)
+    return rows
 
 
 def finding_row(f: Finding) -> dict[str, Any]:
@@ -220,6 +288,8 @@ def frames(result: AuditResult) -> dict[str, pd.DataFrame]:
         "batches": frame(result.batches, "batches"),
         "transactions": frame((transaction_row(t) for t in result.transactions), "transactions"),
         "findings": frame((finding_row(f) for f in result.findings), "findings"),
+        "partitions": frame(partition_rows(result.partitions), "partitions"),
+        "partition_log": frame(partition_log_rows(result.partitions), "partition_log"),
         **({} if result.records is None else {"records": frame(result.records, "records")}),
     }
 

@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.text import Text
 
 from ksniff.report.findings import findings_view
+from ksniff.report.partitions import LOG_ROWS_SHOWN, find_partition, partition_view, partitions_overview
 from ksniff.report.producers import producers_table, stories_table
 from ksniff.report.summary import header, verdict_line
 from ksniff.report.text import section, shown
@@ -25,7 +27,8 @@ if TYPE_CHECKING:
 
 
 def render_report(console: Console, result: AuditResult, *, quiet: bool = False, verbose: bool = False,
-                  producer: str | None = None, report: bool = True) -> None:
+                  producer: str | None = None, report: bool = True, topic_partition: str | None = None
+                  ) -> None:
     """Prints the report: header, transactional ids, producers, transactions, findings (quiet: findings
     only), the verdict, then the timeline of `producer` when one was asked for (without `report`: the
     timeline alone, with the verdict)."""
@@ -48,10 +51,25 @@ def render_report(console: Console, result: AuditResult, *, quiet: bool = False,
         console.print(transactions_summary(result.transactions, result.findings, result.capture.last_ts,
                                            verbose=verbose))
         console.print()
+        read = [p for p in result.partitions if p.fetch_answers]
+        if read:  # partitions consumers read: what they were given, beside what was written
+            console.print(section("Partitions read"))
+            console.print(partitions_overview(read, result.findings))
+            console.print()
         console.print(section("Findings"))
     console.print(findings_view(result.findings, verbose=verbose))
     console.print()
     console.print(verdict_line(result))
+    if topic_partition:
+        console.print()
+        console.print(section(f"Partition {shown(topic_partition)}"))
+        p = find_partition(result.partitions, topic_partition)
+        if p is None:
+            known = ", ".join(shown(f"{q.topic}-{q.partition}") for q in result.partitions[:20])
+            console.print(Text(f"No partition {shown(topic_partition)} in the capture"
+                               + (f"; known: {known}" if known else ".")))
+        else:
+            console.print(partition_view(p, result.findings, limit=None if verbose else LOG_ROWS_SHOWN))
     if producer:
         console.print()
         console.print(section(f"Producer {shown(producer)}"))
