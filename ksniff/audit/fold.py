@@ -7,7 +7,6 @@ little late by an engine's reorder window is judged when it comes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 
 from ksniff.audit import partlog
@@ -189,9 +188,8 @@ def finish(state: AuditState, end_ts: float | None = None) -> AuditOutput:
         key=lambda r: (r.start_ts, r.transactional_id, r.producer_id or -1))
     partitions: tuple = ()
     if state.logs is not None:
-        logs = copy.deepcopy(state.logs)  # finishing reads what is still pending; `state` stays as it was
-        partlog.finish(logs, closing)
-        partitions = partlog.summaries(logs)
+        partlog.finish(state.logs, closing)  # reads still waiting for an outcome; `state` stays as it was
+        partitions = partlog.summaries(state.logs)
     return AuditOutput(producers=_summaries(state, transactions), transactions=tuple(transactions),
                        findings=tuple(sorted([*state.emitted, *closing], key=finding_order)),
                        partitions=partitions)

@@ -598,14 +598,20 @@ def _open_when_read(r: Read, key: Any, ts: float | None) -> bool:
 
 
 def finish(st: LogState, out: list[Finding]) -> None:
-    """End of capture: reads of transactions whose end never showed are uncommitted reads."""
+    """End of capture: reads of transactions whose end never showed are uncommitted reads. Leaves `st` as
+    it was (the live view finishes more than once)."""
     for lg in st.logs.values():
-        for base, reads in list(lg.pending.items()):
-            p = lg.at.get(base)
-            for r in reads:
-                _uncommitted_read(lg, p, r, ("open", p.producer_id if p else None, base), None, out)
-        lg.pending.clear()
-        lg.pending_count = 0
+        if not lg.pending:
+            continue
+        reported = lg.reported
+        lg.reported = set(reported)
+        try:
+            for base, reads in lg.pending.items():
+                p = lg.at.get(base)
+                for r in reads:
+                    _uncommitted_read(lg, p, r, ("open", p.producer_id if p else None, base), None, out)
+        finally:
+            lg.reported = reported
 
 
 def _read_committed(
