@@ -268,3 +268,49 @@ def consume_tansu(out: Path) -> None:
           "read_committed consumer")
 def consume_mock(out: Path) -> None:
     record(out, "librdkafka-mock")
+
+
+def uncommitted_story(bootstrap: str, ledger: Ledger, tid: str) -> list[Log]:
+    """One transaction left open while a read_committed consumer reads, then committed."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
+                  "client.id": "corpus-uncommitted-producer", "linger.ms": 0})
+    p.init_transactions(15)
+    p.begin_transaction()
+    for part in PARTITIONS:
+        for i in range(PER_PARTITION):
+            p.produce(TOPIC, value(1, part, i), f"k{i}".encode(), partition=part)
+        p.flush(15)
+    ledger.records_produced += PER_PARTITION * len(PARTITIONS)
+    rc = confluent_consumer(bootstrap, "corpus-rc-confluent", "read_committed")
+    lg = Log("corpus-rc-confluent", "read_committed")
+    lg.add_round(confluent_round(rc))
+    p.commit_transaction(15)
+    ledger.txn(tid, "commit")
+    lg.add_round(confluent_round(rc))
+    rc.close()
+    p.flush(5)
+    return [lg]
+
+
+@scenario("uncommitted_mock", "a read_committed consumer given a transaction's records while it is open "
+          "(the mock's LSO is the end of the log), committed afterwards")
+def uncommitted_mock(out: Path) -> None:
+    name, tid = "uncommitted_mock", "tx-uncommitted-mock"
+    capture = out / f"{name}.pcap"
+    ledger = Ledger(name, "librdkafka-mock", "confluent-kafka")
+    ledger.note(
+        f"Transactional producer {tid} (confluent-kafka) writes {PER_PARTITION} records to each partition of "
+        f"'{TOPIC}' and leaves its transaction open; a read_committed consumer reads (round 1); the "
+        "transaction commits; the consumer reads on (round 2). `delivered` is the consumer's own log.")
+    with mock_cluster(1) as cluster:
+        ports = cluster.ports
+        with tcpdump(capture, ports):
+            logs = uncommitted_story(cluster.bootstrap, ledger, tid)
+    early = {part for part, _o, _v in logs[0].rounds[0]}
+    for part in sorted(early):
+        ledger.finding("uncommitted_read", "warning", transactional_id=tid, topic=TOPIC, partition=part)
+    ledger.extra["delivered"] = {lg.name: {"isolation": lg.isolation, "rounds": [
+        [[p, o, v.decode()] for p, o, v in got] for got in lg.rounds]} for lg in logs}
+    write_expectations(ledger, capture, ports)
