@@ -15,7 +15,7 @@ PCAPS = Path(__file__).parent / "pcaps"
 CLEAN = PCAPS / "ctp_confluent_tansu.pcap"  # consume-transform-produce: no anomaly
 FENCED = PCAPS / "txn_confluent_tansu.pcap"  # a zombie rejected with PRODUCER_FENCED
 CONTRACT_KEYS = {"version", "inputs", "capture", "decode", "producers", "transactions", "findings"}
-TABLES = ("exchanges", "batches", "transactions", "findings")
+TABLES = ("exchanges", "batches", "transactions", "findings", "partitions", "partition_log")
 
 
 def ksniff(*args: str):

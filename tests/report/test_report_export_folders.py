@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from ksniff.cli import main
 
 CAPTURE = Path(__file__).parent.parent / "pcaps" / "txn_confluent_tansu.pcap"
-TABLES = {"exchanges", "batches", "transactions", "findings"}
+TABLES = {"exchanges", "batches", "transactions", "findings", "partitions", "partition_log"}
 
 
 def ksniff(*args) -> object:

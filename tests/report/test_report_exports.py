@@ -24,7 +24,7 @@ TXN_KEYS = {"transactional_id", "producer_id", "producer_epoch", "start_ts", "en
             "partitions", "records", "groups"}
 FINDING_KEYS = {"kind", "severity", "ts", "transactional_id", "producer_id", "producer_epoch", "topic",
                 "partition", "group", "message", "evidence"}
-TABLES = ("exchanges", "batches", "transactions", "findings")
+TABLES = ("exchanges", "batches", "transactions", "findings", "partitions", "partition_log")
 
 
 def test_json_has_every_contract_key(result, tmp_path):

@@ -18,7 +18,7 @@ from ksniff.report.timeline import ProducerRows, producer_timeline
 
 from .conftest import T0
 
-TABLES = ("exchanges", "batches", "transactions", "findings")
+TABLES = ("exchanges", "batches", "transactions", "findings", "partitions", "partition_log")
 
 
 def csv_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:
