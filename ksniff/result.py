@@ -133,15 +133,15 @@ def _count(n: int, what: str) -> str:
 
 
 def stamp_set(result: AuditResult, cset: Any, identity: Any) -> None:
-    """Make `result` one capture set's: its producers, transactions and findings labelled with the set
-    and, when the set's answers named exactly one cluster, that cluster; its `capture_sets` and
-    `clusters` from what the run learnt."""
+    """Make `result` one capture set's: its producers, transactions, findings and partition logs labelled
+    with the set and, when the set's answers named exactly one cluster, that cluster; its `capture_sets`
+    and `clusters` from what the run learnt."""
     from dataclasses import replace
 
     ids = identity.cluster_ids
     result.capture_sets = [replace(cset, cluster_ids=tuple(dict.fromkeys((*cset.cluster_ids, *ids))))]
     cluster = ids[0] if len(ids) == 1 else None
-    for items in (result.producers, result.transactions, result.findings):
+    for items in (result.producers, result.transactions, result.findings, result.partitions):
         stamp(items, cset.number, cluster)
     rows = []
     for info in identity.clusters():
@@ -181,6 +181,8 @@ def join_results(results: Sequence[AuditResult], sets: Sequence[Any], files: Seq
         transactions=sorted((t for r in results for t in r.transactions),
                             key=lambda t: (t.start_ts, t.transactional_id, t.producer_id or -1)),
         findings=sorted((f for r in results for f in r.findings), key=finding_order),
+        partitions=sorted((p for r in results for p in r.partitions),
+                          key=lambda p: (p.topic, p.partition, p.capture_set or 0)),
         exchanges=sorted((row for r in results for row in r.exchanges), key=by_ts),
         batches=sorted((row for r in results for row in r.batches), key=by_ts),
         engine=engine, warnings=[w for r in results for w in r.warnings], records=records,

@@ -157,7 +157,8 @@ class ProducerSummary:
 
 
 def stamp(items, capture_set: int, cluster: str | None) -> None:
-    """Label freshly made findings, transactions or producer rows with their capture set and cluster.
+    """Label freshly made findings, transactions, producer rows or partition logs with their capture set
+    and cluster.
 
     They are frozen for everyone downstream; the engine sets these two slots once, right after the set's
     audit made them and before anyone else holds them (a copy each would cost more than the audit of a
@@ -192,6 +193,10 @@ class PartitionSummary:
     readers: tuple[dict, ...]  # {client, client_id, isolation_level, fetches, batches, records, offsets}
     log: tuple[dict, ...]  # batches in offset order (at most LOG_ROWS): see ksniff.audit.partlog.log_row
     log_truncated: int = 0  # batches known but left out of `log`
+    # The capture set (ksniff.engine.sets) whose audit kept this log, and its cluster (`stamp`): captures
+    # of unrelated sets never share a log, so one topic-partition may have one summary per set.
+    capture_set: int | None = None
+    cluster: str | None = None
 
     def as_contract(self) -> dict:
         return {
@@ -214,6 +219,8 @@ class PartitionSummary:
             "readers": [dict(r) for r in self.readers],
             "log": [dict(b) for b in self.log],
             "log_truncated": self.log_truncated,
+            "capture_set": self.capture_set,
+            "cluster": self.cluster,
         }
 
 

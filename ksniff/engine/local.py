@@ -223,21 +223,16 @@ class Pipeline:
         for event in self.reorder.release(self.last_ts, self._before):
             self._audit(event)
 
-    def finish(self, end_ts: float | None = None):
-        """`end_ts`: the capture's last packet, when later than the last stream event (a bare ACK):
-        the end the audit closes its books at, as the Spark engine does."""
+    def finish(self):
         for event in self.decoder.finish():
             self.reorder.push(event)
         for event in self.reorder.drain():
             self._audit(event)
-        end = self.last_ts
-        if end_ts is not None and (end is None or end_ts > end):
-            end = end_ts
-        return self.auditor.finish(end)
+        return self.auditor.finish(self.last_ts)
 
     def result(self, run, engine: str) -> AuditResult:
         """The run's result once `run` (a capture run: files or live) has given every event."""
-        output = self.finish(run.stats.last_ts)
+        output = self.finish()
         stats = run.stats
         stats.kafka_connections = self.decoder.kafka_connections
         return AuditResult.of_run(engine, inputs=run.inputs, capture=stats, decode=self.decoder.stats,

@@ -40,14 +40,16 @@ def partitions_overview(partitions: Sequence[PartitionSummary], findings: Sequen
         "findings",
     ):
         table.add_column(name, justify="left" if name in ("partition",) else "right")
-    counts: dict[tuple[str, int], int] = {}
+    counts: dict[tuple[int | None, str, int], int] = {}
     for f in findings:
         if f.topic is not None and f.partition is not None and f.severity in ("critical", "warning"):
-            counts[(f.topic, f.partition)] = counts.get((f.topic, f.partition), 0) + 1
+            key = (f.capture_set, f.topic, f.partition)
+            counts[key] = counts.get(key, 0) + 1
+    several = len({p.capture_set for p in partitions}) > 1
     for p in partitions:
-        n = counts.get((p.topic, p.partition), 0)
+        n = counts.get((p.capture_set, p.topic, p.partition), 0)
         table.add_row(
-            Text(f"{shown(p.topic)}-{p.partition}"),
+            Text(partition_name(p, several)),
             _n(p.end_offset),
             _n(p.high_watermark),
             _n(p.last_stable_offset),
@@ -61,21 +63,26 @@ def partitions_overview(partitions: Sequence[PartitionSummary], findings: Sequen
     return table
 
 
-def find_partition(partitions: Sequence[PartitionSummary], wanted: str) -> PartitionSummary | None:
-    """`wanted` is TOPIC-N (the topic may itself contain dashes)."""
+def find_partitions(partitions: Sequence[PartitionSummary], wanted: str) -> list[PartitionSummary]:
+    """`wanted` is TOPIC-N (the topic may itself contain dashes): its log in each capture set that has one
+    (captures of unrelated sets never share a log)."""
     topic, _, index = wanted.rpartition("-")
-    for p in partitions:
-        if p.topic == topic and str(p.partition) == index:
-            return p
-    return None
+    return [p for p in partitions if p.topic == topic and str(p.partition) == index]
+
+
+def partition_name(p: PartitionSummary, with_set: bool) -> str:
+    """TOPIC-N, with its capture set when the run has several (the same name may then be two logs)."""
+    name = f"{shown(p.topic)}-{p.partition}"
+    return f"{name} (set {p.capture_set})" if with_set and p.capture_set is not None else name
 
 
 def partition_view(
-    p: PartitionSummary, findings: Sequence[Finding], *, limit: int | None = LOG_ROWS_SHOWN
+    p: PartitionSummary, findings: Sequence[Finding], *, limit: int | None = LOG_ROWS_SHOWN,
+    with_set: bool = False
 ) -> RenderableType:
     """One partition: its log in offset order, its producers, its readers, its findings."""
     head = Text.assemble(
-        (f"{shown(p.topic)}-{p.partition}", "bold"),
+        (partition_name(p, with_set), "bold"),
         f"  log start {_n(p.log_start_offset)}, high watermark {_n(p.high_watermark)}, last stable offset "
         f"{_n(p.last_stable_offset)}, end {_n(p.end_offset)}; {p.aborted_entries} aborted-transaction "
         f"entries in {p.fetch_answers:,} Fetch answers",
@@ -127,7 +134,8 @@ def partition_view(
             _n(r["first_offset"]),
             _n(r["next_offset"]),
         )
-    mine = [f for f in findings if f.topic == p.topic and f.partition == p.partition]
+    mine = [f for f in findings if f.topic == p.topic and f.partition == p.partition
+            and (f.capture_set is None or p.capture_set is None or f.capture_set == p.capture_set)]
     notes = Table(title="Findings on it", title_justify="left", show_edge=False, pad_edge=False)
     for name in ("severity", "kind", "message"):
         notes.add_column(name)

@@ -140,7 +140,8 @@ RECORD_SCHEMA: dict[str, str] = {
 }
 
 # Each topic-partition's log as the wire showed it (ksniff.audit.partlog): one row per partition, and one
-# row per batch of its log (`partition_log`). `order` is the row's place in topic, partition, offset order.
+# row per batch of its log (`partition_log`). `order` is the row's place in topic, partition, capture set,
+# offset order: these tables have no time column (a log is read by offset), so they sort by `order`.
 PARTITION_SCHEMA: dict[str, str] = {
     "order": "Int64",
     "topic": "string",
@@ -160,6 +161,8 @@ PARTITION_SCHEMA: dict[str, str] = {
     "forgotten": "Int64",  # batches past the per-partition bound
     "producers": "string",  # JSON list: producer id, transactional id, epochs, offsets, sequences
     "readers": "string",  # JSON list: client, client id, isolation level, fetches, records, offsets
+    "capture_set": "Int64",  # captures of unrelated sets never share a log: one row per set
+    "cluster": "string",
 }
 
 PARTITION_LOG_SCHEMA: dict[str, str] = {
@@ -179,6 +182,8 @@ PARTITION_LOG_SCHEMA: dict[str, str] = {
     "acked_by": "string",
     "fetched": "boolean",  # a Fetch answer returned it
     "first_read_by": "string",
+    "capture_set": "Int64",
+    "cluster": "string",
 }
 
 SCHEMAS: dict[str, dict[str, str]] = {
@@ -245,7 +250,8 @@ def partition_log_rows(partitions: Iterable[Any]) -> list[dict[str, Any]]:
     for p in partitions:
         for b in p.log:
             row = {name: b.get(name) for name in PARTITION_LOG_SCHEMA}
-            row.update(order=len(rows), topic=p.topic, partition=p.partition)
+            row.update(order=len(rows), topic=p.topic, partition=p.partition, capture_set=p.capture_set,
+                       cluster=p.cluster)
             rows.append(row)
     return rows
 

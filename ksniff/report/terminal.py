@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ksniff.report.findings import findings_view
-from ksniff.report.partitions import LOG_ROWS_SHOWN, find_partition, partition_view, partitions_overview
+from ksniff.report.partitions import LOG_ROWS_SHOWN, find_partitions, partition_view, partitions_overview
 from ksniff.report.producers import producers_table, stories_table
 from ksniff.report.summary import header, verdict_line
 from ksniff.report.text import section, shown
@@ -63,13 +63,17 @@ def render_report(console: Console, result: AuditResult, *, quiet: bool = False,
     if topic_partition:
         console.print()
         console.print(section(f"Partition {shown(topic_partition)}"))
-        p = find_partition(result.partitions, topic_partition)
-        if p is None:
-            known = ", ".join(shown(f"{q.topic}-{q.partition}") for q in result.partitions[:20])
+        found = find_partitions(result.partitions, topic_partition)
+        if not found:
+            names = dict.fromkeys(f"{q.topic}-{q.partition}" for q in result.partitions)
+            known = ", ".join(shown(name) for name in list(names)[:20])
             console.print(Text(f"No partition {shown(topic_partition)} in the capture"
                                + (f"; known: {known}" if known else ".")))
-        else:
-            console.print(partition_view(p, result.findings, limit=None if verbose else LOG_ROWS_SHOWN))
+        for n, p in enumerate(found):  # one log per capture set that has this partition
+            if n:
+                console.print()
+            console.print(partition_view(p, result.findings, limit=None if verbose else LOG_ROWS_SHOWN,
+                                         with_set=len(found) > 1))
     if producer:
         console.print()
         console.print(section(f"Producer {shown(producer)}"))

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(len(CORPUS) < 2, reason="no corpus captures")
 
 
 def _rows(items) -> Counter:
-    """Findings, transactions or producers as a multiset, without the set label (it differs by run)."""
+    """Findings, transactions, producers or partition logs as a multiset, without the set label (it
+    differs by run)."""
     out = Counter()
     for item in items:
         row = item.as_contract()
@@ -35,7 +36,7 @@ def test_a_folder_audits_to_the_sum_of_its_files() -> None:
     whole = audit_paths([str(PCAPS)], CONFIG)
     alone = [audit_paths([p], CONFIG) for p in CORPUS]
     assert len(whole.capture_sets) == len(CORPUS)  # nothing in the corpus belongs together
-    for table in ("findings", "transactions", "producers"):
+    for table in ("findings", "transactions", "producers", "partitions"):
         expected = sum((_rows(getattr(r, table)) for r in alone), Counter())
         assert _rows(getattr(whole, table)) == expected, table
     severities = Counter(f.severity for f in whole.findings)
@@ -43,6 +44,12 @@ def test_a_folder_audits_to_the_sum_of_its_files() -> None:
     assert whole.capture.packets == sum(r.capture.packets for r in alone)
     assert whole.decode.exchanges == sum(r.decode.exchanges for r in alone)
     assert [f.capture_set for f in whole.findings if f.capture_set is None] == []
+    # Unrelated captures never share a partition log: a topic-partition several files wrote keeps one log
+    # per set, each with only its own set's batches.
+    sets_of = Counter((p.topic, p.partition) for p in whole.partitions)
+    assert [p for p in whole.partitions if p.capture_set is None] == []
+    assert max(sets_of.values()) > 1
+    assert len({(p.topic, p.partition, p.capture_set) for p in whole.partitions}) == len(whole.partitions)
     # Every set says why it stands alone; clusters are listed per set with their brokers.
     assert all(s.reasons for s in whole.capture_sets)
     tansu = [c for c in whole.clusters if c["id"] == "tansu_cluster"]
@@ -71,7 +78,7 @@ def test_rotated_files_are_one_set(tmp_path: Path) -> None:
     assert any("same TCP connection" in why for why in only.reasons)
     reference = audit_paths([whole], CONFIG)
     rotated = audit_paths(parts, CONFIG)
-    for table in ("findings", "transactions", "producers"):
+    for table in ("findings", "transactions", "producers", "partitions"):
         assert _rows(getattr(rotated, table)) == _rows(getattr(reference, table)), table
     separate = plan(parts, "separate")
     assert [s.paths for s in separate] == [(parts[0],), (parts[1],)]

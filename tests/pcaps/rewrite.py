@@ -7,6 +7,12 @@ states what the edit makes true. The edits keep every length, so frame sizes and
 right; an edit that changed a length would have to fix the Kafka frame size, the records field's length
 and every later sequence and acknowledgement number of the connection, which `shift_stream` does.
 
+A rewritten capture is otherwise a copy of the real one's connections, and ksniff rightly audits copies of
+one connection as one capture set; so that each stands as a capture of its own (the corpus holds only
+unrelated captures), `relocate` moves its times whole days later and every TCP sequence and
+acknowledgement number by a constant, different for each rewritten capture (the connections' own spacing
+unchanged).
+
     python tests/pcaps/rewrite.py [--out DIR]     writes lost_write_tansu.pcap and duplicate_write_tansu.pcap
 """
 
@@ -104,7 +110,25 @@ def shift_stream(packets, index: int, delta: int) -> None:
             pkt[TCP].ack = (pkt[TCP].ack + delta) % 2**32
 
 
-def rewrite(out: Path, name: str, expect_extra: dict, **edit) -> None:
+# How far `relocate` moves the n-th rewritten capture from its source: n days, n times this in TCP
+# sequence space.
+RELOCATE_SECONDS = 86_400
+RELOCATE_SEQ = 0x2000_0000
+
+
+def relocate(packets, seconds: int, seq: int) -> None:
+    """Every packet `seconds` later, every TCP sequence (and acknowledgement) number `seq` further."""
+    for pkt in packets:
+        pkt.time = pkt.time + seconds
+        if TCP not in pkt:
+            continue
+        pkt[TCP].seq = (pkt[TCP].seq + seq) % 2**32
+        if pkt[TCP].flags.A:
+            pkt[TCP].ack = (pkt[TCP].ack + seq) % 2**32
+        del pkt[TCP].chksum
+
+
+def rewrite(out: Path, name: str, nth: int, expect_extra: dict, **edit) -> None:
     capture = HERE / f"{SOURCE}.pcap"
     index, port = fetch_answer_packet(capture, CONSUMER)
     packets = rdpcap(str(capture))
@@ -114,6 +138,8 @@ def rewrite(out: Path, name: str, expect_extra: dict, **edit) -> None:
     pkt[TCP].remove_payload()
     pkt[TCP].add_payload(bytes(payload))
     del pkt[IP].chksum, pkt[TCP].chksum, pkt[IP].len  # recomputed on write
+    moved = {"seconds": nth * RELOCATE_SECONDS, "tcp_sequence": nth * RELOCATE_SEQ}
+    relocate(packets, moved["seconds"], moved["tcp_sequence"])
     wrpcap(str(out / f"{name}.pcap"), packets)
     doc = json.loads((HERE / f"{SOURCE}.expect.json").read_text())
     doc.pop("delivered", None)
@@ -129,6 +155,7 @@ def rewrite(out: Path, name: str, expect_extra: dict, **edit) -> None:
             "partition": PARTITION,
             **change,
         },
+        relocated=moved,
     )
     doc["findings"] = doc["findings"] + expect_extra["findings"]
     doc["notes"] = expect_extra["notes"] + " The rest is as in " + SOURCE + ": " + doc["notes"]
@@ -182,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args(argv)
-    rewrite(args.out, "lost_write_tansu", LOST, producer_id=77)
-    rewrite(args.out, "duplicate_write_tansu", DUPLICATE, base_sequence=0)
+    rewrite(args.out, "lost_write_tansu", 1, LOST, producer_id=77)
+    rewrite(args.out, "duplicate_write_tansu", 2, DUPLICATE, base_sequence=0)
     return 0
 
 

@@ -32,14 +32,31 @@ def test_committed_capture_is_the_tools_output(rebuilt: Path, name: str) -> None
 
 @pytest.mark.parametrize("name", NAMES)
 def test_only_the_edited_batch_header_and_checksums_differ(name: str) -> None:
+    """Beside the relocation (a day later, sequence numbers moved), one packet's batch header differs."""
     scapy = pytest.importorskip("scapy.all")
     original = scapy.rdpcap(str(HERE / "consume_tansu.pcap"))
     edited = scapy.rdpcap(str(HERE / f"{name}.pcap"))
     assert len(original) == len(edited)
-    changed = [(a, b) for a, b in zip(original, edited, strict=True) if bytes(a) != bytes(b)]
+    moved = json.loads((HERE / f"{name}.expect.json").read_text())["relocated"]
+    assert moved["seconds"] > 0 and moved["tcp_sequence"] > 0
+    TCP = scapy.TCP
+    for a, b in zip(original, edited, strict=True):
+        assert b.time - a.time == moved["seconds"]
+        if TCP in a:
+            assert (b[TCP].seq - a[TCP].seq) % 2**32 == moved["tcp_sequence"]
+    changed = [(a, b) for a, b in zip(original, edited, strict=True)
+               if TCP in a and bytes(a[TCP].payload) != bytes(b[TCP].payload)]
     assert len(changed) == 1
     (a, b), = changed
-    assert a.time == b.time and len(bytes(a)) == len(bytes(b))
-    differing = [i for i, (x, y) in enumerate(zip(bytes(a), bytes(b), strict=True)) if x != y]
-    # producer id or base sequence (up to 8 bytes), the batch CRC (4), the TCP checksum (2)
-    assert 0 < len(differing) <= 14
+    x, y = bytes(a[TCP].payload), bytes(b[TCP].payload)
+    assert len(x) == len(y)
+    differing = [i for i, (p, q) in enumerate(zip(x, y, strict=True)) if p != q]
+    # producer id or base sequence (up to 8 bytes) and the batch CRC (4)
+    assert 0 < len(differing) <= 12
+
+
+def test_a_rewritten_capture_is_a_capture_set_of_its_own() -> None:
+    from ksniff.engine.sets import plan
+
+    sets = plan([str(HERE / "consume_tansu.pcap"), *(str(HERE / f"{n}.pcap") for n in NAMES)])
+    assert len(sets) == 3

@@ -54,7 +54,9 @@ def test_chunked_csv_is_what_pandas_wrote(result, tmp_path, monkeypatch, chunk):
                 "batches": _pandas_csv(result.batches, "batches"),
                 "transactions": _pandas_csv([tables.transaction_row(t) for t in result.transactions],
                                             "transactions"),
-                "findings": _pandas_csv([tables.finding_row(f) for f in result.findings], "findings")}
+                "findings": _pandas_csv([tables.finding_row(f) for f in result.findings], "findings"),
+                "partitions": _pandas_csv(tables.partition_rows(result.partitions), "partitions"),
+                "partition_log": _pandas_csv(tables.partition_log_rows(result.partitions), "partition_log")}
     assert written == expected
 
 

@@ -79,7 +79,7 @@ def test_every_engine_result_sorts_rows_by_request_time(exchanges):
 
 def test_frames_have_schema_columns_and_dtypes(result):
     dfs = frames(result)
-    assert set(dfs) == {"exchanges", "batches", "transactions", "findings"}
+    assert set(dfs) == {"exchanges", "batches", "transactions", "findings", "partitions", "partition_log"}
     for name, df in dfs.items():
         assert list(df.columns) == list(tables.SCHEMAS[name])
         assert {c: str(t) for c, t in df.dtypes.items()} == {
