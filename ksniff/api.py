@@ -68,6 +68,16 @@ class Audit:
         return self._frames["batches"]
 
     @property
+    def partitions(self) -> pd.DataFrame:
+        """One row per topic-partition and capture set: its offsets, what was written and read."""
+        return self._frames["partitions"]
+
+    @property
+    def partition_log(self) -> pd.DataFrame:
+        """Each partition's batches in offset order, as the wire showed them."""
+        return self._frames["partition_log"]
+
+    @property
     def records(self) -> pd.DataFrame | None:
         """Record keys, values and headers: only when the audit was asked for them (`records=True`)."""
         return self._frames.get("records")

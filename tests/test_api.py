@@ -77,3 +77,15 @@ def test_dataframes_carry_utc_datetimes_and_the_repr_is_short():
     assert len(text) < 200 and "\n" not in text
     assert text == ("<ksniff Audit (local): 1 input, 6 Kafka connections, 4 transactions, 3 findings "
                     "(2 warning, 1 info)>")
+
+
+def test_partition_logs_as_dataframes():
+    """A consumer capture's logs: the aborted transactions' batches and markers where the wire put them."""
+    result = ksniff.audit(PCAPS / "consume_mock.pcap")
+    parts = result.partitions
+    assert {("reads", 0), ("reads", 1)} <= set(zip(parts["topic"], parts["partition"], strict=True))
+    log = result.partition_log
+    part1 = log[(log["topic"] == "reads") & (log["partition"] == 1)]
+    assert list(part1["first_offset"]) == sorted(part1["first_offset"])
+    assert {"COMMIT", "ABORT"} <= set(part1["kind"])
+    assert (log["capture_set"] == 1).all()
