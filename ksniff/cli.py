@@ -58,6 +58,10 @@ def limit_options(f):
                      help="Bytes of Kafka frames waiting for their end, across all connections; beyond "
                           "it the largest is given up and its stream resynchronised "
                           f"(default {_DEFAULT.max_partial_total}). [env KSNIFF_MAX_PARTIAL_TOTAL]"),
+        click.option("--max-body-items", type=count, metavar="N", envvar="KSNIFF_MAX_BODY_ITEMS",
+                     help="Array elements and record batches one request or response body may hold; a "
+                          f"body with more is not decoded (default {_DEFAULT.max_body_items}). "
+                          "[env KSNIFF_MAX_BODY_ITEMS]"),
         click.option("--max-records-batch", type=count, metavar="BYTES", envvar="KSNIFF_MAX_RECORDS_BATCH",
                      help="With --records: bytes one record batch may decompress to "
                           f"(default {_DEFAULT.max_records_batch}). [env KSNIFF_MAX_RECORDS_BATCH]"),
@@ -165,7 +169,8 @@ def make_options(kw: dict) -> Options:
         ("max_connections", "max_connections"), ("max_buffer_bytes", "max_buffer_bytes"),
         ("max_buffer_total", "max_buffer_total"), ("max_frame", "max_frame_bytes"),
         ("max_in_flight", "max_in_flight"), ("max_in_flight_total", "max_in_flight_total"),
-        ("max_partial_total", "max_partial_total"), ("max_records_batch", "max_records_batch"),
+        ("max_partial_total", "max_partial_total"), ("max_body_items", "max_body_items"),
+        ("max_records_batch", "max_records_batch"),
         ("max_records_request", "max_records_request"), ("max_records_run", "max_records_total"),
         ("max_interfaces", "max_interfaces"), ("max_gunzip_ratio", "max_gunzip_ratio"))
         if kw[option] is not None}

@@ -23,6 +23,7 @@ from ksniff.decode.decoder import (
     DEFAULT_PORTS,
 )
 from ksniff.decode.frames import DEFAULT_MAX_FRAME
+from ksniff.decode.reader import MAX_BODY_ITEMS
 from ksniff.decode.records import MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST, MAX_DECOMPRESSED_RUN
 
 _LIMITS = CaptureLimits()
@@ -64,6 +65,7 @@ class EngineConfig:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT  # requests awaiting a response, per connection
     max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL  # ... across all connections
     max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL  # bytes of frames waiting to complete, in all
+    max_body_items: int = MAX_BODY_ITEMS  # array elements and record batches one body may make
     # --records: bytes records may decompress to, per batch, per Produce request and per run.
     max_records_batch: int = MAX_DECOMPRESSED
     max_records_request: int = MAX_DECOMPRESSED_REQUEST
@@ -87,7 +89,7 @@ class EngineConfig:
         return Decoder(ports=self.ports, auto_detect=self.auto_detect, on_not_kafka=on_not_kafka,
                        keep_records=self.keep_records, max_frame=self.max_frame,
                        max_in_flight=self.max_in_flight, max_in_flight_total=self.max_in_flight_total,
-                       max_partial_total=self.max_partial_total,
+                       max_partial_total=self.max_partial_total, max_body_items=self.max_body_items,
                        records_caps=(self.max_records_batch, self.max_records_request, self.max_records_run))
 
     def audit_config(self) -> AuditConfig:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ksniff.common.codegen import define
 from ksniff.decode import interp
-from ksniff.decode.reader import Incomplete, Malformed, Reader
+from ksniff.decode.reader import MAX_BODY_ITEMS, Incomplete, Malformed, Reader, TooManyItems
 from ksniff.decode.records import parse_batches, parse_batches_keeping_records
 from ksniff.decode.schema import Api, Array, Field, Primitive
 from ksniff.decode.values import Struct, camel, default_of, struct_class
@@ -59,8 +59,8 @@ def _bad_length(at: int, field: str, n: int) -> Malformed:
     return Malformed(at, field, "null where not nullable" if n == -1 else f"length {n}")
 
 
-def _tagged(buf: Any, pos: int, end: int, known: dict, values: list, version: int, flexible: bool
-            ) -> tuple[tuple, int]:
+def _tagged(buf: Any, pos: int, end: int, known: dict, values: list, version: int, flexible: bool,
+            budget: list[int]) -> tuple[tuple, int]:
     """The tagged-field section: known tags into `values` (via the interpreter), unknown ones kept."""
     field = "_tagged_fields"
     count, pos = _uvarint(buf, pos, end, field)
@@ -84,8 +84,11 @@ def _tagged(buf: Any, pos: int, end: int, known: dict, values: list, version: in
             unknown.append((tag, bytes(data)))
             continue
         i, f = hit
-        sub = Reader(data, complete=True)
+        sub = Reader(data, complete=True, items=budget[0], items_limit=budget[1])
         v = interp._value(sub, f, f.type, version, flexible)
+        budget[0] = sub.items
+        if isinstance(sub.error, TooManyItems):
+            raise TooManyItems(pos, f.name, budget[1])
         if sub.error is not None:
             raise Malformed(pos, f.name, f"tagged field {tag}: {sub.error}")
         values[i] = v
@@ -103,7 +106,9 @@ class _Gen:
             "_tagged": _tagged,
             "_parse_batches": parse_batches_keeping_records if keep_records else parse_batches,
             "_UUID": uuid.UUID, "_Malformed": Malformed,
-            "_unpack_from": struct.unpack_from,
+            "_unpack_from": struct.unpack_from, "_too_many": TooManyItems,
+            # Array elements and record batches this body may still make, and its cap (set per call).
+            "_budget": [MAX_BODY_ITEMS, MAX_BODY_ITEMS],
         }
         self.funcs: list[str] = []
         self.n = 0
@@ -148,7 +153,8 @@ class _Gen:
             body.append("if pos < end and buf[pos] == 0:")
             body.append(f"    return {cls_name}(({''.join(n + ', ' for n in names)}())), pos + 1")
             body.append(f"values = [{', '.join(names)}]")
-            body.append(f"unknown, pos = _tagged(buf, pos, end, {known_name}, values, {self.version}, True)")
+            body.append(f"unknown, pos = _tagged(buf, pos, end, {known_name}, values, {self.version}, True, "
+                        "_budget)")
             body.append("values.append(unknown)")
             body.append(f"return {cls_name}(values), pos")
         else:
@@ -216,7 +222,8 @@ class _Gen:
         if kind == "string":
             body.append(f"    {var} = str(buf[pos:pos + {n}], 'utf-8', 'replace')")
         elif kind == "records":
-            body.append(f"    {var} = _parse_batches(buf[pos:pos + {n}])")
+            body.append(f"    {var} = _parse_batches(buf[pos:pos + {n}], max(_budget[0], 0))")
+            self.spend(body, f"len({var})", at, name)
         elif f.secret:
             body.append(f"    {var} = {n}")  # the length only: secrets are never kept
         else:
@@ -239,6 +246,12 @@ class _Gen:
         body.append("else:")
         return at, n
 
+    @staticmethod
+    def spend(body: list[str], count: str, at: str, name: str) -> None:
+        """`count` items drawn from the body's budget; past it the body is refused (`TooManyItems`)."""
+        body.append(f"    _budget[0] -= {count}")
+        body.append(f"    if _budget[0] < 0: raise _too_many({at}, {name!r}, _budget[1])")
+
     def array(self, body: list[str], var: str, f: Field, t: Array, nullable: bool) -> None:
         name = f.name
         at, n = self.length_or_null(body, var, name, "i", nullable)
@@ -246,6 +259,7 @@ class _Gen:
         if isinstance(of, Primitive):
             min_size = interp.MIN_SIZE.get(of.name, 1)
             body.append(f"    if {n} * {min_size} > end - pos: raise _short({at}, {name!r})")
+            self.spend(body, n, at, name)
             if of.name in _FIXED and of.name != "bool":
                 # A whole array of one fixed-size type in one unpack.
                 code = _FIXED[of.name]
@@ -262,6 +276,7 @@ class _Gen:
             return
         fn = self.struct_fn(of, struct_class(of, camel(name)))
         body.append(f"    if {n} > end - pos: raise _short({at}, {name!r})")
+        self.spend(body, n, at, name)
         body.append("    items = []")
         body.append("    append = items.append")
         body.append(f"    for _ in range({n}):")
@@ -277,7 +292,8 @@ def compile_body(api: Api, version: int, is_request: bool, keep_records: bool = 
     fields = api.request if is_request else api.response
     top = gen.struct_fn(fields, interp.message_class(api, is_request))
     source = "\n".join(gen.funcs)
-    source += f"\ndef decode(buf):\n    return {top}(buf, 0, len(buf))\n"
+    source += (f"\ndef decode(buf, items={MAX_BODY_ITEMS}):\n    _budget[0] = _budget[1] = items\n"
+               f"    return {top}(buf, 0, len(buf))\n")
     fn = define(source, "decode", gen.ns,
                 f"<ksniff {api.name} v{version} {'request' if is_request else 'response'}>")
     fn.source = source
@@ -296,12 +312,12 @@ def decoder_for(api: Api, version: int, is_request: bool, keep_records: bool = F
 
 
 def decode_body(api: Api, version: int, is_request: bool, view: memoryview | bytes, *,
-                strict: bool = False, keep_records: bool = False) -> Struct:
+                strict: bool = False, keep_records: bool = False, max_items: int = MAX_BODY_ITEMS) -> Struct:
     """Same contract as `interp.decode_body`, generated code underneath; `keep_records` keeps each
     record batch's bytes (see records.RecordSet)."""
     fn = decoder_for(api, version, is_request, keep_records)
     try:
-        value, pos = fn(view)
+        value, pos = fn(view, max_items)
     except struct.error as e:  # a group check missed a short read: still never an uncaught error
         raise Incomplete(0, str(e)) from None
     if strict and pos != len(view):

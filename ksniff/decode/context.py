@@ -14,7 +14,7 @@ from typing import Any
 from ksniff.decode import compiled
 from ksniff.decode.events import ApiCounts, DecodeStats
 from ksniff.decode.frames import parse_request_header
-from ksniff.decode.reader import DecodeError
+from ksniff.decode.reader import MAX_BODY_ITEMS, DecodeError, TooManyItems
 from ksniff.decode.schema import Api
 from ksniff.decode.sync import BODY_BAD, BODY_OK, RequestCheck, body_verdict
 from ksniff.decode.values import Struct
@@ -28,9 +28,10 @@ class DecodeContext:
     learnt from Metadata responses anywhere in the run."""
 
     def __init__(self, apis: Mapping[int, Api], *, max_frame: int, max_in_flight: int, keep_records: bool,
-                 body_decoder: BodyDecoder | None = None) -> None:
+                 body_decoder: BodyDecoder | None = None, max_body_items: int = MAX_BODY_ITEMS) -> None:
         self.apis = apis
         self.max_frame = max_frame
+        self.max_body_items = max_body_items  # array elements and record batches one body may make
         self.max_in_flight = max_in_flight
         self.keep_records = keep_records
         # With the default (compiled) decoders, `decode` calls each generated function directly through
@@ -77,7 +78,9 @@ class DecodeContext:
                 self.stats.undecoded_bodies += 1
                 return None, reason
             try:
-                value, end = fn(body)
+                value, end = fn(body, self.max_body_items)
+            except TooManyItems:
+                return self._over_item_cap()
             except Exception:  # noqa: BLE001 - rare: the general path below words the error
                 pass
             else:
@@ -86,6 +89,10 @@ class DecodeContext:
                     self.stats.leftover_bytes += len(body) - end
                 return value, None
         return self._decode(api, version, is_request, body)
+
+    def _over_item_cap(self) -> tuple[None, str]:
+        self.stats.bodies_over_item_cap += 1
+        return None, "over_item_cap"
 
     def _plan(self, api: Api | None, version: int, is_request: bool) -> tuple[Any, str | None]:
         """(generated decoder, None), or (None, why the body is not decoded): `_decode`'s checks, once."""
@@ -112,7 +119,9 @@ class DecodeContext:
             self.stats.undecoded_bodies += 1
             return None, reason
         try:
-            return self.body_decoder(api, version, is_request, body), None
+            return self.body_decoder(api, version, is_request, body, max_items=self.max_body_items), None
+        except TooManyItems:
+            return self._over_item_cap()
         except DecodeError as e:
             self.stats.errors += 1
             return None, f"malformed: {e}"

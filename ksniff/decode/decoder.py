@@ -24,6 +24,7 @@ from ksniff.decode.connection import Connection
 from ksniff.decode.context import BodyDecoder, DecodeContext
 from ksniff.decode.events import DecodeEvent, DecodeStats
 from ksniff.decode.frames import DEFAULT_MAX_FRAME, FOUND, MIN_RESPONSE, NONE, WAIT
+from ksniff.decode.reader import MAX_BODY_ITEMS
 from ksniff.decode.records import (
     MAX_DECOMPRESSED,
     MAX_DECOMPRESSED_REQUEST,
@@ -61,7 +62,8 @@ def limit_warnings(stats: DecodeStats, max_frame: int, max_in_flight: int, *,
                    max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
                    max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL,
                    records_caps: tuple[int, int, int] = (MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST,
-                                                         MAX_DECOMPRESSED_RUN)) -> list[str]:
+                                                         MAX_DECOMPRESSED_RUN),
+                   max_body_items: int = MAX_BODY_ITEMS) -> list[str]:
     """What the decode limits cut (in `stats`, of one decoder or a run's sum), one line each."""
     notes = []
     if stats.oversized_frames:
@@ -77,6 +79,9 @@ def limit_warnings(stats: DecodeStats, max_frame: int, max_in_flight: int, *,
     if stats.in_flight_total_evicted:
         notes.append(f"in-flight request limit ({max_in_flight_total} in all) reached: "
                      f"{stats.in_flight_total_evicted} requests given up as unanswered")
+    if stats.bodies_over_item_cap:
+        notes.append(f"body item limit ({max_body_items} array elements and record batches) reached: "
+                     f"{stats.bodies_over_item_cap} bodies not decoded")
     return notes + inflation_warnings(stats, *records_caps)
 
 
@@ -90,14 +95,15 @@ class Decoder:
                  records_caps: tuple[int, int, int] = (MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST,
                                                        MAX_DECOMPRESSED_RUN),
                  max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
-                 max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL) -> None:
+                 max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL,
+                 max_body_items: int = MAX_BODY_ITEMS) -> None:
         self.ports = frozenset(ports)
         self.auto_detect = auto_detect
         self.on_not_kafka = on_not_kafka
         # What every connection shares: body decoding, counters, caps and the run's topic names.
         ctx = self.ctx = DecodeContext(apis if apis is not None else _default_apis(), max_frame=max_frame,
                                        max_in_flight=max_in_flight, keep_records=keep_records,
-                                       body_decoder=body_decoder)
+                                       body_decoder=body_decoder, max_body_items=max_body_items)
         self.max_frame, self.max_in_flight, self.keep_records = max_frame, max_in_flight, keep_records
         self.apis, self.stats, self.request_check = ctx.apis, ctx.stats, ctx.request_check
         self.topic_names = ctx.topic_names  # topic id -> name, learnt from Metadata responses in the run
@@ -212,7 +218,8 @@ class Decoder:
         return limit_warnings(self.stats, self.max_frame, self.max_in_flight,
                               max_in_flight_total=self.max_in_flight_total,
                               max_partial_total=self.max_partial_total,
-                              records_caps=(inf.per_batch, inf.per_request, inf.per_run))
+                              records_caps=(inf.per_batch, inf.per_request, inf.per_run),
+                              max_body_items=self.ctx.max_body_items)
 
     def topic_name(self, topic_id: Any) -> str:
         """A topic id's name when a Metadata response told it, else the id as a string."""

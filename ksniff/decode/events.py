@@ -187,6 +187,7 @@ class ApiCounts:
     unknown_version: int = 0
     unknown_api: int = 0
     malformed: int = 0
+    over_item_cap: int = 0  # more array elements and record batches than --max-body-items
 
     def not_decoded(self, reason: str) -> None:
         """Counts one body not decoded, by the decoder's reason ("malformed: ..." counts as malformed)."""
@@ -199,7 +200,7 @@ class ApiCounts:
         return {reason: n for reason in NOT_DECODED if (n := getattr(self, reason))}
 
 
-NOT_DECODED = ("skipped_api", "unknown_version", "unknown_api", "malformed")
+NOT_DECODED = ("skipped_api", "unknown_version", "unknown_api", "malformed", "over_item_cap")
 
 
 @dataclass(slots=True)
@@ -228,6 +229,7 @@ class DecodeStats:
     records_cut_by_batch_cap: int = 0
     records_cut_by_request_cap: int = 0
     records_cut_by_run_cap: int = 0
+    bodies_over_item_cap: int = 0  # bodies not decoded: more items than --max-body-items
     by_api: dict[str, ApiCounts] | None = None
 
     def as_contract(self) -> dict:
@@ -250,6 +252,7 @@ class DecodeStats:
             "records_cut_by_batch_cap": self.records_cut_by_batch_cap,
             "records_cut_by_request_cap": self.records_cut_by_request_cap,
             "records_cut_by_run_cap": self.records_cut_by_run_cap,
+            "bodies_over_item_cap": self.bodies_over_item_cap,
             "by_api": {
                 name: {
                     "requests": c.requests,
@@ -257,7 +260,7 @@ class DecodeStats:
                     "exchanges": c.exchanges,
                     "versions": sorted(c.versions or ()),
                     # addition: bodies not decoded, by why (skipped_api, unknown_version, unknown_api,
-                    # malformed); absent reasons are left out
+                    # malformed, over_item_cap); absent reasons are left out
                     "not_decoded": c.not_decoded_contract(),
                 }
                 for name, c in sorted((self.by_api or {}).items())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ksniff.decode.reader import Malformed, Reader
+from ksniff.decode.reader import MAX_BODY_ITEMS, Malformed, Reader, TooManyItems
 from ksniff.decode.records import parse_batches
 from ksniff.decode.schema import Api, Array, Field, Primitive
 from ksniff.decode.values import Struct, camel, default_of, struct_class
@@ -24,14 +24,15 @@ def message_class(api: Api, is_request: bool) -> type[Struct]:
 
 
 def decode_body(api: Api, version: int, is_request: bool, view: memoryview | bytes, *,
-                strict: bool = False) -> Struct:
+                strict: bool = False, max_items: int = MAX_BODY_ITEMS) -> Struct:
     """Decode a request or response body (the bytes after the header) of `api` at `version`.
 
     Raises the reader's first error (`Incomplete`/`Malformed`). With `strict`, bytes left over after the
     body are Malformed too (tests use that to catch table mistakes; live traffic is read leniently).
+    More than `max_items` array elements and record batches in all is `TooManyItems`.
     """
     fields = api.request if is_request else api.response
-    r = Reader(view, complete=True)
+    r = Reader(view, complete=True, items=max_items)
     value = _struct(r, fields, message_class(api, is_request), version, api.flexible.contains(version))
     if r.error is not None:
         raise r.error
@@ -62,9 +63,12 @@ def _struct(r: Reader, fields: tuple[Field, ...], cls: type[Struct], version: in
                 extra.append((tag, bytes(data)))
                 continue
             f = fields[i]
-            sub = Reader(data, complete=True)
+            sub = Reader(data, complete=True, items=r.items, items_limit=r.items_limit)
             v = _value(sub, f, f.type, version, flexible)
-            if sub.error is not None:
+            r.items = sub.items
+            if isinstance(sub.error, TooManyItems):
+                r.fail(TooManyItems(r.pos, f.name, r.items_limit))
+            elif sub.error is not None:
                 r.fail(Malformed(r.pos, f.name, f"tagged field {tag}: {sub.error}"))
             values[i] = v
         unknown = tuple(extra)
@@ -126,9 +130,16 @@ def _primitive(r: Reader, f: Field, kind: str, version: int, flexible: bool, ele
         if flexible:
             return r.compact_string(name, nullable=nullable)
         return r.string(name, nullable=nullable)
+    at = r.pos
     data = r.bytes_view(name, nullable=nullable, compact=flexible)
     if kind == "records":
-        return None if data is None else parse_batches(data)
+        if data is None:
+            return None
+        batches = parse_batches(data, max(r.items, 0))
+        r.items -= len(batches)
+        if r.items < 0:
+            r.fail(TooManyItems(at, name, r.items_limit))
+        return batches
     if f.secret:
         return None if data is None else len(data)
     return None if data is None else bytes(data)

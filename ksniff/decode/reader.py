@@ -40,6 +40,12 @@ class DecodeError(Exception):
         return hash((type(self), self.args))
 
 
+# Array elements and record batches one body may hold in all. Each becomes a Python object; the frame cap
+# alone (100 MiB) would let one body of 4-byte elements make 26 million of them. Real bodies stay far under:
+# a Metadata answer naming 140,000 partitions, each with three replicas in sync, is about a million.
+MAX_BODY_ITEMS = 1_000_000
+
+
 class Incomplete(DecodeError):
     """The bytes ended before the value did: wait for more (or, in a whole frame, the frame is short)."""
 
@@ -58,6 +64,17 @@ class Malformed(DecodeError):
         self.field = field
         self.why = why
 
+
+class TooManyItems(Malformed):
+    """The body holds more array elements and record batches than the item cap lets one body make."""
+
+    def __init__(self, offset: int, field: str, limit: int) -> None:
+        super().__init__(offset, field, f"more than {limit} array elements and record batches in one body")
+        self.limit = limit
+
+    def __reduce__(self):  # pickled with its own arguments (errors travel between Spark's processes)
+        return TooManyItems, (self.offset, self.field, self.limit)
+
     def __str__(self) -> str:
         return f"malformed {self.field or 'value'} at offset {self.offset}" + (f": {self.why}" if self.why
                                                                                 else "")
@@ -72,18 +89,21 @@ class Reader:
     """Reads primitives from `view[pos:end]`.
 
     `complete=True` says the view holds a whole frame: a length running past its end is then Malformed
-    rather than Incomplete.
+    rather than Incomplete. `items`: array elements and record batches the reader may still produce
+    (`items_limit` the body's budget, named in the error when it runs out).
     """
 
-    __slots__ = ("view", "pos", "end", "complete", "error")
+    __slots__ = ("view", "pos", "end", "complete", "error", "items", "items_limit")
 
     def __init__(self, view: memoryview | bytes, pos: int = 0, end: int | None = None, *,
-                 complete: bool = False) -> None:
+                 complete: bool = False, items: int = MAX_BODY_ITEMS, items_limit: int | None = None) -> None:
         self.view = view if isinstance(view, memoryview) else memoryview(view)
         self.pos = pos
         self.end = len(self.view) if end is None else end
         self.complete = complete
         self.error: DecodeError | None = None
+        self.items = items
+        self.items_limit = items if items_limit is None else items_limit
 
     # -- bookkeeping -----------------------------------------------------------------------------
 
@@ -268,6 +288,11 @@ class Reader:
         if n > 0 and n * min_size > self.end - self.pos:
             self._short(field, at)
             return 0
+        if n > 0:
+            self.items -= n
+            if self.items < 0:
+                self.fail(TooManyItems(at, field, self.items_limit))
+                return 0
         return n
 
     def array(self, read_one, field: str = "", *, nullable: bool = False, compact: bool = False,

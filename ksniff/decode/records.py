@@ -67,23 +67,31 @@ class RecordSet(tuple):
     raw: tuple[bytes, ...] = ()
 
 
-def parse_batches(view: memoryview | bytes) -> tuple[RecordBatchHeader, ...]:
+NO_LIMIT = 1 << 62
+
+
+def parse_batches(view: memoryview | bytes, limit: int = NO_LIMIT) -> tuple[RecordBatchHeader, ...]:
     """Headers of every batch in a records field, in order. A trailing partial batch (Fetch responses may
-    end with one) is reported with crc_ok=None when its header is whole, and otherwise ignored."""
-    return tuple([h for h, _, _ in _walk(view)])  # a list first: cheaper than a generator into tuple()
+    end with one) is reported with crc_ok=None when its header is whole, and otherwise ignored. With
+    `limit`, at most `limit + 1` headers are made: more than `limit` means over the caller's budget."""
+    return tuple([h for h, _, _ in _walk(view, limit)])  # a list first: cheaper than a generator into tuple()
 
 
-def parse_batches_keeping_records(view: memoryview | bytes) -> RecordSet:
+def parse_batches_keeping_records(view: memoryview | bytes, limit: int = NO_LIMIT) -> RecordSet:
     """Like `parse_batches`, with each batch's bytes kept in `.raw`."""
-    walked = list(_walk(view))
+    walked = list(_walk(view, limit))
     out = RecordSet(h for h, _, _ in walked)
     out.raw = tuple(bytes(view[start:stop]) for _, start, stop in walked)
     return out
 
 
-def _walk(view: memoryview | bytes) -> Iterator[tuple[RecordBatchHeader, int, int]]:
+def _walk(view: memoryview | bytes, limit: int = NO_LIMIT) -> Iterator[tuple[RecordBatchHeader, int, int]]:
     pos, end = 0, len(view)
+    made = 0
     while end - pos >= LOG_OVERHEAD + 5:  # up to and including magic
+        if made > limit:  # one past the budget made: the caller refuses the body
+            break
+        made += 1
         batch_length = struct.unpack_from(">i", view, pos + 8)[0]
         if batch_length < 0:
             break

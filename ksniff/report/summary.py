@@ -168,6 +168,7 @@ NOT_DECODED_WHY = {
     "unknown_version": "a version newer than ksniff's tables",
     "unknown_api": "an API key ksniff does not know",
     "malformed": "malformed",
+    "over_item_cap": "over --max-body-items",
 }
 NOT_DECODED_SHOWN = 4
 

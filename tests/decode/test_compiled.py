@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ksniff.decode import compiled, interp
 from ksniff.decode.apis import ALL_APIS, FULL_BODY
-from ksniff.decode.reader import DecodeError
+from ksniff.decode.reader import DecodeError, TooManyItems
 
 CASES = [
     pytest.param(api, v, is_request, id=f"{api.name}-v{v}-{'req' if is_request else 'resp'}")
@@ -23,11 +23,11 @@ CASES = [
 ]
 
 
-def both(api, version, is_request, data, strict=True):
+def both(api, version, is_request, data, strict=True, **kw):
     results = []
     for decode in (interp.decode_body, compiled.decode_body):
         try:
-            results.append(("ok", decode(api, version, is_request, memoryview(data), strict=strict)))
+            results.append(("ok", decode(api, version, is_request, memoryview(data), strict=strict, **kw)))
         except DecodeError as e:
             results.append(("error", e))
     return results
@@ -41,6 +41,19 @@ def test_equal_on_table_fixtures(api, version, is_request, nulls, tags):
     assert kind_i == "ok", value_i
     assert kind_c == "ok" and value_c == value_i
     assert type(value_c) is type(value_i)
+
+
+@pytest.mark.parametrize("api, version, is_request", CASES)
+def test_equal_under_every_item_budget(api, version, is_request):
+    """The item cap (--max-body-items) cuts both decoders at the same field and offset: every budget from
+    none to enough, on a fixture whose arrays, tagged fields and record batches are all filled."""
+    data = fixture(api, version, is_request, nulls=False, tags=True)
+    for budget in range(12):
+        a, b = both(api, version, is_request, data, max_items=budget)
+        assert a == b, budget
+        if a[0] == "error":
+            assert isinstance(a[1], TooManyItems), a[1]
+            assert str(budget) in a[1].why
 
 
 @pytest.mark.parametrize("api, version, is_request", CASES)

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import cramjam
 import pytest
@@ -235,3 +236,65 @@ def test_zstd_frames_without_a_size_are_inflated_under_the_cap():
     assert len(decompress("zstd", frame * 3, 64 << 20)) == 30 << 20  # what Kafka clients write, decoded
     with pytest.raises(TooLarge):
         decompress("zstd", frame * 8, 64 << 20)  # 80 MiB: stopped one byte past the cap
+
+
+# -- item 5: one body naming millions of partitions or batches -------------------------------------------
+
+
+def many_items_capture(path, partitions: int = 0, legacy_batches: int = 0) -> str:
+    """One Produce request (v3, no transactional id) naming `partitions` partitions without records, or
+    one partition holding `legacy_batches` minimal magic-0 messages (26 bytes each): a few bytes per item
+    on the wire, a Python object each once decoded."""
+    if legacy_batches:
+        inner = struct.pack(">bbii", 0, 0, -1, -1)  # magic 0, attributes, null key, null value
+        message = struct.pack(">qiI", 0, 4 + len(inner), zlib.crc32(inner)) + inner  # size: crc and on
+        records = message * legacy_batches
+        entries = struct.pack(">ii", 0, len(records)) + records
+        count = 1
+    else:
+        entries = struct.pack(">ii", 0, -1) * partitions
+        count = partitions
+    body = struct.pack(">hhi", -1, -1, 30000)  # no transactional id, acks=-1, timeout
+    body += struct.pack(">ih", 1, 6) + b"orders" + struct.pack(">i", count)
+    data = frame_bytes(0, 3, body + entries)
+    flow = Flow()
+    packets = flow.handshake()
+    packets += [flow.send(True, data[i:i + 65000]) for i in range(0, len(data), 65000)]
+    return write(path, packets + flow.close())
+
+
+def frame_bytes(api_key: int, version: int, body: bytes) -> bytes:
+    head = struct.pack(">hhih", api_key, version, 1, 6) + b"client"
+    return struct.pack(">i", len(head) + len(body)) + head + body
+
+
+@pytest.mark.parametrize("kind", ["partitions", "legacy_batches"])
+def test_body_item_cap(tmp_path, kind):
+    """A body within --max-body-items is decoded; one item more and it is not, counted and said once."""
+    # Items: the topic, then its partitions (or its one partition and that one's batches).
+    def holding(items: int) -> dict:
+        return {kind: items - 1 if kind == "partitions" else items - 2}
+
+    at_cap = many_items_capture(tmp_path / "at.pcap", **holding(500))
+    doc, warnings = audit(at_cap, tmp_path, "--max-body-items", "500")
+    assert doc["decode"]["bodies_over_item_cap"] == 0 and not warnings
+    assert doc["decode"]["by_api"]["Produce"]["not_decoded"] == {}
+    over = many_items_capture(tmp_path / "over.pcap", **holding(501))
+    doc, warnings = audit(over, tmp_path, "--max-body-items", "500")
+    assert doc["decode"]["bodies_over_item_cap"] == 1
+    assert doc["decode"]["by_api"]["Produce"]["not_decoded"] == {"over_item_cap": 1}
+    assert doc["decode"]["errors"] == 0
+    assert warnings == ["ksniff: warning: body item limit (500 array elements and record batches) reached: "
+                        "1 bodies not decoded"]
+
+
+@pytest.mark.parametrize("kind, n", [("partitions", 12_000_000), ("legacy_batches", 1_500_000)])
+def test_body_items_memory_under_the_ceiling(tmp_path, kind, n):
+    """Twelve million partitions in one 96 MB Produce (under the 100 MiB frame cap) are refused before any
+    is made; a million and a half 26-byte batches make at most the default cap's million headers."""
+    capture = many_items_capture(tmp_path / "many.pcap", **{kind: n})
+    out = tmp_path / "out.json"
+    code, peak, stderr = peak_mib("audit", capture, "--json", out, "-q", "--exit-zero")
+    assert code == 0, stderr
+    assert json.loads(out.read_text())["decode"]["bodies_over_item_cap"] == 1
+    assert peak < 512, (peak, "MiB")
