@@ -84,9 +84,12 @@ class EngineConfig:
                              ooo_bytes_total=self.max_buffer_total, max_interfaces=self.max_interfaces,
                              gunzip_ratio=self.max_gunzip_ratio)
 
-    def decoder(self, on_not_kafka: Callable[[int], Any] | None = None) -> Decoder:
-        """A decoder for one run (or one partition of it) with this run's ports and caps."""
+    def decoder(self, on_not_kafka: Callable[[int], Any] | None = None,
+                on_elsewhere: Callable[[int, int], Any] | None = None) -> Decoder:
+        """A decoder for one run (or one partition of it) with this run's ports and caps; `on_elsewhere`:
+        how to give up a connection on another port that looks like Kafka (Decoder)."""
         return Decoder(ports=self.ports, auto_detect=self.auto_detect, on_not_kafka=on_not_kafka,
+                       on_elsewhere=on_elsewhere,
                        keep_records=self.keep_records, max_frame=self.max_frame,
                        max_in_flight=self.max_in_flight, max_in_flight_total=self.max_in_flight_total,
                        max_partial_total=self.max_partial_total, max_body_items=self.max_body_items,

@@ -60,7 +60,8 @@ class AuditResult:
                  "bytes": i.bytes}
                 for i in self.inputs
             ],
-            "capture": self.capture.as_contract(),
+            # addition: with named ports (-p), the other ports whose connections looked like Kafka
+            "capture": {**self.capture.as_contract(), "kafka_elsewhere": self.kafka_elsewhere()},
             "decode": self.decode.as_contract(),
             "producers": [p.as_contract() for p in self.producers],
             "transactions": [t.as_contract() for t in self.transactions],
@@ -81,12 +82,25 @@ class AuditResult:
             "partitions": [p.as_contract() for p in self.partitions],
         }
 
+    def kafka_elsewhere(self) -> list[dict]:
+        """With named ports only: the other ports whose connections' first request and response looked like
+        Kafka (not audited), most bytes first: `{port, connections, bytes}`."""
+        late = self.capture.kafka_elsewhere_bytes
+        rows = [{"port": port, "connections": c.connections, "bytes": c.bytes + late.get(port, 0)}
+                for port, c in self.decode.kafka_elsewhere.items()]
+        return sorted(rows, key=lambda r: (-r["bytes"], r["port"]))
+
     def unverified_because(self) -> list[str]:
         """Why a run without findings cannot be called clean: what it could not see or read."""
         cap, dec = self.capture, self.decode
         reasons = []
         if not cap.kafka_connections:
             reasons.append("no Kafka traffic was decoded: nothing was audited")
+        elsewhere = self.kafka_elsewhere()
+        if elsewhere:
+            ports = ", ".join(str(r["port"]) for r in elsewhere[:5]) + (", ..." if len(elsewhere) > 5 else "")
+            reasons.append(f"{_count(sum(r['connections'] for r in elsewhere), 'connection')} on other ports "
+                           f"({ports}) looked like Kafka and were not audited")
         if cap.gaps:
             reasons.append(f"the capture lost {_count(cap.gap_bytes, 'byte')} of Kafka connections "
                            f"({_count(cap.gaps, 'gap')})")

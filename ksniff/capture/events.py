@@ -103,6 +103,9 @@ class CaptureStats:
     forced_gaps: int = 0  # holes given up as gaps because an out-of-order buffer cap was reached
     kernel_drops: int = 0  # live capture only
     skipped_files: int = 0  # files in the folders given that were not audited: not captures, or unreadable
+    # Bytes of connections on ports not named that looked like Kafka, by port, counted after the decode
+    # room gave them up (ksniff.decode.events.ElsewhereCounts has what it saw before).
+    kafka_elsewhere_bytes: dict[int, int] = field(default_factory=dict)
 
     def as_contract(self) -> dict:
         return {

@@ -24,13 +24,14 @@ def ip_text(packed: bytes) -> str:
 
 
 class Conn:
-    __slots__ = ("id", "src", "dst", "halves", "closed", "dropped")
+    __slots__ = ("id", "src", "dst", "halves", "closed", "dropped", "tally")
 
     def __init__(self, conn_id: int, src: Endpoint, dst: Endpoint) -> None:
         self.id, self.src, self.dst = conn_id, src, dst
         self.halves: tuple[Half, Half] = ()  # type: ignore[assignment]
         self.closed: str | None = None
         self.dropped = False
+        self.tally = 0  # dropped, but its bytes counted under this port (CaptureStats.kafka_elsewhere_bytes)
 
     def last_ts(self) -> float:
         return max(self.halves[0].last_ts, self.halves[1].last_ts)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from ksniff.capture.chunks import ChunkMerger
 from ksniff.capture.connections import ConnectionTable, ConnIdFn
 from ksniff.capture.errors import CaptureLimits
-from ksniff.capture.events import CaptureStats, StreamEvent
+from ksniff.capture.events import CaptureStats, StreamChunk, StreamEvent
 from ksniff.capture.halves import MASK, Half, ip_text, stable_conn_id
 from ksniff.capture.overlap import OutOfOrder
 from ksniff.capture.packets import ACK, FIN, RST, SYN, TICK, TRUNCATED
@@ -139,6 +139,8 @@ class Reassembler:
             conn = h.conn
         if conn.closed is not None or conn.dropped:
             h.last_ts = ts
+            if conn.tally and conn.closed is None:
+                self._tally(h, conn.tally, seq, payload if flags & TRUNCATED else len(payload))
             return  # stray packets of a finished or ignored connection
         h.last_ts = ts
         ooo = self._ooo
@@ -184,9 +186,34 @@ class Reassembler:
         self._next_sweep = now + self.sweep_every
         self._conns.sweep(now)
 
-    def drop(self, conn_id: int) -> None:
-        """Stop reassembling a connection: nothing more is buffered or emitted for it."""
+    def drop(self, conn_id: int, tally: int = 0) -> None:
+        """Stop reassembling a connection: nothing more is buffered or emitted for it. With `tally` (a
+        port), its new payload bytes are still counted, in `stats.kafka_elsewhere_bytes[tally]`."""
+        conn = self._conns.conns.get(conn_id)
+        if tally and conn is not None and not conn.dropped:
+            conn.tally = tally
+            # What was taken in but not yet handed to the decoder: counted here, as it is let go.
+            held = sum(len(e.data) for e in self._merger.out
+                       if e.conn == conn_id and e.__class__ is StreamChunk)
+            for h in conn.halves:
+                if self._merger.pend is h:
+                    held += h.p_len
+                held += sum(end - start for start, end, data, _ts in h.ooo or () if data is not None)
+            if held:
+                tallies = self.stats.kafka_elsewhere_bytes
+                tallies[tally] = tallies.get(tally, 0) + held
         self._conns.drop(conn_id)
+
+    def _tally(self, h: Half, port: int, seq: int, length: int) -> None:
+        """Counts the bytes of a dropped connection's segment that go past what this direction carried so
+        far (a retransmission counts nothing)."""
+        if h.base is None:
+            h.set_base(seq)
+        new = ((seq + length) - h.nxt32) & MASK
+        if 0 < new < 1 << 31:  # past the furthest byte so far (after a hole: this segment's bytes only)
+            h.nxt32 = (seq + length) & MASK
+            tallies = self.stats.kafka_elsewhere_bytes
+            tallies[port] = tallies.get(port, 0) + min(new, length)
 
     def flush(self) -> None:
         """Emit the chunk being merged now, to `out` (live capture calls this when traffic pauses; an

@@ -30,9 +30,10 @@ class CaptureRun:
     def bytes_read(self) -> int:
         return sum(f.bytes_read for f in self._files)
 
-    def drop(self, conn_id: int) -> None:
-        """The decoder found this connection is not Kafka: no more events or buffering for it."""
-        self.reassembler.drop(conn_id)
+    def drop(self, conn_id: int, tally: int = 0) -> None:
+        """The decoder found this connection is not Kafka, or not to be read: no more events or buffering
+        for it (with `tally`, a port: its bytes still counted, Reassembler.drop)."""
+        self.reassembler.drop(conn_id, tally)
 
     def __iter__(self) -> Iterator[StreamEvent]:
         if self._started:

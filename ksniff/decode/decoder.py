@@ -22,7 +22,7 @@ from ksniff.capture.events import (
 )
 from ksniff.decode.connection import Connection
 from ksniff.decode.context import BodyDecoder, DecodeContext
-from ksniff.decode.events import DecodeEvent, DecodeStats
+from ksniff.decode.events import DecodeEvent, DecodeStats, ElsewhereCounts
 from ksniff.decode.frames import DEFAULT_MAX_FRAME, FOUND, MIN_RESPONSE, NONE, WAIT
 from ksniff.decode.reader import MAX_BODY_ITEMS
 from ksniff.decode.records import (
@@ -41,6 +41,9 @@ DEFAULT_MAX_IN_FLIGHT = 4096  # requests waiting for responses on one connection
 DEFAULT_MAX_IN_FLIGHT_TOTAL = 65536  # ... on all connections together
 DEFAULT_MAX_PARTIAL_TOTAL = 256 << 20  # bytes of frames waiting for their end, on all connections
 DETECT_BUFFER = 1 << 20  # bytes held per undecided connection before it is declared not Kafka
+# With named ports only (no auto-detection), bytes of another port's connection looked at before it is
+# given up: its first request and first response are enough to say whether it looks like Kafka.
+WATCH_BUFFER = 64 << 10
 
 def _default_apis() -> Mapping[int, Api]:
     from ksniff.decode.apis import ALL_APIS
@@ -56,6 +59,7 @@ class _Undecided:
     events: list = field(default_factory=list)
     prefix: dict = field(default_factory=lambda: {True: bytearray(), False: bytearray()})
     size: int = 0
+    watch: bool = False  # named ports only: look whether it looks like Kafka, count it, never decode it
 
 
 def limit_warnings(stats: DecodeStats, max_frame: int, max_in_flight: int, *,
@@ -96,10 +100,17 @@ class Decoder:
                                                        MAX_DECOMPRESSED_RUN),
                  max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
                  max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL,
-                 max_body_items: int = MAX_BODY_ITEMS) -> None:
+                 max_body_items: int = MAX_BODY_ITEMS,
+                 on_elsewhere: Callable[[int, int], Any] | None = None, watch_elsewhere: bool = True) -> None:
         self.ports = frozenset(ports)
         self.auto_detect = auto_detect
         self.on_not_kafka = on_not_kafka
+        # Without auto-detection, a connection on another port is still looked at (its first bytes only,
+        # `watch_elsewhere`) so the run can say where else Kafka seems to be (stats.kafka_elsewhere);
+        # `on_elsewhere(conn, port)` drops such a connection instead of `on_not_kafka`, and keeps counting
+        # its bytes (the capture room's `Reassembler.drop(conn, tally=port)`).
+        self.on_elsewhere = on_elsewhere
+        self.watch_elsewhere = watch_elsewhere
         # What every connection shares: body decoding, counters, caps and the run's topic names.
         ctx = self.ctx = DecodeContext(apis if apis is not None else _default_apis(), max_frame=max_frame,
                                        max_in_flight=max_in_flight, keep_records=keep_records,
@@ -141,7 +152,8 @@ class Decoder:
                                      c.gap(event.from_src, event.offset, event.length, event.ts))
             u = self._undecided.get(event.conn)
             if u is not None:
-                u.events.append(event)
+                if not u.watch:  # a watched connection is never replayed
+                    u.events.append(event)
             elif event.conn in self._ported:
                 self._early_gaps.setdefault(event.conn, []).append(event)
             return []
@@ -233,6 +245,8 @@ class Decoder:
             self._ported[ev.conn] = ev
         elif self.auto_detect:
             self._undecided[ev.conn] = _Undecided(ev)
+        elif self.watch_elsewhere:
+            self._undecided[ev.conn] = _Undecided(ev, watch=True)
         else:
             self._not_kafka(ev.conn)
         return []
@@ -263,7 +277,7 @@ class Decoder:
 
     def _forget_undecided(self, conn: int) -> None:
         u = self._undecided.pop(conn, None)
-        if u is not None:
+        if u is not None and not u.watch:
             self._undecided_bytes -= u.size
 
     def _start(self, ev: ConnectionOpened, client_is_src: bool) -> Connection:
@@ -307,6 +321,8 @@ class Decoder:
     # -- auto-detection ----------------------------------------------------------------------------
 
     def _detect(self, u: _Undecided, ev: StreamChunk) -> list[DecodeEvent]:
+        if u.watch:
+            return self._watch(u, ev)
         u.events.append(ev)
         u.size += len(ev.data)
         self._undecided_bytes += len(ev.data)
@@ -334,6 +350,32 @@ class Decoder:
             else:
                 out += c.gap(e.from_src, e.offset, e.length, e.ts)
         return self._account(c, 0, 0, out)
+
+    def _watch(self, u: _Undecided, ev: StreamChunk) -> list[DecodeEvent]:
+        """A connection on no named port (no auto-detection): only its first bytes are looked at, nothing
+        is held or decoded. One that looks like Kafka is counted by its broker's port and given up."""
+        u.size += len(ev.data)
+        prefix = u.prefix[ev.from_src]
+        if len(prefix) < 64:
+            prefix += ev.data[:64 - len(prefix)]
+        verdict = self._verdict(u)
+        if verdict is None and u.size <= WATCH_BUFFER:
+            return []
+        conn = u.opened.conn
+        if not verdict:
+            self._not_kafka(conn)
+            return []
+        port = (u.opened.dst if verdict == "src" else u.opened.src).port
+        tally = self.stats.kafka_elsewhere.setdefault(port, ElsewhereCounts())
+        tally.connections += 1
+        tally.bytes += u.size
+        if self.on_elsewhere is None:
+            self._not_kafka(conn)
+            return []
+        self._forget_undecided(conn)
+        self._ignored.add(conn)
+        self.on_elsewhere(conn, port)
+        return []
 
     def _verdict(self, u: _Undecided) -> str | bool | None:
         """"src"/"dst": Kafka with that side the client; False: not Kafka; None: not yet known."""

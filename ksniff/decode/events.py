@@ -9,7 +9,7 @@ Record data inside Produce requests is replaced by the parsed batch headers (`Re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ksniff.common.codegen import fast_init
@@ -204,6 +204,15 @@ NOT_DECODED = ("skipped_api", "unknown_version", "unknown_api", "malformed", "ov
 
 
 @dataclass(slots=True)
+class ElsewhereCounts:
+    """Connections on a port the run was not told to read (named ports only) whose first request and
+    response look like Kafka, and their TCP payload bytes (both directions)."""
+
+    connections: int = 0
+    bytes: int = 0
+
+
+@dataclass(slots=True)
 class DecodeStats:
     """Counters of the decode stage: the JSON document's `decode` block."""
 
@@ -231,6 +240,8 @@ class DecodeStats:
     records_cut_by_run_cap: int = 0
     bodies_over_item_cap: int = 0  # bodies not decoded: more items than --max-body-items
     by_api: dict[str, ApiCounts] | None = None
+    # Named ports only: per broker port not named, the connections that looked like Kafka (not decoded).
+    kafka_elsewhere: dict[int, ElsewhereCounts] = field(default_factory=dict)
 
     def as_contract(self) -> dict:
         return {

@@ -121,13 +121,14 @@ class Pipeline:
     """Decode + reorder + audit + tables over a stream of capture events; shared by audit and live."""
 
     def __init__(self, config: EngineConfig, on_not_kafka: Callable[[int], None] | None = None,
-                 capture_horizon: Callable[[], float] | None = None, tables: RowSink | None = None) -> None:
+                 capture_horizon: Callable[[], float] | None = None, tables: RowSink | None = None,
+                 on_elsewhere: Callable[[int, int], None] | None = None) -> None:
         """`capture_horizon`: the capture room's earliest time still to come (Reassembler.horizon).
         `tables`: where the table rows go as exchanges are released (the exports write them as they come)
         instead of the lists `exchanges` and `batches`, which then stay empty (and `records`, None)."""
         self.config = config
         self.tables = tables
-        self.decoder = config.decoder(on_not_kafka)
+        self.decoder = config.decoder(on_not_kafka, on_elsewhere)
         self.auditor = Auditor(config.audit_config())
         self.reorder = Reorder(config.reorder_window)
         self.identity = Identity()
@@ -279,7 +280,7 @@ def _audit_set(cset: capture_sets.CaptureSet, config: EngineConfig,
     decompression budget."""
     run = read_files(list(cset.paths), config.limits)
     pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon,
-                        tables=tables)
+                        tables=tables, on_elsewhere=run.drop)
     pipeline.decoder.inflation.run_used = records_used
     with fewer_collections():
         feed = pipeline.feed

@@ -129,7 +129,7 @@ def identify(scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: Ca
 
         reassembler = Reassembler(limits)
         decoder = Decoder(ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop,
-                          apis=_naming_apis())
+                          apis=_naming_apis(), watch_elsewhere=False)
         for event in reassembler.events(head(), finish=False):
             for ex in decoder.feed(event):
                 if ex.__class__ is Exchange and ex.api_name in _NAMING:

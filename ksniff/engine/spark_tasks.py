@@ -245,7 +245,7 @@ class _Flow:
         self.config, self.end, self.stats, self.rows = config, end, stats, rows
         self.capture = CaptureStats()
         self.reassembler = Reassembler(config.limits, self.capture, conn_id=self._conn_id)
-        self.decoder = config.decoder(self.reassembler.drop)
+        self.decoder = config.decoder(self.reassembler.drop, self.reassembler.drop)
         self.position: tuple[float, int, int] = (0.0, 0, 0)
         self.opened_at: dict[int, tuple[float, int, int]] = {}
         self.links: set[frozenset[str]] = set()  # keys touched together (ksniff.audit.keys)

@@ -293,12 +293,29 @@ def test_not_kafka_is_handed_back():
     assert out == [] and dropped == [1] and dec.kafka_connections == 0
 
 
-def test_no_auto_detection():
+def test_no_auto_detection_decodes_nothing_elsewhere_but_counts_what_looks_like_kafka():
+    dropped, elsewhere = [], []
+    dec = Decoder(auto_detect=False, on_not_kafka=dropped.append,
+                  on_elsewhere=lambda conn, port: elsewhere.append((conn, port)))
+    s = Stream(src=Endpoint("10.0.0.1", 40000), dst=Endpoint("10.0.0.2", 19092))
+    request, response = frame(init_producer_id(4), 4, 1), frame(init_producer_id_response(4), 4, 1)
+    assert run(dec, [s.opened(), s.send(request)]) == [] and elsewhere == []  # waits for the answer
+    assert run(dec, [s.send(response, from_src=False)]) == []
+    assert elsewhere == [(1, 19092)] and dropped == [] and dec.kafka_connections == 0
+    counted = dec.stats.kafka_elsewhere[19092]
+    assert (counted.connections, counted.bytes) == (1, len(request) + len(response))
+    web = Stream(src=Endpoint("10.0.0.1", 40001), dst=Endpoint("10.0.0.2", 80), conn=2)
+    run(dec, [web.opened(), web.send(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n"),
+              web.send(b"HTTP/1.1 200 OK\r\n\r\n", from_src=False)])
+    assert dropped == [2] and list(dec.stats.kafka_elsewhere) == [19092]
+
+
+def test_no_auto_detection_and_no_watch_drops_at_once():
     dropped = []
-    dec = Decoder(auto_detect=False, on_not_kafka=dropped.append)
+    dec = Decoder(auto_detect=False, on_not_kafka=dropped.append, watch_elsewhere=False)
     s = Stream(src=Endpoint("10.0.0.1", 40000), dst=Endpoint("10.0.0.2", 19092))
     assert run(dec, [s.opened(), s.send(frame(init_producer_id(4), 4, 1))]) == []
-    assert dropped == [1]
+    assert dropped == [1] and not dec.stats.kafka_elsewhere
 
 
 def test_in_flight_limit():

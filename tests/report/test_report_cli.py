@@ -81,6 +81,7 @@ def test_a_wrong_port_is_not_an_all_clear():
     assert r.exit_code == 0  # as before, for the scripts that read 0/1/2
     warning = next(line for line in r.stderr.splitlines() if line.startswith("ksniff: warning:"))
     assert "no Kafka traffic on port 9092" in warning and "run again with -p 19093" in warning
+    assert "Kafka was seen on port 19093 (6 connections, 6.5 kB)" in warning
     assert "Verdict: unverified: no Kafka traffic was decoded: nothing was audited" in r.stdout
     strict = cli("audit", OTHER_PORT, "-p", "9092", "--strict", "--json", "-")
     assert strict.exit_code == 3
@@ -88,6 +89,44 @@ def test_a_wrong_port_is_not_an_all_clear():
     assert summary["verdict"] == "unverified" and summary["unverified_because"]
     right = cli("audit", OTHER_PORT, "-p", "19093", "--strict")
     assert right.exit_code == 1 and "ksniff: warning" not in right.stderr  # its findings, as on 9092
+
+
+def test_kafka_on_a_port_not_named_is_said_even_when_the_named_one_had_some():
+    """two_ports_tansu: two brokers on two ports, 60 records each. Named one port, the run audits that
+    one's traffic, says the other port's connections look like Kafka (how many, their bytes as tshark
+    counts them) and which -p to run; the JSON lists it in capture.kafka_elsewhere; the verdict is not
+    clean. Both ports named, or auto-detection: clean, nothing said."""
+    two = PCAPS / "two_ports_tansu.pcap"
+    ports = json.loads((PCAPS / "two_ports_tansu.expect.json").read_text())["broker_ports"]
+    first, second = ports["first"], ports["second"]
+    r = cli("audit", two, "-p", str(first))
+    assert r.exit_code == 0  # no finding: the exit code scripts read stays as it was
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("ksniff: warning:")]
+    assert len(warnings) == 1, r.stderr
+    assert f"port {second} (2 connections, 3.2 kB)" in warnings[0]
+    assert f"run again with -p {first},{second}" in warnings[0]
+    assert "4 connections (2 Kafka)" in r.stdout and "Verdict: unverified" in r.stdout
+    doc = document(two, "-p", str(first))
+    # Both directions' TCP payload of the second broker's two connections (tshark: tcp.len summed).
+    assert doc["capture"]["kafka_elsewhere"] == [{"port": second, "connections": 2, "bytes": 3200}]
+    assert sum(p["records"] for p in doc["producers"]) == 60  # only the named port was audited
+    assert doc["summary"]["verdict"] == "unverified"
+    assert any(f"({second}) looked like Kafka" in why for why in doc["summary"]["unverified_because"])
+    assert cli("audit", two, "-p", str(first), "--strict").exit_code == 3
+    for args in (("-p", f"{first},{second}"), ()):
+        both = document(two, *args)
+        assert both["capture"]["kafka_elsewhere"] == [] and both["summary"]["verdict"] == "clean"
+        assert sum(p["records"] for p in both["producers"]) == 120
+        assert "ksniff: warning" not in cli("audit", two, *args).stderr
+
+
+def test_kafka_elsewhere_is_the_same_on_the_spark_engine():
+    pytest.importorskip("pyspark")
+    two = PCAPS / "two_ports_tansu.pcap"
+    first = json.loads((PCAPS / "two_ports_tansu.expect.json").read_text())["broker_ports"]["first"]
+    local = document(two, "-p", str(first))["capture"]["kafka_elsewhere"]
+    spark = document(two, "-p", str(first), "--engine", "spark")
+    assert local and spark["capture"]["kafka_elsewhere"] == local
 
 
 @pytest.mark.parametrize("capture, verdict", [
