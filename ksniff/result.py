@@ -177,7 +177,16 @@ def join_results(results: Sequence[AuditResult], sets: Sequence[Any], files: Seq
     from ksniff.audit.fold import finding_order, producer_order
     from ksniff.common.counters import add_counters
 
+    unapplied = []
+    if engine != "local":
+        unapplied = [p for s in sets for c in getattr(s, "clocks", ()) if c.offset for p in c.paths]
+    if unapplied:
+        note = (f"clock offsets were estimated for {len(unapplied)} captures of other hosts, but the "
+                f"{engine} engine merges captures as recorded: audit them with --engine local for aligned "
+                "clocks")
     if len(results) == 1:
+        if unapplied:
+            results[0].warnings.append(note)
         return results[0]
     capture, decode = CaptureStats(), DecodeStats(by_api={})
     for r in results:
@@ -199,5 +208,6 @@ def join_results(results: Sequence[AuditResult], sets: Sequence[Any], files: Seq
                           key=lambda p: (p.topic, p.partition, p.capture_set or 0)),
         exchanges=sorted((row for r in results for row in r.exchanges), key=by_ts),
         batches=sorted((row for r in results for row in r.batches), key=by_ts),
-        engine=engine, warnings=[w for r in results for w in r.warnings], records=records,
+        engine=engine, warnings=[w for r in results for w in r.warnings] + ([note] if unapplied else []),
+        records=records,
         capture_sets=list(sets), clusters=[c for r in results for c in r.clusters])

@@ -190,7 +190,7 @@ def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> 
     enter(state, t, Trigger.INIT, pid, epoch, ex.request_ts, client=ex.client)
 
 
-def _add_partitions_entries(ex: Exchange):
+def add_partitions_entries(ex: Exchange):
     """(transactional id, producer id, epoch, verify only, [(topic, partition)], {(topic, partition):
     error}) per transaction in an AddPartitionsToTxn, whatever its version."""
     req, resp = ex.request, ex.response
@@ -233,7 +233,7 @@ def _overall(answers: dict, wanted: list, responded: bool) -> int | None:
 
 
 def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
-    for tid, pid, epoch, verify_only, wanted, answers in _add_partitions_entries(ex):
+    for tid, pid, epoch, verify_only, wanted, answers in add_partitions_entries(ex):
         # A broker asking the coordinator whether partitions are already in (KIP-890) adds nothing.
         if verify_only or not state.owns(tid):
             continue

@@ -17,14 +17,19 @@ class CaptureRun:
     """Iterate once for the events; `stats`, `inputs` and `warnings` are complete after that."""
 
     def __init__(self, files: list[CaptureFile], limits: CaptureLimits | None = None,
-                 warnings: Sequence[str] = ()) -> None:
+                 warnings: Sequence[str] = (), offsets: Sequence[float] = ()) -> None:
         self._files = files
+        self.offsets = list(offsets)  # seconds added to each file's timestamps (clock alignment)
         self.stats = CaptureStats()
         self.reassembler = Reassembler(limits, self.stats)
         self.inputs: list[InputInfo] = []
         self.warnings: list[str] = list(warnings)  # inputs skipped while expanding folders come first
         self.bytes_total = sum(f.size for f in files)
         self._started = False
+
+    @property
+    def files(self) -> list[CaptureFile]:
+        return list(self._files)
 
     @property
     def bytes_read(self) -> int:
@@ -43,7 +48,7 @@ class CaptureRun:
 
     def _events(self) -> Iterator[StreamEvent]:
         try:
-            yield from self.reassembler.events(segments(self._files))
+            yield from self.reassembler.events(segments(self._files, self.offsets))
         finally:
             self._summarise()
 
@@ -78,11 +83,19 @@ def add_file_counts(stats: CaptureStats, warnings: list[str], path: str, counts,
         warnings.append(f"{path}: {counts.fragments} IP fragments not reassembled")
 
 
-def segments(files: list[CaptureFile]) -> Iterator[tuple]:
-    """Segments of all files; several files are merged by timestamp."""
-    if len(files) == 1:
-        return files[0].segments()
-    return heapq.merge(*(f.segments() for f in files), key=itemgetter(0))
+def segments(files: list[CaptureFile], offsets: Sequence[float] = ()) -> Iterator[tuple]:
+    """Segments of all files; several files are merged by timestamp, each file's shifted by its offset
+    (seconds added: ksniff.engine.clock) when given."""
+    walks = [f.segments() if not off else _shifted(f.segments(), off)
+             for f, off in zip(files, offsets or [0.0] * len(files), strict=True)]
+    if len(walks) == 1:
+        return walks[0]
+    return heapq.merge(*walks, key=itemgetter(0))
+
+
+def _shifted(walk: Iterator[tuple], offset: float) -> Iterator[tuple]:
+    for seg in walk:
+        yield (seg[0] + offset, *seg[1:])
 
 
 def iter_segments(path: str) -> Iterator[tuple]:

@@ -279,6 +279,8 @@ def _audit_set(cset: capture_sets.CaptureSet, config: EngineConfig,
     """One capture set's run; `records_used`: bytes earlier sets' records already drew from the run's
     decompression budget."""
     run = read_files(list(cset.paths), config.limits)
+    if cset.clocks:  # captures of several hosts: each file on the set's time line
+        run.offsets = [cset.offset_of(f.path) for f in run.files]
     pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon,
                         tables=tables, on_elsewhere=run.drop)
     pipeline.decoder.inflation.run_used = records_used

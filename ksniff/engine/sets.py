@@ -31,11 +31,13 @@ from dataclasses import dataclass, field, replace
 from ksniff.capture import CaptureError
 from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.files import CaptureFile
-from ksniff.capture.packets import FIN, RST, SYN
+from ksniff.capture.halves import ip_text
+from ksniff.capture.packets import ACK, FIN, RST, SYN
 from ksniff.capture.reassembly import Reassembler
 from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
 from ksniff.decode.identity import Identity
+from ksniff.engine.clock import align
 
 AUTO, MERGE, SEPARATE = "auto", "merge", "separate"
 MODES = (AUTO, MERGE, SEPARATE)
@@ -43,6 +45,8 @@ MODES = (AUTO, MERGE, SEPARATE)
 IDENTITY_BYTES = 1 << 20  # TCP payload bytes of a file decoded at most to learn its cluster
 MAX_DIRECTIONS = 200_000  # TCP directions remembered per file; more are counted, not kept
 SEQ_SLACK = 1 << 20  # sequence numbers two files' views of a direction may lie apart and still meet
+CLOCK_SLACK = 300.0  # seconds two hosts' clocks may disagree by and their captures still count as at once
+MAX_SERVERS = 10_000  # addresses connections were opened to, remembered per file
 _MOD = 1 << 32
 _HALF = 1 << 31
 
@@ -58,6 +62,8 @@ class FileScan:
     directions: dict[tuple, list[int]] = field(default_factory=dict)
     directions_dropped: int = 0
     clusters: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # id -> {(node, port)}
+    addresses: dict[str, frozenset[str]] = field(default_factory=dict)  # id -> {"host:port"} of its brokers
+    servers: set[str] = field(default_factory=set)  # "ip:port" that connections were opened to
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +74,19 @@ class CaptureSet:
     paths: tuple[str, ...]
     reasons: tuple[str, ...]
     cluster_ids: tuple[str, ...] = ()
+    clocks: tuple = ()  # ksniff.engine.clock.Clock per group of files with one clock, when aligned
+
+    def offset_of(self, path: str) -> float:
+        """Seconds added to the timestamps of `path` to put it on the set's time line."""
+        for c in self.clocks:
+            if path in c.paths:
+                return c.offset
+        return 0.0
 
     def as_contract(self) -> dict:
         return {"capture_set": self.number, "inputs": list(self.paths), "reasons": list(self.reasons),
-                "cluster_ids": list(self.cluster_ids)}
+                "cluster_ids": list(self.cluster_ids),
+                "clock_offsets": [row for c in self.clocks for row in c.as_contract()]}
 
 
 def scan(path: str) -> FileScan:
@@ -86,6 +101,8 @@ def scan(path: str) -> FileScan:
             payload = seg[8]
             n = payload if payload.__class__ is int else len(payload)
             r = dirs.get(key)
+            if seg[7] & SYN and not seg[7] & ACK and len(out.servers) < MAX_SERVERS:
+                out.servers.add(_address(seg[3], seg[4]))
             if r is None:
                 if len(dirs) >= MAX_DIRECTIONS:
                     out.directions_dropped += 1
@@ -138,6 +155,7 @@ def identify(scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: Ca
         f.close()
     for cid in identity.cluster_ids:
         scan.clusters[cid] = frozenset((b.node_id, b.port) for b in identity.brokers(cid))
+        scan.addresses[cid] = frozenset(b.address for b in identity.brokers(cid))
 
 
 _NAMING = frozenset({"Metadata", "DescribeCluster"})
@@ -169,11 +187,39 @@ def _continues(a: FileScan, b: FileScan) -> tuple | None:
     return None
 
 
+def _near(a: FileScan, b: FileScan, slack: float = 0.0) -> bool:
+    """Both captures ran at once, give or take `slack` seconds."""
+    if a.first_ts is None or b.first_ts is None:
+        return False
+    return a.first_ts - slack <= b.last_ts and b.first_ts - slack <= a.last_ts
+
+
+def _other_hosts(a: FileScan, b: FileScan, addresses: frozenset[str]) -> bool:
+    """The two captures saw connections opened to different brokers of one list: taken on two brokers'
+    hosts, whose clocks may disagree (CLOCK_SLACK). One broker captured twice has one clock: its captures
+    must overlap as recorded, or they are two moments (a broker restarted, a test run again)."""
+    if not a.servers or not b.servers or a.servers & b.servers:
+        return False
+    return (a.servers | b.servers) <= addresses
+
+
+def _to_brokers_of(a: FileScan, b: FileScan) -> str | None:
+    """The cluster of `b` to whose brokers every connection `a` saw opened went, `a` naming none."""
+    if a.clusters or not a.servers:
+        return None
+    for cid, addresses in b.addresses.items():
+        if a.servers <= addresses and _near(a, b, CLOCK_SLACK if _other_hosts(a, b, addresses) else 0.0):
+            return cid
+    return None
+
+
 def _same_cluster(a: FileScan, b: FileScan) -> str | None:
     """A cluster id both name, with brokers that agree, while both captures ran."""
-    if a.first_ts is None or b.first_ts is None:
-        return None
-    if a.last_ts < b.first_ts or b.last_ts < a.first_ts:
+    for cid, addresses in a.addresses.items():
+        if addresses and b.addresses.get(cid) == addresses and _other_hosts(a, b, addresses):
+            if _near(a, b, CLOCK_SLACK):
+                return cid
+    if not _near(a, b):
         return None
     for cid, brokers in a.clusters.items():
         theirs = b.clusters.get(cid)
@@ -182,6 +228,11 @@ def _same_cluster(a: FileScan, b: FileScan) -> str | None:
         if not brokers or not theirs or brokers & theirs:
             return cid
     return None
+
+
+def _address(ip: bytes, port: int) -> str:
+    text = ip_text(ip)
+    return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
 
 
 def _name(path: str) -> str:
@@ -231,6 +282,7 @@ def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092
     components: dict[int, list[int]] = {}
     for i in range(len(paths)):
         components.setdefault(root(i), []).append(i)
+    clock_group = {i: root(i) for i in range(len(paths))}  # files that continue one another share a clock
     for members in components.values():
         for m in sorted(members, key=lambda k: (scans[k].first_ts is None, scans[k].first_ts or 0.0)):
             identify(scans[m], ports, auto_detect, limits)
@@ -247,6 +299,15 @@ def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092
             if cid is not None:
                 join(i, j, f"{_name(scans[j].path)} and {_name(scans[i].path)} name cluster {cid!r} at "
                            "overlapping times")
+    for i, sc in enumerate(scans):
+        for j in named:
+            if root(i) == root(j):
+                continue
+            cid = _to_brokers_of(sc, scans[j])
+            if cid is not None:
+                join(j, i, f"{_name(sc.path)} connects only to brokers that {_name(scans[j].path)} names for "
+                           f"cluster {cid!r}, at overlapping times")
+                break
     groups: dict[int, list[int]] = {}
     for i in range(len(paths)):
         groups.setdefault(root(i), []).append(i)
@@ -259,5 +320,12 @@ def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092
                    "nor a TCP connection" if named else
                    "no cluster identity seen and no TCP connection shared with another input"]
         ids = tuple(dict.fromkeys(c for m in members for c in scans[m].clusters))
-        sets.append(CaptureSet(number, tuple(paths[m] for m in members), tuple(why), ids))
+        clocks: dict[int, list[str]] = {}
+        for m in members:
+            clocks.setdefault(clock_group[m], []).append(paths[m])
+        aligned = None
+        if len(clocks) > 1:  # captures of several hosts: put on one time line (ksniff.engine.clock)
+            aligned = align([tuple(g) for g in clocks.values()], ports, auto_detect, limits)
+        sets.append(CaptureSet(number, tuple(paths[m] for m in members), tuple(why), ids,
+                               tuple(aligned or ())))
     return sets

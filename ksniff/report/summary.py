@@ -29,6 +29,8 @@ def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
         grid.add_row("Sets", _sets_text(result, verbose))
     if verbose and result.clusters:
         grid.add_row("Clusters", _clusters_text(result))
+    if any(s.clocks for s in result.capture_sets):
+        grid.add_row("Clocks", _clocks_text(result))
     cap, dec = result.capture, result.decode
     grid.add_row("Capture", Text(span(cap.first_ts, cap.last_ts)))
     traffic = (f"{plural(cap.packets, 'packet')}, {plural(cap.tcp_segments, 'TCP segment')}, "
@@ -62,6 +64,26 @@ def _sets_text(result: AuditResult, verbose: bool) -> Text:
         text.append("\n")
         text.append_text(more(len(sets) - len(listed), "set"))
     return text
+
+
+def _clocks_text(result: AuditResult) -> Text:
+    """Each capture's clock offset against its set's reference capture, as estimated from the protocol's
+    own order (ksniff.engine.clock), with what bounds it."""
+    lines = []
+    for s in result.capture_sets:
+        for c in s.clocks:
+            names = ", ".join(shown(p.rsplit("/", 1)[-1], 200) for p in c.paths[:3])
+            if len(c.paths) > 3:
+                names += f" and {len(c.paths) - 3:,} more"
+            if c.reference:
+                lines.append(f"{names}: reference")
+            elif not c.pairs:
+                lines.append(f"{names}: kept as recorded (no exchange orders it against the others)")
+            else:
+                u = c.uncertainty
+                within = f" ± {u * 1e3:.3f} ms" if u is not None else " (bounded on one side only)"
+                lines.append(f"{names}: {c.offset:+.6f} s{within}, from {plural(c.pairs, 'ordered pair')}")
+    return Text("\n".join(lines))
 
 
 def _clusters_text(result: AuditResult) -> Text:

@@ -1,0 +1,335 @@
+"""Clock alignment: captures of one set taken on different hosts, put on one time line.
+
+Captures taken on several brokers of a cluster carry each host's clock, and those disagree by
+milliseconds to seconds: merged as they are, a Produce could seem to leave before the InitProducerId answer
+that gave it its producer id. The protocol itself says what came first, whatever the clocks:
+
+- a producer id is written in a batch only after the InitProducerId answer that handed it out was
+  received: that answer (on the coordinator's capture) is earlier than the first Produce carrying the id
+  (on a leader's capture);
+- a transactional client writes to a partition only once AddPartitionsToTxn added it: the first answer
+  adding a partition for a producer id and epoch (on the coordinator's capture) is earlier than the first
+  Produce to it with that id and epoch (on its leader's);
+- a client commits a transaction only once every Produce of it was answered: the answer to the first batch
+  of a partition in a producer epoch (base sequence 0), for a partition that the epoch's first transaction
+  added, is earlier than that transaction's EndTxn(commit).
+
+Each such pair bounds the difference between two captures' clocks, on one side. Within those bounds, a
+transactional client writes nothing to a partition from the moment it sends EndTxn until AddPartitionsToTxn
+has added that partition to its next transaction (or, if it never does, until EndTxn is answered): every
+write of one capture that would land inside such a window of another rules out an interval of offsets, and
+the offset is taken in the widest interval left. `align` gathers the
+pairs of every two groups of files (files that continue one another share a clock), intersects the bounds
+and picks each group's offset: none while the bounds allow the clocks as they are, else the middle of what
+they allow (or just past the one bound there is). The offsets and their uncertainty go to the report;
+each file's timestamps are shifted by its offset before the files are merged.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from ksniff.audit.transactions import add_partitions_entries
+from ksniff.capture.errors import CaptureLimits
+from ksniff.capture.files import CaptureFile
+from ksniff.capture.reassembly import Reassembler
+from ksniff.decode import Decoder
+from ksniff.decode.events import Exchange
+
+# What an offset chosen at one bound is moved past it: the other side cannot have acted in less.
+STEP = 1e-4
+_APIS = frozenset({"InitProducerId", "AddPartitionsToTxn", "EndTxn", "Produce"})
+
+
+@dataclass(slots=True)
+class Anchors:
+    """One group of files' events that order it against other groups."""
+
+    born: dict[int, float] = field(default_factory=dict)  # producer id -> its InitProducerId answer
+    first_use: dict[int, float] = field(default_factory=dict)  # producer id -> first Produce carrying it
+    # (producer id, epoch) -> (first EndTxn request time, it committed, partitions added before it)
+    first_end: dict[tuple[int, int], tuple[float, bool]] = field(default_factory=dict)
+    added: dict[tuple[int, int], list[tuple[float, tuple[str, int]]]] = field(default_factory=dict)
+    # (producer id, epoch, topic, partition) -> answer time of its batch with base sequence 0
+    first_batch: dict[tuple[int, int, str, int], float] = field(default_factory=dict)
+    # (producer id, epoch, topic, partition) -> first Produce request, and first AddPartitionsToTxn answer
+    # that added it
+    first_write: dict[tuple[int, int, str, int], float] = field(default_factory=dict)
+    first_added: dict[tuple[int, int, str, int], float] = field(default_factory=dict)
+    # (producer id, epoch) -> EndTxn (request, answer) times; (producer id, epoch, topic, partition) ->
+    # AddPartitionsToTxn answers adding it, and the times of Produce requests writing to it
+    ends: dict[tuple[int, int], list[tuple[float, float]]] = field(default_factory=dict)
+    adds: dict[tuple[int, int, str, int], list[float]] = field(default_factory=dict)
+    writes: dict[tuple[int, int, str, int], list[float]] = field(default_factory=dict)
+
+    def feed(self, ex: Exchange) -> None:
+        name = ex.api_name
+        if ex.request is None:
+            return
+        if name == "Produce":
+            for b in ex.batches:
+                h = b.header
+                pid = h.producer_id
+                if pid < 0:
+                    continue
+                if ex.request_ts < self.first_use.get(pid, math.inf):
+                    self.first_use[pid] = ex.request_ts
+                write = (pid, h.producer_epoch, b.topic, b.partition)
+                self.writes.setdefault(write, []).append(ex.request_ts)
+                if ex.request_ts < self.first_write.get(write, math.inf):
+                    self.first_write[write] = ex.request_ts
+                if h.base_sequence == 0 and b.error_code == 0 and b.response_ts is not None:
+                    key = (pid, h.producer_epoch, b.topic, b.partition)
+                    if b.response_ts < self.first_batch.get(key, math.inf):
+                        self.first_batch[key] = b.response_ts
+        elif name == "InitProducerId":
+            resp = ex.response
+            if resp is not None and resp.error_code == 0 and resp.producer_id >= 0 and ex.response_ts:
+                pid = resp.producer_id
+                self.born[pid] = min(ex.response_ts, self.born.get(pid, math.inf))
+        elif name == "AddPartitionsToTxn":
+            for _tid, pid, epoch, verify_only, wanted, answers in add_partitions_entries(ex):
+                if verify_only:
+                    continue
+                self.added.setdefault((pid, epoch), []).extend((ex.request_ts, tp) for tp in wanted)
+                if ex.response_ts is None:
+                    continue
+                for topic, partition in wanted:
+                    key = (pid, epoch, topic, partition)
+                    self.adds.setdefault(key, []).append(ex.response_ts)
+                    accepted = answers.get((topic, partition)) == 0
+                    if accepted and ex.response_ts < self.first_added.get(key, math.inf):
+                        self.first_added[key] = ex.response_ts
+        elif name == "EndTxn":
+            req = ex.request
+            key = (req.producer_id, req.producer_epoch)
+            if ex.response_ts is not None:
+                self.ends.setdefault(key, []).append((ex.request_ts, ex.response_ts))
+            if ex.request_ts < self.first_end.get(key, (math.inf, False))[0]:
+                self.first_end[key] = (ex.request_ts, bool(req.committed))
+
+    def quiet_windows(self) -> dict[tuple[int, int, str, int], list[tuple[float, float]]]:
+        """(producer id, epoch, topic, partition) -> the windows in which its client writes nothing there:
+        from each EndTxn request to the next answer adding the partition again (or to EndTxn's answer)."""
+        out: dict[tuple[int, int, str, int], list[tuple[float, float]]] = {}
+        for key, answers in self.adds.items():
+            spans = self.ends.get(key[:2])
+            if not spans:
+                continue
+            answers.sort()
+            for start, answered in spans:
+                i = bisect.bisect_right(answers, start)
+                out.setdefault(key, []).append((start, answers[i] if i < len(answers) else answered))
+        return out
+
+    def first_transaction(self) -> dict[tuple[int, int, str, int], float]:
+        """(producer id, epoch, topic, partition) -> the EndTxn(commit) time of the epoch's first
+        transaction, for every partition that transaction added."""
+        out = {}
+        for key, (ts, committed) in self.first_end.items():
+            if not committed:
+                continue
+            for added_ts, (topic, partition) in self.added.get(key, ()):
+                if added_ts < ts:
+                    out[(*key, topic, partition)] = ts
+        return out
+
+
+def anchors_of(paths: Sequence[str], ports: Sequence[int], auto_detect: bool,
+               limits: CaptureLimits | None) -> Anchors:
+    """The anchors of files that share one clock, decoding only the four APIs they come from."""
+    from ksniff.capture.run import segments
+
+    anchors = Anchors()
+    files = [CaptureFile(p, limits) for p in paths]
+    try:
+        reassembler = Reassembler(limits)
+        decoder = Decoder(ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop,
+                          apis=_anchor_apis())
+        for event in reassembler.events(segments(files)):
+            for ex in decoder.feed(event):
+                if ex.__class__ is Exchange and ex.api_name in _APIS:
+                    anchors.feed(ex)
+        for ex in decoder.finish():
+            if ex.__class__ is Exchange and ex.api_name in _APIS:
+                anchors.feed(ex)
+    finally:
+        for f in files:
+            f.close()
+    return anchors
+
+
+@functools.cache
+def _anchor_apis() -> dict:
+    from ksniff.decode.apis import ALL_APIS
+
+    return {key: api if api.name in _APIS else replace(api, extra={**api.extra, "body": "skipped"})
+            for key, api in ALL_APIS.items()}
+
+
+def forbidden(a: Anchors, b: Anchors, low: float, high: float) -> list[tuple[float, float]]:
+    """Open intervals of `offset(b) - offset(a)` within [low, high] that would put a write of one inside
+    an EndTxn window of the same producer id and epoch in the other."""
+    out = []
+    for windows, writes, sign in ((a.quiet_windows(), b.writes, 1), (b.quiet_windows(), a.writes, -1)):
+        for key, spans in windows.items():
+            times = writes.get(key)
+            if not times:
+                continue
+            times.sort()
+            for s, e in spans:
+                if sign == 1:  # window in a, write w in b: s - w < d < e - w
+                    lo_w, hi_w = s - high, e - low
+                else:  # window in b, write w in a: w - e < d < w - s
+                    lo_w, hi_w = low + s, high + e
+                for w in times[bisect.bisect_left(times, lo_w):bisect.bisect_right(times, hi_w)]:
+                    out.append((s - w, e - w) if sign == 1 else (w - e, w - s))
+    return out
+
+
+def widest(low: float, high: float, holes: list[tuple[float, float]]) -> tuple[float, float]:
+    """The interval of [low, high] left by the open `holes` that holds 0, else the widest one."""
+    gaps = []
+    at = low
+    for s, e in sorted(holes):
+        if s > at:
+            gaps.append((at, min(s, high)))
+        at = max(at, e)
+        if at >= high:
+            break
+    if at < high:
+        gaps.append((at, high))
+    if not gaps:
+        return low, high
+    for g in gaps:
+        if g[0] <= 0 <= g[1]:
+            return g
+    return max(gaps, key=lambda g: g[1] - g[0])
+
+
+def bounds(a: Anchors, b: Anchors) -> tuple[float, float, int]:
+    """(low, high, pairs): what the anchors allow for `offset(b) - offset(a)` (seconds added to b's
+    timestamps minus those added to a's), from the events of a that must precede events of b and back."""
+    low, high, pairs = -math.inf, math.inf, 0
+    for earlier, later, sign in ((a, b, 1), (b, a, -1)):
+        # earlier's event E must precede later's event L: L + off(later) >= E + off(earlier).
+        found = []
+        for pid, ts in earlier.born.items():
+            use = later.first_use.get(pid)
+            if use is not None:
+                found.append(ts - use)
+        for key, ts in earlier.first_added.items():
+            write = later.first_write.get(key)
+            if write is not None:
+                found.append(ts - write)
+        ends = later.first_transaction()
+        for key, answered in earlier.first_batch.items():
+            end = ends.get(key)
+            if end is not None:
+                found.append(answered - end)
+        for gap in found:  # off(later) - off(earlier) >= gap
+            pairs += 1
+            if sign == 1:
+                low = max(low, gap)
+            else:
+                high = min(high, -gap)
+    return low, high, pairs
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """A group of files' offset (seconds added to their timestamps) and what bounds it."""
+
+    paths: tuple[str, ...]
+    offset: float
+    low: float | None  # the bounds the anchors allow, relative to the reference group; None: unbounded
+    high: float | None
+    pairs: int  # ordered pairs of events that bounded it
+    reference: bool = False
+
+    @property
+    def uncertainty(self) -> float | None:
+        """Half the width of what the anchors allow; None when one side is unbounded."""
+        if self.low is None or self.high is None:
+            return None
+        return (self.high - self.low) / 2
+
+    def as_contract(self) -> list[dict]:
+        return [{"input": p, "offset_s": round(self.offset, 6), "low_s": _round(self.low),
+                 "high_s": _round(self.high), "uncertainty_s": _round(self.uncertainty),
+                 "anchors": self.pairs, "reference": self.reference} for p in self.paths]
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+def choose(low: float, high: float) -> float:
+    """The offset within [low, high]: none when the clocks as they are fit, else the middle, or just past
+    the one finite bound."""
+    if low <= 0 <= high:
+        return 0.0
+    if math.isfinite(low) and math.isfinite(high):
+        return (low + high) / 2
+    return low + STEP if math.isfinite(low) else high - STEP
+
+
+def align(groups: Sequence[tuple[str, ...]], ports: Sequence[int], auto_detect: bool,
+          limits: CaptureLimits | None = None) -> list[Clock] | None:
+    """Each group's clock, the group with most anchors the reference; None when fewer than two groups
+    bound one another (nothing to align). Groups the anchors do not reach keep their clock."""
+    if len(groups) < 2:
+        return None
+    anchors = [anchors_of(g, ports, auto_detect, limits) for g in groups]
+    n = len(groups)
+    edges: dict[tuple[int, int], tuple[float, float, int]] = {}
+    for i in range(n):
+        for j in range(i + 1, n):
+            low, high, pairs = bounds(anchors[i], anchors[j])
+            if pairs and low <= high:
+                holes = forbidden(anchors[i], anchors[j], low, high)
+                if holes and math.isfinite(low) and math.isfinite(high):
+                    low, high = widest(low, high, holes)
+                    pairs += len(holes)
+            if pairs:
+                edges[(i, j)] = (low, high, pairs)
+                edges[(j, i)] = (-high, -low, pairs)
+    if not edges:
+        return None
+    weight = [sum(p for (i, _j), (_l, _h, p) in edges.items() if i == k) for k in range(n)]
+    ref = max(range(n), key=lambda k: (weight[k], -k))
+    offset: dict[int, float] = {ref: 0.0}
+    lows: dict[int, float] = {ref: 0.0}
+    highs: dict[int, float] = {ref: 0.0}
+    pairs_of: dict[int, int] = {ref: 0}
+    frontier = [ref]
+    while frontier:  # breadth first from the reference: each group bounded by the groups placed before it
+        placed = list(offset)
+        nxt = []
+        for j in range(n):
+            if j in offset:
+                continue
+            low, high, pairs = -math.inf, math.inf, 0
+            for i in placed:
+                e = edges.get((i, j))
+                if e is not None:
+                    low, high, pairs = max(low, offset[i] + e[0]), min(high, offset[i] + e[1]), pairs + e[2]
+            if pairs:
+                if low > high:  # anchors that disagree (a capture of retries, or reordered files): trust none
+                    low, high = -math.inf, math.inf
+                offset[j], lows[j], highs[j], pairs_of[j] = choose(low, high), low, high, pairs
+                nxt.append(j)
+        frontier = nxt
+    out = []
+    for k, g in enumerate(groups):
+        if k in offset:
+            low, high = lows[k], highs[k]
+            out.append(Clock(g, offset[k], low if math.isfinite(low) else None,
+                             high if math.isfinite(high) else None, pairs_of[k], k == ref))
+        else:
+            out.append(Clock(g, 0.0, None, None, 0))
+    return out

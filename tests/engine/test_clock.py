@@ -1,0 +1,84 @@
+"""Captures of one cluster taken on each broker's host, with clocks that disagree by seconds: made from a
+real capture of a three-broker mock cluster (split by broker port, each part's clock shifted), they must
+audit as one capture set of one cluster of three brokers, with each clock's true offset inside the bounds
+reported for it (a few milliseconds wide) and the same outcomes and warning and critical findings as the
+single capture of it all."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from scapy.all import TCP, rdpcap, wrpcap
+
+from ksniff.engine.clock import widest
+from ksniff.engine.local import EngineConfig, audit_paths
+
+PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
+CONFIG = EngineConfig(keep_tables=False)
+
+
+def per_broker(capture: Path, out: Path, shifts: list[float]) -> dict[str, float]:
+    """One file per broker port (the port connections were opened to), the n-th with its clock moved by
+    shifts[n] seconds; returns each file's shift."""
+    packets = rdpcap(str(capture))
+    ports = sorted({p[TCP].dport for p in packets if TCP in p and p[TCP].flags & 0x12 == 0x02})
+    assert len(ports) == len(shifts) == 3
+    made = {}
+    for port, shift in zip(ports, shifts, strict=True):
+        part = [p for p in packets if TCP in p and port in (p[TCP].sport, p[TCP].dport)]
+        for p in part:
+            p.time += shift
+        path = out / f"broker{port}.pcap"
+        wrpcap(str(path), part)
+        made[str(path)] = shift
+    return made
+
+
+def _findings(result) -> Counter:
+    return Counter((f.kind, f.severity, f.transactional_id, f.producer_id)
+                   for f in result.findings if f.severity != "info")
+
+
+def _outcomes(result) -> Counter:
+    return Counter((t.transactional_id, t.producer_id, t.producer_epoch, t.outcome)
+                   for t in result.transactions)
+
+
+@pytest.mark.parametrize("capture", ["txn_confluent_mock.pcap", "txn_aiokafka_mock.pcap"])
+@pytest.mark.parametrize("shifts", [[0.0, 2.5, -1.7], [-3.2, 0.0, 1.1]], ids=["seconds", "reference_moved"])
+def test_per_broker_captures_with_shifted_clocks(tmp_path, capture, shifts):
+    whole = audit_paths([str(PCAPS / capture)], CONFIG)
+    made = per_broker(PCAPS / capture, tmp_path, shifts)
+    split = audit_paths(sorted(made), CONFIG)
+
+    assert len(split.capture_sets) == 1
+    (cset,) = split.capture_sets
+    assert len(split.clusters) == 1 and len(split.clusters[0]["brokers"]) == 3
+    reference = next(c for c in cset.clocks if c.reference)
+    aligned = [c for c in cset.clocks if c.pairs]
+    assert aligned, "no capture was ordered against the reference"
+    for c in aligned:
+        (path,) = c.paths
+        truth = made[reference.paths[0]] - made[path]  # what undoes this file's shift, against the reference
+        assert c.low - 1e-6 <= truth <= c.high + 1e-6, (path, c, truth)
+        assert c.uncertainty is not None and c.uncertainty < 5e-3
+    assert _outcomes(split) == _outcomes(whole)
+    assert _findings(split) == _findings(whole)
+
+
+def test_unaligned_per_broker_captures_invent_findings(tmp_path):
+    """What the alignment is for: merged as recorded (--merge skips it), the same files give findings the
+    single capture does not have."""
+    whole = audit_paths([str(PCAPS / "txn_confluent_mock.pcap")], CONFIG)
+    made = per_broker(PCAPS / "txn_confluent_mock.pcap", tmp_path, [0.0, 2.5, -1.7])
+    merged = audit_paths(sorted(made), EngineConfig(keep_tables=False, capture_sets="merge"))
+    assert _findings(merged) != _findings(whole) or _outcomes(merged) != _outcomes(whole)
+
+
+def test_widest_interval_left():
+    assert widest(-1.0, 1.0, []) == (-1.0, 1.0)
+    assert widest(-1.0, 1.0, [(-0.5, 0.5)]) == (-1.0, -0.5)  # none holds 0: the widest (ties: the first)
+    assert widest(1.0, 4.0, [(1.5, 2.0)]) == (2.0, 4.0)
+    assert widest(-1.0, 1.0, [(0.2, 0.3)]) == (-1.0, 0.2)  # the one that keeps the clocks as they are
