@@ -65,6 +65,9 @@ class Anchors:
     ends: dict[tuple[int, int], list[tuple[float, float]]] = field(default_factory=dict)
     adds: dict[tuple[int, int, str, int], list[float]] = field(default_factory=dict)
     writes: dict[tuple[int, int, str, int], list[float]] = field(default_factory=dict)
+    # What changes a producer's state at the coordinator, that findings elsewhere are judged against:
+    # (time, transactional id, producer id) of InitProducerId, AddPartitionsToTxn and EndTxn answers.
+    boundaries: list[tuple[float, str | None, int]] = field(default_factory=list)
 
     def feed(self, ex: Exchange) -> None:
         name = ex.api_name
@@ -91,10 +94,13 @@ class Anchors:
             if resp is not None and resp.error_code == 0 and resp.producer_id >= 0 and ex.response_ts:
                 pid = resp.producer_id
                 self.born[pid] = min(ex.response_ts, self.born.get(pid, math.inf))
+                self.boundaries.append((ex.response_ts, ex.request.transactional_id, pid))
         elif name == "AddPartitionsToTxn":
-            for _tid, pid, epoch, verify_only, wanted, answers in add_partitions_entries(ex):
+            for tid, pid, epoch, verify_only, wanted, answers in add_partitions_entries(ex):
                 if verify_only:
                     continue
+                if ex.response_ts is not None:
+                    self.boundaries.append((ex.response_ts, tid, pid))
                 self.added.setdefault((pid, epoch), []).extend((ex.request_ts, tp) for tp in wanted)
                 if ex.response_ts is None:
                     continue
@@ -109,6 +115,7 @@ class Anchors:
             key = (req.producer_id, req.producer_epoch)
             if ex.response_ts is not None:
                 self.ends.setdefault(key, []).append((ex.request_ts, ex.response_ts))
+                self.boundaries.append((ex.response_ts, req.transactional_id, req.producer_id))
             if ex.request_ts < self.first_end.get(key, (math.inf, False))[0]:
                 self.first_end[key] = (ex.request_ts, bool(req.committed))
 
@@ -250,6 +257,10 @@ class Clock:
     high: float | None
     pairs: int  # ordered pairs of events that bounded it
     reference: bool = False
+    # Not in the report: the group's state-changing answers (Anchors.boundaries, in its own clock) and the
+    # broker addresses its connections were opened to, to tell whose clock a finding's exchange is on.
+    boundaries: tuple[tuple[float, str | None, int], ...] = ()
+    servers: frozenset[str] = frozenset()
 
     @property
     def uncertainty(self) -> float | None:
@@ -279,7 +290,7 @@ def choose(low: float, high: float) -> float:
 
 
 def align(groups: Sequence[tuple[str, ...]], ports: Sequence[int], auto_detect: bool,
-          limits: CaptureLimits | None = None) -> list[Clock] | None:
+          limits: CaptureLimits | None = None, servers: Sequence[frozenset[str]] = ()) -> list[Clock] | None:
     """Each group's clock, the group with most anchors the reference; None when fewer than two groups
     bound one another (nothing to align). Groups the anchors do not reach keep their clock."""
     if len(groups) < 2:
@@ -329,7 +340,48 @@ def align(groups: Sequence[tuple[str, ...]], ports: Sequence[int], auto_detect: 
         if k in offset:
             low, high = lows[k], highs[k]
             out.append(Clock(g, offset[k], low if math.isfinite(low) else None,
-                             high if math.isfinite(high) else None, pairs_of[k], k == ref))
+                             high if math.isfinite(high) else None, pairs_of[k], k == ref,
+                             tuple(anchors[k].boundaries), servers[k] if servers else frozenset()))
         else:
             out.append(Clock(g, 0.0, None, None, 0))
+    return out
+
+
+def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
+    """Findings that rest on an order the clocks cannot tell: a warning or critical finding on one
+    capture's clock, about a producer (transactional id or producer id) that another capture's answers
+    changed the state of at a time no further from it than the two clocks' uncertainties together. Those
+    are marked unverified (`evidence.unverified`, `evidence.clock_uncertainty_s`) and are never critical;
+    the others are returned as they are."""
+    from ksniff.audit.model import Severity
+
+    bounded = [c for c in clocks if c.uncertainty is not None and c.servers]
+    if len(bounded) < 2:
+        return findings
+    by_tid: dict[str, list[tuple[float, Clock]]] = {}
+    by_pid: dict[int, list[tuple[float, Clock]]] = {}
+    for c in bounded:
+        for ts, tid, pid in c.boundaries:
+            if tid is not None:
+                by_tid.setdefault(tid, []).append((ts + c.offset, c))
+            by_pid.setdefault(pid, []).append((ts + c.offset, c))
+    out = []
+    for f in findings:
+        own = next((c for c in bounded if f.evidence.get("broker") in c.servers), None)
+        if f.severity == Severity.INFO or own is None:
+            out.append(f)
+            continue
+        near = None
+        events = (by_tid.get(f.transactional_id, []) if f.transactional_id is not None else []) + \
+            (by_pid.get(f.producer_id, []) if f.producer_id is not None else [])
+        for ts, c in events:
+            if c is not own and abs(f.ts - ts) <= own.uncertainty + c.uncertainty:
+                near = own.uncertainty + c.uncertainty
+                break
+        if near is None:
+            out.append(f)
+            continue
+        severity = Severity.WARNING if f.severity == Severity.CRITICAL else f.severity
+        evidence = {**f.evidence, "unverified": True, "clock_uncertainty_s": round(near, 6)}
+        out.append(replace(f, severity=severity, evidence=evidence))
     return out

@@ -29,6 +29,7 @@ from ksniff.decode.events import DecodeEvent, Exchange
 from ksniff.decode.identity import Identity
 from ksniff.decode.rows import batch_row, exchange_row, iter_record_rows, record_rows
 from ksniff.engine import sets as capture_sets
+from ksniff.engine.clock import within_uncertainty
 from ksniff.result import AuditResult, join_results, stamp_set
 
 RECORD_ROWS_CHUNK = 4096  # record rows handed to the exports at a time
@@ -299,5 +300,7 @@ def _audit_set(cset: capture_sets.CaptureSet, config: EngineConfig,
                     due = time.monotonic() + PROGRESS_SECONDS
             progress(run.bytes_total, run.bytes_total)  # read: what is left is the audit's end
         result = pipeline.result(run, "local")
+    if cset.clocks:
+        result.findings = within_uncertainty(result.findings, cset.clocks)
     stamp_set(result, cset, pipeline.identity)
     return result

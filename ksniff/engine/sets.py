@@ -325,7 +325,9 @@ def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092
             clocks.setdefault(clock_group[m], []).append(paths[m])
         aligned = None
         if len(clocks) > 1:  # captures of several hosts: put on one time line (ksniff.engine.clock)
-            aligned = align([tuple(g) for g in clocks.values()], ports, auto_detect, limits)
+            index = {p: k for k, p in enumerate(paths)}
+            served = [frozenset().union(*(scans[index[p]].servers for p in g)) for g in clocks.values()]
+            aligned = align([tuple(g) for g in clocks.values()], ports, auto_detect, limits, served)
         sets.append(CaptureSet(number, tuple(paths[m] for m in members), tuple(why), ids,
                                tuple(aligned or ())))
     return sets

@@ -7,12 +7,13 @@ single capture of it all."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from scapy.all import TCP, rdpcap, wrpcap
 
-from ksniff.engine.clock import widest
+from ksniff.engine.clock import widest, within_uncertainty
 from ksniff.engine.local import EngineConfig, audit_paths
 
 PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
@@ -82,3 +83,28 @@ def test_widest_interval_left():
     assert widest(-1.0, 1.0, [(-0.5, 0.5)]) == (-1.0, -0.5)  # none holds 0: the widest (ties: the first)
     assert widest(1.0, 4.0, [(1.5, 2.0)]) == (2.0, 4.0)
     assert widest(-1.0, 1.0, [(0.2, 0.3)]) == (-1.0, 0.2)  # the one that keeps the clocks as they are
+
+
+def test_findings_within_the_clocks_uncertainty_are_unverified(tmp_path):
+    """Had the clocks been known only to within a second, a finding on one broker's capture that rests on
+    what another broker's capture shows less than a second away is unverified, never critical: the zombie's
+    write to a partition leader (judged against the takeover on the coordinator) drops to a warning, while
+    the zombie's AddPartitionsToTxn and EndTxn, on the coordinator's own clock, stay critical."""
+    made = per_broker(PCAPS / "txn_confluent_mock.pcap", tmp_path, [0.0, 2.5, -1.7])
+    split = audit_paths(sorted(made), CONFIG)
+    (cset,) = split.capture_sets
+    assert all("clock_uncertainty_s" not in f.evidence for f in split.findings)  # the real bounds: 0.07 ms
+    vague = [replace(c, low=c.offset - 1.0, high=c.offset + 1.0) if c.pairs else c for c in cset.clocks]
+    judged = within_uncertainty(split.findings, vague)
+    coordinator = next(c for c in vague if c.pairs and not c.reference).servers
+    pairs = zip(split.findings, judged, strict=True)
+    zombie = [(f, g) for f, g in pairs if f.kind == "zombie_write_accepted"]
+    assert zombie and any(f.evidence["broker"] in coordinator for f, _ in zombie)
+    assert any(f.evidence["broker"] not in coordinator for f, _ in zombie)
+    for before, after in zombie:
+        assert before.severity == "critical"
+        if before.evidence["broker"] in coordinator:
+            assert after is before
+        else:
+            assert after.severity == "warning" and after.evidence["unverified"] is True
+            assert after.evidence["clock_uncertainty_s"] >= 1.0
