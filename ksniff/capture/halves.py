@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import socket
-import struct
 
 from ksniff.capture.events import Endpoint
 
 MASK = 0xFFFFFFFF
 HALF = 0x80000000
 INF = float("inf")
-
-
-def stable_conn_id(src_ip: bytes, src_port: int, dst_ip: bytes, dst_port: int, ts: float) -> int:
-    """A connection id from the client's 4-tuple and first timestamp: equal wherever it is computed."""
-    key = src_ip + dst_ip + struct.pack("!HHd", src_port, dst_port, ts)
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") >> 1
 
 
 def ip_text(packed: bytes) -> str:

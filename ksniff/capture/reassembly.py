@@ -7,7 +7,7 @@ and RST). Each other concern has its own module: the overlap policy and out-of-o
 output queue (`chunks`), and the per-direction state (`halves`).
 
 The reassembler consumes the flat tuples of `ksniff.capture.packets` from any source. An engine that
-runs one reassembler per connection (`stable_conn_id` gives ids that agree across them) drives from
+runs one reassembler per connection (naming connections itself: `conn_id`) drives from
 outside what a single reassembler decides on its own segments' times: `events(..., sweeps=False)` plus
 `sweep(now)` at the whole capture's sweep times (every `sweep_every` seconds), `flush()` where another
 connection's traffic would have cut the chunk being merged, and `open_connections` to know whether a
@@ -22,11 +22,11 @@ from ksniff.capture.chunks import ChunkMerger
 from ksniff.capture.connections import ConnectionTable, ConnIdFn
 from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.events import CaptureStats, StreamChunk, StreamEvent
-from ksniff.capture.halves import MASK, Half, ip_text, stable_conn_id
+from ksniff.capture.halves import MASK, Half, ip_text
 from ksniff.capture.overlap import OutOfOrder
 from ksniff.capture.packets import ACK, FIN, RST, SYN, TICK, TRUNCATED
 
-__all__ = ["Reassembler", "ip_text", "stable_conn_id"]
+__all__ = ["Reassembler", "ip_text"]
 
 _SLOW_FLAGS = FIN | SYN | RST | TRUNCATED | TICK
 

@@ -313,18 +313,22 @@ def test_same_streams_over_link_types(tmp_path, link):
     assert streams(events) == {(1, True): b"req", (1, False): b"resp"}
 
 
-def test_reassembler_runs_on_its_own_with_stable_ids(tmp_path):
-    from ksniff.capture import Reassembler, iter_segments, stable_conn_id
+def test_reassembler_takes_the_engine_s_connection_ids(tmp_path):
+    """An engine that runs one reassembler per connection names connections itself (`conn_id`)."""
+    from ksniff.capture import Reassembler, iter_segments
+
+    def named(src_ip, src_port, dst_ip, dst_port, ts):
+        return hash((src_ip, src_port, dst_ip, dst_port, ts)) & 0xFFFF_FFFF
 
     f = Flow()
     path = tmp_path / "s.pcap"
     write_ip_packets(path, f.handshake() + [f.send(True, b"abc"), f.send(False, b"de")])
     segs = list(iter_segments(str(path)))
-    first = list(Reassembler(conn_id=stable_conn_id).events(iter(segs)))
-    again = list(Reassembler(conn_id=stable_conn_id).events(iter(segs)))
+    first = list(Reassembler(conn_id=named).events(iter(segs)))
+    again = list(Reassembler(conn_id=named).events(iter(segs)))
     assert first == again
     conn = first[0].conn
-    assert conn == stable_conn_id(bytes([10, 0, 0, 1]), 40000, bytes([10, 0, 0, 2]), 9092, 1000.0)
+    assert conn == named(bytes([10, 0, 0, 1]), 40000, bytes([10, 0, 0, 2]), 9092, 1000.0)
     assert streams(first) == {(conn, True): b"abc", (conn, False): b"de"}
 
 
