@@ -51,23 +51,16 @@ MAX_BATCHES = 100_000  # placed batches remembered per partition
 MAX_PENDING = 10_000  # reads waiting for their transaction's outcome, per partition
 MAX_POSITIONS = 100_000  # (connection, partition) read positions followed
 
-ABORTED_READ = "aborted_read"
-UNCOMMITTED_READ = "uncommitted_read"
-LOST_WRITE = "lost_write"
-DUPLICATE_WRITE = "duplicate_write"
-TORN_TRANSACTION = "torn_transaction"
-OFFSET_COMMIT_PAST_END = "offset_commit_past_end"
-FETCH_POSITION_BACKWARDS = "fetch_position_backwards"
-FETCH_POSITION_SKIP = "fetch_position_skip"
+# The finding kinds this module makes (their names and meanings: FindingKind, docs/contract.md).
 KINDS = (
-    ABORTED_READ,
-    UNCOMMITTED_READ,
-    LOST_WRITE,
-    DUPLICATE_WRITE,
-    TORN_TRANSACTION,
-    OFFSET_COMMIT_PAST_END,
-    FETCH_POSITION_BACKWARDS,
-    FETCH_POSITION_SKIP,
+    ABORTED_READ := FindingKind.ABORTED_READ.value,
+    UNCOMMITTED_READ := FindingKind.UNCOMMITTED_READ.value,
+    LOST_WRITE := FindingKind.LOST_WRITE.value,
+    DUPLICATE_WRITE := FindingKind.DUPLICATE_WRITE.value,
+    TORN_TRANSACTION := FindingKind.TORN_TRANSACTION.value,
+    OFFSET_COMMIT_PAST_END := FindingKind.OFFSET_COMMIT_PAST_END.value,
+    FETCH_POSITION_BACKWARDS := FindingKind.FETCH_POSITION_BACKWARDS.value,
+    FETCH_POSITION_SKIP := FindingKind.FETCH_POSITION_SKIP.value,
 )
 
 
