@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ksniff.audit import partlog
+from ksniff.audit import idempotence, partlog
 from ksniff.audit.findings import exchange_evidence, judge, make
 from ksniff.audit.keys import CONTEXT_APIS, CONTEXT_KEY, LOG_APIS, producer_keys
 from ksniff.audit.model import AuditOutput, Finding, FindingKind, ProducerSummary, Severity, Transaction
@@ -38,6 +38,8 @@ HANDLERS: dict[str, Handler] = {
     "WriteTxnMarkers": on_write_txn_markers,
     "OffsetCommit": on_offset_commit,
 }
+
+_IDEMPOTENCE_APIS = frozenset({"Produce", "InitProducerId"})
 
 # Closes that are the capture's doing, not the connection's: nothing to say about what was in flight.
 _CAPTURE_CLOSES = frozenset({"end_of_capture"})
@@ -80,6 +82,8 @@ def _on_exchange(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     logs = state.logs
     if logs is not None and api in LOG_APIS:
         partlog.on_exchange(logs, ex, out, partlog.Context(state.lost_since))
+        if state.idempotence is not None and api in _IDEMPOTENCE_APIS:
+            idempotence.on_exchange(state.idempotence, ex, out)
     handler = HANDLERS.get(api)
     if handler is None or ex.request is None:
         return

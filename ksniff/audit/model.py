@@ -42,6 +42,8 @@ class FindingKind(str, Enum):
     OFFSET_COMMIT_PAST_END = "offset_commit_past_end"
     FETCH_POSITION_BACKWARDS = "fetch_position_backwards"
     FETCH_POSITION_SKIP = "fetch_position_skip"
+    # InitProducerId refused, then writes with producer id -1 from the same client (ksniff.audit.idempotence).
+    IDEMPOTENCE_NOT_IN_EFFECT = "idempotence_not_in_effect"
 
 
 # Findings and transactions are made per event (a transaction per EndTxn): built through their slots.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from ksniff.audit.idempotence import IdempotenceWatch
 from ksniff.audit.keys import CONTEXT_KEY
 from ksniff.audit.model import Finding, Transaction
 from ksniff.audit.partlog import LogState
@@ -211,6 +212,8 @@ class AuditState:
     # The partition logs (ksniff.audit.partlog): kept by the fold over every key, or by the group of the
     # context key in a partitioned run, which is given the exchanges they read (keys.is_log_event).
     logs: LogState | None = None
+    # Clients whose InitProducerId was refused (ksniff.audit.idempotence): kept beside the logs.
+    idempotence: IdempotenceWatch | None = None
 
     @classmethod
     def initial(cls, config: AuditConfig | None = None, key: str | None = None,
@@ -218,8 +221,9 @@ class AuditState:
         """A fresh state: over every key, over `key` alone, or over the group `key` of the keys `keys`."""
         if keys is None and key is not None:
             keys = frozenset((key,))
-        logs = LogState() if key is None or key == CONTEXT_KEY else None
-        return cls(config=config or AuditConfig(), key=key, keys=keys, logs=logs)
+        whole = key is None or key == CONTEXT_KEY
+        return cls(config=config or AuditConfig(), key=key, keys=keys, logs=LogState() if whole else None,
+                   idempotence=IdempotenceWatch() if whole else None)
 
     def owns(self, key: str | None) -> bool:
         return key is not None and (self.keys is None or key in self.keys)

@@ -101,6 +101,11 @@ ADVICE: dict[str, str] = {
     "fetch_position_skip": "A consumer asked from past what it had been given, with no reset or seek "
                            "answer in between: it never saw the records in between; look for a seek in "
                            "the application or a client bug.",
+    "idempotence_not_in_effect": "The client asked for idempotence but the broker refused its "
+                                 "InitProducerId, and it wrote anyway with producer id -1: a retried batch "
+                                 "can be written twice. Make the client fail on that error (Sarama 1.22 "
+                                 "ignores it), check the broker supports the client's InitProducerId "
+                                 "version, and look for duplicates downstream.",
 }
 
 FINDINGS_SHOWN = {"critical": 50, "warning": 15, "info": 10}

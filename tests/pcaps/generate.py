@@ -26,6 +26,7 @@ import scen_formats  # noqa: E402,F401
 import scen_misuse  # noqa: E402,F401
 import scen_outcomes  # noqa: E402,F401
 import scen_positions  # noqa: E402,F401
+import scen_sarama  # noqa: E402,F401
 import scen_torn  # noqa: E402,F401
 import scen_txn  # noqa: E402,F401
 from harness import log, require_capture_tools  # noqa: E402

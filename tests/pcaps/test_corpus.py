@@ -30,7 +30,9 @@ EXTRA_KINDS = {"sequence_out_of_order", "write_to_unregistered_partition", "writ
                "offset_commit_backwards", "transaction_ended_after_timeout",
                # what consumers were given (ksniff.audit.partlog): the consume_* and rewritten captures
                "aborted_read", "uncommitted_read", "lost_write", "duplicate_write", "torn_transaction",
-               "offset_commit_past_end", "fetch_position_backwards", "fetch_position_skip"}
+               "offset_commit_past_end", "fetch_position_backwards", "fetch_position_skip",
+               # sarama_idempotent_tansu (ksniff.audit.idempotence)
+               "idempotence_not_in_effect"}
 SEVERITIES = {"critical", "warning", "info"}
 
 
