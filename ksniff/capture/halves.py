@@ -16,7 +16,7 @@ def ip_text(packed: bytes) -> str:
 
 
 class Conn:
-    __slots__ = ("id", "src", "dst", "halves", "closed", "dropped", "tally")
+    __slots__ = ("id", "src", "dst", "halves", "closed", "dropped", "tally", "holes")
 
     def __init__(self, conn_id: int, src: Endpoint, dst: Endpoint) -> None:
         self.id, self.src, self.dst = conn_id, src, dst
@@ -24,6 +24,7 @@ class Conn:
         self.closed: str | None = None
         self.dropped = False
         self.tally = 0  # dropped, but its bytes counted under this port (CaptureStats.kafka_elsewhere_bytes)
+        self.holes: dict[bool, list[tuple[int, int]]] | None = None  # while tallied: per direction
 
     def last_ts(self) -> float:
         return max(self.halves[0].last_ts, self.halves[1].last_ts)

@@ -29,6 +29,7 @@ from ksniff.capture.packets import ACK, FIN, RST, SYN, TICK, TRUNCATED
 __all__ = ["Reassembler", "ip_text"]
 
 _SLOW_FLAGS = FIN | SYN | RST | TRUNCATED | TICK
+MAX_TALLY_HOLES = 64  # holes remembered per direction of a dropped connection whose bytes are counted
 
 
 class Reassembler:
@@ -188,32 +189,58 @@ class Reassembler:
 
     def drop(self, conn_id: int, tally: int = 0) -> None:
         """Stop reassembling a connection: nothing more is buffered or emitted for it. With `tally` (a
-        port), its new payload bytes are still counted, in `stats.kafka_elsewhere_bytes[tally]`."""
+        port), its payload bytes are still counted, in `stats.kafka_elsewhere_bytes[tally]`: what was
+        taken in and not yet handed on now, each later byte once (retransmissions not counted twice)."""
         conn = self._conns.conns.get(conn_id)
-        if tally and conn is not None and not conn.dropped:
-            conn.tally = tally
-            # What was taken in but not yet handed to the decoder: counted here, as it is let go.
-            held = sum(len(e.data) for e in self._merger.out
-                       if e.conn == conn_id and e.__class__ is StreamChunk)
-            for h in conn.halves:
-                if self._merger.pend is h:
-                    held += h.p_len
-                held += sum(end - start for start, end, data, _ts in h.ooo or () if data is not None)
-            if held:
-                tallies = self.stats.kafka_elsewhere_bytes
-                tallies[tally] = tallies.get(tally, 0) + held
+        if not tally or conn is None or conn.dropped:
+            self._conns.drop(conn_id)
+            return
+        conn.tally, conn.holes = tally, {True: [], False: []}
+        held = sum(len(e.data) for e in self._merger.out if e.conn == conn_id and e.__class__ is StreamChunk)
+        reached = {}
+        for h in conn.halves:
+            if self._merger.pend is h:
+                held += h.p_len
+            if h.base is None:
+                continue
+            # Out-of-order bytes waiting for a hole: counted now; the holes before them stay open.
+            cursor, holes = h.nxt, conn.holes[h.from_src]
+            for start, end, data, _ts in sorted(h.ooo or ()):
+                if data is None:
+                    continue
+                if start > cursor:
+                    holes.append(((h.base + cursor) & MASK, (h.base + start) & MASK))
+                held += end - max(start, cursor) if end > cursor else 0
+                cursor = max(cursor, end)
+            reached[h] = (h.base + cursor) & MASK
+        self._add_tally(tally, held)
         self._conns.drop(conn_id)
+        for h, nxt32 in reached.items():
+            h.nxt32 = nxt32
 
     def _tally(self, h: Half, port: int, seq: int, length: int) -> None:
-        """Counts the bytes of a dropped connection's segment that go past what this direction carried so
-        far (a retransmission counts nothing)."""
+        """Counts the bytes of a dropped connection's segment that this direction had not carried yet:
+        past the furthest byte so far, or filling a hole left behind it (a retransmission counts
+        nothing)."""
         if h.base is None:
             h.set_base(seq)
-        new = ((seq + length) - h.nxt32) & MASK
-        if 0 < new < 1 << 31:  # past the furthest byte so far (after a hole: this segment's bytes only)
-            h.nxt32 = (seq + length) & MASK
+        holes = h.conn.holes[h.from_src]
+        end = (seq + length) & MASK
+        new = (end - h.nxt32) & MASK
+        if 0 < new < 1 << 31:  # past the furthest byte so far
+            if new > length:  # a hole between the furthest byte and this segment
+                holes.append((h.nxt32, seq))
+                if len(holes) > MAX_TALLY_HOLES:
+                    del holes[0]
+            h.nxt32 = end
+            self._add_tally(port, min(new, length))
+        elif holes:
+            self._add_tally(port, _fill(holes, seq, length))
+
+    def _add_tally(self, port: int, n: int) -> None:
+        if n:
             tallies = self.stats.kafka_elsewhere_bytes
-            tallies[port] = tallies.get(port, 0) + min(new, length)
+            tallies[port] = tallies.get(port, 0) + n
 
     def flush(self) -> None:
         """Emit the chunk being merged now, to `out` (live capture calls this when traffic pauses; an
@@ -238,3 +265,25 @@ class Reassembler:
 
     def warnings(self) -> list[str]:
         return self._conns.warnings() + self._ooo.warnings()
+
+
+def _signed(a: int, b: int) -> int:
+    """a - b in 32-bit sequence space, as a signed distance."""
+    return ((a - b + (1 << 31)) & MASK) - (1 << 31)
+
+
+def _fill(holes: list[tuple[int, int]], seq: int, length: int) -> int:
+    """The bytes of [seq, seq + length) that fall in `holes` (sequence ranges), taken out of them."""
+    filled = 0
+    for i in range(len(holes) - 1, -1, -1):
+        hs, he = holes[i]
+        size = _signed(he, hs)
+        lo, hi = max(0, _signed(seq, hs)), min(size, _signed(seq, hs) + length)
+        if hi <= lo:
+            continue
+        filled += hi - lo
+        rest = [(hs, (hs + lo) & MASK)] if lo > 0 else []
+        if hi < size:
+            rest.append(((hs + hi) & MASK, he))
+        holes[i:i + 1] = rest
+    return filled

@@ -296,6 +296,31 @@ def test_drop_stops_events_for_a_connection(tmp_path):
     assert not any(isinstance(e, ConnectionClosed) and e.conn == 1 for e in seen)
 
 
+def test_a_dropped_connection_counted_under_a_port_counts_each_byte_once(tmp_path):
+    """Reassembler.drop(conn, tally=port): after the drop, every byte the connection carries is counted
+    once: reordered segments and the holes they leave filled later count, retransmissions do not."""
+    from ksniff.capture import read_files
+
+    f = Flow()
+    pkts = f.handshake() + [f.send(True, b"req0"), f.send(False, b"answer0")]
+    later = [f.send(True, bytes([65 + i]) * 100) for i in range(6)] + [f.send(False, b"x" * 50)]
+    a, b, c, d, e, g, back = later
+    # After the drop: in order, then d before c (a hole), c filling it, retransmissions of b and c, then
+    # g ahead of e, e (the fill), and the answer twice.
+    pkts += [a, b, d, c, b, c, g, e, back, back]
+    path = tmp_path / "tally.pcap"
+    write_ip_packets(path, pkts)
+    run = read_files([str(path)])
+    taken = 0
+    for event in run:
+        if isinstance(event, StreamChunk) and event.conn == 1:
+            taken += len(event.data)
+            if taken >= len(b"req0answer0"):
+                run.drop(1, tally=9092)
+    assert taken == len(b"req0answer0")
+    assert run.stats.kafka_elsewhere_bytes == {9092: 6 * 100 + 50}
+
+
 def test_large_stream_is_chunked(tmp_path):
     f = Flow()
     pkts = f.handshake() + [f.send(True, bytes([i % 256]) * 1000) for i in range(300)]
