@@ -163,7 +163,7 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
             abort(str(e))
         except KeyboardInterrupt:
             abort("interrupted", 130)
-        _say_where_kafka_is(result, captures, opts)
+        _say_where_kafka_is(result, opts)
         return _emit(result, opts, out, err)
     from ksniff.engine.local import audit_paths
     from ksniff.report.progress import progress
@@ -182,67 +182,35 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
         except KeyboardInterrupt:
             abort("interrupted", 130)
         tables.attach(result)
-        _say_where_kafka_is(result, captures, opts)
+        _say_where_kafka_is(result, opts)
         return _emit(result, opts, out, err, tables)
 
 
-class _BrokerPorts:
-    """A row sink that only counts exchanges per broker port."""
-
-    def __init__(self) -> None:
-        self.ports: dict[int, int] = {}
-
-    def add(self, table: str, rows) -> None:
-        if table == "exchanges":
-            for row in rows:
-                port = int(str(row.get("broker") or ":0").rsplit(":", 1)[1] or 0)
-                self.ports[port] = self.ports.get(port, 0) + 1
-
-
-def _say_where_kafka_is(result: AuditResult, captures: tuple[str, ...], opts: Options) -> None:
+def _say_where_kafka_is(result: AuditResult, opts: Options) -> None:
     """A wrong --port is not an all-clear: when other ports' connections looked like Kafka (their first
-    request and response, Decoder's watch), say which and what to run instead; when the named ports saw
-    no Kafka at all and nothing was noticed elsewhere, look once more with auto-detection on every port."""
+    request and response, the decoder's watch), say which and what to run instead; when the named ports
+    saw no Kafka and nothing else looked like it either, say that nothing was audited."""
     if not opts.ports_explicit or not result.capture.connections:
         return
     from ksniff.report.text import size
 
     named = ",".join(map(str, opts.ports))
     elsewhere = [r for r in result.kafka_elsewhere() if r["port"] not in opts.ports]
-    if elsewhere:
-        seen = ", ".join(f"{r['port']} ({r['connections']:,} connection{'' if r['connections'] == 1 else 's'}"
-                         f", {size(r['bytes'])})" for r in elsewhere[:5])
-        more = f" and {len(elsewhere) - 5} more" if len(elsewhere) > 5 else ""
-        hint = ",".join(str(r["port"]) for r in elsewhere[:5])
-        if result.capture.kafka_connections:
-            result.warnings.append("traffic that looks like Kafka on other ports was not audited: port "
-                                   f"{seen}{more}; to audit it too, run again with -p {named},{hint}")
-        else:
-            result.warnings.append(f"no Kafka traffic on port {named}: nothing was audited; Kafka was seen "
-                                   f"on port {seen}{more}: run again with -p {hint}")
+    if not elsewhere:
+        if not result.capture.kafka_connections:
+            result.warnings.append(f"no Kafka traffic on port {named}, nor on any other port: nothing was "
+                                   "audited")
         return
+    seen = ", ".join(f"{r['port']} ({r['connections']:,} connection{'' if r['connections'] == 1 else 's'}"
+                     f", {size(r['bytes'])})" for r in elsewhere[:5])
+    more = f" and {len(elsewhere) - 5} more" if len(elsewhere) > 5 else ""
+    hint = ",".join(str(r["port"]) for r in elsewhere[:5])
     if result.capture.kafka_connections:
-        return
-    from dataclasses import replace
-
-    from ksniff.capture import CaptureError
-    from ksniff.engine.local import audit_paths
-
-    found = _BrokerPorts()
-    try:
-        audit_paths(captures, replace(opts.config, auto_detect=True, keep_tables=False, keep_records=False),
-                    tables=found)
-    except CaptureError:  # the first pass read these files; nothing more to say
-        return
-    others = {p: n for p, n in found.ports.items() if p and p not in opts.ports}
-    if not others:
-        result.warnings.append(f"no Kafka traffic on port {named}, nor on any other port: nothing was "
-                               "audited")
-        return
-    ports = sorted(others, key=lambda p: -others[p])
-    seen = ", ".join(f"{p} ({others[p]:,} exchanges)" for p in ports[:5])
-    result.warnings.append(f"no Kafka traffic on port {named}: nothing was audited; Kafka was seen on port "
-                           f"{seen}: run again with -p {','.join(map(str, ports[:5]))}")
+        result.warnings.append("traffic that looks like Kafka on other ports was not audited: port "
+                               f"{seen}{more}; to audit it too, run again with -p {named},{hint}")
+    else:
+        result.warnings.append(f"no Kafka traffic on port {named}: nothing was audited; Kafka was seen "
+                               f"on port {seen}{more}: run again with -p {hint}")
 
 
 def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> int:

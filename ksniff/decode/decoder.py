@@ -42,8 +42,8 @@ DEFAULT_MAX_IN_FLIGHT_TOTAL = 65536  # ... on all connections together
 DEFAULT_MAX_PARTIAL_TOTAL = 256 << 20  # bytes of frames waiting for their end, on all connections
 DETECT_BUFFER = 1 << 20  # bytes held per undecided connection before it is declared not Kafka
 # With named ports only (no auto-detection), bytes of another port's connection looked at before it is
-# given up: its first request and first response are enough to say whether it looks like Kafka.
-WATCH_BUFFER = 64 << 10
+# given up as not Kafka: as many as auto-detection would hold (only the first 64 of each side are kept).
+WATCH_BUFFER = DETECT_BUFFER
 
 def _default_apis() -> Mapping[int, Api]:
     from ksniff.decode.apis import ALL_APIS

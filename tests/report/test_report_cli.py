@@ -120,6 +120,23 @@ def test_kafka_on_a_port_not_named_is_said_even_when_the_named_one_had_some():
         assert "ksniff: warning" not in cli("audit", two, *args).stderr
 
 
+def test_a_named_port_with_no_kafka_anywhere_says_nothing_was_audited(tmp_path):
+    """Only HTTP in the capture: no Kafka on the port named, nothing that looks like Kafka elsewhere."""
+    from tests.capture.capture_builders import Flow, ethernet, pcap_bytes
+
+    web = Flow(client=("10.0.0.1", 40001), server=("10.0.0.2", 8080))
+    exchange = [web.send(True, b"GET / HTTP/1.1\r\nHost: shop\r\n\r\n"),
+                web.send(False, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")]
+    packets = web.handshake() + exchange + web.close()
+    path = tmp_path / "web.pcap"
+    path.write_bytes(pcap_bytes([(1_700_000_000.0 + i * 0.01, ethernet(p)) for i, p in enumerate(packets)]))
+    r = cli("audit", path, "-p", "9092")
+    assert "ksniff: warning: no Kafka traffic on port 9092, nor on any other port: nothing was audited" \
+        in r.stderr
+    doc = document(path, "-p", "9092")
+    assert doc["capture"]["kafka_elsewhere"] == [] and doc["summary"]["verdict"] == "unverified"
+
+
 def test_kafka_elsewhere_is_the_same_on_the_spark_engine():
     pytest.importorskip("pyspark")
     two = PCAPS / "two_ports_tansu.pcap"
