@@ -36,14 +36,14 @@ KSNIFF = [sys.executable, "-m", "ksniff.cli"]
 PORT = gen_captures.PORT
 
 
-def timed(cmd: list[str], stdout=subprocess.DEVNULL) -> tuple[float, float, float]:
+def timed(cmd: list[str], stdout=subprocess.DEVNULL, env: dict | None = None) -> tuple[float, float, float]:
     """(wall seconds, peak RSS in MiB, CPU seconds) of one child process. CPU time (user + system) is
     reported beside wall time because it holds steadier when other work shares the machine.
 
     Linux carries a parent's peak RSS across fork and exec into the child's ru_maxrss (as a maximum, not
     a sum): this script stays near 15 MiB, well below what it measures, so the children's peaks stand."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, cwd=BENCH.parent)
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE, cwd=BENCH.parent, env=env)
     _pid, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -63,10 +63,17 @@ def tshark_cmd(path: Path) -> list[str]:
             "-e", "kafka.api_key"]
 
 
-def bench_file(name: str, repeat: int, extra: list[str], tmp: Path) -> dict:
+PURE_ENV = {**os.environ, "KSNIFF_PURE_PYTHON": "1"}
+
+
+def bench_file(name: str, repeat: int, extra: list[str], tmp: Path, pure: bool = False, cat: bool = False
+               ) -> dict:
+    """With `pure`, ksniff's pure-Python capture walk runs too (KSNIFF_PURE_PYTHON=1), alternating with the
+    others; with `cat`, so does `cat FILE > /dev/null` (reading the file from the page cache)."""
     path = gen_captures.ensure(name)
     out = tmp / f"{name}.json"
     ours, theirs, ratios, ours_rss, theirs_rss, cpu_ratios = [], [], [], [], [], []
+    cpus, pure_cpus, pure_walls, pure_ratios, cats, cat_ratios = [], [], [], [], [], []
     for _ in range(repeat):
         t_ours, rss, cpu = timed(ksniff_cmd(path, out, extra))
         t_theirs, rss_t, cpu_t = timed(tshark_cmd(path))
@@ -74,10 +81,26 @@ def bench_file(name: str, repeat: int, extra: list[str], tmp: Path) -> dict:
         theirs.append(t_theirs)
         ratios.append(t_ours / t_theirs)
         cpu_ratios.append(cpu / cpu_t)
+        cpus.append(cpu)
         ours_rss.append(rss)
         theirs_rss.append(rss_t)
+        if pure:
+            t_pure, _rss, cpu_p = timed(ksniff_cmd(path, out, extra), env=PURE_ENV)
+            pure_walls.append(t_pure)
+            pure_cpus.append(cpu_p)
+            pure_ratios.append(cpu_p / cpu_t)
+        if cat:
+            t_cat, _rss, _cpu = timed(["cat", str(path)])
+            cats.append(t_cat)
+            cat_ratios.append(t_ours / t_cat)
     doc = json.loads(out.read_text())
-    return {
+    more = {}
+    if pure:
+        more.update(pure_s=statistics.median(pure_walls), pure_cpu_s=statistics.median(pure_cpus),
+                    pure_cpu_ratio=statistics.median(pure_ratios))
+    if cat:
+        more.update(cat_s=statistics.median(cats), cat_ratio=statistics.median(cat_ratios))
+    return {**more, "ksniff_cpu_s": statistics.median(cpus),
         "capture": name, "mb": path.stat().st_size / 1e6, "packets": doc["capture"]["packets"],
         "exchanges": doc["decode"]["exchanges"], "gaps": doc["capture"]["gaps"],
         "findings": len(doc["findings"]),
@@ -98,6 +121,19 @@ def print_table(rows: list[dict], repeat: int, extra: list[str]) -> None:
         print(f"{r['capture']:8}{r['mb']:7,.0f}{r['packets']:10,}{r['exchanges']:10,}{r['ksniff_s']:10.2f}"
               f"{r['tshark_s']:10.2f}{r['ratio']:6.2f}x{r['cpu_ratio']:9.2f}x{r['ksniff_rss']:12,.0f}"
               f"{r['tshark_rss']:12,.0f}")
+    if any("pure_s" in r for r in rows):
+        print("\nthe same with the pure-Python capture walk (KSNIFF_PURE_PYTHON=1), alternating in the run")
+        print(f"{'capture':8}{'compiled CPU s':>15}{'pure CPU s':>11}{'gain':>7}{'pure s':>8}"
+              f"{'pure cpu ratio':>15}")
+        for r in rows:
+            if "pure_s" in r:
+                print(f"{r['capture']:8}{r['ksniff_cpu_s']:15.2f}{r['pure_cpu_s']:11.2f}"
+                      f"{r['pure_cpu_s'] / r['ksniff_cpu_s']:6.2f}x{r['pure_s']:8.2f}"
+                      f"{r['pure_cpu_ratio']:14.2f}x")
+    for r in rows:
+        if "cat_s" in r:
+            print(f"{r['capture']}: cat FILE > /dev/null {r['cat_s']:.2f} s; ksniff wall time "
+                  f"{r['cat_ratio']:.1f}x that")
     for r in rows:
         if r["gaps"] or r["findings"]:
             print(f"note: {r['capture']}: {r['gaps']} gaps, {r['findings']} findings (expected none)")
@@ -153,6 +189,9 @@ def main() -> None:
     parser.add_argument("--csv", action="store_true", help="also write every table (ksniff audit --csv DIR)")
     parser.add_argument("--parquet", action="store_true",
                         help="also write every table as Parquet (ksniff audit --parquet DIR)")
+    parser.add_argument("--pure", action="store_true",
+                        help="also run ksniff with the pure-Python capture walk (KSNIFF_PURE_PYTHON=1)")
+    parser.add_argument("--cat", action="store_true", help="also time cat FILE > /dev/null (the page cache)")
     parser.add_argument("--live", action="store_true", help="only the live benchmark")
     parser.add_argument("--live-capture", default="bulk")
     parser.add_argument("--loops", type=int, default=1, help="tcpreplay --loop for --live")
@@ -160,6 +199,13 @@ def main() -> None:
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (recording captures, live capture)")
+    # A user's installed ksniff has its bytecode: without it (PYTHONDONTWRITEBYTECODE in the environment,
+    # a fresh tree) every run would compile every module again, a few tenths of a second.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "ksniff"], cwd=BENCH.parent, check=True)
+    which = "from ksniff.capture import compiled; print(compiled.engine_name())"
+    walk = subprocess.run([sys.executable, "-c", which], cwd=BENCH.parent, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    print(f"capture walk: {walk}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp_name:
         tmp = Path(tmp_name)
         if args.live:
@@ -169,7 +215,7 @@ def main() -> None:
             ["--parquet", str(tmp / "parquet")] if args.parquet else [])
         rows = []
         for name in args.captures.split(","):
-            rows.append(bench_file(name, args.repeat, extra, tmp))
+            rows.append(bench_file(name, args.repeat, extra, tmp, args.pure, args.cat))
             print(f"{name}: done", file=sys.stderr)
         print_table(rows, args.repeat, extra[:1])
 

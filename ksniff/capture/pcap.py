@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
+from ksniff.capture import compiled
 from ksniff.capture.packets import (
     CUT_SHORT,
     FAST_PATHS,
@@ -21,6 +22,10 @@ PCAP_MAGICS = {  # first four bytes as read little-endian -> (byte order, fracti
     0xA1B2C3D4: ("<", 1e6), 0xD4C3B2A1: (">", 1e6),
     0xA1B23C4D: ("<", 1e9), 0x4D3CB2A1: (">", 1e9),
 }
+
+
+# Where the compiled walk finds the link type field and the IPv4 header, per FAST_PATHS link type.
+_FAST_FIELDS = {1: (12, 14), 113: (14, 16), 276: (0, 20)}
 
 
 class PcapHeader:
@@ -54,8 +59,29 @@ def pcap_segments(b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnin
     buf, end, pos = b.buf, b.end, 24
     packets = non_tcp = fragments = cut_short = 0
     ts = None
+    walk = compiled.fastwalk
+    if walk is not None:
+        batch = walk.pcap_batch
+        big = head.order == ">"
+        et_off, l2c = _FAST_FIELDS.get(link, (0, -1))
+        limit = compiled.BATCH
     try:
         while True:
+            if walk is not None:
+                # The compiled walk takes every whole record it can; the loop below then meets the first
+                # one that runs past `end` (more bytes, a truncated file, a corrupt length).
+                out: list[tuple] = []
+                pos, n, nt, fr, cs, last = batch(buf, pos, end, big, unit, link, et_off, l2c, parse, out,
+                                                 limit)
+                if n:
+                    packets += n
+                    non_tcp += nt
+                    fragments += fr
+                    cut_short += cs
+                    ts = last
+                    b.parsed = pos
+                    yield from out
+                    continue
             if pos + 16 <= end:
                 sec, frac, caplen, _wire = record(buf, pos)
                 p = pos + 16

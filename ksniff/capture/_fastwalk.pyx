@@ -1,0 +1,94 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled capture walk: whole pcap records in a buffer, each frame into a segment tuple.
+
+Built by the project's own build when Cython and a C compiler are there (setup.py); without it the walks
+of `ksniff.capture.pcap` run their pure-Python loop, which stays the reference: a test holds the two to
+the same segments and the same audit on the whole corpus. This is the part of a run the profile gives
+most to on bulk captures (bench/README.md): the per-record header, the Ethernet/IPv4/TCP headers of the
+common frame read straight from the bytes, the tuple built without intermediate objects.
+
+`pcap_batch` walks whole records only and stops before the first one that runs past `end`, leaving that
+record, and everything about refilling the buffer or reporting damage, to the Python walk. Frames that
+are not the common case (VLAN tags, IP options, IPv6, fragments, other link types) go to the Python
+`parse` function, as in the pure-Python walk.
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+
+cdef extern from *:
+    """
+    static inline unsigned int ks_be32(const unsigned char *p) {
+        return ((unsigned int)p[0] << 24) | ((unsigned int)p[1] << 16) | ((unsigned int)p[2] << 8) | p[3];
+    }
+    static inline unsigned int ks_le32(const unsigned char *p) {
+        return ((unsigned int)p[3] << 24) | ((unsigned int)p[2] << 16) | ((unsigned int)p[1] << 8) | p[0];
+    }
+    static inline unsigned int ks_be16(const unsigned char *p) {
+        return ((unsigned int)p[0] << 8) | p[1];
+    }
+    """
+    unsigned int ks_be32(const unsigned char *p) nogil
+    unsigned int ks_le32(const unsigned char *p) nogil
+    unsigned int ks_be16(const unsigned char *p) nogil
+
+# The codes of ksniff.capture.packets (kept equal by a test).
+cdef enum:
+    FRAGMENT = 1
+    CUT_SHORT = 2
+
+CODES = (FRAGMENT, CUT_SHORT)  # for the test that keeps them equal to ksniff.capture.packets'
+
+
+def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit, int link,
+               Py_ssize_t et_off, Py_ssize_t l2, object parse, list out, Py_ssize_t limit):
+    """Walks whole pcap records from `pos`, at most `limit` of them, appending segment tuples to `out`.
+
+    `et_off` and `l2` place the link type field and the IPv4 header in the frame (l2 < 0: no fast path
+    for this link type, every frame goes to `parse`). Returns (pos after the last whole record walked,
+    records walked, not TCP, fragments, cut short, time of the last record walked or None)."""
+    cdef const unsigned char[::1] view = buf
+    cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
+    cdef Py_ssize_t p, q, ip, t, d, ip_end, fast_len
+    cdef Py_ssize_t packets = 0, non_tcp = 0, fragments = 0, cut_short = 0
+    cdef unsigned int sec, frac, caplen, total
+    cdef double ts = 0.0
+    cdef object seg
+    if end > view.shape[0]:
+        end = view.shape[0]
+    fast_len = l2 + 34 if l2 >= 0 else end + 1
+    while packets < limit and pos + 16 <= end:
+        if big_endian:
+            sec, frac, caplen = ks_be32(b + pos), ks_be32(b + pos + 4), ks_be32(b + pos + 8)
+        else:
+            sec, frac, caplen = ks_le32(b + pos), ks_le32(b + pos + 4), ks_le32(b + pos + 8)
+        p = pos + 16
+        if <Py_ssize_t>caplen > end - p:
+            break
+        q = p + caplen
+        pos = q
+        ts = <double>sec + <double>frac / unit
+        packets += 1
+        if <Py_ssize_t>caplen >= fast_len:
+            ip = p + l2
+            # IPv4 of 20 bytes carrying TCP, not a fragment (the pure walk's fast_segment)
+            if (ks_be16(b + p + et_off) == 0x0800 and b[ip] == 0x45 and b[ip + 9] == 6
+                    and not ks_be16(b + ip + 6) & 0x3FFF):
+                total = ks_be16(b + ip + 2)
+                ip_end = ip + total
+                t = ip + 20
+                d = t + (b[t + 12] >> 4) * 4
+                if d <= ip_end <= q:
+                    out.append((ts, PyBytes_FromStringAndSize(<const char *>b + ip + 12, 4), ks_be16(b + t),
+                                PyBytes_FromStringAndSize(<const char *>b + ip + 16, 4), ks_be16(b + t + 2),
+                                ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], buf[d:ip_end]))
+                    continue
+        seg = parse(ts, buf, p, q, link)
+        if type(seg) is tuple:
+            out.append(seg)
+        elif seg == FRAGMENT:
+            fragments += 1
+        elif seg == CUT_SHORT:
+            cut_short += 1
+        else:
+            non_tcp += 1
+    return pos, packets, non_tcp, fragments, cut_short, (ts if packets else None)

@@ -1,0 +1,43 @@
+"""The optional compiled part of ksniff: `ksniff.capture._fastwalk`, built from its .pyx by Cython.
+
+Everything else (metadata, dependencies, packages) is in pyproject.toml. The extension is optional: when
+Cython is missing or no C compiler works, the build goes on without it and ksniff runs its pure-Python
+walk (the reference the compiled one is tested against).
+"""
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that warns and goes on, instead of failing the install, when an extension cannot build."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # any build failure means: install without it
+            print(f"ksniff: compiled capture walk not built ({exc}); the pure-Python walk will be used")
+
+    def build_extension(self, ext) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            print(f"ksniff: {ext.name} not built ({exc}); the pure-Python walk will be used")
+
+
+def extensions() -> list:
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        print("ksniff: Cython not found; the pure-Python capture walk will be used")
+        return []
+    ext = Extension("ksniff.capture._fastwalk", ["ksniff/capture/_fastwalk.pyx"], optional=True,
+                    extra_compile_args=["-O2"])
+    try:
+        return cythonize([ext], language_level=3, quiet=True)
+    except Exception as exc:
+        print(f"ksniff: Cython could not translate the capture walk ({exc}); the pure-Python walk is used")
+        return []
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

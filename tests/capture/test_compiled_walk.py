@@ -1,0 +1,152 @@
+"""The compiled capture walk (`ksniff.capture._fastwalk`) against the pure-Python walk, the reference:
+the same segments, counts and warnings for every capture of the corpus and for frames of every shape the
+walk meets, and the same audit document for every capture of the corpus.
+
+Where the project is built without a C compiler the compiled walk is missing and these tests skip; in CI
+(`CI` set) it must have been built, so there they fail instead."""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from capture_builders import LINKS, Flow, ipv4, ipv6, pcap_bytes, tcp
+
+from ksniff.capture import compiled, packets
+from ksniff.capture.files import CaptureFile
+from ksniff.config import EngineConfig
+from ksniff.engine.local import audit_paths
+
+PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
+CORPUS = sorted(p for p in PCAPS.iterdir() if p.suffix in (".pcap", ".pcapng"))
+
+
+def _fastwalk():
+    try:
+        return importlib.import_module("ksniff.capture._fastwalk")
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("the compiled capture walk was not built (pip install -e . needs Cython and gcc)")
+        pytest.skip("the compiled capture walk is not built here")
+
+
+@pytest.fixture
+def walks(monkeypatch):
+    """Runs a function once with the compiled walk and once with the pure-Python one."""
+    fast = _fastwalk()
+
+    def both(fn):
+        monkeypatch.setattr(compiled, "fastwalk", fast)
+        a = fn()
+        monkeypatch.setattr(compiled, "fastwalk", None)
+        b = fn()
+        return a, b
+
+    return both
+
+
+def walk(path) -> tuple:
+    f = CaptureFile(str(path))
+    segs = []
+    for s in f.segments():
+        # the payload view becomes bytes; the tuple's types must agree too (float, bytes, int, ...)
+        payload = s[8] if isinstance(s[8], int) else bytes(s[8])
+        segs.append((tuple(type(x).__name__ for x in s), s[:8], payload))
+    c = f.counts
+    return segs, (c.packets, c.non_tcp, c.fragments, c.cut_short, c.first_ts, c.last_ts), list(f.warnings)
+
+
+def test_codes_agree_with_the_pure_walk():
+    fast = _fastwalk()
+    assert fast.CODES == (packets.FRAGMENT, packets.CUT_SHORT)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_corpus_segments_identical(walks, path):
+    fast, pure = walks(lambda: walk(path))
+    assert fast[1] == pure[1]
+    assert fast[2] == pure[2]
+    assert len(fast[0]) == len(pure[0]) > 0
+    assert fast[0] == pure[0]
+
+
+def test_corpus_audit_documents_identical(walks):
+    """The whole audit of every capture of the corpus: the same JSON document, byte for byte."""
+    config = EngineConfig(keep_tables=False)
+
+    def documents():
+        return [json.dumps(audit_paths([str(p)], config).as_contract(), sort_keys=True) for p in CORPUS]
+
+    fast, pure = walks(documents)
+    assert len(fast) == len(CORPUS) == len(list(PCAPS.glob("*.expect.json")))
+    for path, a, b in zip(CORPUS, fast, pure, strict=True):
+        assert a == b, path.name
+
+
+def _frames() -> list[bytes]:
+    """IP packets of every shape the walk treats differently: the common frame, IPv4 options, TCP
+    options, a zero total length (offload), a fragment, not TCP, IPv6 with extension headers, a frame
+    whose IP length runs past the bytes captured, and a header cut short."""
+    flow = Flow()
+    frames = flow.handshake() + [flow.send(True, b"x" * 300), flow.send(False, b"y" * 40)]
+    frames += [
+        ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 7, 1, "PA", b"opt"), options=b"\x01\x01\x01\x00"),
+        ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 10, 1, "PA", b"tcpopt", options=b"\x01\x01\x01\x00")),
+        ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 16, 1, "PA", b"zero"), total=0),
+        ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 20, 1, "PA", b"frag"), frag=0x2000),
+        ipv4("10.0.0.1", "10.0.0.2", b"\0" * 28, proto=17),
+        ipv6("fd00::1", "fd00::2", tcp(40001, 9092, 1, 1, "PA", b"six"), ext=[(0, b"\0" * 6)]),
+        ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 24, 1, "PA", b"long"), total=400),
+        ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 28, 1, "PA", b"short"))[:30],
+    ]
+    return frames
+
+
+@pytest.mark.parametrize("link", sorted(LINKS))
+@pytest.mark.parametrize("order, nsec", [("<", False), (">", True)])
+def test_every_link_type_and_frame_shape_identical(walks, tmp_path, link, order, nsec):
+    linktype, frame = LINKS[link]
+    path = tmp_path / "shapes.pcap"
+    recs = [(1000.0 + i * 0.000123, frame(p)) for i, p in enumerate(_frames())]
+    path.write_bytes(pcap_bytes(recs, linktype, order=order, nsec=nsec))
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure
+    assert fast[1][0] == len(recs)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 16, 30, 100])
+def test_truncated_and_corrupt_files_identical(walks, tmp_path, cut):
+    """A file cut inside its last record, and one whose record length is corrupt, end the same way."""
+    flow = Flow()
+    recs = [(1000.0 + i, LINKS["EN10MB"][1](p)) for i, p in enumerate(flow.handshake() * 700)]
+    data = pcap_bytes(recs)
+    (tmp_path / "cut.pcap").write_bytes(data[:-cut])
+    fast, pure = walks(lambda: walk(tmp_path / "cut.pcap"))
+    assert fast == pure and fast[2] and "truncated" in fast[2][0]
+    corrupt = bytearray(data)
+    at = 24 + 16 * 5 + sum(len(r[1]) for r in recs[:5]) + 8  # the sixth record's captured length
+    corrupt[at:at + 4] = b"\xff\xff\xff\x7f"
+    (tmp_path / "corrupt.pcap").write_bytes(bytes(corrupt))
+    fast, pure = walks(lambda: walk(tmp_path / "corrupt.pcap"))
+    assert fast == pure and fast[1][0] == 5
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_records_across_buffer_windows_identical(walks, tmp_path, monkeypatch, gz):
+    """Records that straddle the end of the bytes in hand: the compiled walk stops before them and the
+    buffer moves on (a plain file's map grows, a gzip stream's window slides)."""
+    from ksniff.capture import source
+
+    monkeypatch.setattr(source, "WINDOW", 4096)
+    flow = Flow()
+    frames = flow.handshake() + [flow.send(True, bytes([i % 251]) * (37 * i % 1400)) for i in range(300)]
+    data = pcap_bytes([(1.0 + i / 7, LINKS["EN10MB"][1](p)) for i, p in enumerate(frames)])
+    path = tmp_path / ("w.pcap.gz" if gz else "w.pcap")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure
+    assert fast[1][0] == len(frames) and not fast[2]
