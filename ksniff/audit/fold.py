@@ -192,7 +192,9 @@ def finish(state: AuditState, end_ts: float | None = None) -> AuditOutput:
         key=lambda r: (r.start_ts, r.transactional_id, r.producer_id or -1))
     partitions: tuple = ()
     if state.logs is not None:
-        partlog.finish(state.logs, closing)  # reads still waiting for an outcome; `state` stays as it was
+        # Reads still waiting for an outcome, partitions held past the timeout; `state` stays as it was.
+        partlog.finish(state.logs, closing, lambda tid: getattr(state.txn_ids.get(tid), "timeout_ms", None),
+                       state.config.txn_timeout_ms)
         partitions = partlog.summaries(state.logs)
     return AuditOutput(producers=_summaries(state, transactions), transactions=tuple(transactions),
                        findings=tuple(sorted([*state.emitted, *closing], key=finding_order)),

@@ -44,6 +44,9 @@ class FindingKind(str, Enum):
     FETCH_POSITION_SKIP = "fetch_position_skip"
     # InitProducerId refused, then writes with producer id -1 from the same client (ksniff.audit.idempotence).
     IDEMPOTENCE_NOT_IN_EFFECT = "idempotence_not_in_effect"
+    # A partition's last stable offset held below its high watermark past the transaction timeout, with
+    # no marker for the transaction there (issue 12: KIP-664's hanging transaction as the leader shows it).
+    HANGING_PARTITION = "hanging_partition"
 
 
 # Findings and transactions are made per event (a transaction per EndTxn): built through their slots.

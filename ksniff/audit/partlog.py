@@ -22,7 +22,11 @@ marker is, who read it. Findings come from disagreements:
   fetched or acknowledged, every high watermark): the records written there later are skipped;
 - `fetch_position_backwards` / `fetch_position_skip`: a consumer's next Fetch of a partition on one
   connection asks from before / after the end of what its previous answer gave, with no ListOffsets,
-  OffsetFetch or error in between to explain it.
+  OffsetFetch or error in between to explain it;
+- `hanging_partition`: Fetch answers kept the partition's last stable offset at one offset below the
+  high watermark for longer than the transaction timeout (of the producer whose open data sits there,
+  when its InitProducerId was seen, else --txn-timeout), with no marker for that producer there: a
+  transaction the coordinator never ended holds back every read_committed consumer (KIP-664) (warning).
 
 Anything that rests on bytes the capture lost is unverified and never critical. Memory is bounded: per
 partition at most MAX_BATCHES placed batches (the oldest forgotten first, and counted), and counters
@@ -61,6 +65,7 @@ KINDS = (
     OFFSET_COMMIT_PAST_END := FindingKind.OFFSET_COMMIT_PAST_END.value,
     FETCH_POSITION_BACKWARDS := FindingKind.FETCH_POSITION_BACKWARDS.value,
     FETCH_POSITION_SKIP := FindingKind.FETCH_POSITION_SKIP.value,
+    HANGING_PARTITION := FindingKind.HANGING_PARTITION.value,
 )
 
 
@@ -176,6 +181,14 @@ class PartitionLog:
     abort_markers: int = 0
     aborted_entries: int = 0  # aborted-transaction entries in Fetch answers
     forgotten: int = 0  # placed batches dropped to stay within MAX_BATCHES
+    # The last stable offset while Fetch answers hold it below the high watermark (-1: not held): since
+    # when, until when, in how many answers, the high watermark last given, who read it read_committed.
+    held_at: int = -1
+    held_since: float = 0.0
+    held_until: float = 0.0
+    held_answers: int = 0
+    held_hw: int = -1
+    held_readers: list[str] = field(default_factory=list)
 
     def place(self, p: Placed) -> Placed:
         self.at[p.base] = p
@@ -348,6 +361,7 @@ def _on_fetched(st: LogState, ex: Exchange, part: FetchedPartition, out: list[Fi
         lg.high_watermark = part.high_watermark
     if part.last_stable_offset >= 0:
         lg.last_stable_offset = part.last_stable_offset
+        _held(lg, part)
     if part.log_start_offset >= 0:
         lg.log_start_offset = part.log_start_offset
     if part.high_watermark > lg.end:
@@ -590,9 +604,64 @@ def _open_when_read(r: Read, key: Any, ts: float | None) -> bool:
     return ts is not None and r.response_ts is not None and ts > r.response_ts
 
 
-def finish(st: LogState, out: list[Finding]) -> None:
-    """End of capture: reads of transactions whose end never showed are uncommitted reads. Leaves `st` as
-    it was (the live view finishes more than once)."""
+def _held(lg: PartitionLog, part: FetchedPartition) -> None:
+    """Follows how long Fetch answers keep the last stable offset at one offset below the high watermark."""
+    lso, hw, t = part.last_stable_offset, part.high_watermark, part.response_ts or part.ts
+    if lso >= hw:
+        lg.held_at = -1
+        return
+    if lso != lg.held_at:
+        lg.held_at, lg.held_since, lg.held_answers = lso, t, 0
+        lg.held_readers = []
+    lg.held_until, lg.held_hw = t, hw
+    lg.held_answers += 1
+    if part.isolation_level == 1 and part.replica_id < 0 and len(lg.held_readers) < 8:
+        who = part.client_id or part.client
+        if who not in lg.held_readers:
+            lg.held_readers.append(who)
+
+
+def _hanging(st: LogState, lg: PartitionLog, timeout_of, default_ms: int, out: list[Finding]) -> None:
+    """hanging_partition, when the last answers held the last stable offset past the timeout."""
+    if lg.held_at < 0:
+        return
+    p = lg.at.get(lg.held_at)
+    start, timeout_ms, source = lg.held_since, default_ms, "--txn-timeout"
+    tid = None
+    if p is not None and p.transactional and not p.control and p.producer_id >= 0:
+        tid = p.transactional_id or st.txn_ids.get(p.producer_id)
+        if _marker_above(lg, p.producer_id, p.base) is not None:
+            return  # its marker is there: the offset is held for another reason
+        written = [t for t in (p.acked.ts if p.acked else None, p.fetched_ts) if t is not None]
+        start = min([start, *written])
+        own = timeout_of(tid) if tid is not None else None
+        if own:
+            timeout_ms, source = own, "InitProducerId"
+    if (lg.held_until - start) * 1000 <= timeout_ms:
+        return
+    who = (f" of producer id {p.producer_id} epoch {p.epoch}" + (f" ({tid!r})" if tid else "")
+           if p is not None and p.producer_id >= 0 else "")
+    evidence = {"last_stable_offset": lg.held_at, "high_watermark": lg.held_hw,
+                "held_since_ts": lg.held_since, "held_until_ts": lg.held_until,
+                "fetch_answers": lg.held_answers, "timeout_ms": timeout_ms, "timeout_from": source,
+                "read_committed_readers": list(lg.held_readers)}
+    out.append(make_kind(
+        HANGING_PARTITION, Severity.WARNING, lg.held_until,
+        f"{lg.topic}-{lg.partition}: last stable offset held at {lg.held_at} (high watermark {lg.held_hw}) "
+        f"for {lg.held_until - start:.1f} s, past the {timeout_ms} ms transaction timeout, by a transaction"
+        f"{who} that no marker ended: read_committed consumers get nothing past it",
+        evidence, transactional_id=tid, producer_id=p.producer_id if p is not None and p.producer_id >= 0
+        else None, producer_epoch=p.epoch if p is not None and p.producer_id >= 0 else None,
+        topic=lg.topic, partition=lg.partition))
+
+
+def finish(st: LogState, out: list[Finding], timeout_of=lambda tid: None, default_timeout_ms: int = 60000
+           ) -> None:
+    """End of capture: reads of transactions whose end never showed are uncommitted reads; partitions held
+    past the transaction timeout are hanging (`timeout_of(transactional id)`: its producer's own timeout,
+    when known). Leaves `st` as it was (the live view finishes more than once)."""
+    for lg in st.logs.values():
+        _hanging(st, lg, timeout_of, default_timeout_ms, out)
     for lg in st.logs.values():
         if not lg.pending:
             continue

@@ -106,6 +106,9 @@ ADVICE: dict[str, str] = {
                                  "can be written twice. Make the client fail on that error (Sarama 1.22 "
                                  "ignores it), check the broker supports the client's InitProducerId "
                                  "version, and look for duplicates downstream.",
+    "hanging_partition": "The partition's last stable offset is held by a transaction nobody ends: "
+                         "read_committed consumers get nothing past it. Abort it (kafka-transactions.sh "
+                         "find-hanging, then abort), and check why the coordinator did not time it out.",
 }
 
 FINDINGS_SHOWN = {"critical": 50, "warning": 15, "info": 10}

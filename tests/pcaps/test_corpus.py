@@ -32,7 +32,9 @@ EXTRA_KINDS = {"sequence_out_of_order", "write_to_unregistered_partition", "writ
                "aborted_read", "uncommitted_read", "lost_write", "duplicate_write", "torn_transaction",
                "offset_commit_past_end", "fetch_position_backwards", "fetch_position_skip",
                # sarama_idempotent_tansu (ksniff.audit.idempotence)
-               "idempotence_not_in_effect"}
+               "idempotence_not_in_effect",
+               # hanging_tansu (ksniff.audit.partlog)
+               "hanging_partition"}
 SEVERITIES = {"critical", "warning", "info"}
 
 
