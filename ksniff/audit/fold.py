@@ -193,8 +193,7 @@ def finish(state: AuditState, end_ts: float | None = None) -> AuditOutput:
     partitions: tuple = ()
     if state.logs is not None:
         # Reads still waiting for an outcome, partitions held past the timeout; `state` stays as it was.
-        partlog.finish(state.logs, closing, lambda tid: getattr(state.txn_ids.get(tid), "timeout_ms", None),
-                       state.config.txn_timeout_ms)
+        partlog.finish(state.logs, closing, state.config.txn_timeout_ms)
         partitions = partlog.summaries(state.logs)
     return AuditOutput(producers=_summaries(state, transactions), transactions=tuple(transactions),
                        findings=tuple(sorted([*state.emitted, *closing], key=finding_order)),

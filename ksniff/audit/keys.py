@@ -33,7 +33,8 @@ CONTEXT_KEY = "@context"
 CONTEXT_APIS = frozenset({"ApiVersions", "WriteTxnMarkers"})
 # What the partition logs read (ksniff.audit.partlog.LOG_APIS): a partitioned run gives these exchanges to
 # the CONTEXT_KEY group too, whose fold keeps the logs.
-# InitProducerId too: with Produce, what the idempotence watch reads (ksniff.audit.idempotence).
+# InitProducerId too: with Produce, what the idempotence watch reads (ksniff.audit.idempotence), and the
+# transaction timeouts the logs judge hanging partitions by.
 LOG_APIS = frozenset({"Produce", "Fetch", "EndTxn", "WriteTxnMarkers", "OffsetCommit", "TxnOffsetCommit",
                       "InitProducerId",
                       "ListOffsets", "OffsetFetch", "Metadata"})

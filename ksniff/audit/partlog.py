@@ -54,6 +54,7 @@ from ksniff.decode.events import (
 MAX_BATCHES = 100_000  # placed batches remembered per partition
 MAX_PENDING = 10_000  # reads waiting for their transaction's outcome, per partition
 MAX_POSITIONS = 100_000  # (connection, partition) read positions followed
+MAX_TIMEOUTS = 100_000  # transactional ids whose transaction timeout is remembered
 
 # The finding kinds this module makes (their names and meanings: FindingKind, docs/contract.md).
 KINDS = (
@@ -246,6 +247,7 @@ class LogState:
     # topic id (as text) -> name, from Metadata answers: a decoder that did not see the Metadata (another
     # connection's, in a partitioned run) names topics of Fetch v13+ and Produce v13+ by id
     names: dict[str, str] = field(default_factory=dict)
+    timeouts: dict[str, int] = field(default_factory=dict)  # transactional id -> its InitProducerId's timeout
 
     def name(self, topic: str) -> str:
         return self.names.get(topic, topic) if self.names else topic
@@ -289,6 +291,10 @@ def on_exchange(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
         _on_commit(st, ex, out, ctx)
     elif api in ("ListOffsets", "OffsetFetch"):
         _on_reset(st, ex)
+    elif api == "InitProducerId":
+        req = ex.request
+        if req.transactional_id and req.transaction_timeout_ms > 0 and len(st.timeouts) < MAX_TIMEOUTS:
+            st.timeouts[req.transactional_id] = req.transaction_timeout_ms
     elif api == "Metadata" and ex.response is not None:
         for t in ex.response.topics or ():
             topic_id = getattr(t, "topic_id", None)
@@ -621,7 +627,7 @@ def _held(lg: PartitionLog, part: FetchedPartition) -> None:
             lg.held_readers.append(who)
 
 
-def _hanging(st: LogState, lg: PartitionLog, timeout_of, default_ms: int, out: list[Finding]) -> None:
+def _hanging(st: LogState, lg: PartitionLog, default_ms: int, out: list[Finding]) -> None:
     """hanging_partition, when the last answers held the last stable offset past the timeout."""
     if lg.held_at < 0:
         return
@@ -634,7 +640,7 @@ def _hanging(st: LogState, lg: PartitionLog, timeout_of, default_ms: int, out: l
             return  # its marker is there: the offset is held for another reason
         written = [t for t in (p.acked.ts if p.acked else None, p.fetched_ts) if t is not None]
         start = min([start, *written])
-        own = timeout_of(tid) if tid is not None else None
+        own = st.timeouts.get(tid) if tid is not None else None
         if own:
             timeout_ms, source = own, "InitProducerId"
     if (lg.held_until - start) * 1000 <= timeout_ms:
@@ -655,13 +661,12 @@ def _hanging(st: LogState, lg: PartitionLog, timeout_of, default_ms: int, out: l
         topic=lg.topic, partition=lg.partition))
 
 
-def finish(st: LogState, out: list[Finding], timeout_of=lambda tid: None, default_timeout_ms: int = 60000
-           ) -> None:
+def finish(st: LogState, out: list[Finding], default_timeout_ms: int = 60000) -> None:
     """End of capture: reads of transactions whose end never showed are uncommitted reads; partitions held
-    past the transaction timeout are hanging (`timeout_of(transactional id)`: its producer's own timeout,
-    when known). Leaves `st` as it was (the live view finishes more than once)."""
+    past the transaction timeout are hanging (the producer's own timeout when its InitProducerId was seen,
+    else `default_timeout_ms`). Leaves `st` as it was (the live view finishes more than once)."""
     for lg in st.logs.values():
-        _hanging(st, lg, timeout_of, default_timeout_ms, out)
+        _hanging(st, lg, default_timeout_ms, out)
     for lg in st.logs.values():
         if not lg.pending:
             continue
