@@ -135,13 +135,13 @@ class Connection:
 
     def held(self) -> int:
         """Bytes of partial frames (or resynchronisation tails) this connection's splitters hold."""
-        return len(self.requests.buf) + len(self.responses.buf)
+        return self.requests.buffered + self.responses.buffered
 
     def drop_partial(self) -> list[DecodeEvent]:
         """A run-wide cap: the larger partial frame is given up as if its bytes were lost."""
-        to_broker = len(self.requests.buf) >= len(self.responses.buf)
+        to_broker = self.requests.buffered >= self.responses.buffered
         splitter = self.requests if to_broker else self.responses
-        offset, length, ts = splitter.buf_offset, len(splitter.buf), splitter.buf_ts
+        offset, length, ts = splitter.buf_offset, splitter.buffered, splitter.buf_ts
         return self.gap(to_broker == self.client_is_src, offset, length, ts)
 
     def give_up_oldest(self) -> Exchange:

@@ -47,7 +47,8 @@ class FrameSplitter:
     """Splits one direction of a connection into frames."""
 
     __slots__ = ("max_frame", "min_size", "max_buffer", "buf", "buf_ts", "buf_offset", "need", "syncing",
-                 "finder", "confirm", "confirm_at", "malformed", "oversized", "skipped", "next_offset")
+                 "finder", "confirm", "confirm_at", "malformed", "oversized", "skipped", "next_offset",
+                 "later", "later_len")
 
     def __init__(self, *, min_size: int, max_frame: int = DEFAULT_MAX_FRAME,
                  max_buffer: int | None = None, finder: Finder | None = None, syncing: bool = False,
@@ -59,6 +60,11 @@ class FrameSplitter:
         # A partial frame is buffered up to its own size; the cap only bounds what resync scanning keeps.
         self.max_buffer = max_buffer if max_buffer is not None else 1 << 20
         self.buf = bytearray()
+        # Chunks that came after `buf` while the frame it starts still needs more: held as they are and
+        # joined once when the frame is whole (appending each to `buf` copied a large frame's bytes again
+        # at every growth of the bytearray: a fifth of a run over large Produce requests).
+        self.later: list[bytes] = []
+        self.later_len = 0
         self.buf_ts = 0.0
         self.buf_offset = 0
         self.need = 0  # bytes the buffered frame needs in all (0: size not yet known)
@@ -74,12 +80,14 @@ class FrameSplitter:
 
     @property
     def buffered(self) -> int:
-        return len(self.buf)
+        return len(self.buf) + self.later_len
 
     def gap(self) -> None:
         """Bytes were lost: whatever is buffered can no longer complete; find the next frame afresh."""
-        self.skipped += len(self.buf)
+        self.skipped += len(self.buf) + self.later_len
         self.buf.clear()
+        self.later.clear()
+        self.later_len = 0
         self.need = 0
         self.syncing = True
         self.next_offset = None
@@ -97,10 +105,13 @@ class FrameSplitter:
             if size + 4 == len(data) and self.min_size <= size <= self.max_frame:
                 return [Frame(memoryview(data)[4:], first_ts, last_ts, offset, False)]
         if self.buf:
-            self.buf += data
-            if self.need and len(self.buf) < self.need:
+            if self.need and len(self.buf) + self.later_len + len(data) < self.need:
+                self.later.append(data)
+                self.later_len += len(data)
                 return []
-            data = bytes(self.buf)
+            data = b"".join((self.buf, *self.later, data))
+            self.later.clear()
+            self.later_len = 0
             later_ts = first_ts
             first_ts, offset = self.buf_ts, self.buf_offset
             self.buf.clear()
