@@ -31,7 +31,9 @@ class FindingKind(str, Enum):
     END_TXN_WITHOUT_TRANSACTION = "end_txn_without_transaction"
     UNANSWERED_REQUEST = "unanswered_request"
     OFFSET_COMMIT_BACKWARDS = "offset_commit_backwards"
-    # An end that came after the transaction's own timeout (issue 12).
+    # One transaction across brokers (issue 12): the coordinator's markers against the EndTxn it accepted,
+    # and an end that came after the transaction's own timeout.
+    MARKERS_DISAGREE = "markers_disagree"
     ENDED_AFTER_TIMEOUT = "transaction_ended_after_timeout"
     # What consumers were given, against the partition log as the wire shows it (ksniff.audit.partlog).
     ABORTED_READ = "aborted_read"

@@ -20,7 +20,7 @@ broker rejected does not end it. Its outcome is what the capture proves, and `ou
 from __future__ import annotations
 
 from ksniff.audit.codes import error_name
-from ksniff.audit.findings import exchange_evidence, judge, make
+from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.identity import (
     adopt,
     epoch_regression,
@@ -422,7 +422,37 @@ def on_write_txn_markers(state: AuditState, ex: Exchange, out: list[Finding]) ->
             rec.outcome_source = "markers"
         elif rec.outcome_source != "end_txn":
             rec.outcome, rec.outcome_source = result, "markers"
+        elif rec.outcome != result:
+            _markers_disagree(ex, m, t, rec, result, out)
         rec.markers = result
+
+
+def _marker_answer(ex: Exchange, producer_id: int) -> int | None:
+    """0 when every partition leader accepted the markers for `producer_id`, else the first error."""
+    if ex.response is None:
+        return None
+    for written in ex.response.markers:
+        if written.producer_id == producer_id:
+            codes = [p.error_code for tp in written.topics for p in tp.partitions]
+            return next((c for c in codes if c), 0)
+    return None
+
+
+def _markers_disagree(ex: Exchange, m, t: TxnIdState, rec: TxnRecord, result: str,
+                      out: list[Finding]) -> None:
+    """The coordinator accepted EndTxn(X) and then wrote markers saying the opposite: read_committed
+    consumers see the transaction the other way round."""
+    answer = _marker_answer(ex, m.producer_id)
+    evidence = exchange_evidence(ex, answer)
+    evidence.update(end_txn_result=rec.outcome, marker_result=result, end_ts=rec.end_ts,
+                    partitions=[f"{tp.name}-{p}" for tp in m.topics for p in tp.partition_indexes])
+    out.append(make(FindingKind.MARKERS_DISAGREE,
+                    judge(answer, unverified=ex.unverified, explained_by_loss=False), ex.request_ts,
+                    f"the coordinator accepted EndTxn({rec.outcome}) of {t.transactional_id!r} (producer id "
+                    f"{rec.producer_id} epoch {rec.producer_epoch}) but wrote {result.upper()} markers; "
+                    f"{broker_verdict(answer)}", evidence, unverified=ex.unverified,
+                    transactional_id=t.transactional_id, producer_id=rec.producer_id,
+                    producer_epoch=rec.producer_epoch))
 
 
 def _marked_lane(t: TxnIdState, producer_id: int) -> Lane | None:

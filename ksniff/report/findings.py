@@ -72,6 +72,9 @@ ADVICE: dict[str, str] = {
     "offset_commit_backwards": "A consumer group committed an offset below its previous one: its consumers "
                                "will re-read records; look for a zombie group member, a rebalance, or a "
                                "manual offset reset at that time.",
+    "markers_disagree": "The coordinator wrote markers opposite to the EndTxn it accepted: read_committed "
+                        "consumers see that transaction the other way round; compare the coordinator's and "
+                        "the partition leaders' logs for that producer id and treat the data as suspect.",
     "transaction_ended_after_timeout": "The broker accepted the end of a transaction after its own "
                                        "timeout: Kafka's coordinator would have aborted it; check the "
                                        "broker's timeout enforcement and the producer's "

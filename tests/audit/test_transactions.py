@@ -321,7 +321,19 @@ def test_add_partitions_batch_from_a_broker(wire: Wire):
 
 # WriteTxnMarkers is inter-broker traffic that no broker available here produces (Tansu and librdkafka's
 # mock keep markers internal): these exchanges are built from Kafka's protocol facts (WriteTxnMarkers v1,
-# coordinator to partition leader).
+# coordinator to partition leader), as the corpus README says.
+
+def test_markers_that_contradict_the_accepted_end_txn_are_critical(wire: Wire):
+    wire.init(T, 7, 0)
+    wire.add_partitions(T, 7, 0, [("orders", 0)])
+    wire.produce(T, 7, 0, [("orders", 0, 0, 5, 0, 100)])
+    wire.end_txn(T, 7, 0, commit=True)
+    got = wire.markers(7, 0, False, [("orders", 0)])
+    assert wire.kinds(got) == [("markers_disagree", "critical")]
+    assert got[0].evidence["end_txn_result"] == "commit" and got[0].evidence["marker_result"] == "abort"
+    # The outcome is what the client was told; the finding says the rest.
+    assert sources(wire.finish()) == [("commit", "end_txn")]
+
 
 def test_markers_that_agree_are_quiet(wire: Wire):
     wire.init(T, 7, 0)

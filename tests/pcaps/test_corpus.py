@@ -34,7 +34,9 @@ EXTRA_KINDS = {"sequence_out_of_order", "write_to_unregistered_partition", "writ
                # sarama_idempotent_tansu (ksniff.audit.idempotence)
                "idempotence_not_in_effect",
                # hanging_tansu (ksniff.audit.partlog)
-               "hanging_partition"}
+               "hanging_partition",
+               # markers_tansu (WriteTxnMarkers built from the protocol facts: tests/pcaps/markers.py)
+               "markers_disagree"}
 SEVERITIES = {"critical", "warning", "info"}
 
 
