@@ -1,24 +1,34 @@
-"""Engine benchmark: the same multi-capture set through the in-process and the Spark engine, growing.
+"""Engine benchmark: the same growing multi-capture set through the local engine, Spark on `local[*]`, and a
+real Spark standalone cluster (master and workers started from pyspark's spark-class on loopback) with 1
+and 2 workers.
 
 The set at scale N is N copies of the corpus captures (tests/pcaps, classic pcap over Ethernet), copy k
 with every IPv4 address rewritten to 10.x.y.1 / 10.x.y.2 (x.y = k) and shifted k hours later, so each
 copy's connections are its own; each file holds 16 consecutive copies of one capture (like rotated files)
-and the files of different captures overlap in time, as from several capture points. Prints wall
-times per engine and scale, and the first scale where Spark wins (the crossover). Run by hand:
+and the files of different captures overlap in time, as from several capture points.
 
-    python bench/bench_engines.py [--scales 1,8,32,128] [--master local[*]] [--check]
+Per engine and scale: wall time, CPU seconds per captured MB (every process of the run: ksniff, the
+driver JVM, the workers' executors and their Python workers, children reaped included), the bytes Spark
+shuffled (its REST API), and the driver's peak memory (the Python process and the driver JVM). Each Spark
+target keeps one session for all scales, as a long-lived cluster would; its start-up is printed apart.
+Run by hand (the cluster targets need Java; every process started here is stopped at the end):
 
-`--check` also compares the two results (the JSON document without its version).
+    python bench/bench_engines.py [--scales 16,64,256] [--targets local,local[*],cluster1,cluster2] [--check]
+
+`--check` also compares each Spark result with the local one (the JSON document without its version).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import struct
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -84,52 +94,172 @@ def comparable(result) -> dict:
     doc = result.as_contract()
     doc.pop("version")
     doc.pop("engine", None)
+    doc.pop("inputs", None)
     return doc
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scales", default="16,64,256,1024", help="copies of the corpus per run")
-    parser.add_argument("--master", default="local[*]", help="Spark master")
-    parser.add_argument("--per-file", type=int, default=16, help="copies per capture file")
-    parser.add_argument("--check", action="store_true", help="compare the two engines' results")
-    args = parser.parse_args(argv)
+_TICK = os.sysconf("SC_CLK_TCK")
 
-    from ksniff.engine.spark import audit_paths_spark
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def tree_cpu(roots: list[int]) -> float:
+    """CPU seconds of the processes under `roots` (theirs and their reaped children's)."""
+    kids, total, todo, seen = _children(), 0, list(roots), set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, IndexError, ValueError):
+            continue
+        todo.extend(kids.get(pid, []))
+    return total / _TICK
+
+
+def driver_jvm_peak_mib() -> float | None:
+    for pid in _children().get(os.getpid(), []):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"java" not in f.read().split(b"\0")[0]:
+                    continue
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return None
+
+
+def shuffle_bytes(spark) -> int | None:
+    """Bytes written to shuffles by every stage of the application so far (Spark's REST API on the
+    driver's UI, asked on loopback); None when it does not answer."""
+    from urllib.parse import urlsplit
+
+    port = urlsplit(spark.sparkContext.uiWebUrl).port
+    app = spark.sparkContext.applicationId
+    url = f"http://127.0.0.1:{port}/api/v1/applications/{app}/stages?status=complete"
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return sum(s.get("shuffleWriteBytes", 0) for s in json.load(r))
+    except OSError:
+        return None
+
+
+def start_target(target: str):
+    """(session, cluster or None, process ids whose CPU counts) for a Spark target."""
     from ksniff.engine.spark_session import Session
 
-    captures = corpus()
-    config = EngineConfig()
-    # One session for every run, as a long-lived cluster would be; its start-up is reported apart.
-    session = Session(args.master, shuffle=max(2, os.cpu_count() or 2))
-    startup, spark = timed(session.start)
-    print(f"cpus {os.cpu_count()}, master {args.master}, Spark session start-up {startup:.1f} s")
-    print(f"{'copies':>6} {'files':>6} {'MB':>7} {'packets':>9} {'local s':>8} {'spark s':>8}  same")
-    crossover = None
-    try:
-        with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp:
-            for scale in (int(s) for s in args.scales.split(",")):
-                paths = build(Path(tmp), scale, captures, args.per_file)
-                size = sum(os.path.getsize(p) for p in paths) / 1e6
-                t_local, local = timed(audit_paths, paths, config)
-                t_spark, distributed = timed(audit_paths_spark, paths, config, master=args.master,
-                                             spark=spark)
-                same = "yes" if not args.check else ("yes" if comparable(local) == comparable(distributed)
-                                                      else "NO")
-                print(f"{scale:>6} {len(paths):>6} {size:>7.1f} {local.capture.packets:>9,} {t_local:>8.1f} "
-                      f"{t_spark:>8.1f}  {same if args.check else '-'}", flush=True)
-                if crossover is None and t_spark < t_local:
-                    crossover = (scale, size, local.capture.packets)
-                for p in paths:
-                    os.remove(p)
-    finally:
-        session.stop()
-    if crossover:
-        print(f"crossover: Spark is faster from {crossover[0]} copies ({crossover[1]:.1f} MB, "
-              f"{crossover[2]:,} packets)")
+    conf = [("spark.ui.enabled", "true"), ("spark.ui.showConsoleProgress", "false"),
+            ("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1"),
+            ("spark.pyspark.python", sys.executable)]
+    cluster = None
+    if target.startswith("cluster"):
+        sys.path.insert(0, str(PCAPS.parent / "engine"))
+        from spark_cluster import StandaloneCluster
+
+        workers = int(target[len("cluster"):] or 1)
+        cores = max(1, (os.cpu_count() or 2) // workers)
+        cluster = StandaloneCluster(workers=workers, cores=cores, memory="2g").start()
+        master = cluster.url
     else:
-        print("crossover: not reached at these sizes; the in-process engine is faster")
+        master = target
+    session = Session(master, conf=conf)
+    session.start()
+    roots = [os.getpid()] + ([p.pid for p in cluster.procs] if cluster else [])
+    return session, cluster, roots
+
+
+def run_target(target: str, folder: Path, scales: list[int]) -> None:
+    """One target over every scale, in a process of its own (so the peaks are its own)."""
+    from ksniff.engine.spark import audit_paths_spark
+
+    config = EngineConfig(keep_tables=False)
+    session = cluster = None
+    try:
+        if target != "local":
+            startup, (session, cluster, roots) = timed(start_target, target)
+            print(f"{target:>9} session start-up {startup:.1f} s", flush=True)
+        for scale in scales:
+            paths = sorted(str(p) for p in folder.glob(f"s{scale}_*.pcap"))
+            size = sum(os.path.getsize(p) for p in paths) / 1e6
+            if target == "local":
+                cpu0 = time.process_time()
+                wall, result = timed(audit_paths, paths, config)
+                cpu, shuffled, jvm = time.process_time() - cpu0, 0, None
+            else:
+                cpu0, shuffled0 = tree_cpu(roots), shuffle_bytes(session.spark)
+                wall, result = timed(audit_paths_spark, paths, config, spark=session.spark)
+                cpu = tree_cpu(roots) - cpu0
+                after = shuffle_bytes(session.spark)
+                shuffled = None if after is None or shuffled0 is None else after - shuffled0
+                jvm = driver_jvm_peak_mib()
+            py = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            (folder / f"result_{target}_{scale}.json").write_text(json.dumps(comparable(result), default=str))
+            memory = f"{py:.0f}/{jvm:.0f}" if jvm else f"{py:.0f}/-"
+            print(f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.2f} "
+                  f"{'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} {memory:>19}", flush=True)
+    finally:
+        if session is not None:
+            session.stop()
+        if cluster is not None:
+            cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import subprocess
+
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scales", default="16,64,256", help="copies of the corpus per run")
+    parser.add_argument("--targets", default="local,local[*],cluster1,cluster2",
+                        help="local, a Spark master (local[*], local[2]), cluster1 / cluster2 (standalone)")
+    parser.add_argument("--per-file", type=int, default=16, help="copies per capture file")
+    parser.add_argument("--check", action="store_true", help="compare each Spark result with the local one")
+    parser.add_argument("--only", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    scales = [int(s) for s in args.scales.split(",")]
+    if args.only:
+        run_target(args.only, Path(args.dir), scales)
+        return 0
+
+    print(f"cpus {os.cpu_count()}; CPU: seconds per captured MB, all processes of the run; driver: peak "
+          "MiB of ksniff's process / the driver JVM")
+    print(f"{'target':>9} {'copies':>6} {'files':>5} {'MB':>6} {'wall s':>7} {'CPU s/MB':>8} "
+          f"{'shuffle MB':>10} {'driver MiB (py/jvm)':>19}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp:
+        captures = corpus()
+        for scale in scales:
+            build(Path(tmp), scale, captures, args.per_file)
+        targets = args.targets.split(",")
+        for target in targets:
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--only", target, "--dir", tmp,
+                            "--scales", args.scales], check=False)
+        if args.check:
+            for target in targets:
+                for scale in scales:
+                    mine = Path(tmp) / f"result_{target}_{scale}.json"
+                    local = Path(tmp) / f"result_local_{scale}.json"
+                    if target != "local" and mine.exists() and local.exists():
+                        same = json.loads(mine.read_text()) == json.loads(local.read_text())
+                        print(f"{target:>9} {scale:>6} same result as local: {'yes' if same else 'NO'}")
     return 0
 
 

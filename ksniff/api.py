@@ -95,7 +95,7 @@ class Audit:
 
 
 def audit_captures(paths: PathLike | Iterable[PathLike], *, ports: int | str | Sequence[int | str] = (),
-                   txn_timeout_ms: int | None = None, engine: str = "local", master: str = "local[*]",
+                   txn_timeout_ms: int | None = None, engine: str = "local", master: str | None = None,
                    records: bool = False) -> Audit:
     """Audit capture files or folders (pcap, pcapng; folders recursively) and return an `Audit`.
 
@@ -103,7 +103,8 @@ def audit_captures(paths: PathLike | Iterable[PathLike], *, ports: int | str | S
     ports: the broker ports, as an int, a list of ints, or the CLI's text ("9092,19093"); only those
         ports are then read as Kafka. Default: 9092 plus auto-detection of Kafka on any port.
     txn_timeout_ms: the hanging-transaction threshold when the producer's own timeout was not seen.
-    engine: "local" (in-process) or "spark" (a PySpark job on `master`).
+    engine: "local" (in-process) or "spark" (a PySpark job on `master`: default what spark-submit or
+        Spark's configuration says, else local[*]).
     records: also decode record keys, values and headers (`Audit.records`).
 
     Raises ValueError for an unknown engine or a port out of range, and ksniff.capture.CaptureError

@@ -291,16 +291,21 @@ def main() -> None:
 @click.option("--engine", type=click.Choice(["local", "spark"]), default=None, envvar="KSNIFF_ENGINE",
               help="Run in-process (local, default) or as a PySpark job (spark). [env KSNIFF_ENGINE]")
 @click.option("--master", metavar="URL", envvar="KSNIFF_MASTER",
-              help="Spark master (default local[*]); implies --engine spark. [env KSNIFF_MASTER]")
+              help="Spark master; implies --engine spark. Default: what spark-submit or Spark's "
+                   "configuration says, else local[*]. [env KSNIFF_MASTER]")
+@click.option("--conf", "spark_conf", metavar="KEY=VALUE", multiple=True,
+              help="A Spark configuration property, as spark-submit's --conf; repeatable; implies "
+                   "--engine spark.")
 @click.option("--merge", is_flag=True, envvar="KSNIFF_MERGE",
               help="Audit every input as one capture set (one producer-id space), whatever they share. "
                    "[env KSNIFF_MERGE]")
 @click.option("--separate", is_flag=True, envvar="KSNIFF_SEPARATE",
               help="Audit every input file as its own capture set. Default: files that share a cluster "
                    "while they ran, or a TCP connection, are one set. [env KSNIFF_SEPARATE]")
-def audit(captures: tuple[str, ...], engine: str | None, master: str | None, merge: bool, separate: bool,
-          **kw) -> None:
-    """Audit pcap/pcapng captures, or folders of them (recursively)."""
+def audit(captures: tuple[str, ...], engine: str | None, master: str | None, spark_conf: tuple[str, ...],
+          merge: bool, separate: bool, **kw) -> None:
+    """Audit pcap/pcapng captures, or folders of them (recursively); with --engine spark also Hadoop
+    file system URIs (file://, hdfs://, s3a://, ...)."""
     from dataclasses import replace
 
     if merge and separate:
@@ -308,12 +313,18 @@ def audit(captures: tuple[str, ...], engine: str | None, master: str | None, mer
     opts = make_options(kw)
     mode = "merge" if merge else "separate" if separate else "auto"
     opts = replace(opts, config=replace(opts.config, capture_sets=mode))
-    if master and engine == "local":
-        raise click.UsageError("--master needs --engine spark")
-    engine = engine or ("spark" if master else "local")
+    if (master or spark_conf) and engine == "local":
+        raise click.UsageError("--master and --conf need --engine spark")
+    pairs = []
+    for pair in spark_conf:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"not key=value: {pair!r}", param_hint="--conf")
+        pairs.append((key.strip(), value))
+    engine = engine or ("spark" if master or pairs else "local")
     from ksniff.run import run_audit
 
-    sys.exit(run_audit(captures, opts, engine=engine, master=master or "local[*]"))
+    sys.exit(run_audit(captures, opts, engine=engine, master=master, conf=tuple(pairs)))
 
 
 @main.command(cls=SectionedCommand, epilog=LIVE_EXAMPLES)

@@ -85,7 +85,7 @@ class _Tables:
 
 
 def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
-          tables: _Tables | None = None) -> int:
+          tables: _Tables | None = None, written: bool = False) -> int:
     from ksniff.report.formats import STDOUT, ReportError, write_csv, write_html, write_json, write_parquet
     from ksniff.report.terminal import render_report
     from ksniff.report.text import shown_message
@@ -103,7 +103,7 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
             write_json(result, opts.json_path)
         if tables is not None and tables.export is not None:
             tables.export.finish(result)  # written during the run: the last tables, then the renames
-        else:
+        elif not written:
             if opts.csv_dir:
                 write_csv(result, opts.csv_dir)
             if opts.parquet_dir:
@@ -145,26 +145,34 @@ def _detach(stream) -> None:
     os.close(devnull)
 
 
-def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: str) -> int:
+def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: str | None,
+              conf: tuple[tuple[str, str], ...] = ()) -> int:
     from ksniff.capture import CaptureError
+    from ksniff.engine.spark import is_uri
     from ksniff.report.formats import ReportError
 
     out, err = _consoles(opts)
     config = opts.config
-    if engine == "spark":  # its rows come back with the result; the exports are written from it
+    if engine == "spark":  # the executors write the exports; the summary comes back for the report
         try:
-            from ksniff.engine.spark import SparkUnavailable, audit_paths_spark
+            from ksniff.engine.spark import SparkUnavailable, run_spark
 
             try:
-                result = audit_paths_spark(captures, config, master=master)
+                result = run_spark(captures, config, master=master, conf=conf, csv_dir=opts.csv_dir,
+                                   parquet_dir=opts.parquet_dir, producer=opts.producer,
+                                   keep=opts.filters)
             except SparkUnavailable as e:
                 abort(str(e))
-        except CaptureError as e:
+        except (CaptureError, ReportError) as e:
             abort(str(e))
         except KeyboardInterrupt:
             abort("interrupted", 130)
         _say_where_kafka_is(result, opts)
-        return _emit(result, opts, out, err)
+        return _emit(result, opts, out, err, written=True)
+    for given in (opts.csv_dir, opts.parquet_dir, *captures):
+        if given and is_uri(given):
+            abort(f"{given}: a URI needs the Spark engine (--engine spark); the local engine reads and "
+                  "writes local paths")
     from ksniff.engine.local import audit_paths
     from ksniff.report.progress import progress
 

@@ -266,9 +266,11 @@ def _snappy(data: bytes, cap: int) -> bytes:
 
 
 def _gzip(data: bytes, cap: int) -> bytes:
+    # One byte past the cap is asked for: zlib reads a limit of 0 as none, and output that ends exactly at
+    # the limit may leave the stream's trailer unread.
     z = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    out = z.decompress(data, cap)
-    if z.unconsumed_tail:
+    out = z.decompress(data, max(cap, 0) + 1)
+    if len(out) > cap:
         raise TooLarge("gzip data larger than the cap")
     return out
 
@@ -329,6 +331,11 @@ _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 
 
 def _lz4(data: bytes, cap: int) -> bytes:
+    _lz4_bound(data, cap)
+    return bytes(cramjam.lz4.decompress(data))
+
+
+def _lz4_bound(data: bytes, cap: int) -> int:
     # An LZ4 frame is blocks of at most the block maximum its header names: their count times that size
     # bounds the output, whether or not the optional content size is there.
     bound, pos = 0, 0
@@ -351,7 +358,7 @@ def _lz4(data: bytes, cap: int) -> bytes:
             pos += (size & 0x7FFFFFFF) + (4 if flags & 0x10 else 0)
         if bound > cap:
             raise TooLarge("lz4 frames larger than the cap")
-    return bytes(cramjam.lz4.decompress(data))
+    return bound
 
 
 def _uncompressed(data: bytes, cap: int) -> bytes:
@@ -414,6 +421,27 @@ def iter_records(raw_batch: bytes | memoryview, cap: int = MAX_DECOMPRESSED,
         if r.error is not None:
             raise ValueError(str(r.error))
         yield Record(base_offset + offset_delta, base_ts + ts_delta, key, value, tuple(headers))
+
+
+def cap_needed(raw_batch: bytes | memoryview, inflated: int) -> int:
+    """The smallest cap under which `iter_records(raw_batch, cap)` raises no TooLarge, for a batch that
+    decompressed to `inflated` bytes under a larger cap: that size, except for lz4, whose frames are
+    judged by their blocks' bound, and zstd, whose frames are judged by the sizes they declare, before
+    any is decompressed."""
+    view = memoryview(raw_batch)
+    fields = _unpack_header(view, 0)
+    codec = codec_name(fields[5])
+    if codec not in ("lz4", "zstd"):
+        return inflated
+    body = bytes(view[HEADER_SIZE:LOG_OVERHEAD + fields[1]])
+    if codec == "lz4":
+        return _lz4_bound(body, 1 << 62)
+    declared, pos, unsized = 0, 0, False
+    while pos < len(body):
+        size, pos = _zstd_frame(body, pos)
+        unsized |= size < 0
+        declared += max(size, 0)
+    return max(declared, inflated) if unsized else declared
 
 
 def _varbytes(r: Reader, field: str) -> bytes | None:

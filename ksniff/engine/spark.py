@@ -1,20 +1,28 @@
-"""The Spark engine: the in-process pipeline as a PySpark job, for captures that outgrow one process.
+"""The Spark engine: the capture, decode and audit rooms' own code as a PySpark job.
 
-    files --(one task per file)--> segment rows
+    inputs (paths or Hadoop URIs) --(Spark lists them; executors read them)--> segment rows
           --(repartition by flow, sort into the merge's order)--> Reassembler + Decoder per flow
           --> decode events (pickled), keyed by producer
-          --(repartition by producer key, sort into the audit's order)--> one Auditor per key
-          --> the driver: merge_outputs, counters summed, inputs listed, tables sorted.
+          --(repartition by group of producer keys, sort into the audit's order)--> one Auditor per group
+          --> DataFrames: exchanges, batches, records (built where the events are), transactions,
+              findings, producers (built where each group's fold ran).
 
-It gives exactly the in-process engine's result (ksniff.engine.local). What that takes is explained in
-ksniff.engine.spark_tasks; what crosses producer keys is the audit's *context* (ksniff.audit.keys):
-connection ends, capture gaps, ApiVersions and WriteTxnMarkers. The driver collects those (a few per
-connection) and every key's fold merges them, in audit order, with its own events; one more fold over
-the context alone (CONTEXT_KEY) reports the capture gaps. Connection ids are renumbered on the driver in
-the order the in-process reassembler would have opened them.
+The driver never opens a capture and never holds a table row. What it collects is what stitches the
+stages together and what the terminal report prints: one summary per file, the distinct packet times
+(the local engine's sweep clock, see spark_tasks), a few rows per connection (its opening, its context
+events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
+(producers, transactions, findings) and the run's counters. Exports are written by the executors.
 
-Capture files must be readable at the same path from every executor (local disk for `local[*]`, a shared
-file system on a cluster).
+It gives exactly the in-process engine's result (ksniff.engine.local); what that takes is explained in
+ksniff.engine.spark_tasks. A capture an executor cannot read is a row carrying the local engine's
+one-line error, so a bad input stops the run at once instead of failing tasks Spark would retry.
+
+Python API (an existing SparkSession, nothing through the driver):
+
+    from ksniff.engine.spark import audit_spark
+    run = audit_spark(spark, ["s3a://bucket/captures/"])
+    run.findings.where("severity = 'critical'").write.parquet(...)
+    run.summary  # the AuditResult the terminal report shows (counters, producers, transactions, findings)
 """
 
 from __future__ import annotations
@@ -22,100 +30,549 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import re
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from ksniff.audit import fold_groups, merge_outputs
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, InputInfo
-from ksniff.capture.files import CaptureFile, expand_inputs
 from ksniff.capture.run import add_file_counts, truncation_warnings
 from ksniff.common.counters import add_counters
 from ksniff.config import EngineConfig
 from ksniff.decode.decoder import limit_warnings
 from ksniff.decode.events import DecodeStats
 from ksniff.decode.identity import Identity
-from ksniff.decode.records import Inflation, inflation_warnings
+from ksniff.decode.records import Inflation
 from ksniff.engine import sets as capture_sets
-from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, shuffle_partitions
+from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, partitions_for
 from ksniff.result import AuditResult, join_results, stamp_set
 
-__all__ = ["SparkUnavailable", "audit_paths_spark"]
+__all__ = ["SparkAudit", "SparkUnavailable", "audit_paths_spark", "audit_spark", "is_uri", "run_spark"]
+
+_DEFAULTS = EngineConfig()
+TABLES = ("exchanges", "batches", "records", "transactions", "findings", "partitions", "partition_log")
+_DRIVER_TABLES = ("partitions", "partition_log")  # made from the summary: the partition logs' fold
+SETS_AT_ONCE = 4  # capture sets whose pipelines run side by side
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
-def audit_paths_spark(paths: Sequence[str], config: EngineConfig | None = None, master: str = "local[*]",
-                      *, spark: Any = None) -> AuditResult:
-    """Audit capture files or folders on Spark. `spark`: an existing SparkSession to use (left running).
+def is_uri(path: str) -> bool:
+    """Whether `path` names a file system by scheme (`file:`, `hdfs://`, `s3a://`, ...)."""
+    return bool(_URI.match(path)) and not (len(path) > 1 and path[1] == ":" and len(path.split(":")[0]) == 1)
 
-    Raises CaptureError for inputs that cannot be read, SparkUnavailable when Spark cannot run here.
-    """
+
+@dataclass
+class _Input:
+    file: int
+    path: str  # as the report names it: the argument, or the argument joined with the file's place in it
+    uri: str  # as Spark lists it
+    length: int
+    folder: bool  # found in a folder (a file that is not a capture is left out) rather than named
+    arg: int
+
+
+@dataclass
+class SparkAudit:
+    """One run's tables as Spark DataFrames, with the columns of the local exports (ksniff.report.tables),
+    and `summary`, the AuditResult of the run without table rows. `records` is None unless the engine
+    config keeps records. Cached data stays until `close()`."""
+
+    spark: Any
+    summary: AuditResult
+    _tables: dict[str, Any]
+    _cached: list[Any] = field(default_factory=list)
+
+    def _public(self, table: str):
+        from ksniff.engine.spark_tasks import ROW_ORDER
+
+        df = self._tables.get(table)
+        if df is None or table not in ("exchanges", "batches", "records"):
+            return df
+        return df.drop(*ROW_ORDER)
+
+    @property
+    def exchanges(self):
+        return self._public("exchanges")
+
+    @property
+    def batches(self):
+        return self._public("batches")
+
+    @property
+    def records(self):
+        return self._public("records")
+
+    @property
+    def transactions(self):
+        return self._tables["transactions"]
+
+    @property
+    def findings(self):
+        return self._tables["findings"]
+
+    @property
+    def producers(self):
+        return self._tables["producers"]
+
+    @property
+    def partitions(self):
+        return self._tables["partitions"]
+
+    @property
+    def partition_log(self):
+        return self._tables["partition_log"]
+
+    def sorted(self, table: str):
+        """The table in the local export's row order (a global sort; for writing and comparing)."""
+        from pyspark.sql import functions as F
+
+        from ksniff.engine.spark_tasks import ROW_ORDER
+        from ksniff.report.tables import SORT_COLUMN
+
+        df = self._tables[table]
+        if table in ("exchanges", "batches", "records"):
+            return df.orderBy(F.col(SORT_COLUMN[table]).asc_nulls_last(), *ROW_ORDER).drop(*ROW_ORDER)
+        if table == "transactions":
+            return df.orderBy(F.col("start_ts").asc_nulls_last(), "transactional_id", "producer_id")
+        if table in _DRIVER_TABLES:
+            return df.orderBy("order")
+        rank = (F.when(F.col("severity") == "critical", 0).when(F.col("severity") == "warning", 1)
+                .when(F.col("severity") == "info", 2).otherwise(3))
+        return df.orderBy(F.col("ts").asc_nulls_last(), rank, "kind", "transactional_id", "producer_id",
+                          "topic", "partition", "group", "message")
+
+    def rows(self, table: str, where=None) -> list[dict]:
+        """Rows of a table collected to the driver, in export order (`where`: a Column filter)."""
+        from ksniff.engine.spark_tasks import ROW_ORDER
+        from ksniff.report.tables import SORT_COLUMN
+
+        df = self._tables.get(table)
+        if df is None:
+            return []
+        if where is not None:
+            df = df.where(where)
+        rows = [r.asDict() for r in df.collect()]
+        column = SORT_COLUMN[table]
+        if table in ("exchanges", "batches", "records"):
+            rows.sort(key=lambda r: (r[column] is None, r[column] or 0.0, *(r[c] for c in ROW_ORDER)))
+            for r in rows:
+                for c in ROW_ORDER:
+                    del r[c]
+        else:
+            rows.sort(key=lambda r: (r[column] is None, r[column] or 0.0))
+        return rows
+
+    def write(self, *, csv_dir: str | None = None, parquet_dir: str | None = None, keep=None) -> None:
+        """The exports, written by the executors: `<dir>/<table>.parquet` and `<dir>/<table>.csv` are
+        Spark output folders (part files), with the columns and cell texts of the local exports.
+        `keep`: the report's filters (ksniff.report.filters.ResultFilter), applied as locally."""
+        if keep is not None and keep.active:
+            import pyarrow as pa
+
+            from ksniff.engine import spark_tasks as tasks
+
+            kept = keep.apply(self.summary)
+            frames = dict(self._tables)
+            for table in ("exchanges", "batches", "records"):
+                if frames.get(table) is not None:
+                    frames[table] = frames[table].mapInArrow(tasks.keep_rows(keep, table),
+                                                             tasks.table_ddl(table, order=True))
+            for table in ("transactions", "findings"):
+                batch = tasks.summary_batch(table, kept)
+                frames[table] = self.spark.createDataFrame(pa.Table.from_batches([batch]),
+                                                           tasks.table_ddl(table))
+            replace(self, _tables=frames).write(csv_dir=csv_dir, parquet_dir=parquet_dir)
+            return
+        tables = [t for t in TABLES if self._tables.get(t) is not None]
+        if parquet_dir:
+            _write_parquet(self, parquet_dir, tables)
+        if csv_dir:
+            _write_csv(self, csv_dir, tables)
+
+    def close(self) -> None:
+        for df in self._cached:
+            try:
+                df.unpersist()
+            except Exception:  # noqa: BLE001 - the session may be gone already
+                pass
+        self._cached.clear()
+
+
+def audit_spark(spark: Any, paths: str | Sequence[str], config: EngineConfig | None = None) -> SparkAudit:
+    """Audit captures on an existing SparkSession: paths or Hadoop URIs of files and folders.
+
+    Returns the tables as DataFrames (computed and cached on the executors) and the run's summary.
+    Raises CaptureError for inputs that cannot be read, SparkUnavailable when the executors cannot run
+    ksniff's tasks."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    session = Session(spark=spark)
+    session.start()
+    return _run(session, paths, config or EngineConfig())
+
+
+def audit_paths_spark(paths: Sequence[str], config: EngineConfig | None = None, master: str | None = None,
+                      *, spark: Any = None, conf: Sequence[tuple[str, str]] = ()) -> AuditResult:
+    """The whole result with its table rows collected to the driver (the pandas API's, the tests'):
+    only for results that fit in memory. `spark`: an existing SparkSession (left running)."""
     config = config or EngineConfig()
-    files, skipped = _open_all(paths)
-    if spark is None:
-        check_available(master)
-    planned = capture_sets.plan(files, config.capture_sets, ports=config.ports,
-                                auto_detect=config.auto_detect, limits=config.limits)
-    total = sum(os.path.getsize(f) for f in files)
-    session = Session(master, shuffle_partitions(total, os.cpu_count() or 2), spark)
-    try:
-        session.start()
-        results = []
-        for i, cset in enumerate(planned):  # one after the other, each its own producer-id space
-            part = list(cset.paths)
-            used = sum(r.decode.records_inflated_bytes for r in results)  # one --records budget per run
-            results.append(_run(session, part, config, sum(os.path.getsize(f) for f in part), cset,
-                                skipped if i == 0 else ([], 0), used))
-        return join_results(results, planned, files, engine="spark")
-    finally:
-        session.stop()
+    with _SessionScope(master, conf, spark) as session:
+        run = _run(session, list(paths), config)
+        try:
+            result = run.summary
+            if config.keep_tables:
+                result.exchanges = run.rows("exchanges")
+                result.batches = run.rows("batches")
+                if config.keep_records:
+                    result.records = run.rows("records")
+            return result
+        finally:
+            run.close()
 
 
-def _open_all(paths: Sequence[str]) -> tuple[list[str], tuple[list[str], int]]:
-    """The capture files, each checked here so that an unreadable input is the user's one-line error,
-    and (warnings, count) of the files in folders that were skipped."""
+def run_spark(paths: Sequence[str], config: EngineConfig, *, master: str | None = None,
+              conf: Sequence[tuple[str, str]] = (), csv_dir: str | None = None,
+              parquet_dir: str | None = None, producer: str | None = None, keep=None) -> AuditResult:
+    """The CLI's run: the audit, the exports written by the executors, and the summary with the rows of
+    `producer` only (its timeline) collected. Any failure is one line: CaptureError (an input),
+    ReportError (an export), SparkUnavailable (Spark itself)."""
+    from ksniff.engine.spark_session import _one_line
+    from ksniff.report.formats import ReportError
+
+    with _SessionScope(master, conf, None) as session:
+        try:
+            run = _run(session, list(paths), config)
+        except (CaptureError, SparkUnavailable):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a job that failed on the cluster: one line, not its stack
+            raise SparkUnavailable(f"the Spark job failed: {_one_line(exc)}") from None
+        try:
+            for kind, directory in (("csv_dir", csv_dir), ("parquet_dir", parquet_dir)):
+                if not directory:
+                    continue
+                try:
+                    run.write(**{kind: directory}, keep=keep)
+                except Exception as exc:  # noqa: BLE001 - Spark's write errors: one line
+                    raise ReportError(f"cannot write {directory}: {_one_line(exc)}") from None
+            result = run.summary
+            if producer:
+                where = _producer_filter(result, producer)
+                result.exchanges = run.rows("exchanges", where)
+                result.batches = run.rows("batches", where)
+            return result
+        finally:
+            run.close()
+
+
+class _SessionScope:
+    def __init__(self, master, conf, spark) -> None:
+        if spark is None:
+            check_available(master)
+        self.session = Session(master, conf, spark)
+
+    def __enter__(self) -> Session:
+        self.session.start()
+        return self.session
+
+    def __exit__(self, *exc) -> bool:
+        self.session.stop()
+        return False
+
+
+def _producer_filter(result: AuditResult, producer: str):
+    """The rows `--producer` may show: its transactional ids and producer ids, as far as the audit's
+    producers tell them (the timeline resolves the rest from these rows)."""
+    from pyspark.sql import functions as F
+
+    from ksniff.report.timeline import resolve_producer
+
+    txn_ids, pids = resolve_producer(result, producer)
+    txn_ids.add(producer)
+    if producer.lstrip("-").isdigit():
+        pids.add(int(producer))
+    for p in result.producers:
+        if p.producer_id in pids and p.transactional_id:
+            txn_ids.add(p.transactional_id)
+    return F.col("transactional_id").isin(sorted(txn_ids)) | F.col("producer_id").isin(sorted(pids))
+
+
+# -- listing ----------------------------------------------------------------------------------------------
+
+
+def _norm(uri: str) -> str:
+    parts = urlsplit(uri)
+    path = unquote(parts.path) if parts.scheme else uri
+    return path.rstrip("/") or "/"
+
+
+def _walk_key(rel: str) -> tuple:
+    """A folder's files in the order of the local engine's walk: a folder's own files (sorted) before
+    its subfolders (sorted)."""
+    parts = rel.split("/")
+    return (*((1, p) for p in parts[:-1]), (0, parts[-1]))
+
+
+def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
+    """The files the arguments name, listed by Spark (the driver opens none), in the local engine's order."""
     if not paths:
         raise CaptureError("no capture files given")
-    files, warnings, skipped = expand_inputs(list(paths))
-    for path in files:
-        CaptureFile(path).close()
-    return files, (warnings, skipped)
+    uris = [p if is_uri(p) else os.path.abspath(p) for p in paths]
+    try:
+        listed = (spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(uris)
+                  .select("path", "length").collect())
+    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
+        raise CaptureError(_listing_error(exc, paths, uris)) from None
+    wanted = [_norm(u) for u in uris]
+    by_arg: list[list[tuple[str, str, int, bool]]] = [[] for _ in paths]
+    stray: list[tuple[str, str, int, bool]] = []
+    for row in listed:
+        here = _norm(row["path"])
+        for i, base in enumerate(wanted):
+            if here == base:
+                by_arg[i].append(("", row["path"], row["length"], False))
+                break
+            if here.startswith(base.rstrip("/") + "/"):
+                by_arg[i].append((here[len(base.rstrip("/")) + 1:], row["path"], row["length"], True))
+                break
+        else:  # a glob: the files it matched, as Spark names them
+            stray.append((row["path"], row["path"], row["length"], False))
+    inputs: list[_Input] = []
+    for i, (arg, found) in enumerate(zip(paths, by_arg, strict=True)):
+        if not found and not stray:  # Spark lists no empty file: tell an empty file from an empty folder
+            if _is_empty_file(spark, uris[i]):
+                raise CaptureError(f"{arg}: empty file")
+            raise CaptureError(f"{arg}: no pcap or pcapng files in this folder")
+        for rel, uri, length, folder in sorted(found, key=lambda f: _walk_key(f[0])):
+            shown = arg if not folder else (os.path.join(arg, rel) if not is_uri(arg)
+                                            else arg.rstrip("/") + "/" + rel)
+            inputs.append(_Input(len(inputs), shown, uri, length, folder, i))
+    for shown, uri, length, folder in sorted(stray):
+        inputs.append(_Input(len(inputs), shown, uri, length, folder, len(paths)))
+    return inputs
 
 
-def _run(session: Session, files: list[str], config: EngineConfig, total: int,
-         cset: capture_sets.CaptureSet, skipped: tuple[list[str], int] = ([], 0), records_used: int = 0
-         ) -> AuditResult:
-    """One capture set's run; `records_used`: bytes earlier sets' records already drew from the run's
-    decompression budget."""
+def _is_empty_file(spark: Any, uri: str) -> bool:
+    """Whether the Hadoop file system says `uri` is a file of no bytes (False where it cannot be asked)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        path = jvm.org.apache.hadoop.fs.Path(uri)
+        status = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).getFileStatus(path)
+        return bool(status.isFile()) and status.getLen() == 0
+    except Exception:  # noqa: BLE001 - Spark Connect, or the path went away
+        return False
+
+
+def _listing_error(exc: Exception, paths: list[str], uris: list[str]) -> str:
+    text = str(exc)
+    missing = re.search(r"Path does not exist: (\S+?)\.?(\s|$)", text)
+    if missing:
+        gone = _norm(missing.group(1))
+        for arg, uri in zip(paths, uris, strict=True):
+            if _norm(uri) == gone:
+                return f"{arg}: no such file or folder"
+        return f"{missing.group(1)}: no such file or folder"
+    from ksniff.engine.spark_session import _one_line
+
+    return f"cannot list the inputs: {_one_line(exc)}"
+
+
+# -- the run -----------------------------------------------------------------------------------------------
+
+
+def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit:
+    """The inputs grouped into capture sets (ksniff.engine.sets) and each set audited by its own
+    pipeline, as the local engine does; the sets' tables joined, labelled with their set and cluster."""
+    from pyspark.sql import functions as F
+
+    spark = session.spark
+    inputs = _list_inputs(spark, paths)
+    planned, warnings, skipped = _plan(inputs, paths, config)
+    runs: list[SparkAudit] = []
+    sets: list[capture_sets.CaptureSet] = []
+    found: set[int] = set()
+    staged: list[_Staged | list] = []
+    # The sets' pipelines run side by side (Spark interleaves their jobs: on a small capture most of a
+    # job's time is scheduling); what one set takes from the next is only the --records budget, drawn
+    # below, in order.
+    pool = ThreadPoolExecutor(max(1, min(len(planned), SETS_AT_ONCE)), thread_name_prefix="ksniff-set")
+    futures = [pool.submit(_run_set, session, members, config) for _cset, members in planned]
+    try:
+        for future in futures:  # the first set's error first, as the local engine meets them
+            staged.append(future.result())
+        pool.shutdown()
+        for (cset, _members), done in zip(planned, staged, strict=True):
+            left_out = done if isinstance(done, list) else done.left_out
+            skipped += len(left_out)
+            warnings.extend(_left_out_warnings(left_out))
+            if isinstance(done, list):
+                continue
+            found.update(inputs[m.file].arg for m in done.metas)
+            used = sum(r.summary.decode.records_inflated_bytes for r in runs)  # one --records budget a run
+            run, identity = _finish_set(spark, done, config, used), done.identity
+            cset = replace(cset, number=len(sets) + 1)
+            stamp_set(run.summary, cset, identity)
+            sets.append(run.summary.capture_sets[0])
+            ids = identity.cluster_ids
+            cluster = ids[0] if len(ids) == 1 else None
+            for table in ("transactions", "findings", "producers"):
+                run._tables[table] = (run._tables[table]
+                                      .withColumn("capture_set", F.lit(cset.number).cast("bigint"))
+                                      .withColumn("cluster", F.lit(cluster).cast("string")))
+            runs.append(run)
+        for i, arg in enumerate(paths):
+            if i not in found and any(x.arg == i for x in inputs):
+                raise CaptureError(f"{arg}: no pcap or pcapng files in this folder")
+    except BaseException:
+        pool.shutdown(cancel_futures=True)  # the sets not started are not run; the running ones end
+        for future in futures:
+            done = None if future.cancelled() or future.exception() is not None else future.result()
+            if isinstance(done, _Staged):
+                for df in (done.events, done.outputs, *(done.probe[:1] if done.probe else ())):
+                    df.unpersist()
+        raise
+    files = [i.path for i in inputs]
+    summary = join_results([r.summary for r in runs], sets, files, engine="spark")
+    summary.warnings[:0] = warnings  # inputs skipped while listing folders come first, as locally
+    summary.capture.skipped_files += skipped
+    frames: dict[str, Any] = {}
+    for table in (*TABLES, "producers"):
+        if table in _DRIVER_TABLES:
+            continue
+        parts = [r._tables[table] for r in runs if r._tables.get(table) is not None]
+        frame = parts[0] if parts else None
+        for part in parts[1:]:
+            frame = frame.unionByName(part)
+        frames[table] = frame
+    # The partition logs are folded on the driver (their exchanges go to the context group): their tables
+    # are the joined summary's, numbered as the local export numbers them.
+    import pyarrow as pa
+
+    from ksniff.engine import spark_tasks as tasks
+
+    for table in _DRIVER_TABLES:
+        frames[table] = spark.createDataFrame(pa.Table.from_batches([tasks.summary_batch(table, summary)]),
+                                              tasks.table_ddl(table))
+    return SparkAudit(spark, summary, frames, [df for r in runs for df in r._cached])
+
+
+def _plan(inputs: list[_Input], paths: list[str], config: EngineConfig
+          ) -> tuple[list[tuple[capture_sets.CaptureSet, list[_Input]]], list[str], int]:
+    """The capture sets, each with its inputs; the warnings and count of files left out of folders.
+    Inputs this machine can open (paths, `file:` URIs) are planned as the local engine plans them: the
+    driver sniffs each folder's files and, with several inputs, walks them once (ksniff.engine.sets).
+    Inputs on other file systems are not opened on the driver: they are one set (each its own with
+    --separate), and a warning says so when there are several."""
+    from ksniff.capture.folders import expand_inputs
+    from ksniff.engine.spark_tasks import local_path
+
+    mode = config.capture_sets
+    here = [local_path(p) for p in paths]
+    if all(h is not None and os.path.exists(h) for h in here):
+        files, warnings, skipped = expand_inputs(list(here))
+        captures = {os.path.abspath(f) for f in files}
+        local = {i.file: os.path.abspath(local_path(i.uri) or i.path) for i in inputs}
+        kept = [i for i in inputs if not i.folder or local[i.file] in captures]
+        if not kept:
+            raise CaptureError("no capture files given")
+        by_path = {local[i.file]: i for i in kept}
+        planned = capture_sets.plan([local[i.file] for i in kept], mode, ports=config.ports,
+                                    auto_detect=config.auto_detect, limits=config.limits)
+        out = []
+        for c in planned:
+            members = [by_path[p] for p in c.paths]
+            out.append((replace(c, paths=tuple(i.path for i in members)), members))
+        return out, warnings, skipped
+    if mode == capture_sets.SEPARATE and len(inputs) > 1:
+        return ([(capture_sets.CaptureSet(n, (i.path,), ("--separate: one set per input",)), [i])
+                 for n, i in enumerate(inputs, start=1)], [], 0)
+    why = ("one input" if len(inputs) == 1 else "--merge: every input in one set"
+           if mode == capture_sets.MERGE else "inputs on a remote file system are audited as one set")
+    warnings = []
+    if mode == capture_sets.AUTO and len(inputs) > 1:
+        warnings.append(f"capture sets are not identified among inputs on a remote file system: the "
+                        f"{len(inputs)} files are audited as one capture set (--separate audits each file "
+                        "on its own)")
+    return [(capture_sets.CaptureSet(1, tuple(i.path for i in inputs), (why,)), inputs)], warnings, 0
+
+
+def _left_out_warnings(left_out: list) -> list[str]:
+    """The local walk's warning for files of a folder that are not captures, one per folder."""
+    from ksniff.capture.folders import _not_captures
+
+    folders: dict[str, list[str]] = {}
+    for m in left_out:
+        folder, _sep, name = m.path.rpartition("/")
+        folders.setdefault(folder, []).append(name)
+    return [_not_captures(folder, names) for folder, names in folders.items()]
+
+
+@dataclass
+class _Staged:
+    """A capture set's pipeline run up to what needs the sets before it: the --records budget."""
+
+    metas: list
+    left_out: list
+    stats: list
+    conns: dict[int, int]
+    last_event: float
+    identity: Identity
+    events: Any  # stage 2's rows, cached
+    outputs: Any  # stage 3's, cached
+    output: Any  # the set's AuditOutput
+    gaps: Any  # the CONTEXT_KEY group's output
+    probe: tuple[Any, dict] | None  # (spark_tasks.record_probe's rows, their aggregate) with --records
+
+
+def _run_set(session: Session, inputs: list[_Input], config: EngineConfig) -> _Staged | list:
+    """One capture set's pipeline: its stages run and cached, or the metas of its files left out when none
+    of them is a capture. Sets run side by side (Spark schedules their jobs together)."""
+    spark = session.spark
+    total = sum(i.length for i in inputs)
+    partitions = partitions_for(total, session.parallelism)
+    cached: list[Any] = []
+    try:
+        return _stages(session, inputs, config, spark, partitions, total, cached)
+    except BaseException:
+        for df in cached:
+            df.unpersist()
+        raise
+
+
+def _stages(session: Session, inputs: list[_Input], config: EngineConfig, spark: Any, partitions: int,
+            total: int, cached: list) -> _Staged | list:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
 
-    spark = session.spark
-    partitions = shuffle_partitions(total, session.parallelism)
+    # Stage 1: the files read on the executors. Kept (memory, then disk) because the capture's end time,
+    # which stage 2 needs, is known only once every file has been read.
+    segments = _read(spark, inputs, session.parallelism, total).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # One pass over stage 1's rows: the files' summaries and each partition's distinct packet times.
+        summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
+        metas = sorted((pickle.loads(b) for b in summaries.column("meta").to_pylist() if b is not None),
+                       key=lambda m: m.file)
+        metas, left_out = _check_inputs(metas)
+        if not metas:
+            return left_out
+        end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
+        pms = tasks.merge_times(b for b in summaries.column("times").to_pylist() if b is not None)
+        every = Reassembler(config.limits).sweep_every
+        end = tasks.RunEnd(end_ts, tasks.sweep_ticks(pms, every))
 
-    # Stage 1: files spread over a few tasks per core. Kept (memory, then disk) because the capture's end
-    # time, which stage 2 needs, is known only once every file has been read.
-    bins = _spread([(i, path, tasks.read_path(path)) for i, path in enumerate(files)],
-                   min(len(files), 4 * session.parallelism + total // (64 << 20)))
-    segments = (spark.range(0, len(bins), 1, numPartitions=len(bins))
-                .mapInArrow(_extract(bins), tasks.SEGMENTS_DDL)
-                .persist(StorageLevel.MEMORY_AND_DISK))
-    metas = sorted((pickle.loads(r["meta"]) for r in
-                    segments.filter(F.col("flow").isNull()).select("meta").collect()), key=lambda m: m.file)
-    end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
-    pms = sorted(segments.filter(F.col("flow").isNotNull()).select("pm").distinct()
-                 .toArrow().column(0).to_pylist())
-    every = Reassembler(config.limits).sweep_every
-    end = tasks.RunEnd(end_ts, tasks.sweep_ticks(pms, every))
-
-    # Stage 2: per flow, in the merge's order.
-    events = (segments.repartition(partitions, "flow")
-              .sortWithinPartitions("flow", "pm", "file", "idx")
-              .mapInArrow(tasks.decode(config, end), tasks.EVENTS_DDL)
-              .persist(StorageLevel.MEMORY_AND_DISK))
-    small = events.filter(F.col("kind") != tasks.KEYED).toArrow().to_pylist()
-    segments.unpersist()
+        # Stage 2: per flow, in the merge's order.
+        events = (segments.repartition(partitions, "flow")
+                  .sortWithinPartitions("flow", "pm", "file", "idx")
+                  .mapInArrow(tasks.decode(config, end), tasks.EVENTS_DDL)
+                  .persist(StorageLevel.MEMORY_AND_DISK))
+        cached.append(events)
+        small = events.filter(~F.col("kind").isin(tasks.KEYED, tasks.TABLE)).toArrow().to_pylist()
+    finally:
+        segments.unpersist()
     by_kind: dict[int, list[dict]] = {}
     for row in small:
         by_kind.setdefault(row["kind"], []).append(row)
@@ -129,41 +586,68 @@ def _run(session: Session, files: list[str], config: EngineConfig, total: int,
     groups: dict[str, set[str]] = {}
     for key, group in group_of.items():
         groups.setdefault(group, set()).add(key)
+    end = replace(end, last_event=None if last_event == -math.inf else last_event)
 
-    # Stage 3: per group of producer keys, in audit order, with the context events. The audit closes its
-    # books where the in-process engine does: at the last capture event the pipeline was fed.
-    end = tasks.RunEnd(last_event if last_event > -math.inf else end.end_ts, end.ticks)
+    # Stage 3: per group of producer keys, in audit order, with the context events.
     group_table = spark.createDataFrame(sorted(group_of.items()) or [("", "")], "key string, group string")
-    keyed = (events.filter(F.col("kind") == tasks.KEYED)
-             .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf))
-                         .otherwise(F.col("rel")))
-             .join(F.broadcast(group_table), "key")
-             .repartition(partitions, "group")
-             .sortWithinPartitions("group", *tasks.ORDER_COLUMNS)
-             .mapInArrow(tasks.fold(config, end, context, conns,
-                                    {g: frozenset(k) for g, k in groups.items()}), tasks.OUTPUTS_DDL))
-    outputs = [pickle.loads(r["blob"]) for r in keyed.toArrow().to_pylist()]
-    events.unpersist()
-    # The context group also keeps the partition logs: the context events with the LOG rows, each once.
+    outputs = (events.filter(F.col("kind") == tasks.KEYED)
+               .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf))
+                           .otherwise(F.col("rel")))
+               .join(F.broadcast(group_table), "key")
+               .repartition(partitions, "group")
+               .sortWithinPartitions("group", *tasks.ORDER_COLUMNS)
+               .mapInArrow(tasks.fold(config, end, context, conns,
+                                      {g: frozenset(k) for g, k in groups.items()}), tasks.OUTPUTS_DDL)
+               .persist(StorageLevel.MEMORY_AND_DISK))
+    cached.append(outputs)
+    audited = [pickle.loads(b) for b in outputs.select("blob").toArrow().column(0).to_pylist()]
+    # The CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs, which read
+    # the context events with the LOG rows (each once), on the driver.
     with_logs = sorted(dict([*context, *log_rows]).items())
-    outputs.append(tasks.context_output(config, end, with_logs, conns))
-    output = merge_outputs(outputs)
+    gaps = tasks.context_output(config, end, with_logs, conns)
+    output = merge_outputs([*audited, gaps])
 
-    capture, decode, warnings = _totals(metas, stats, config)
-    warnings[:0] = skipped[0]  # inputs skipped while expanding folders come first, as in the local engine
-    capture.skipped_files = skipped[1]
-    exchanges, batches, records = _tables(by_kind.get(tasks.TABLE, []), last_event, conns, config, decode,
-                                          records_used)
-    # Records are decompressed here, on the driver, under the run's budget: what it cut, said last.
-    caps = (config.max_records_batch, config.max_records_request, config.max_records_run)
-    warnings.extend(inflation_warnings(decode, *caps))
-    result = AuditResult.of_run(
-        "spark",
-        inputs=[InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in metas],
-        capture=capture, decode=decode, output=output, warnings=warnings, exchanges=exchanges,
-        batches=batches, records=records)
-    stamp_set(result, cset, _identity(by_kind.get(tasks.IDENTITY, []), last_event))
-    return result
+    probe = None
+    if config.keep_records:
+        probe = _probe_records(events.filter(F.col("kind") == tasks.TABLE), config)
+    return _Staged(metas, left_out, stats, conns, last_event, _identity(by_kind.get(tasks.IDENTITY, []),
+                   last_event), events, outputs, output, gaps, probe)
+
+
+def _finish_set(spark: Any, staged: _Staged, config: EngineConfig, records_used: int) -> SparkAudit:
+    """A staged set's audit: its --records budget drawn after the sets before it (`records_used`: the
+    bytes they inflated), its counters, summary and DataFrames."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from ksniff.engine import spark_tasks as tasks
+
+    metas, conns, outputs, gaps = staged.metas, staged.conns, staged.outputs, staged.gaps
+    table_rows = staged.events.filter(F.col("kind") == tasks.TABLE)
+    cut: frozenset[tuple] = frozenset()
+    records = DecodeStats(by_api={})
+    if staged.probe is not None:
+        cut = _records_budget(staged.probe, config, staged.last_event, records, records_used)
+    capture, decode, warnings = _totals(metas, staged.stats, config, records)
+    inputs_info = [InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in metas]
+    summary = AuditResult.of_run("spark", inputs=inputs_info, capture=capture, decode=decode,
+                                 output=staged.output, warnings=warnings)
+
+    frames: dict[str, Any] = {}
+    for table in ("exchanges", "batches", "records"):
+        if config.keep_records if table == "records" else config.keep_tables:
+            made = tasks.table_rows(table, conns, config.max_records_batch, cut)
+            frames[table] = table_rows.mapInArrow(made, tasks.table_ddl(table, order=True))
+        else:
+            frames[table] = None
+    for table in ("transactions", "findings"):
+        made = outputs.mapInArrow(tasks.output_rows(table), tasks.table_ddl(table))
+        own = tasks.output_batch(table, [gaps])
+        if own.num_rows:
+            made = made.unionByName(spark.createDataFrame(pa.Table.from_batches([own])))
+        frames[table] = made
+    frames["producers"] = outputs.mapInArrow(tasks.output_rows("producers"), tasks.PRODUCERS_DDL)
+    return SparkAudit(spark, summary, frames, [staged.events, outputs])
 
 
 def _identity(rows: list[dict], last_event: float) -> Identity:
@@ -182,34 +666,72 @@ def _identity(rows: list[dict], last_event: float) -> Identity:
     return identity
 
 
-def _spread(listing: list[tuple[int, str, str]], n: int) -> list[list[tuple[int, str, str]]]:
+def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int):
+    """Stage 1: segment rows of every input. Files on a `file:` file system are opened by the task that
+    reads them, spread over a few tasks per core by size; any other file system's are read by Spark's
+    binaryFile source (one file per row: a capture is read in one piece, see the README)."""
+    from ksniff.engine import spark_tasks as tasks
+
+    local = [i for i in inputs if tasks.local_path(i.uri) is not None]
+    remote = [i for i in inputs if tasks.local_path(i.uri) is None]
+    parts = []
+    if local:
+        bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)))
+        parts.append(spark.range(0, len(bins), 1, numPartitions=len(bins))
+                     .mapInArrow(_extract(bins), tasks.SEGMENTS_DDL))
+    if remote:
+        listing = spark.createDataFrame([(i.file, i.path, i.uri, i.folder) for i in remote],
+                                        "file int, shown string, uri string, folder boolean")
+        content = (spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content"))
+        rows = (content.join(listing, content["path"] == listing["uri"])
+                .select("file", listing["shown"].alias("path"), "uri", "folder", "content")
+                .repartition(min(len(remote), 4 * parallelism)))
+        parts.append(rows.mapInArrow(tasks.extract, tasks.SEGMENTS_DDL))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
+
+def _check_inputs(metas: list) -> tuple[list, list]:
+    """The local engine's errors, in its order: the first input that cannot be read stops the run; files
+    of a folder that are not captures are left out: (the captures' metas, the left-out files' metas)."""
+    for m in metas:
+        if m.error:
+            raise CaptureError(m.error)
+    return [m for m in metas if not m.skipped], [m for m in metas if m.skipped]
+
+
+def _spread(listing: list[_Input], n: int) -> list[list[_Input]]:
     """The files in `n` bins of about equal size, largest first into the lightest bin: one task per file
     cost more in Spark's per-task overhead than reading a small file does."""
     import heapq
 
     heap = [(0, b) for b in range(max(1, n))]
-    bins: list[list[tuple[int, str, str]]] = [[] for _ in heap]
-    for entry in sorted(listing, key=lambda e: -os.path.getsize(e[2])):
+    bins: list[list[_Input]] = [[] for _ in heap]
+    for entry in sorted(listing, key=lambda e: -e.length):
         load, b = heapq.heappop(heap)
         bins[b].append(entry)
-        heapq.heappush(heap, (load + os.path.getsize(entry[2]), b))
+        heapq.heappush(heap, (load + entry.length, b))
     return [b for b in bins if b]
 
 
-def _extract(bins: list[list[tuple[int, str, str]]]):
-    """Stage 1's task: the files of bin `id` of a spark.range, through spark_tasks.extract."""
-    from ksniff.engine import spark_tasks as tasks
+def _extract(bins: list[list[_Input]]):
+    """Stage 1's task for local files: the files of bin `id` of a spark.range, through spark_tasks.extract."""
+    rows = [[(i.file, i.path, i.uri, i.folder) for i in b] for b in bins]
 
     def run(batches):
         import pyarrow as pa
 
+        from ksniff.engine import spark_tasks as tasks
+
         for batch in batches:
             for b in batch.column(0).to_pylist():
-                rows = bins[b]
-                table = pa.RecordBatch.from_pydict({"file": [r[0] for r in rows],
-                                                    "path": [r[1] for r in rows],
-                                                    "read_path": [r[2] for r in rows]})
-                yield from tasks.extract(iter([table]))
+                listing = pa.RecordBatch.from_pydict(
+                    {"file": [r[0] for r in rows[b]], "path": [r[1] for r in rows[b]],
+                     "uri": [r[2] for r in rows[b]], "folder": [r[3] for r in rows[b]],
+                     "content": pa.nulls(len(rows[b]), pa.binary())})
+                yield from tasks.extract(iter([listing]))
 
     return run
 
@@ -219,8 +741,67 @@ def _order(row: dict, last_event: float) -> tuple:
     return (rel, row["ets"], row["phase"], row["ppm"], row["pfile"], row["pidx"], row["n"])
 
 
-def _totals(metas: list, stats: list, config: EngineConfig) -> tuple[CaptureStats, DecodeStats, list[str]]:
-    """The run's counters: the files' walks (stage 1) plus every flow's reassembler and decoder (stage 2)."""
+def _probe_records(table_rows: Any, config: EngineConfig) -> tuple[Any, dict]:
+    """The --records batches' sizes (spark_tasks.record_probe), computed on the executors, and their
+    aggregate, which alone reaches the driver."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from ksniff.engine import spark_tasks as tasks
+
+    probe = (table_rows.mapInArrow(tasks.record_probe(config.max_records_batch), tasks.PROBE_DDL)
+             .persist(StorageLevel.MEMORY_AND_DISK))
+    agg = probe.agg(F.max("need").alias("need"), F.max("request_need").alias("request_need"),
+                    F.sum("used").alias("used"), F.count("*").alias("batches")).first().asDict()
+    return probe, agg
+
+
+def _records_budget(probed: tuple[Any, dict], config: EngineConfig, last_event: float, stats: DecodeStats,
+                    records_used: int) -> frozenset[tuple]:
+    """The --records decompression caps as the local engine applies them (ksniff.decode.records.Inflation):
+    the executors decompress every batch under the per-batch cap (spark_tasks.record_probe); the request
+    and run caps depend on what came before in audit order, so the driver replays the budget over the
+    batches' sizes in that order. Counts what was inflated and cut into `stats`; returns the batches cut
+    (audit order columns and index in the exchange), whose records the executors leave out. When no cap
+    can bind (checked on an aggregate), nothing but that aggregate reaches the driver."""
+    from ksniff.engine import spark_tasks as tasks
+
+    probe, agg = probed
+    try:
+        if not agg["batches"]:
+            return frozenset()
+        if (agg["need"] <= config.max_records_batch and agg["request_need"] <= config.max_records_request
+                and records_used + agg["used"] + agg["need"] <= config.max_records_run):
+            stats.records_inflated_bytes += agg["used"]
+            return frozenset()
+        rows = probe.toArrow().to_pylist()
+    finally:
+        probe.unpersist()
+    names = tasks.ORDER_COLUMNS
+    rows.sort(key=lambda r: (math.inf if r["rel"] > last_event else r["rel"], *(r[c] for c in names[1:]),
+                             r["batch"]))
+    inflation = Inflation(stats, config.max_records_batch, config.max_records_request, config.max_records_run)
+    inflation.run_used = records_used
+    cut = set()
+    previous = None
+    for r in rows:
+        exchange = tuple(r[c] for c in names)
+        if exchange != previous:
+            inflation.new_request()
+            previous = exchange
+        cap, which = inflation.cap()
+        if r["need"] > max(cap, 0):
+            inflation.cut(which)
+            cut.add((*exchange, r["batch"]))
+        elif r["used"]:
+            inflation.used(r["used"])
+    return frozenset(cut)
+
+
+def _totals(metas: list, stats: list, config: EngineConfig, records: DecodeStats | None = None
+            ) -> tuple[CaptureStats, DecodeStats, list[str]]:
+    """The run's counters: the files' walks (stage 1) plus every flow's reassembler and decoder (stage 2)
+    and `records`, what the --records budget inflated and cut."""
     capture = CaptureStats()
     decode = DecodeStats(by_api={})
     warnings: list[str] = []
@@ -233,35 +814,63 @@ def _totals(metas: list, stats: list, config: EngineConfig) -> tuple[CaptureStat
         capture.kafka_connections += s.kafka_connections
         reassembler.evicted += s.evicted
         reassembler.forced_gaps += s.forced_gaps
+    if records is not None:
+        add_counters(decode, records)
     warnings.extend(reassembler.warnings())
     warnings.extend(truncation_warnings(capture))
     warnings.extend(limit_warnings(
         decode, config.max_frame, config.max_in_flight, max_in_flight_total=config.max_in_flight_total,
         max_partial_total=config.max_partial_total,
         records_caps=(config.max_records_batch, config.max_records_request, config.max_records_run)))
+    per_flow = [flag for flag, name in (("--max-connections", "max_connections"),
+                                        ("--max-buffer-total", "max_buffer_total"),
+                                        ("--max-in-flight-total", "max_in_flight_total"),
+                                        ("--max-partial-total", "max_partial_total"))
+                if getattr(config, name) != getattr(_DEFAULTS, name)]
+    if per_flow:
+        warnings.append(f"{' and '.join(per_flow)} cap one process's memory: the Spark engine applies "
+                        f"{'them' if len(per_flow) > 1 else 'it'} to each flow's task, where "
+                        f"{'they do' if len(per_flow) > 1 else 'it does'} not bind as in one process")
     return capture, decode, warnings
 
 
-def _tables(rows: list[dict], last_event: float, conns: dict[int, int], config: EngineConfig,
-            decode: DecodeStats, records_used: int = 0) -> tuple[list[dict], list[dict], list[dict] | None]:
-    """Exchange, batch and record rows in the in-process engine's order: audit order (records stay in
-    it; AuditResult.of_run sorts exchanges and batches stably by time)."""
-    from ksniff.decode.rows import batch_row, exchange_row, record_rows
-    from ksniff.engine.spark_tasks import renumber
+# -- exports -----------------------------------------------------------------------------------------------
 
-    exchanges: list[dict] = []
-    batches: list[dict] = []
-    records: list[dict] | None = [] if config.keep_records else None
-    inflation = Inflation(decode, config.max_records_batch, config.max_records_request,
-                          config.max_records_run)
-    inflation.run_used = records_used
-    for _order_key, blob in sorted((_order(r, last_event), r["blob"]) for r in rows):
-        ex = renumber(pickle.loads(blob), conns)
-        if config.keep_tables:
-            exchanges.append(exchange_row(ex))
-            batches.extend(batch_row(b) for b in ex.batches)
-        if records is not None:
-            inflation.new_request()
-            for b in ex.batches:
-                records.extend(record_rows(b, inflation))
-    return exchanges, batches, records
+
+def _target(directory: str, name: str) -> str:
+    return directory.rstrip("/") + "/" + name
+
+
+def _write_parquet(run: SparkAudit, directory: str, tables: list[str]) -> None:
+    """Time columns as UTC timestamps in microseconds, rounded half to even, as the local export has them."""
+    from pyspark.sql import functions as F
+
+    from ksniff.report.tables import TIME_COLUMNS
+
+    conf = run.spark.conf
+    before = conf.get("spark.sql.parquet.outputTimestampType", None)
+    conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    try:
+        for table in tables:
+            df = run.sorted(table)
+            for column in TIME_COLUMNS[table]:
+                df = df.withColumn(column, F.timestamp_micros(F.bround(F.col(column) * 1e6).cast("long")))
+            df.write.mode("overwrite").parquet(_target(directory, f"{table}.parquet"))
+    finally:
+        if before is None:
+            conf.unset("spark.sql.parquet.outputTimestampType")
+        else:
+            conf.set("spark.sql.parquet.outputTimestampType", before)
+
+
+def _write_csv(run: SparkAudit, directory: str, tables: list[str]) -> None:
+    """Every cell's text made by the local export's own cell functions (so floats, booleans and the
+    `_utc` twins read the same), written by Spark's CSV writer with RFC 4180 quoting."""
+    from ksniff.engine.spark_tasks import csv_cells
+
+    for table in tables:
+        function, ddl = csv_cells(table)
+        (run.sorted(table).mapInArrow(function, ddl).write.mode("overwrite")
+         .option("header", True).option("escape", '"').option("ignoreLeadingWhiteSpace", False)
+         .option("ignoreTrailingWhiteSpace", False).option("lineSep", "\n")
+         .csv(_target(directory, f"{table}.csv")))

@@ -1,12 +1,18 @@
-"""Starting and stopping the SparkSession the Spark engine runs on: quiet, fast, with ksniff's code shipped.
+"""The SparkSession the Spark engine runs on, obtained as any Spark application obtains it.
 
-Three kinds of master are understood: `local[...]` (a JVM started here; its workers import ksniff from this
-checkout or installation), a cluster URL (`spark://`, `yarn`, `k8s://`, ...: ksniff's code goes to the
-executors as a zip through `addPyFile`, and the executors must have the same Python at the same path), and
-Spark Connect (`sc://`: the code goes as an artifact; the server's Python workers need ksniff's own
-dependencies, e.g. a server started with PYSPARK_PYTHON set to the Python ksniff is installed in).
-The user's terminal sees none of Spark's banner or log lines: the JVM we start writes its stderr to a log
-file, and log4j is set to ERROR.
+- The master: `--master` when given; otherwise whatever launched us says (`spark-submit --master`,
+  `spark.master` in spark-defaults.conf, `PYSPARK_SUBMIT_ARGS`, `MASTER`), and Spark's own default,
+  `local[*]`, when nothing does. An existing session (the Python API's `spark=`) is used as it is.
+- Configuration: `--conf key=value` pairs go to the session builder unchanged, so they reach the JVM when
+  ksniff starts it (driver memory, extra Java options) and the SparkContext otherwise. ksniff sets no
+  Spark option of its own: the UI, the log level and log4j stay as Spark's configuration has them.
+- The executors' Python: `spark.pyspark.python` (or PYSPARK_PYTHON) names it; for `local` masters the
+  default is the Python running ksniff (the workers are this machine). On a cluster the executors need
+  Python 3.10+ with pyarrow (see the README's Spark section for a packed environment); ksniff's own code
+  is shipped to them as a zip. A short probe job checks this before any capture is read, so a missing
+  module is one line, not a task failure retried on every executor.
+- Spark Connect (`sc://`): ksniff's code goes as an artifact; the server's Python workers need ksniff's
+  dependencies (e.g. a server started with PYSPARK_PYTHON set to the Python ksniff is installed in).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import shutil
 import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +35,16 @@ class SparkUnavailable(RuntimeError):
     """The Spark engine cannot run here (pyspark or Java missing, master unreachable): one line why."""
 
 
-_LOG4J2 = """\
-rootLogger.level = error
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
+def is_connect(master: str | None) -> bool:
+    return bool(master) and master.startswith("sc://")
 
 
-def is_connect(master: str) -> bool:
-    return master.startswith("sc://")
+def is_local(master: str | None) -> bool:
+    return bool(master) and (master == "local" or master.startswith("local[")
+                             or master.startswith("local-cluster["))
 
 
-def is_local(master: str) -> bool:
-    return master == "local" or master.startswith("local[") or master.startswith("local-cluster[")
-
-
-def check_available(master: str) -> None:
+def check_available(master: str | None) -> None:
     """Raise SparkUnavailable when this machine cannot run the engine against `master`."""
     if importlib.util.find_spec("pyspark") is None:
         raise SparkUnavailable("the Spark engine needs pyspark: pip install 'ksniff[spark]'")
@@ -57,7 +53,7 @@ def check_available(master: str) -> None:
             raise SparkUnavailable("Spark Connect (sc://) needs pyspark's connect extras: "
                                    "pip install 'ksniff[spark-connect]'")
         return
-    if java_binary() is None:
+    if not os.environ.get("PYSPARK_GATEWAY_PORT") and java_binary() is None:  # spark-submit has a JVM
         raise SparkUnavailable("the Spark engine needs Java 17 or newer (set JAVA_HOME or put java on PATH)")
 
 
@@ -68,7 +64,7 @@ def java_binary() -> str | None:
     return shutil.which("java")
 
 
-def shuffle_partitions(total_bytes: int, parallelism: int) -> int:
+def partitions_for(total_bytes: int, parallelism: int) -> int:
     """Enough partitions to keep every core busy and each near 32 MB of capture; never 200 tiny ones."""
     by_size = total_bytes // (32 << 20) + 1
     return max(1, min(400, max(parallelism, by_size)))
@@ -84,68 +80,75 @@ def package_zip(workdir: str) -> str:
     return target
 
 
-@contextlib.contextmanager
-def _stderr_to(path: str) -> Iterator[None]:
-    """Point file descriptor 2 at `path` while a child process is started, so the child keeps it."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+def _probe(_rows):
+    """Runs on an executor: what it lacks to run ksniff's tasks, as one line (empty when nothing)."""
+    import sys as _sys
+
     try:
-        os.dup2(fd, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
+        import pyarrow  # noqa: F401
+
+        import ksniff.engine.spark_tasks  # noqa: F401
+    except ImportError as exc:
+        return [f"the executors' Python ({_sys.executable}) cannot import {exc.name or exc}"]
+    return [""]
+
+
+_CHECKED: set[str] = set()  # applications whose executors passed the probe
 
 
 class Session:
     """A SparkSession for one run: started with `start()`, stopped (if we started it) with `stop()`."""
 
-    def __init__(self, master: str, shuffle: int, spark: Any = None) -> None:
+    def __init__(self, master: str | None = None, conf: Sequence[tuple[str, str]] = (),
+                 spark: Any = None) -> None:
         self.master = master
-        self.shuffle = shuffle
+        self.conf = list(conf)
         self.spark = spark
         self._owned = spark is None
         self._workdir = tempfile.mkdtemp(prefix="ksniff-spark-")
-        self.log_path = os.path.join(self._workdir, "spark.log")
-        self._keep_log = False
 
     def start(self) -> Any:
-        # The workers run the driver's Python: the same version, and the same packages (pandas, pyarrow).
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         if self.spark is None:
             self.spark = self._connect() if is_connect(self.master) else self._launch()
-        elif not is_local(self.master) and not is_connect(self.master):
-            self.spark.sparkContext.addPyFile(package_zip(self._workdir))
+        elif not self.connect and not is_local(self.master_url):
+            with contextlib.suppress(Exception):  # already shipped by an earlier run in this session
+                self.spark.sparkContext.addPyFile(package_zip(self._workdir))
+        self._check_executors()
         return self.spark
+
+    @property
+    def connect(self) -> bool:
+        return not hasattr(self.spark, "sparkContext") or is_connect(self.master)
+
+    @property
+    def master_url(self) -> str | None:
+        with contextlib.suppress(Exception):
+            return self.spark.sparkContext.master
+        return self.master
 
     def _launch(self) -> Any:
         from pyspark.sql import SparkSession
 
-        log4j = os.path.join(self._workdir, "log4j2.properties")
-        Path(log4j).write_text(_LOG4J2)
-        builder = (SparkSession.builder.master(self.master).appName("ksniff")
-                   .config("spark.ui.enabled", "false")
-                   .config("spark.ui.showConsoleProgress", "false")
-                   .config("spark.sql.shuffle.partitions", str(self.shuffle))
-                   .config("spark.sql.adaptive.enabled", "false")  # keeps our partition counts as planned
-                   .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20000")
-                   .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}"))
-        if is_local(self.master):
-            # Local workers import ksniff from where the driver did, without a zip round trip.
+        builder = SparkSession.builder.appName("ksniff")
+        for key, value in self.conf:
+            builder = builder.config(key, value)
+        if self.master:
+            builder = builder.master(self.master)
+        python = dict(self.conf).get("spark.pyspark.python")
+        if python:  # what spark-submit does with it: the driver's pyspark reads only the environment
+            os.environ["PYSPARK_PYTHON"] = python
+        master = self.master or _configured_master() or "local[*]"  # Spark's own default
+        if is_local(master):
+            # Local workers are this machine: this Python, and ksniff from where the driver imported it.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             here = str(PACKAGE_DIR.parent)
             path = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
             builder = builder.config("spark.executorEnv.PYTHONPATH", path)
         try:
-            with _stderr_to(self.log_path):
-                spark = builder.getOrCreate()
-        except Exception as exc:  # the JVM did not come up: say so in one line, the log has the rest
-            self._keep_log = True
-            raise SparkUnavailable(f"could not start Spark ({type(exc).__name__}); "
-                                   f"see {self.log_path}") from None
-        spark.sparkContext.setLogLevel("ERROR")
-        if not is_local(self.master):
+            spark = builder.getOrCreate()
+        except Exception as exc:  # the JVM did not come up or the master refused us: one line
+            raise SparkUnavailable(f"could not start Spark: {_one_line(exc)}") from None
+        if not is_local(spark.sparkContext.master):
             spark.sparkContext.addPyFile(package_zip(self._workdir))
         return spark
 
@@ -153,12 +156,31 @@ class Session:
         from pyspark.sql import SparkSession
 
         try:
-            spark = SparkSession.builder.remote(self.master).getOrCreate()
-            spark.conf.set("spark.sql.shuffle.partitions", str(self.shuffle))
+            builder = SparkSession.builder.remote(self.master)
+            for key, value in self.conf:
+                builder = builder.config(key, value)
+            spark = builder.getOrCreate()
             spark.addArtifacts(package_zip(self._workdir), pyfile=True)
         except Exception as exc:
-            raise SparkUnavailable(f"could not reach Spark Connect at {self.master}: {exc}") from None
+            raise SparkUnavailable(f"could not reach Spark Connect at {self.master}: "
+                                   f"{_one_line(exc)}") from None
         return spark
+
+    def _check_executors(self) -> None:
+        if self.connect:
+            return
+        sc = self.spark.sparkContext
+        if sc.applicationId in _CHECKED:
+            return
+        try:
+            problems = [p for p in sc.parallelize([0], 1).mapPartitions(_probe).collect() if p]
+        except Exception as exc:
+            raise SparkUnavailable(f"the executors cannot run Python tasks: {_one_line(exc)} "
+                                   "(set spark.pyspark.python to a Python 3.10+ with pyarrow)") from None
+        if problems:
+            raise SparkUnavailable(f"{problems[0]} (set spark.pyspark.python to a Python with ksniff's "
+                                   "dependencies, see the README's Spark section)")
+        _CHECKED.add(sc.applicationId)
 
     @property
     def parallelism(self) -> int:
@@ -171,5 +193,29 @@ class Session:
             with contextlib.suppress(Exception):
                 self.spark.stop()
             self.spark = None
-        if not self._keep_log:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+def _configured_master() -> str | None:
+    """The master something other than `--master` set, as far as it is known before the JVM starts."""
+    from pyspark import SparkContext
+
+    if SparkContext._jvm is not None:  # under spark-submit, or a JVM already running in this process
+        with contextlib.suppress(Exception):
+            from pyspark import SparkConf
+
+            return SparkConf().get("spark.master", None)
+    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
+    if "--master" in args[:-1]:
+        return args[args.index("--master") + 1]
+    return os.environ.get("MASTER") or None
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception from Spark or py4j as one short line: its last meaningful line, no Java stack."""
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("at ")]
+    for ln in reversed(lines):
+        if "Error:" in ln or "Exception:" in ln:
+            return ln[:300]
+    return (lines[0] if lines else type(exc).__name__)[:300]

@@ -37,10 +37,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 
 from ksniff.audit import CONTEXT_KEY, Auditor, is_context, producer_keys, touched_keys
 from ksniff.audit.keys import is_log_event
-from ksniff.capture import Reassembler
+from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, ConnectionOpened
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.packets import FIN, RST, SYN, TRUNCATED
@@ -93,6 +94,7 @@ class RunEnd:
     # When the in-process reassembler sweeps for idle connections: it does so on capture time, at the
     # first segment of any connection at least `every` seconds after the last sweep (see `sweep_ticks`).
     ticks: tuple[float, ...] = ()
+    last_event: float | None = None  # the latest capture event time: where the local engine ends the audit
 
 
 @dataclass(slots=True)
@@ -112,6 +114,8 @@ class FileMeta:
     last_ts: float | None
     max_ts: float | None
     warnings: list[str] = field(default_factory=list)
+    error: str | None = None  # the one-line error the local engine would stop with
+    skipped: bool = False  # found in a folder and not a capture: left out, as the local walk does
 
 
 @dataclass(slots=True)
@@ -130,15 +134,74 @@ class FlowStats:
 # -- stage 1: files into segment rows ---------------------------------------------------------------------
 
 
+LISTING_DDL = "file int, path string, uri string, folder boolean, content binary"
+
+
+def local_path(uri: str) -> str | None:
+    """The path an executor opens for a `file:` URI (or a plain path); None for other file systems."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return unquote(parts.path) if parts.scheme else uri
+    return None
+
+
 def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over rows (file, path, read_path): every TCP segment of each file, then its FileMeta."""
+    """mapInArrow over rows of LISTING_DDL: every TCP segment of each file, then its FileMeta.
+
+    A `file:` URI is opened where the task runs; any other file system's bytes come in `content` (Spark's
+    binaryFile source read them) and go through a temporary file. An input that cannot be read is a
+    FileMeta with the one-line error the local engine gives (or `skipped`, for a file found in a folder
+    that is not a capture), never a task failure for Spark to retry."""
     for batch in batches:
-        for file, path, read_path in zip(*(batch.column(i).to_pylist() for i in range(3)), strict=True):
-            yield from _extract_file(file, path, read_path)
+        columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
+        contents = batch.column("content")
+        for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
+            yield from _extract_input(file, path, uri, folder, contents[i].as_py)
 
 
-def _extract_file(file: int, path: str, read_path: str) -> Iterator[pa.RecordBatch]:
-    capture = CaptureFile(read_path)
+def _extract_input(file: int, path: str, uri: str, folder: bool, content) -> Iterator[pa.RecordBatch]:
+    import tempfile
+
+    where = local_path(uri)
+    tmp = None
+    try:
+        if where is None:
+            data = content()
+            fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data or b"")
+            del data
+            where = tmp
+        try:
+            capture = CaptureFile(where)
+        except CaptureError as exc:
+            yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), folder))
+            return
+        try:
+            yield from _extract_file(file, path, capture)
+        except CaptureError as exc:
+            yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), False))
+        finally:
+            capture.close()
+    finally:
+        if tmp is not None:
+            os.unlink(tmp)
+
+
+def _failed(file: int, path: str, error: str, skipped: bool) -> FileMeta:
+    return FileMeta(file, path, "", [], 0, 0, 0, 0, 0, None, None, None, [], None if skipped else error,
+                    skipped)
+
+
+def _meta_batch(meta: FileMeta) -> pa.RecordBatch:
+    row: dict[str, list] = {name: [None] for name in SEGMENTS.names}
+    row["meta"] = [dumps(meta)]
+    return pa.RecordBatch.from_pydict(row, schema=SEGMENTS)
+
+
+def _extract_file(file: int, path: str, capture: CaptureFile) -> Iterator[pa.RecordBatch]:
     cols: dict[str, list] = {name: [] for name in SEGMENTS.names}
     pm = -INF
     # Positions of the segments that make the reassembler emit something, which cuts any other flow's
@@ -189,12 +252,9 @@ def _extract_file(file: int, path: str, read_path: str) -> Iterator[pa.RecordBat
     if pms:
         yield _segment_batch(cols, file)
     c = capture.counts
-    meta = FileMeta(file, path, capture.format, list(capture.linktypes), capture.size, c.packets, c.non_tcp,
-                    c.fragments, c.cut_short, c.first_ts, c.last_ts, pm if idx else None,
-                    list(capture.warnings))
-    row: dict[str, list] = {name: [None] for name in SEGMENTS.names}
-    row["meta"] = [dumps(meta)]
-    yield pa.RecordBatch.from_pydict(row, schema=SEGMENTS)
+    yield _meta_batch(FileMeta(file, path, capture.format, list(capture.linktypes), capture.size, c.packets,
+                               c.non_tcp, c.fragments, c.cut_short, c.first_ts, c.last_ts,
+                               pm if idx else None, list(capture.warnings)))
 
 
 def _segment_batch(cols: dict[str, list], file: int) -> pa.RecordBatch:
@@ -390,6 +450,34 @@ def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 # -- stage 3: the audit fold per producer key ------------------------------------------------------------
 
 
+SUMMARY_DDL = "meta binary, times binary"
+
+
+def summarize(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over stage 1's rows: the files' summaries as they are, and the partition's distinct
+    running-maximum times as one float64 array (the driver merges them into the sweep clock)."""
+    import numpy as np
+
+    metas: list[bytes] = []
+    parts = []
+    for batch in batches:
+        meta = batch.column("meta")
+        metas.extend(b for b in meta.filter(pa.compute.is_valid(meta)).to_pylist())
+        pm = batch.column("pm").drop_null().to_numpy()
+        if len(pm):
+            parts.append(np.unique(pm))
+    times = np.unique(np.concatenate(parts)).tobytes() if parts else None
+    yield pa.RecordBatch.from_pydict({"meta": [*metas, None], "times": [None] * len(metas) + [times]},
+                                     schema=pa.schema([("meta", pa.binary()), ("times", pa.binary())]))
+
+
+def merge_times(blobs) -> list[float]:
+    import numpy as np
+
+    arrays = [np.frombuffer(b, dtype=np.float64) for b in blobs]
+    return np.unique(np.concatenate(arrays)).tolist() if arrays else []
+
+
 def sweep_ticks(pms, every: float) -> tuple[float, ...]:
     """The times of the in-process reassembler's sweeps, from the sorted distinct running maxima of
     every file: the first at the first segment, each next at the first segment `every` seconds on."""
@@ -431,7 +519,7 @@ def fold(config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]], 
             for _order, event in heapq.merge(_once(events, conns), iter(context_events), key=lambda x: x[0]):
                 auditor.feed(event)
             names.append(group)
-            blobs.append(dumps(auditor.finish(end.end_ts)))
+            blobs.append(dumps(auditor.finish(end.last_event)))
         yield pa.RecordBatch.from_pydict({"key": names, "blob": blobs},
                                          schema=pa.schema([("key", pa.string()), ("blob", pa.binary())]))
 
@@ -467,11 +555,251 @@ def context_output(config: EngineConfig, end: RunEnd, context: list[tuple[tuple,
     auditor = Auditor(config.audit_config(), key=CONTEXT_KEY)
     for _order, blob in context:
         auditor.feed(renumber(pickle.loads(blob), conns))
-    return auditor.finish(end.end_ts)
+    return auditor.finish(end.last_event)
 
 
-def read_path(path: str) -> str:
-    """The path a worker opens: absolute, so a worker with another working directory finds it."""
-    return os.path.abspath(path)
+# -- the tables, built where the events are --------------------------------------------------------------
+
+_SPARK_TYPES = {"float64": "double", "Int64": "bigint", "boolean": "boolean", "string": "string"}
+_ARROW_TYPES = {"float64": pa.float64(), "Int64": pa.int64(), "boolean": pa.bool_(), "string": pa.string()}
+# Each exported row keeps the place of its exchange in the audit order (and of itself within the
+# exchange), so a writer can give the rows in exactly the local engine's order.
+ROW_ORDER = (*ORDER_COLUMNS, "sub")
+PRODUCERS_DDL = ("transactional_id string, producer_id bigint, epochs array<bigint>, clients array<string>, "
+                 "client_ids array<string>, batches bigint, records bigint, "
+                 "transactions struct<commit: bigint, abort: bigint, open: bigint, unknown: bigint>, "
+                 "capture_set bigint, cluster string")
 
 
+def table_ddl(table: str, order: bool = False) -> str:
+    from ksniff.report.tables import SCHEMAS
+
+    columns = [f"`{name}` {_SPARK_TYPES[dtype]}" for name, dtype in SCHEMAS[table].items()]
+    if order:
+        columns += [f"`{name}` {'bigint' if name in ('pfile', 'pidx', 'n', 'sub') else 'double'}"
+                    if name != "phase" else "`phase` tinyint" for name in ROW_ORDER]
+    return ", ".join(columns)
+
+
+def _table_schema(table: str, order: bool) -> pa.Schema:
+    from ksniff.report.tables import SCHEMAS
+
+    fields = [pa.field(name, _ARROW_TYPES[dtype]) for name, dtype in SCHEMAS[table].items()]
+    if order:
+        kinds = {"phase": pa.int8(), "pfile": pa.int64(), "pidx": pa.int64(), "n": pa.int64(),
+                 "sub": pa.int64()}
+        fields += [pa.field(name, kinds.get(name, pa.float64())) for name in ROW_ORDER]
+    return pa.schema(fields)
+
+
+def _cell(value, dtype: str):
+    if value is None:
+        return None
+    if dtype == "float64":
+        return None if value != value else float(value)  # NaN is missing, as in the local exports
+    if dtype == "string":
+        return value if isinstance(value, str) else str(value)
+    return value
+
+
+def _arrow_rows(rows: list[dict], table: str, schema: pa.Schema, extra: dict[str, list] | None = None
+                ) -> pa.RecordBatch:
+    from ksniff.report.tables import SCHEMAS
+
+    arrays = [pa.array([_cell(r[name], dtype) for r in rows], type=_ARROW_TYPES[dtype])
+              for name, dtype in SCHEMAS[table].items()]
+    for f in schema:
+        if extra is not None and f.name in extra:
+            arrays.append(pa.array(extra[f.name], type=f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def table_rows(table: str, conns: dict[int, int], per_batch: int = 64 << 20,
+               cut: frozenset[tuple] = frozenset()):
+    """mapInArrow over TABLE rows (pickled exchanges): the rows of `exchanges`, `batches` or `records`,
+    with the exchange's connection number as the local engine gives it, and their audit-order columns.
+    `records`: each batch decompressed under the per-batch cap, except the batches in `cut` (audit order
+    columns and the batch's index in its exchange), which the run's request and run caps cut
+    (see `record_probe`)."""
+    from ksniff.decode.records import Inflation
+    from ksniff.decode.rows import batch_row, exchange_row, record_rows
+
+    def rows_of(ex: Exchange, order: tuple) -> list[dict]:
+        if table == "exchanges":
+            return [exchange_row(ex)]
+        if table == "batches":
+            return [batch_row(b) for b in ex.batches]
+        inflation = Inflation(DecodeStats(by_api={}), per_batch, _UNCAPPED, _UNCAPPED)
+        return [r for i, b in enumerate(ex.batches) if (*order, i) not in cut
+                for r in record_rows(b, inflation)]
+
+    schema = _table_schema(table, order=True)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
+            rows: list[dict] = []
+            extra: dict[str, list] = {name: [] for name in ROW_ORDER}
+            for order, blob in zip(orders, batch.column("blob").to_pylist(), strict=True):
+                made = rows_of(renumber(pickle.loads(blob), conns), order)
+                rows.extend(made)
+                for sub in range(len(made)):
+                    for name, value in zip(ROW_ORDER, (*order, sub), strict=True):
+                        extra[name].append(value)
+                if len(rows) >= BATCH_ROWS:
+                    yield _arrow_rows(rows, table, schema, extra)
+                    rows, extra = [], {name: [] for name in ROW_ORDER}
+            if rows:
+                yield _arrow_rows(rows, table, schema, extra)
+
+    return run
+
+
+# -- the --records decompression budget ---------------------------------------------------------------------
+
+_UNCAPPED = 1 << 62
+PROBE_DDL = ("rel double, ets double, phase tinyint, ppm double, pfile int, pidx long, n long, batch long, "
+             "need double, used long, request_need double")
+
+
+def record_probe(per_batch: int):
+    """mapInArrow over TABLE rows: for every batch the --records rows decompress (its bytes kept, not a
+    control batch), in its exchange's audit order: `need`, the smallest cap under which it is not cut
+    (inf: past the per-batch cap), `used`, the bytes it decompresses to when not cut (0 when its bytes do
+    not decompress), and `request_need`, its exchange's bytes before it plus its need. The driver replays
+    the local engine's budget (ksniff.decode.records.Inflation) over these rows in audit order."""
+    from ksniff.decode.records import TooLarge, cap_needed, iter_records
+
+    def outcome(raw, cap: int) -> tuple[bool, list[int]]:
+        inflated: list[int] = []
+        try:
+            for _record in iter_records(raw, max(cap, 0), inflated):
+                pass
+        except TooLarge:
+            return True, inflated
+        except ValueError:  # damaged: the rows before the damage are kept, the bytes inflated are used
+            pass
+        return False, inflated
+
+    def probe(raw) -> tuple[float, int]:
+        too_large, inflated = outcome(raw, per_batch)
+        if too_large:
+            return INF, 0
+        if inflated:
+            return float(cap_needed(raw, inflated[0])), inflated[0]
+        # Its bytes do not decompress under the per-batch cap; under a smaller one the check that comes
+        # first may cut it instead: the smallest cap that does not (monotone in the cap).
+        low, high = 0, max(per_batch, 0)
+        while low < high:
+            mid = (low + high) // 2
+            if outcome(raw, mid)[0]:
+                low = mid + 1
+            else:
+                high = mid
+        return float(low), 0
+
+    names = (*ORDER_COLUMNS, "batch", "need", "used", "request_need")
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            cols: dict[str, list] = {name: [] for name in names}
+            orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
+            for order, blob in zip(orders, batch.column("blob").to_pylist(), strict=True):
+                ex = pickle.loads(blob)
+                before = 0
+                for i, b in enumerate(ex.batches):
+                    if b.records is None or b.header.control:
+                        continue
+                    need, used = probe(b.records)
+                    for name, value in zip(names, (*order, i, need, used, before + need), strict=True):
+                        cols[name].append(value)
+                    before += used
+            yield pa.RecordBatch.from_pydict(cols, schema=_PROBE_SCHEMA)
+
+    return run
+
+
+_PROBE_SCHEMA = pa.schema([*(f for f in EVENTS if f.name in ORDER_COLUMNS), pa.field("batch", pa.int64()),
+                           pa.field("need", pa.float64()), pa.field("used", pa.int64()),
+                           pa.field("request_need", pa.float64())])
+
+
+def output_rows(table: str):
+    """mapInArrow over the folds' pickled AuditOutputs: the `transactions`, `findings` or `producers`
+    rows of each group."""
+    from ksniff.report.tables import finding_row, transaction_row
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            outputs = [pickle.loads(b) for b in batch.column("blob").to_pylist()]
+            yield output_batch(table, outputs, finding_row, transaction_row)
+
+    return run
+
+
+def output_batch(table: str, outputs, finding_row=None, transaction_row=None) -> pa.RecordBatch:
+    if table == "producers":
+        rows = [p.as_contract() for o in outputs for p in o.producers]
+        return pa.RecordBatch.from_pylist(rows, schema=PRODUCERS_SCHEMA)
+    if finding_row is None:
+        from ksniff.report.tables import finding_row, transaction_row
+    rows = ([transaction_row(t) for o in outputs for t in o.transactions] if table == "transactions"
+            else [finding_row(f) for o in outputs for f in o.findings])
+    return _arrow_rows(rows, table, _table_schema(table, order=False))
+
+
+PRODUCERS_SCHEMA = pa.schema([
+    ("transactional_id", pa.string()), ("producer_id", pa.int64()), ("epochs", pa.list_(pa.int64())),
+    ("clients", pa.list_(pa.string())), ("client_ids", pa.list_(pa.string())), ("batches", pa.int64()),
+    ("records", pa.int64()),
+    ("transactions", pa.struct([("commit", pa.int64()), ("abort", pa.int64()), ("open", pa.int64()),
+                                ("unknown", pa.int64())])),
+    ("capture_set", pa.int64()), ("cluster", pa.string()),
+])
+
+
+def csv_cells(table: str):
+    """(mapInArrow function, DDL): a sorted table's rows as the local CSV export's cell texts, the `_utc`
+    twin after each time column; an empty cell is null, which Spark's CSV writer leaves empty."""
+    from ksniff.report.stream import _csv_cells
+
+    cells = _csv_cells(table)
+    schema = pa.schema([(name, pa.string()) for name, _column, _cell in cells])
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            values = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+            arrays = []
+            for _name, column, cell in cells:
+                texts = [cell(v) for v in values[column]]
+                arrays.append(pa.array([t if t else None for t in texts], type=pa.string()))
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    return run, ", ".join(f"`{name}` string" for name in schema.names)
+
+
+def keep_rows(keep, table: str):
+    """mapInArrow over a table with its order columns: the rows the report's filters keep
+    (ksniff.report.filters.ResultFilter.row), as the local exports keep them."""
+    schema = _table_schema(table, order=True)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield pa.RecordBatch.from_pylist([r for r in batch.to_pylist() if keep.row(r)], schema=schema)
+
+    return run
+
+
+def summary_batch(table: str, result) -> pa.RecordBatch:
+    """The `transactions`, `findings`, `partitions` or `partition_log` rows of an AuditResult (the
+    driver's; transactions and findings already filtered)."""
+    from ksniff.report.tables import finding_row, partition_log_rows, partition_rows, transaction_row
+
+    if table == "partitions":
+        rows = partition_rows(result.partitions)
+    elif table == "partition_log":
+        rows = partition_log_rows(result.partitions)
+    else:
+        rows = ([transaction_row(t) for t in result.transactions] if table == "transactions"
+                else [finding_row(f) for f in result.findings])
+    return _arrow_rows(rows, table, _table_schema(table, order=False))

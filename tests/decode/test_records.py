@@ -17,6 +17,7 @@ from ksniff.decode.records import (
     CONTROL_BIT,
     TRANSACTIONAL_BIT,
     TooLarge,
+    cap_needed,
     decompress,
     iter_records,
     parse_batches,
@@ -149,3 +150,27 @@ def test_decompression_is_refused_past_the_cap_and_exact_below(codec, encode):
 def test_garbage_does_not_decompress_with_a_value_error(codec):
     with pytest.raises(ValueError):
         decompress(codec, b"\x28\xb5\x2f\xfd\x04\x22\x4d\x18 not compressed at all")
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("value_size", [0, 300, 5000])
+def test_cap_needed_is_the_smallest_cap_that_is_not_refused(codec, value_size):
+    # The Spark engine replays the run's --records budget from each batch's need on the driver: it must
+    # be exactly where the local engine's decompression stops refusing the batch.
+    raw = record_batch(producer_id=1, epoch=0, sequence=0, records=3, codec=codec, value_size=value_size)
+    inflated: list[int] = []
+    list(iter_records(raw, 1 << 30, inflated))
+    need = cap_needed(raw, inflated[0])
+    assert len(list(iter_records(raw, need))) == 3
+    if need:
+        with pytest.raises(TooLarge):
+            list(iter_records(raw, need - 1))
+
+
+def test_a_gzip_cap_of_zero_leaves_no_room():
+    # zlib reads a limit of 0 as no limit: a run whose budget is spent must still refuse a gzip batch.
+    packed = bytes(cramjam.gzip.compress(bytes(100)))
+    for cap in (0, 99):
+        with pytest.raises(TooLarge):
+            decompress("gzip", packed, cap=cap)
+    assert decompress("gzip", packed, cap=100) == bytes(100)

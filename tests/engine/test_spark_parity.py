@@ -1,39 +1,60 @@
-"""The Spark engine gives exactly the in-process engine's result: over the corpus at once, and over a
-capture split into rotated files (one connection spanning both)."""
+"""The Spark engine on a real standalone cluster gives exactly the in-process engine's result: a sample of
+the corpus as several capture sets (with and without --records, its decompression caps and the --max-*
+limits), a capture rotated into two files; inputs and exports as file:// URIs, read and written by the
+executors, every table (partitions and partition_log too) equal to the local exports; bad inputs are the
+local engine's one-line errors.
+
+The whole matrix (every capture alone with and without the limits, the whole corpus at once as a folder
+URI and as paths) takes several minutes on two cores: it runs with KSNIFF_SPARK_FULL=1."""
 
 from __future__ import annotations
 
-import importlib.util
+import csv
+import json
 import os
 import shutil
 import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from ksniff.capture import CaptureError
 from ksniff.config import EngineConfig
 from ksniff.engine.local import audit_paths
 
 PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
 CORPUS = sorted(p for p in PCAPS.glob("*.pcap*") if p.stat().st_size > 24)
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(importlib.util.find_spec("pyspark") is None, reason="pyspark is not installed"),
-    pytest.mark.skipif(shutil.which("java") is None, reason="Java is not installed"),
-    pytest.mark.skipif(not CORPUS, reason="no corpus captures"),
-]
+pytestmark = [pytest.mark.spark, pytest.mark.skipif(not CORPUS, reason="no corpus captures")]
+
+FULL = os.environ.get("KSNIFF_SPARK_FULL") == "1"
+full_only = pytest.mark.skipif(not FULL, reason="the full Spark matrix runs with KSNIFF_SPARK_FULL=1")
 
 CONFIG = EngineConfig(keep_tables=True)
+# Small enough that the per-connection limits and the --records caps per batch and per run cut something
+# in the sample, so their counters and warnings are compared too: the lz4 set's batches (judged by their
+# frames' bound) are past the batch cap, the later sets' run out of the run's budget. The corpus writes
+# one batch per Produce request: the request cap is the smallest one in REQUEST_CAP. The caps on one
+# process's totals (connections, out-of-order bytes, requests in flight and partial frames of all
+# connections) apply per flow on Spark: the engine says so in a warning, and they are not compared.
+LIMITED = replace(CONFIG, keep_records=True, max_frame=4096, max_in_flight=2, max_buffer_bytes=2048,
+                  max_records_batch=1200, max_records_request=2000, max_records_run=15000)
+REQUEST_CAP = replace(CONFIG, keep_records=True, max_records_batch=1500, max_records_request=1000)
+# Four capture sets: a consumer's partition logs, records compressed with lz4 and zstd (both judged by the
+# sizes their frames declare), frames past --max-frame-bytes.
+SAMPLE = ("consume_tansu.pcap", "idempotent_lz4_tansu.pcap", "idempotent_zstd_tansu.pcap",
+          "txn_confluent_tansu_mtu1500.pcap")
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from ksniff.engine.spark_session import Session
-
-    session = Session("local[2]", shuffle=2)
-    yield session.start()
-    session.stop()
+def sample(tmp_path_factory) -> Path:
+    """A folder of the sample's captures (copies: a folder URI the executors list)."""
+    folder = tmp_path_factory.mktemp("sample")
+    for name in SAMPLE:
+        shutil.copy(PCAPS / name, folder / name)
+    return folder
 
 
 def comparable(result, inputs: bool = True) -> dict:
@@ -50,33 +71,149 @@ def comparable(result, inputs: bool = True) -> dict:
     return doc
 
 
-def test_corpus_at_once_matches_local(spark) -> None:
-    from ksniff.engine.spark import audit_paths_spark
-
-    paths = [str(p) for p in CORPUS]
-    local = audit_paths(paths, CONFIG)
-    distributed = audit_paths_spark(paths, CONFIG, master="local[2]", spark=spark)
+def assert_same(local, distributed, inputs: bool = True) -> None:
     assert distributed.engine == "spark"
-    assert comparable(distributed) == comparable(local)
+    assert comparable(distributed, inputs) == comparable(local, inputs)
     assert distributed.exchanges == local.exchanges
     assert distributed.batches == local.batches
+    assert distributed.records == local.records
     assert distributed.warnings == local.warnings
+
+
+def collected(run, config: EngineConfig):
+    """A SparkAudit's summary with its table rows, as audit_paths_spark gives them."""
+    result = run.summary
+    if config.keep_tables:
+        result.exchanges = run.rows("exchanges")
+        result.batches = run.rows("batches")
+        if config.keep_records:
+            result.records = run.rows("records")
+    return result
+
+
+@full_only
+@pytest.mark.timeout(900)
+def test_sample_as_file_uri_matches_local(spark, sample: Path) -> None:
+    from ksniff.engine.spark import audit_paths_spark
+
+    local = audit_paths([str(sample)], CONFIG)
+    distributed = audit_paths_spark([sample.as_uri()], CONFIG, spark=spark)
+    assert_same(local, distributed, inputs=False)
+    assert [i.path for i in distributed.inputs] == [sample.as_uri() + i.path[len(str(sample)):]
+                                                    for i in local.inputs]
+    assert len(local.capture_sets) == len(SAMPLE)
+    assert local.transactions and local.findings and local.partitions  # the comparison compared something
+    assert any(p.readers for p in local.partitions)  # a consumer's reads are in the logs
+
+
+@pytest.mark.parametrize("name, config", [("idempotent_lz4_tansu.pcap", REQUEST_CAP),
+                                          ("txn_confluent_tansu_pcapng.pcapng", LIMITED)],
+                         ids=["request-cap", "pcapng-limits"])
+def test_one_capture_alone_matches_local(spark, name: str, config: EngineConfig) -> None:
+    from ksniff.engine.spark import audit_paths_spark
+
+    capture = str(PCAPS / name)
+    local = audit_paths([capture], config)
+    assert_same(local, audit_paths_spark([capture], config, spark=spark))
+    if config is REQUEST_CAP:  # lz4 batches are judged by their frames' bound: past the request's cap
+        assert local.decode.records_cut_by_request_cap == len(local.batches)
+
+
+@pytest.mark.timeout(900)  # the cluster starts in this test's setup
+def test_records_limits_and_exports_on_file_uris(spark, sample: Path, tmp_path: Path) -> None:
+    """--records under its caps and the --max-* limits, then every table written by the executors to a
+    file:// URI: the same rows, counters and warnings as the local engine, the same files as its exports."""
+    import pyarrow.parquet as pq
+
+    from ksniff.engine.spark import audit_spark
+    from ksniff.report.stream import write_tables
+
+    local = audit_paths([str(sample)], LIMITED)
+    decode = local.decode
+    assert local.records and decode.oversized_frames and decode.in_flight_evicted
+    assert decode.records_cut_by_batch_cap and decode.records_cut_by_run_cap
+    assert local.partitions and any(p.log for p in local.partitions)
+    write_tables(local, csv_dir=str(tmp_path / "local"), parquet_dir=str(tmp_path / "local"))
+    run = audit_spark(spark, [sample.as_uri()], LIMITED)
+    try:
+        assert run.exchanges.count() == len(local.exchanges)  # the DataFrames, not a driver-side copy
+        assert set(run.exchanges.columns) == set(local.exchanges[0])
+        assert run.partition_log.count() == sum(len(p.log) for p in local.partitions)
+        run.write(csv_dir=(tmp_path / "spark").as_uri(), parquet_dir=(tmp_path / "spark").as_uri())
+        assert_same(local, collected(run, LIMITED), inputs=False)
+    finally:
+        run.close()
+    assert not (tmp_path / "file:").exists()
+    for table in ("exchanges", "batches", "records", "transactions", "findings", "partitions",
+                  "partition_log"):
+        written = pq.read_table(tmp_path / "spark" / f"{table}.parquet")
+        expected = pq.read_table(tmp_path / "local" / f"{table}.parquet")
+        assert expected.num_rows, table  # every table compared something
+        assert written.column_names == expected.column_names
+        for name in expected.column_names:
+            assert written.column(name).type == expected.column(name).type, (table, name)
+        if table in ("transactions", "findings"):  # ties on the sort column may come in another order
+            key = lambda r: json.dumps(r, sort_keys=True, default=str)  # noqa: E731
+            assert sorted(written.to_pylist(), key=key) == sorted(expected.to_pylist(), key=key)
+        else:
+            assert written.to_pylist() == expected.to_pylist(), table
+        with open(tmp_path / "local" / f"{table}.csv", newline="", encoding="utf-8") as fh:
+            local_csv = list(csv.reader(fh))
+        spark_csv = _spark_csv(tmp_path / "spark" / f"{table}.csv")
+        assert spark_csv[0] == local_csv[0]
+        assert sorted(spark_csv[1:]) == sorted(local_csv[1:]), table
+        if table not in ("transactions", "findings"):
+            assert spark_csv == local_csv, table
+
+
+@full_only
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("config", [CONFIG, LIMITED], ids=["defaults", "records-and-limits"])
+def test_every_capture_alone_matches_local(spark, config: EngineConfig) -> None:
+    """Each capture its own run; the runs share the session and go four at a time (Spark schedules
+    concurrent jobs), which keeps 36 runs within the suite's time on two cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ksniff.engine.spark import audit_paths_spark
+
+    def differs(capture: Path) -> str | None:
+        local = audit_paths([str(capture)], config)
+        distributed = audit_paths_spark([str(capture)], config, spark=spark)
+        try:
+            assert_same(local, distributed)
+        except AssertionError as exc:
+            return f"{capture.name}: {str(exc)[:300]}"
+        return None
+
+    with ThreadPoolExecutor(4) as pool:
+        problems = [p for p in pool.map(differs, CORPUS) if p]
+    assert not problems, "\n".join(problems)
+
+
+@full_only
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("config", [CONFIG, LIMITED], ids=["defaults", "records-and-limits"])
+def test_corpus_as_file_uri_matches_local(spark, config: EngineConfig) -> None:
+    from ksniff.engine.spark import audit_paths_spark
+
+    local = audit_paths([str(PCAPS)], config)
+    distributed = audit_paths_spark([PCAPS.as_uri()], config, spark=spark)
+    assert_same(local, distributed, inputs=False)
+    assert [i.path for i in distributed.inputs] == [PCAPS.as_uri() + i.path[len(str(PCAPS)):]
+                                                    for i in local.inputs]
     assert local.transactions and local.findings  # the comparison compared something
+    if config is LIMITED:
+        assert local.records and local.decode.oversized_frames and local.decode.in_flight_evicted
+        assert local.decode.records_cut_by_run_cap
 
 
-def test_records_and_limits_reach_the_spark_tasks(spark) -> None:
-    """The engines take one config: records and the decode caps change Spark's result as the local one."""
+@full_only
+@pytest.mark.timeout(1800)
+def test_corpus_as_paths_matches_local(spark) -> None:
     from ksniff.engine.spark import audit_paths_spark
 
     paths = [str(p) for p in CORPUS]
-    config = EngineConfig(keep_tables=True, keep_records=True, max_frame=2048, max_in_flight=1)
-    local = audit_paths(paths, config)
-    distributed = audit_paths_spark(paths, config, master="local[2]", spark=spark)
-    # The caps cut something, and records were decoded: the comparison covers them.
-    assert local.decode.oversized_frames and local.decode.in_flight_evicted and local.records
-    assert comparable(distributed) == comparable(local)
-    assert distributed.records == local.records
-    assert distributed.exchanges == local.exchanges
+    assert_same(audit_paths(paths, CONFIG), audit_paths_spark(paths, CONFIG, spark=spark))
 
 
 @pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) is not installed")
@@ -93,19 +230,87 @@ def test_rotated_files_match_the_whole_capture(spark, tmp_path: Path) -> None:
 
     reference = comparable(audit_paths([str(whole)], CONFIG), inputs=False)
     assert comparable(audit_paths(parts, CONFIG), inputs=False) == reference
-    split = audit_paths_spark(parts, CONFIG, master="local[2]", spark=spark)
+    split = audit_paths_spark(parts, CONFIG, spark=spark)
     assert comparable(split, inputs=False) == reference
     assert [i.path for i in split.inputs] == parts
 
 
-@pytest.mark.skipif(not os.environ.get("KSNIFF_SPARK_CONNECT"),
-                    reason="set KSNIFF_SPARK_CONNECT=sc://host:port to test against a Spark Connect server")
-def test_spark_connect_matches_local() -> None:
-    """By hand: pyspark/sbin/start-connect-server.sh, started with PYSPARK_PYTHON set to this Python."""
+def _spark_csv(folder: Path) -> list[list[str]]:
+    """A Spark CSV output folder as one table: the header once, the part files' rows in order."""
+    rows: list[list[str]] = []
+    for part in sorted(folder.glob("part-*.csv")):
+        with open(part, newline="", encoding="utf-8") as fh:
+            lines = list(csv.reader(fh))
+        if lines:
+            rows += lines if not rows else lines[1:]
+    return rows
+
+
+def test_inputs_that_cannot_be_read_are_the_local_errors(spark, tmp_path: Path) -> None:
     from ksniff.engine.spark import audit_paths_spark
 
-    paths = [str(p) for p in CORPUS]
-    remote = audit_paths_spark(paths, CONFIG, master=os.environ["KSNIFF_SPARK_CONNECT"])
-    local = audit_paths(paths, CONFIG)
-    assert comparable(remote) == comparable(local)
-    assert remote.exchanges == local.exchanges and remote.batches == local.batches
+    (tmp_path / "notes.txt").write_text("not a capture\n")
+    (tmp_path / "empty.pcap").write_bytes(b"")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "readme.md").write_text("nothing here\n")
+    good = str(CORPUS[0])
+    for bad in ("notes.txt", "empty.pcap", "missing.pcap", "folder"):
+        paths = [good, str(tmp_path / bad)]
+        with pytest.raises(CaptureError) as local:
+            audit_paths(paths, CONFIG)
+        with pytest.raises(CaptureError) as distributed:
+            audit_paths_spark(paths, CONFIG, spark=spark)
+        assert str(distributed.value) == str(local.value)
+        assert "\n" not in str(distributed.value)
+
+
+def _ksniff(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    return subprocess.run([sys.executable, "-m", "ksniff.cli", "audit", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=600)
+
+
+@pytest.mark.timeout(900)  # two applications of their own, each starting its JVM
+def test_cli_on_the_cluster(standalone, spark, tmp_path: Path) -> None:
+    """The command line as a user runs it: against the cluster, the same JSON and exit code as the local
+    engine and the exports at a file:// URI; an unreadable capture as one line and exit 2 (on local[1]:
+    the in-process test above meets it on the cluster, this one the command line's handling of it)."""
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"\x00" * 64)
+    from spark_cluster import APP_CONF
+
+    conf = [arg for key, value in [*APP_CONF, ("spark.pyspark.python", sys.executable)]
+            for arg in ("--conf", f"{key}={value}")]
+    capture = PCAPS / "txn_confluent_tansu_loss.pcap"
+    local = _ksniff(str(capture), "--json", str(tmp_path / "local.json"), "--no-color", cwd=tmp_path)
+    remote = _ksniff(capture.as_uri(), str(bad), "--master", "local[1]", cwd=tmp_path)
+    assert remote.returncode == 2, remote.stderr
+    assert "Traceback" not in remote.stderr
+    errors = [line for line in remote.stderr.splitlines() if line.startswith("ksniff: error:")]
+    assert errors == [f"ksniff: error: {bad}: not a pcap or pcapng file"]
+
+    out = tmp_path / "out"
+    remote = _ksniff(capture.as_uri(), "--master", standalone.url, *conf, "--json",
+                     str(tmp_path / "spark.json"), "--parquet", out.as_uri(), "--no-color", cwd=tmp_path)
+    assert remote.returncode == local.returncode, remote.stderr
+    docs = [json.loads((tmp_path / f"{name}.json").read_text()) for name in ("local", "spark")]
+    for doc in docs:
+        del doc["version"], doc["engine"], doc["inputs"]
+        for s in doc["capture_sets"]:  # the input as the argument named it: a path, a URI
+            del s["inputs"]
+        for c in doc["clusters"]:
+            del c["inputs"]
+    assert docs[0]["findings"] and docs[0]["partitions"]
+    assert docs[0] == docs[1]
+    for table in ("findings", "partitions", "partition_log"):
+        assert (out / f"{table}.parquet" / "_SUCCESS").exists()
+    assert not (tmp_path / "file:").exists()
+
+
+def test_local_engine_refuses_uri_outputs(tmp_path: Path) -> None:
+    result = _ksniff(str(CORPUS[0]), "--parquet", "s3a://bucket/out", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "ksniff: error: s3a://bucket/out: a URI needs the Spark engine (--engine spark); the local engine "
+        "reads and writes local paths"]
+    assert not any(tmp_path.iterdir())
