@@ -132,12 +132,11 @@ class Session:
         builder = SparkSession.builder.appName("ksniff")
         for key, value in self.conf:
             builder = builder.config(key, value)
-        if self.master:
-            builder = builder.master(self.master)
         python = dict(self.conf).get("spark.pyspark.python")
         if python:  # what spark-submit does with it: the driver's pyspark reads only the environment
             os.environ["PYSPARK_PYTHON"] = python
         master = self.master or _configured_master() or "local[*]"  # Spark's own default
+        builder = builder.master(master)  # never an earlier session's master left in this process's JVM
         if is_local(master):
             # Local workers are this machine: this Python, and ksniff from where the driver imported it.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -200,11 +199,16 @@ def _configured_master() -> str | None:
     """The master something other than `--master` set, as far as it is known before the JVM starts."""
     from pyspark import SparkContext
 
-    if SparkContext._jvm is not None:  # under spark-submit, or a JVM already running in this process
+    active = SparkContext._active_spark_context
+    if active is not None:  # a session running in this process: getOrCreate gives it
+        return active.master
+    if SparkContext._jvm is not None and "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit
         with contextlib.suppress(Exception):
             from pyspark import SparkConf
 
             return SparkConf().get("spark.master", None)
+    # A JVM this process started for an earlier session keeps that session's settings as its defaults:
+    # they are not what Spark's configuration says now, so only the environment is asked.
     args = os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
     if "--master" in args[:-1]:
         return args[args.index("--master") + 1]

@@ -1,5 +1,6 @@
 """One real Spark standalone cluster (master + worker from pyspark's spark-class, on loopback) and one
-SparkSession on it, shared by every Spark test of the run and stopped at its end."""
+SparkSession on it, shared by the Spark tests of a module and stopped at its end (a session left running
+would be the one later in-process runs of the Spark engine get)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 SPARK_READY = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def standalone():
     if not SPARK_READY:
         pytest.skip("pyspark or Java is not installed")
@@ -24,7 +25,7 @@ def standalone():
         yield cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark(standalone):
     from spark_cluster import APP_CONF
 
