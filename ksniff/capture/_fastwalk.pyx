@@ -92,3 +92,65 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
         else:
             non_tcp += 1
     return pos, packets, non_tcp, fragments, cut_short, (ts if packets else None)
+
+
+def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list links, list units,
+                 list offsets, list fields, object parse, list out, Py_ssize_t limit, Py_ssize_t max_block):
+    """Walks whole enhanced packet blocks of one section from `pos`, at most `limit` of them, appending
+    segment tuples to `out`; stops before any other block, a block running past `end`, and anything the
+    Python walk must judge (a bad length, an interface not described). Per interface: its link type,
+    timestamp ticks per second, offset in seconds and (link type field offset, link header length) of
+    the fast path or None. Returns (pos, packets, not TCP, fragments, cut short, first time, last time)."""
+    cdef const unsigned char[::1] view = buf
+    cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
+    cdef Py_ssize_t p, q, ip, t, d, ip_end, l2, et_off, n_ifaces = len(links)
+    cdef Py_ssize_t packets = 0, non_tcp = 0, fragments = 0, cut_short = 0
+    cdef unsigned int btype, blen, iface, hi, lo, caplen, total
+    cdef double ts = 0.0, first = 0.0
+    cdef object seg, f
+    if end > view.shape[0]:
+        end = view.shape[0]
+    while packets < limit and pos + 28 <= end:
+        if big_endian:
+            btype, blen, iface = ks_be32(b + pos), ks_be32(b + pos + 4), ks_be32(b + pos + 8)
+            hi, lo, caplen = ks_be32(b + pos + 12), ks_be32(b + pos + 16), ks_be32(b + pos + 20)
+        else:
+            btype, blen, iface = ks_le32(b + pos), ks_le32(b + pos + 4), ks_le32(b + pos + 8)
+            hi, lo, caplen = ks_le32(b + pos + 12), ks_le32(b + pos + 16), ks_le32(b + pos + 20)
+        if (btype != 6 or blen < 12 or blen & 3 or <Py_ssize_t>blen > max_block or <Py_ssize_t>blen > end - pos
+                or <Py_ssize_t>iface >= n_ifaces or <Py_ssize_t>caplen + 28 > <Py_ssize_t>blen):
+            break
+        ts = <double>(((<unsigned long long>hi) << 32) | lo) / <double>units[iface] + <double>offsets[iface]
+        if not packets:
+            first = ts
+        p = pos + 28
+        q = p + caplen
+        pos += blen
+        packets += 1
+        f = fields[iface]
+        if f is not None:
+            et_off, l2 = f
+            if <Py_ssize_t>caplen >= l2 + 34:
+                ip = p + l2
+                if (ks_be16(b + p + et_off) == 0x0800 and b[ip] == 0x45 and b[ip + 9] == 6
+                        and not ks_be16(b + ip + 6) & 0x3FFF):
+                    total = ks_be16(b + ip + 2)
+                    ip_end = ip + total
+                    t = ip + 20
+                    d = t + (b[t + 12] >> 4) * 4
+                    if d <= ip_end <= q:
+                        out.append((ts, PyBytes_FromStringAndSize(<const char *>b + ip + 12, 4), ks_be16(b + t),
+                                    PyBytes_FromStringAndSize(<const char *>b + ip + 16, 4), ks_be16(b + t + 2),
+                                    ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], buf[d:ip_end]))
+                        continue
+        seg = parse(ts, buf, p, q, links[iface])
+        if type(seg) is tuple:
+            out.append(seg)
+        elif seg == FRAGMENT:
+            fragments += 1
+        elif seg == CUT_SHORT:
+            cut_short += 1
+        else:
+            non_tcp += 1
+    return (pos, packets, non_tcp, fragments, cut_short, (first if packets else None),
+            (ts if packets else None))

@@ -53,6 +53,11 @@ FAST_PATHS = {
 }
 
 
+# The same frame for the compiled walk (ksniff.capture._fastwalk): (offset of the link type field, link
+# header length) per FAST_PATHS link type.
+FAST_FIELDS = {1: (12, 14), 113: (14, 16), 276: (0, 20)}
+
+
 def linktype_name(linktype: int) -> str:
     return LINKTYPE_NAMES.get(linktype, f"LINKTYPE_{linktype}")
 

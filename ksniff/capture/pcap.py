@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from ksniff.capture import compiled
 from ksniff.capture.packets import (
     CUT_SHORT,
+    FAST_FIELDS,
     FAST_PATHS,
     FRAGMENT,
     fast_segment,
@@ -22,10 +23,6 @@ PCAP_MAGICS = {  # first four bytes as read little-endian -> (byte order, fracti
     0xA1B2C3D4: ("<", 1e6), 0xD4C3B2A1: (">", 1e6),
     0xA1B23C4D: ("<", 1e9), 0x4D3CB2A1: (">", 1e9),
 }
-
-
-# Where the compiled walk finds the link type field and the IPv4 header, per FAST_PATHS link type.
-_FAST_FIELDS = {1: (12, 14), 113: (14, 16), 276: (0, 20)}
 
 
 class PcapHeader:
@@ -63,7 +60,7 @@ def pcap_segments(b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnin
     if walk is not None:
         batch = walk.pcap_batch
         big = head.order == ">"
-        et_off, l2c = _FAST_FIELDS.get(link, (0, -1))
+        et_off, l2c = FAST_FIELDS.get(link, (0, -1))
         limit = compiled.BATCH
     try:
         while True:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
+from ksniff.capture import compiled
 from ksniff.capture.packets import (
     CUT_SHORT,
+    FAST_FIELDS,
     FAST_PATHS,
     FRAGMENT,
     fast_segment,
@@ -59,6 +61,7 @@ class PcapngWalk:
         self.offsets: list[float] = []
         self.snaplens: list[int] = []
         self.fasts: list[tuple | None] = []
+        self.fields: list[tuple[int, int] | None] = []  # the compiled walk's view of the fast path
 
     def _section(self, buf: memoryview, pos: int) -> str | None:
         magic = _LE32(buf, pos + 8)[0]
@@ -69,6 +72,7 @@ class PcapngWalk:
         else:
             return None
         self.links, self.units, self.offsets, self.snaplens, self.fasts = [], [], [], [], []
+        self.fields = []
         return order
 
     def _interface(self, buf: memoryview, pos: int, blen: int, order: str) -> None:
@@ -100,6 +104,7 @@ class PcapngWalk:
         self.snaplens.append(snaplen or MAX_RECORD)
         fast = FAST_PATHS.get(link)
         self.fasts.append(None if fast is None else (fast[0], fast[1].unpack_from, fast[1].size))
+        self.fields.append(FAST_FIELDS.get(link))
 
     def _beyond_cap(self, iface: int) -> bool:
         """A packet on an interface past the cap (skipped, counted) rather than one never described."""
@@ -116,11 +121,32 @@ class PcapngWalk:
         head = block = None  # set by each section header, in its byte order
         parse = parse_frame
         links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
+        fields = self.fields
         packets = non_tcp = fragments = cut_short = 0
         first_ts = None
         ts = 0.0
+        walk = compiled.fastwalk
+        batch = walk.pcapng_batch if walk is not None else None
+        limit = compiled.BATCH
         try:
             while True:
+                if batch is not None and block is not None:
+                    # The compiled walk takes the enhanced packet blocks it can; every other block, and
+                    # anything to judge (lengths, interfaces, the end of the bytes in hand), is below.
+                    out: list[tuple] = []
+                    pos, n, nt, fr, cs, first, last = batch(buf, pos, end, order == ">", links, units,
+                                                            offsets, fields, parse, out, limit, MAX_RECORD)
+                    if n:
+                        packets += n
+                        non_tcp += nt
+                        fragments += fr
+                        cut_short += cs
+                        if first_ts is None:
+                            first_ts = first
+                        ts = last
+                        b.parsed = pos
+                        yield from out
+                        continue
                 if pos + 28 <= end and block is not None:
                     btype, blen, iface, hi, lo, caplen, _wire = block(buf, pos)
                 elif pos + 12 <= end:
@@ -135,6 +161,7 @@ class PcapngWalk:
                     head = struct.Struct(order + "II").unpack_from
                     block = struct.Struct(order + "IIIIIII").unpack_from
                     links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
+                    fields = self.fields
                     blen = head(buf, pos)[1]
                 if blen != -1 and (blen < 12 or blen & 3 or blen > MAX_RECORD):
                     warnings.append(b.corrupt(pos, "corrupt block"))

@@ -11,10 +11,11 @@ import gzip
 import importlib
 import json
 import os
+import struct
 from pathlib import Path
 
 import pytest
-from capture_builders import LINKS, Flow, ipv4, ipv6, pcap_bytes, tcp
+from capture_builders import LINKS, Flow, ipv4, ipv6, pcap_bytes, pcapng_section, tcp
 
 from ksniff.capture import compiled, packets
 from ksniff.capture.files import CaptureFile
@@ -49,8 +50,8 @@ def walks(monkeypatch):
     return both
 
 
-def walk(path) -> tuple:
-    f = CaptureFile(str(path))
+def walk(path, limits=None) -> tuple:
+    f = CaptureFile(str(path), limits)
     segs = []
     for s in f.segments():
         # the payload view becomes bytes; the tuple's types must agree too (float, bytes, int, ...)
@@ -150,3 +151,68 @@ def test_records_across_buffer_windows_identical(walks, tmp_path, monkeypatch, g
     fast, pure = walks(lambda: walk(path))
     assert fast == pure
     assert fast[1][0] == len(frames) and not fast[2]
+
+
+def _pcapng(order: str) -> bytes:
+    """Two sections: interfaces of every link type with microsecond, nanosecond and power-of-two clocks,
+    packets of every shape on each, simple packet blocks and blocks a reader skips between them."""
+    names = sorted(LINKS)
+    clocks = [None, 9, 0x80 | 20, 6, 3, None, 9, 0x80 | 10]
+    ifaces = [(LINKS[n][0], r) for n, r in zip(names, clocks, strict=True)]
+    pkts: list[tuple] = []
+    for i, frame in enumerate(_frames() * 3):
+        k = i % len(names)
+        pkts.append((k, 1700000000.0 + i * 0.001, LINKS[names[k]][1](frame)))
+        if i % 7 == 0:
+            pkts.append(("spb", LINKS[names[0]][1](frame)))
+    first = pcapng_section(ifaces, pkts, order=order)
+    epbs = [(len(names) - 1 - k, ts + 10, f) for k, ts, f in (p for p in pkts if p[0] != "spb")]
+    second = pcapng_section(ifaces[::-1], epbs, order=">" if order == "<" else "<")
+    return first + second
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_pcapng_sections_interfaces_and_shapes_identical(walks, tmp_path, order):
+    path = tmp_path / "shapes.pcapng"
+    data = _pcapng(order)
+    path.write_bytes(data)
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure
+    assert fast[1][0] == 84 and not fast[2]
+    # cut inside the last block, and a corrupt block length in the middle
+    path.write_bytes(data[:-9])
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure and "truncated" in fast[2][0]
+    at, seen = 0, 0  # the 20th enhanced packet block of the first section: its length made 13
+    while True:
+        btype, blen = struct.unpack_from(order + "II", data, at)
+        seen += btype == 6
+        if seen == 20:
+            break
+        at += blen
+    path.write_bytes(data[:at + 4] + struct.pack(order + "I", 13) + data[at + 8:])
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure and fast[2]
+
+
+def test_pcapng_interfaces_beyond_the_cap_identical(walks, tmp_path):
+    from ksniff.capture.errors import CaptureLimits
+
+    path = tmp_path / "shapes.pcapng"
+    path.write_bytes(_pcapng("<"))
+    limits = CaptureLimits(max_interfaces=3)
+    fast, pure = walks(lambda: walk(path, limits))
+    assert fast == pure
+    assert any("interface limit" in w for w in fast[2])
+
+
+def test_pcapng_across_buffer_windows_identical(walks, tmp_path, monkeypatch):
+    from ksniff.capture import source
+
+    monkeypatch.setattr(source, "WINDOW", 4096)
+    for gz in (False, True):
+        path = tmp_path / ("w.pcapng.gz" if gz else "w.pcapng")
+        data = _pcapng("<")
+        path.write_bytes(gzip.compress(data) if gz else data)
+        fast, pure = walks(lambda path=path: walk(path))
+        assert fast == pure and not fast[2]
