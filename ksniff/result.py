@@ -179,11 +179,11 @@ def join_results(results: Sequence[AuditResult], sets: Sequence[Any], files: Seq
 
     unapplied = []
     if engine != "local":
-        unapplied = [p for s in sets for c in getattr(s, "clocks", ()) if c.offset for p in c.paths]
+        unapplied = [p for s in sets for c in getattr(s, "clocks", ()) if c.pairs for p in c.paths]
     if unapplied:
-        note = (f"clock offsets were estimated for {len(unapplied)} captures of other hosts, but the "
-                f"{engine} engine merges captures as recorded: audit them with --engine local for aligned "
-                "clocks")
+        note = (f"the {engine} engine aligns the clocks of captures of several hosts but does not mark the "
+                "findings that rest on an order within the clocks' uncertainty unverified: audit them with "
+                "--engine local for that")
     if len(results) == 1:
         if unapplied:
             results[0].warnings.append(note)

@@ -73,6 +73,7 @@ class _Input:
     length: int
     folder: bool  # found in a folder (a file that is not a capture is left out) rather than named
     arg: int
+    offset: float = 0.0  # seconds added to its timestamps: its capture set's clock alignment
 
 
 @dataclass
@@ -483,7 +484,10 @@ def _plan(inputs: list[_Input], paths: list[str], config: EngineConfig
         out = []
         for c in planned:
             members = [by_path[p] for p in c.paths]
-            out.append((replace(c, paths=tuple(i.path for i in members)), members))
+            for m in members:  # captures of several hosts: each read on the set's time line
+                m.offset = c.offset_of(local[m.file])
+            clocks = tuple(replace(k, paths=tuple(by_path[p].path for p in k.paths)) for k in c.clocks)
+            out.append((replace(c, paths=tuple(i.path for i in members), clocks=clocks), members))
         return out, warnings, skipped
     if mode == capture_sets.SEPARATE and len(inputs) > 1:
         return ([(capture_sets.CaptureSet(n, (i.path,), ("--separate: one set per input",)), [i])
@@ -718,7 +722,7 @@ def _spread(listing: list[_Input], n: int) -> list[list[_Input]]:
 
 def _extract(bins: list[list[_Input]]):
     """Stage 1's task for local files: the files of bin `id` of a spark.range, through spark_tasks.extract."""
-    rows = [[(i.file, i.path, i.uri, i.folder) for i in b] for b in bins]
+    rows = [[(i.file, i.path, i.uri, i.folder, i.offset) for i in b] for b in bins]
 
     def run(batches):
         import pyarrow as pa
@@ -730,6 +734,7 @@ def _extract(bins: list[list[_Input]]):
                 listing = pa.RecordBatch.from_pydict(
                     {"file": [r[0] for r in rows[b]], "path": [r[1] for r in rows[b]],
                      "uri": [r[2] for r in rows[b]], "folder": [r[3] for r in rows[b]],
+                     "offset": [r[4] for r in rows[b]],
                      "content": pa.nulls(len(rows[b]), pa.binary())})
                 yield from tasks.extract(iter([listing]))
 

@@ -156,12 +156,15 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     that is not a capture), never a task failure for Spark to retry."""
     for batch in batches:
         columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
+        names = batch.schema.names
+        offsets = batch.column("offset").to_pylist() if "offset" in names else [0.0] * batch.num_rows
         contents = batch.column("content")
         for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
-            yield from _extract_input(file, path, uri, folder, contents[i].as_py)
+            yield from _extract_input(file, path, uri, folder, contents[i].as_py, offsets[i])
 
 
-def _extract_input(file: int, path: str, uri: str, folder: bool, content) -> Iterator[pa.RecordBatch]:
+def _extract_input(file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0
+                   ) -> Iterator[pa.RecordBatch]:
     import tempfile
 
     where = local_path(uri)
@@ -180,7 +183,7 @@ def _extract_input(file: int, path: str, uri: str, folder: bool, content) -> Ite
             yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), folder))
             return
         try:
-            yield from _extract_file(file, path, capture)
+            yield from _extract_file(file, path, capture, offset)
         except CaptureError as exc:
             yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), False))
         finally:
@@ -201,7 +204,9 @@ def _meta_batch(meta: FileMeta) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(row, schema=SEGMENTS)
 
 
-def _extract_file(file: int, path: str, capture: CaptureFile) -> Iterator[pa.RecordBatch]:
+def _extract_file(file: int, path: str, capture: CaptureFile, offset: float = 0.0
+                  ) -> Iterator[pa.RecordBatch]:
+    """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock)."""
     cols: dict[str, list] = {name: [] for name in SEGMENTS.names}
     pm = -INF
     # Positions of the segments that make the reassembler emit something, which cuts any other flow's
@@ -214,7 +219,10 @@ def _extract_file(file: int, path: str, capture: CaptureFile) -> Iterator[pa.Rec
     # batch per BATCH_ROWS segments (column by column, not row by row).
     (flows, pms, files, idxs, tss, srcs, sports, dsts, dports, seqs, acks, flagss, payloads, cuts, fpms,
      fidxs, metas) = (cols[name] for name in SEGMENTS.names)
-    for ts, src, sport, dst, dport, seq, ack, flags, payload in capture.segments():
+    walk = capture.segments()
+    if offset:
+        walk = ((s[0] + offset, *s[1:]) for s in walk)
+    for ts, src, sport, dst, dport, seq, ack, flags, payload in walk:
         if ts > pm:
             pm = ts
         a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")

@@ -314,3 +314,19 @@ def test_local_engine_refuses_uri_outputs(tmp_path: Path) -> None:
         "ksniff: error: s3a://bucket/out: a URI needs the Spark engine (--engine spark); the local engine "
         "reads and writes local paths"]
     assert not any(tmp_path.iterdir())
+
+
+def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Path) -> None:
+    """The executors read each capture of a host on its set's time line: per-broker captures of the mock
+    cluster with clocks moved by seconds give the single capture's outcomes and findings, as locally."""
+    from test_clock import _findings, _outcomes, per_broker
+
+    from ksniff.engine.spark import audit_paths_spark
+
+    whole = audit_paths([str(PCAPS / "txn_confluent_mock.pcap")], CONFIG)
+    made = sorted(per_broker(PCAPS / "txn_confluent_mock.pcap", tmp_path, [0.0, 2.5, -1.7]))
+    split = audit_paths_spark(made, CONFIG, spark=spark)
+    (cset,) = split.capture_sets
+    assert [round(c.offset, 2) for c in cset.clocks if c.pairs] == [-2.5]
+    assert _outcomes(split) == _outcomes(whole)
+    assert _findings(split) == _findings(whole)
