@@ -96,7 +96,7 @@ def test_equal_on_real_client_produce(version):
         assert ka == kb == "ok" and a == b
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CASES), st.binary(max_size=80))
 def test_equal_on_random_bytes(case, data):
     api, version, is_request = case.values
