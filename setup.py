@@ -31,8 +31,12 @@ def extensions() -> list:
     except ImportError:
         print("ksniff: Cython not found; the pure-Python capture walk will be used")
         return []
-    ext = Extension("ksniff.capture._fastwalk", ["ksniff/capture/_fastwalk.pyx"], optional=True,
-                    extra_compile_args=["-O2"])
+    ext = Extension(
+        "ksniff.capture._fastwalk",
+        ["ksniff/capture/_fastwalk.pyx"],
+        optional=True,
+        extra_compile_args=["-O2"],
+    )
     try:
         return cythonize([ext], language_level=3, quiet=True)
     except Exception as exc:

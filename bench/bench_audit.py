@@ -59,15 +59,28 @@ def ksniff_cmd(path: Path, out: Path, extra: list[str]) -> list[str]:
 
 
 def tshark_cmd(path: Path) -> list[str]:
-    return ["tshark", "-n", "-r", str(path), "-d", f"tcp.port=={PORT},kafka", "-Y", "kafka", "-T", "fields",
-            "-e", "kafka.api_key"]
+    return [
+        "tshark",
+        "-n",
+        "-r",
+        str(path),
+        "-d",
+        f"tcp.port=={PORT},kafka",
+        "-Y",
+        "kafka",
+        "-T",
+        "fields",
+        "-e",
+        "kafka.api_key",
+    ]
 
 
 PURE_ENV = {**os.environ, "KSNIFF_PURE_PYTHON": "1"}
 
 
-def bench_file(name: str, repeat: int, extra: list[str], tmp: Path, pure: bool = False, cat: bool = False
-               ) -> dict:
+def bench_file(
+    name: str, repeat: int, extra: list[str], tmp: Path, pure: bool = False, cat: bool = False
+) -> dict:
     """With `pure`, ksniff's pure-Python capture walk runs too (KSNIFF_PURE_PYTHON=1), alternating with the
     others; with `cat`, so does `cat FILE > /dev/null` (reading the file from the page cache)."""
     path = gen_captures.ensure(name)
@@ -96,44 +109,65 @@ def bench_file(name: str, repeat: int, extra: list[str], tmp: Path, pure: bool =
     doc = json.loads(out.read_text())
     more = {}
     if pure:
-        more.update(pure_s=statistics.median(pure_walls), pure_cpu_s=statistics.median(pure_cpus),
-                    pure_cpu_ratio=statistics.median(pure_ratios))
+        more.update(
+            pure_s=statistics.median(pure_walls),
+            pure_cpu_s=statistics.median(pure_cpus),
+            pure_cpu_ratio=statistics.median(pure_ratios),
+        )
     if cat:
         more.update(cat_s=statistics.median(cats), cat_ratio=statistics.median(cat_ratios))
-    return {**more, "ksniff_cpu_s": statistics.median(cpus),
-        "capture": name, "mb": path.stat().st_size / 1e6, "packets": doc["capture"]["packets"],
-        "exchanges": doc["decode"]["exchanges"], "gaps": doc["capture"]["gaps"],
+    return {
+        **more,
+        "ksniff_cpu_s": statistics.median(cpus),
+        "capture": name,
+        "mb": path.stat().st_size / 1e6,
+        "packets": doc["capture"]["packets"],
+        "exchanges": doc["decode"]["exchanges"],
+        "gaps": doc["capture"]["gaps"],
         "findings": len(doc["findings"]),
-        "ksniff_s": statistics.median(ours), "tshark_s": statistics.median(theirs),
-        "ratio": statistics.median(ratios), "cpu_ratio": statistics.median(cpu_ratios),
-        "ksniff_rss": max(ours_rss), "tshark_rss": max(theirs_rss),
+        "ksniff_s": statistics.median(ours),
+        "tshark_s": statistics.median(theirs),
+        "ratio": statistics.median(ratios),
+        "cpu_ratio": statistics.median(cpu_ratios),
+        "ksniff_rss": max(ours_rss),
+        "tshark_rss": max(theirs_rss),
     }
 
 
 def print_table(rows: list[dict], repeat: int, extra: list[str]) -> None:
     ours = " ".join(["ksniff audit", *extra, "--json"])
     print(f"\n{ours} vs tshark -Y kafka -T fields, median of {repeat}")
-    head = (f"{'capture':8}{'MB':>7}{'packets':>10}{'exchanges':>10}{'ksniff s':>10}{'tshark s':>10}"
-            f"{'ratio':>7}{'cpu ratio':>10}{'ksniff MiB':>12}{'tshark MiB':>12}")
+    head = (
+        f"{'capture':8}{'MB':>7}{'packets':>10}{'exchanges':>10}{'ksniff s':>10}{'tshark s':>10}"
+        f"{'ratio':>7}{'cpu ratio':>10}{'ksniff MiB':>12}{'tshark MiB':>12}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['capture']:8}{r['mb']:7,.0f}{r['packets']:10,}{r['exchanges']:10,}{r['ksniff_s']:10.2f}"
-              f"{r['tshark_s']:10.2f}{r['ratio']:6.2f}x{r['cpu_ratio']:9.2f}x{r['ksniff_rss']:12,.0f}"
-              f"{r['tshark_rss']:12,.0f}")
+        print(
+            f"{r['capture']:8}{r['mb']:7,.0f}{r['packets']:10,}{r['exchanges']:10,}{r['ksniff_s']:10.2f}"
+            f"{r['tshark_s']:10.2f}{r['ratio']:6.2f}x{r['cpu_ratio']:9.2f}x{r['ksniff_rss']:12,.0f}"
+            f"{r['tshark_rss']:12,.0f}"
+        )
     if any("pure_s" in r for r in rows):
         print("\nthe same with the pure-Python capture walk (KSNIFF_PURE_PYTHON=1), alternating in the run")
-        print(f"{'capture':8}{'compiled CPU s':>15}{'pure CPU s':>11}{'gain':>7}{'pure s':>8}"
-              f"{'pure cpu ratio':>15}")
+        print(
+            f"{'capture':8}{'compiled CPU s':>15}{'pure CPU s':>11}{'gain':>7}{'pure s':>8}"
+            f"{'pure cpu ratio':>15}"
+        )
         for r in rows:
             if "pure_s" in r:
-                print(f"{r['capture']:8}{r['ksniff_cpu_s']:15.2f}{r['pure_cpu_s']:11.2f}"
-                      f"{r['pure_cpu_s'] / r['ksniff_cpu_s']:6.2f}x{r['pure_s']:8.2f}"
-                      f"{r['pure_cpu_ratio']:14.2f}x")
+                print(
+                    f"{r['capture']:8}{r['ksniff_cpu_s']:15.2f}{r['pure_cpu_s']:11.2f}"
+                    f"{r['pure_cpu_s'] / r['ksniff_cpu_s']:6.2f}x{r['pure_s']:8.2f}"
+                    f"{r['pure_cpu_ratio']:14.2f}x"
+                )
     for r in rows:
         if "cat_s" in r:
-            print(f"{r['capture']}: cat FILE > /dev/null {r['cat_s']:.2f} s; ksniff wall time "
-                  f"{r['cat_ratio']:.1f}x that")
+            print(
+                f"{r['capture']}: cat FILE > /dev/null {r['cat_s']:.2f} s; ksniff wall time "
+                f"{r['cat_ratio']:.1f}x that"
+            )
     for r in rows:
         if r["gaps"] or r["findings"]:
             print(f"note: {r['capture']}: {r['gaps']} gaps, {r['findings']} findings (expected none)")
@@ -147,15 +181,20 @@ def bench_live(name: str, tmp: Path, loops: int, pps: int | None) -> dict:
     path = gen_captures.ensure(name)
     out = tmp / "live.json"
     cmd = [*KSNIFF, "live", "lo", "--port", str(PORT), "--json", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            cwd=BENCH.parent)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=BENCH.parent
+    )
     try:
         line = proc.stderr.readline()  # "capturing on lo": the socket is open
         if "capturing" not in line:
             sys.exit(f"ksniff live did not start: {line.strip()}")
         speed = [f"--pps={pps}"] if pps else ["--topspeed"]
-        replay = subprocess.run(["tcpreplay", *speed, "-i", "lo", f"--loop={loops}", str(path)],
-                                capture_output=True, text=True, check=True).stdout
+        replay = subprocess.run(
+            ["tcpreplay", *speed, "-i", "lo", f"--loop={loops}", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     finally:
         time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
@@ -167,19 +206,28 @@ def bench_live(name: str, tmp: Path, loops: int, pps: int | None) -> dict:
     sent = int(re.search(r"Actual: (\d+) packets", replay).group(1))
     replay_s = float(re.search(r"packets \(\d+ bytes\) sent in ([\d.]+) seconds", replay).group(1))
     drops = re.search(r"the kernel dropped (\d+) packets", " ".join(doc.get("warnings", [])) + err)
-    return {"sent": sent, "replay_s": replay_s, "pps": sent / replay_s, "captured": doc["capture"]["packets"],
-            "kernel_drops": int(drops.group(1)) if drops else 0, "finish_s": tail,
-            "rss": usage.ru_maxrss / 1024, "exchanges": doc["decode"]["exchanges"],
-            "gaps": doc["capture"]["gaps"]}
+    return {
+        "sent": sent,
+        "replay_s": replay_s,
+        "pps": sent / replay_s,
+        "captured": doc["capture"]["packets"],
+        "kernel_drops": int(drops.group(1)) if drops else 0,
+        "finish_s": tail,
+        "rss": usage.ru_maxrss / 1024,
+        "exchanges": doc["decode"]["exchanges"],
+        "gaps": doc["capture"]["gaps"],
+    }
 
 
 def print_live(r: dict, name: str, pps: int | None) -> None:
     speed = f"--pps={pps}" if pps else "--topspeed"
     print(f"\nksniff live lo while tcpreplay {speed} -i lo replays {name}")
-    print(f"sent {r['sent']:,} packets in {r['replay_s']:.2f}s ({r['pps']:,.0f} packets/s); ksniff captured "
-          f"{r['captured']:,}, kernel drops {r['kernel_drops']:,}, missing {r['sent'] - r['captured']:,}; "
-          f"{r['exchanges']:,} exchanges, {r['gaps']} gaps; report {r['finish_s']:.1f}s after SIGTERM; "
-          f"peak RSS {r['rss']:,.0f} MiB")
+    print(
+        f"sent {r['sent']:,} packets in {r['replay_s']:.2f}s ({r['pps']:,.0f} packets/s); ksniff captured "
+        f"{r['captured']:,}, kernel drops {r['kernel_drops']:,}, missing {r['sent'] - r['captured']:,}; "
+        f"{r['exchanges']:,} exchanges, {r['gaps']} gaps; report {r['finish_s']:.1f}s after SIGTERM; "
+        f"peak RSS {r['rss']:,.0f} MiB"
+    )
 
 
 def main() -> None:
@@ -187,10 +235,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--captures", default="bulk,txn,bulk1g", help="comma-separated (gen_captures.py)")
     parser.add_argument("--csv", action="store_true", help="also write every table (ksniff audit --csv DIR)")
-    parser.add_argument("--parquet", action="store_true",
-                        help="also write every table as Parquet (ksniff audit --parquet DIR)")
-    parser.add_argument("--pure", action="store_true",
-                        help="also run ksniff with the pure-Python capture walk (KSNIFF_PURE_PYTHON=1)")
+    parser.add_argument(
+        "--parquet",
+        action="store_true",
+        help="also write every table as Parquet (ksniff audit --parquet DIR)",
+    )
+    parser.add_argument(
+        "--pure",
+        action="store_true",
+        help="also run ksniff with the pure-Python capture walk (KSNIFF_PURE_PYTHON=1)",
+    )
     parser.add_argument("--cat", action="store_true", help="also time cat FILE > /dev/null (the page cache)")
     parser.add_argument("--live", action="store_true", help="only the live benchmark")
     parser.add_argument("--live-capture", default="bulk")
@@ -203,8 +257,9 @@ def main() -> None:
     # a fresh tree) every run would compile every module again, a few tenths of a second.
     subprocess.run([sys.executable, "-m", "compileall", "-q", "ksniff"], cwd=BENCH.parent, check=True)
     which = "from ksniff.capture import compiled; print(compiled.engine_name())"
-    walk = subprocess.run([sys.executable, "-c", which], cwd=BENCH.parent, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    walk = subprocess.run(
+        [sys.executable, "-c", which], cwd=BENCH.parent, capture_output=True, text=True, check=True
+    ).stdout.strip()
     print(f"capture walk: {walk}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp_name:
         tmp = Path(tmp_name)
@@ -212,7 +267,8 @@ def main() -> None:
             print_live(bench_live(args.live_capture, tmp, args.loops, args.pps), args.live_capture, args.pps)
             return
         extra = (["--csv", str(tmp / "csv")] if args.csv else []) + (
-            ["--parquet", str(tmp / "parquet")] if args.parquet else [])
+            ["--parquet", str(tmp / "parquet")] if args.parquet else []
+        )
         rows = []
         for name in args.captures.split(","):
             rows.append(bench_file(name, args.repeat, extra, tmp, args.pure, args.cat))

@@ -26,10 +26,24 @@ ETH = b"\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x08\x00"
 
 
 def _headers(src: int, dst: int, sport: int, dport: int, seq: int, ack: int, flags: int, n: int) -> bytes:
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + 32 + n, 0, 0x4000, 64, 6, 0, src.to_bytes(4, "big"),
-                     dst.to_bytes(4, "big"))
-    tcp = struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 8 << 4, flags, 501, 0,
-                      0) + b"\x01\x01\x08\x0a" + b"\0" * 8  # NOP NOP timestamps, as Linux sends
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        20 + 32 + n,
+        0,
+        0x4000,
+        64,
+        6,
+        0,
+        src.to_bytes(4, "big"),
+        dst.to_bytes(4, "big"),
+    )
+    tcp = (
+        struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, 8 << 4, flags, 501, 0, 0)
+        + b"\x01\x01\x08\x0a"
+        + b"\0" * 8
+    )  # NOP NOP timestamps, as Linux sends
     return ETH + ip + tcp
 
 
@@ -118,8 +132,10 @@ def main() -> None:
     if not os.path.exists(path):
         start = time.perf_counter()
         n = generate(path, args.size_mb, args.connections)
-        print(f"generated {path}: {n:,} packets, {os.path.getsize(path) / 1e6:,.0f} MB "
-              f"in {time.perf_counter() - start:.1f}s")
+        print(
+            f"generated {path}: {n:,} packets, {os.path.getsize(path) / 1e6:,.0f} MB "
+            f"in {time.perf_counter() - start:.1f}s"
+        )
     size_mb = os.path.getsize(path) / 1e6
 
     if args.profile:
@@ -142,8 +158,10 @@ def main() -> None:
     print(f"{'':24}{'seconds':>10}{'packets/s':>14}{'MB/s':>10}")
     for name, t in (("plain struct loop", best_plain), ("ksniff capture stage", best_ours)):
         print(f"{name:24}{t:10.2f}{packets / t:14,.0f}{size_mb / t:10,.0f}")
-    print(f"ratio capture stage / plain loop: {best_ours / best_plain:.2f}x "
-          f"({packets:,} packets, {size_mb:,.0f} MB, {ks_payload / 1e6:,.0f} MB of stream data)")
+    print(
+        f"ratio capture stage / plain loop: {best_ours / best_plain:.2f}x "
+        f"({packets:,} packets, {size_mb:,.0f} MB, {ks_payload / 1e6:,.0f} MB of stream data)"
+    )
     if tmp is not None:
         tmp.cleanup()
 

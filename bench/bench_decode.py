@@ -30,38 +30,62 @@ FETCH_VERSION = 12  # flexible, topics by name: what kafka-python 3 sends
 
 
 def batch(sequence: int, records: int, value_size: int, codec: int) -> bytes:
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=4000,
-                                  producer_epoch=0, base_sequence=sequence, batch_size=1 << 30)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=codec,
+        is_transactional=False,
+        producer_id=4000,
+        producer_epoch=0,
+        base_sequence=sequence,
+        batch_size=1 << 30,
+    )
     value = bytes(range(256)) * (value_size // 256 + 1)
     for i in range(records):
         b.append(i, timestamp=1_700_000_000_000 + i, key=None, value=value[:value_size], headers=[])
     return bytes(b.build())
 
 
-def traffic(n: int, records: int, value_size: int, partitions: int, codec: int
-            ) -> tuple[list[bytes], list[bytes]]:
+def traffic(
+    n: int, records: int, value_size: int, partitions: int, codec: int
+) -> tuple[list[bytes], list[bytes]]:
     T = ProduceRequest.TopicProduceData
     P = T.PartitionProduceData
     R = ProduceResponse.TopicProduceResponse
     RP = R.PartitionProduceResponse
     requests, responses = [], []
     for cid in range(n):
-        parts = [P(index=p, records=batch(cid * records, records, value_size, codec))
-                 for p in range(partitions)]
-        req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=30000,
-                             topic_data=[T(name="bulk", partition_data=parts)], version=VERSION)
+        parts = [
+            P(index=p, records=batch(cid * records, records, value_size, codec)) for p in range(partitions)
+        ]
+        req = ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=30000,
+            topic_data=[T(name="bulk", partition_data=parts)],
+            version=VERSION,
+        )
         req.with_header(correlation_id=cid, client_id="producer-1")
         requests.append(bytes(req.encode(header=True, framed=True)))
-        resp = ProduceResponse(responses=[R(name="bulk", partition_responses=[
-            RP(index=p, error_code=0, base_offset=cid * records) for p in range(partitions)])],
-            throttle_time_ms=0, version=VERSION)
+        resp = ProduceResponse(
+            responses=[
+                R(
+                    name="bulk",
+                    partition_responses=[
+                        RP(index=p, error_code=0, base_offset=cid * records) for p in range(partitions)
+                    ],
+                )
+            ],
+            throttle_time_ms=0,
+            version=VERSION,
+        )
         resp.with_header(correlation_id=cid)
         responses.append(bytes(resp.encode(header=True, framed=True)))
     return requests, responses
 
 
-def fetch_traffic(n: int, records: int, value_size: int, partitions: int, codec: int, per_fetch: int
-                  ) -> tuple[list[bytes], list[bytes]]:
+def fetch_traffic(
+    n: int, records: int, value_size: int, partitions: int, codec: int, per_fetch: int
+) -> tuple[list[bytes], list[bytes]]:
     """`n` Fetch requests (read_committed) and their answers, each partition `per_fetch` batches."""
     FT = FetchRequest.FetchTopic
     FP = FT.FetchPartition
@@ -70,23 +94,59 @@ def fetch_traffic(n: int, records: int, value_size: int, partitions: int, codec:
     requests, responses = [], []
     per = records * per_fetch
     for cid in range(n):
-        req = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=52428800,
-                           isolation_level=1, session_id=0, session_epoch=-1,
-                           topics=[FT(topic="bulk", partitions=[
-                               FP(partition=p, current_leader_epoch=0, fetch_offset=cid * per,
-                                  last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1048576)
-                               for p in range(partitions)])],
-                           forgotten_topics_data=[], rack_id="", version=FETCH_VERSION)
+        req = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=500,
+            min_bytes=1,
+            max_bytes=52428800,
+            isolation_level=1,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FT(
+                    topic="bulk",
+                    partitions=[
+                        FP(
+                            partition=p,
+                            current_leader_epoch=0,
+                            fetch_offset=cid * per,
+                            last_fetched_epoch=-1,
+                            log_start_offset=-1,
+                            partition_max_bytes=1048576,
+                        )
+                        for p in range(partitions)
+                    ],
+                )
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+            version=FETCH_VERSION,
+        )
         req.with_header(correlation_id=cid, client_id="consumer-1")
         requests.append(bytes(req.encode(header=True, framed=True)))
         starts = [cid * per + i * records for i in range(per_fetch)]
         data = b"".join(_at_offset(batch(start, records, value_size, codec), start) for start in starts)
         end = (n + 1) * per
-        parts = [RP(partition_index=p, error_code=0, high_watermark=end, last_stable_offset=end,
-                    log_start_offset=0, aborted_transactions=[], preferred_read_replica=-1, records=data)
-                 for p in range(partitions)]
-        resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0,
-                             responses=[RT(topic="bulk", partitions=parts)], version=FETCH_VERSION)
+        parts = [
+            RP(
+                partition_index=p,
+                error_code=0,
+                high_watermark=end,
+                last_stable_offset=end,
+                log_start_offset=0,
+                aborted_transactions=[],
+                preferred_read_replica=-1,
+                records=data,
+            )
+            for p in range(partitions)
+        ]
+        resp = FetchResponse(
+            throttle_time_ms=0,
+            error_code=0,
+            session_id=0,
+            responses=[RT(topic="bulk", partitions=parts)],
+            version=FETCH_VERSION,
+        )
         resp.with_header(correlation_id=cid)
         responses.append(bytes(resp.encode(header=True, framed=True)))
     return requests, responses
@@ -105,7 +165,7 @@ def events(requests: list[bytes], responses: list[bytes]) -> list:
     for req, resp in zip(requests, responses, strict=True):
         for from_src, data in ((True, req), (False, resp)):
             for i in range(0, len(data), MSS):
-                piece = data[i:i + MSS]
+                piece = data[i : i + MSS]
                 ts += 1e-5
                 out.append(StreamChunk(1, from_src, offsets[from_src], piece, ts, ts))
                 offsets[from_src] += len(piece)
@@ -142,8 +202,9 @@ def bodies(frames: list[bytes], decode, fetch: bool) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--api", choices=("produce", "fetch"), default="produce")
-    ap.add_argument("--batches-per-fetch", type=int, default=8,
-                    help="batches per partition of a Fetch answer")
+    ap.add_argument(
+        "--batches-per-fetch", type=int, default=8, help="batches per partition of a Fetch answer"
+    )
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--records-per-batch", type=int, default=16)
     ap.add_argument("--value-size", type=int, default=400)
@@ -154,28 +215,42 @@ def main() -> None:
 
     fetch = args.api == "fetch"
     if fetch:
-        requests, responses = fetch_traffic(args.requests, args.records_per_batch, args.value_size,
-                                            args.partitions, args.codec, args.batches_per_fetch)
+        requests, responses = fetch_traffic(
+            args.requests,
+            args.records_per_batch,
+            args.value_size,
+            args.partitions,
+            args.codec,
+            args.batches_per_fetch,
+        )
     else:
-        requests, responses = traffic(args.requests, args.records_per_batch, args.value_size, args.partitions,
-                                      args.codec)
+        requests, responses = traffic(
+            args.requests, args.records_per_batch, args.value_size, args.partitions, args.codec
+        )
     evs = events(requests, responses)
     frames = len(requests) + len(responses)
     size = sum(map(len, requests)) + sum(map(len, responses))
     what = f"Fetch v{FETCH_VERSION}" if fetch else f"Produce v{VERSION}"
-    print(f"{len(requests)} {what} requests + responses: {frames} frames, {size / 1e6:.1f} MB, "
-          f"{len(evs)} chunks of <= {MSS} bytes")
+    print(
+        f"{len(requests)} {what} requests + responses: {frames} frames, {size / 1e6:.1f} MB, "
+        f"{len(evs)} chunks of <= {MSS} bytes"
+    )
     print(f"{'path':<34} {'seconds':>8} {'frames/s':>10} {'MB/s':>8} {'chunks/s':>10}")
-    for name, decode in (("Decoder, compiled bodies", compiled.decode_body),
-                         ("Decoder, interpreted bodies", interp.decode_body)):
+    for name, decode in (
+        ("Decoder, compiled bodies", compiled.decode_body),
+        ("Decoder, interpreted bodies", interp.decode_body),
+    ):
         best = min(run_decoder(evs, decode)[0] for _ in range(args.repeat))
-        print(f"{name:<34} {best:8.3f} {frames / best:10.0f} {size / best / 1e6:8.1f} "
-              f"{len(evs) / best:10.0f}")
+        print(
+            f"{name:<34} {best:8.3f} {frames / best:10.0f} {size / best / 1e6:8.1f} {len(evs) / best:10.0f}"
+        )
     heavy = responses if fetch else requests
     heavy_size = sum(map(len, heavy))
     kind = "response" if fetch else "request"
-    for name, decode in ((f"{kind} bodies only, compiled", compiled.decode_body),
-                         (f"{kind} bodies only, interpreted", interp.decode_body)):
+    for name, decode in (
+        (f"{kind} bodies only, compiled", compiled.decode_body),
+        (f"{kind} bodies only, interpreted", interp.decode_body),
+    ):
         best = min(bodies(heavy, decode, fetch) for _ in range(args.repeat))
         print(f"{name:<34} {best:8.3f} {len(heavy) / best:10.0f} {heavy_size / best / 1e6:8.1f} {'':>10}")
 

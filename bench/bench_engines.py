@@ -60,11 +60,11 @@ def rewrite(data: bytes, copy: int, shift: int = 0) -> bytes:
         sec, frac, caplen, wire = _RECORD.unpack_from(buf, pos)
         _RECORD.pack_into(buf, pos, sec + shift, frac, caplen, wire)
         frame = pos + 16
-        if caplen >= 34 and buf[frame + 12:frame + 14] == b"\x08\x00":
-            src, dst = bytes(buf[frame + 26:frame + 30]), bytes(buf[frame + 30:frame + 34])
+        if caplen >= 34 and buf[frame + 12 : frame + 14] == b"\x08\x00":
+            src, dst = bytes(buf[frame + 26 : frame + 30]), bytes(buf[frame + 30 : frame + 34])
             low = min(src, dst)
-            buf[frame + 26:frame + 30] = prefix + (b"\x01" if src == low else b"\x02")
-            buf[frame + 30:frame + 34] = prefix + (b"\x01" if dst == low and src != dst else b"\x02")
+            buf[frame + 26 : frame + 30] = prefix + (b"\x01" if src == low else b"\x02")
+            buf[frame + 30 : frame + 34] = prefix + (b"\x01" if dst == low and src != dst else b"\x02")
         pos = frame + caplen
     return bytes(buf[24:])
 
@@ -166,15 +166,19 @@ def start_target(target: str):
     """(session, cluster or None, process ids whose CPU counts) for a Spark target."""
     from ksniff.engine.spark_session import Session
 
-    conf = [("spark.ui.enabled", "true"), ("spark.ui.showConsoleProgress", "false"),
-            ("spark.driver.host", "127.0.0.1"), ("spark.driver.bindAddress", "127.0.0.1"),
-            ("spark.pyspark.python", sys.executable)]
+    conf = [
+        ("spark.ui.enabled", "true"),
+        ("spark.ui.showConsoleProgress", "false"),
+        ("spark.driver.host", "127.0.0.1"),
+        ("spark.driver.bindAddress", "127.0.0.1"),
+        ("spark.pyspark.python", sys.executable),
+    ]
     cluster = None
     if target.startswith("cluster"):
         sys.path.insert(0, str(PCAPS.parent / "engine"))
         from spark_cluster import StandaloneCluster
 
-        workers = int(target[len("cluster"):] or 1)
+        workers = int(target[len("cluster") :] or 1)
         cores = max(1, (os.cpu_count() or 2) // workers)
         cluster = StandaloneCluster(workers=workers, cores=cores, memory="2g").start()
         master = cluster.url
@@ -213,8 +217,11 @@ def run_target(target: str, folder: Path, scales: list[int]) -> None:
             py = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             (folder / f"result_{target}_{scale}.json").write_text(json.dumps(comparable(result), default=str))
             memory = f"{py:.0f}/{jvm:.0f}" if jvm else f"{py:.0f}/-"
-            print(f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.2f} "
-                  f"{'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} {memory:>19}", flush=True)
+            print(
+                f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.2f} "
+                f"{'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} {memory:>19}",
+                flush=True,
+            )
     finally:
         if session is not None:
             session.stop()
@@ -225,11 +232,15 @@ def run_target(target: str, folder: Path, scales: list[int]) -> None:
 def main(argv: list[str] | None = None) -> int:
     import subprocess
 
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scales", default="16,64,256", help="copies of the corpus per run")
-    parser.add_argument("--targets", default="local,local[*],cluster1,cluster2",
-                        help="local, a Spark master (local[*], local[2]), cluster1 / cluster2 (standalone)")
+    parser.add_argument(
+        "--targets",
+        default="local,local[*],cluster1,cluster2",
+        help="local, a Spark master (local[*], local[2]), cluster1 / cluster2 (standalone)",
+    )
     parser.add_argument("--per-file", type=int, default=16, help="copies per capture file")
     parser.add_argument("--check", action="store_true", help="compare each Spark result with the local one")
     parser.add_argument("--only", help=argparse.SUPPRESS)
@@ -240,18 +251,34 @@ def main(argv: list[str] | None = None) -> int:
         run_target(args.only, Path(args.dir), scales)
         return 0
 
-    print(f"cpus {os.cpu_count()}; CPU: seconds per captured MB, all processes of the run; driver: peak "
-          "MiB of ksniff's process / the driver JVM")
-    print(f"{'target':>9} {'copies':>6} {'files':>5} {'MB':>6} {'wall s':>7} {'CPU s/MB':>8} "
-          f"{'shuffle MB':>10} {'driver MiB (py/jvm)':>19}", flush=True)
+    print(
+        f"cpus {os.cpu_count()}; CPU: seconds per captured MB, all processes of the run; driver: peak "
+        "MiB of ksniff's process / the driver JVM"
+    )
+    print(
+        f"{'target':>9} {'copies':>6} {'files':>5} {'MB':>6} {'wall s':>7} {'CPU s/MB':>8} "
+        f"{'shuffle MB':>10} {'driver MiB (py/jvm)':>19}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp:
         captures = corpus()
         for scale in scales:
             build(Path(tmp), scale, captures, args.per_file)
         targets = args.targets.split(",")
         for target in targets:
-            subprocess.run([sys.executable, os.path.abspath(__file__), "--only", target, "--dir", tmp,
-                            "--scales", args.scales], check=False)
+            subprocess.run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--only",
+                    target,
+                    "--dir",
+                    tmp,
+                    "--scales",
+                    args.scales,
+                ],
+                check=False,
+            )
         if args.check:
             for target in targets:
                 for scale in scales:

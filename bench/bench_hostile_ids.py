@@ -26,9 +26,23 @@ from tests.report.hostile import NASTY, hostile_capture  # noqa: E402
 
 def run(capture: Path, *args: str) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ksniff.cli", "audit", str(capture), "--txn-timeout", "1",
-                    "--exit-zero", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                   env={"PYTHONPATH": str(REPO), "NO_COLOR": "1", "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ksniff.cli",
+            "audit",
+            str(capture),
+            "--txn-timeout",
+            "1",
+            "--exit-zero",
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
+        env={"PYTHONPATH": str(REPO), "NO_COLOR": "1", "PATH": "/usr/bin:/bin"},
+    )
     return time.perf_counter() - start
 
 
@@ -44,8 +58,9 @@ def main() -> None:
             filler = "x" * (mib << 20)
             path = Path(folder) / f"{mib}.pcap"
             # The client id sits in the request header, a 16-bit-length string: at most 32 KiB.
-            captures[mib] = hostile_capture(path, NASTY + filler, "t" + NASTY + filler,
-                                            "c" + NASTY + filler[:30_000])
+            captures[mib] = hostile_capture(
+                path, NASTY + filler, "t" + NASTY + filler, "c" + NASTY + filler[:30_000]
+            )
         print(f"{'id size':>8} {'mode':>10} {'median s':>9} {'vs smallest':>12}")
         for mode, extra in (("report", ()), ("-q", ("-q",)), ("-P 1000", ("-P", "1000"))):
             base = None

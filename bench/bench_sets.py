@@ -44,18 +44,25 @@ def main() -> None:
     t_whole, result = timed(lambda: audit_paths([whole], CONFIG), args.repeat)
     packets = result.capture.packets
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["editcap", "-c", str(packets // args.parts + 1), whole, f"{tmp}/part.pcap"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["editcap", "-c", str(packets // args.parts + 1), whole, f"{tmp}/part.pcap"],
+            check=True,
+            capture_output=True,
+        )
         parts = sorted(str(p) for p in Path(tmp).iterdir())
         t_plan, sets = timed(lambda: plan(parts), args.repeat)
         t_parts, split = timed(lambda: audit_paths(parts, CONFIG), args.repeat)
     size = Path(whole).stat().st_size / 1e6
-    print(f"capture {Path(whole).name}: {size:.1f} MB, {packets:,} packets, {len(parts)} parts -> "
-          f"{len(sets)} capture set(s)")
+    print(
+        f"capture {Path(whole).name}: {size:.1f} MB, {packets:,} packets, {len(parts)} parts -> "
+        f"{len(sets)} capture set(s)"
+    )
     print(f"whole, one input (no identification pass): {t_whole:.2f} s")
     print(f"identification pass over the parts:         {t_plan:.2f} s")
-    print(f"parts audited (pass included):              {t_parts:.2f} s "
-          f"(pass {100 * t_plan / t_parts:.0f}% of it)")
+    print(
+        f"parts audited (pass included):              {t_parts:.2f} s "
+        f"(pass {100 * t_plan / t_parts:.0f}% of it)"
+    )
     same = (len(split.findings), len(split.transactions)) == (len(result.findings), len(result.transactions))
     print(f"same findings and transactions as the whole: {same}")
 

@@ -26,14 +26,17 @@ BENCH = Path(__file__).resolve().parent
 def decode(path: str, ports: tuple[int, ...], watch: bool) -> tuple[float, dict]:
     start = time.perf_counter()
     run = read_files([path])
-    decoder = Decoder(ports=ports, auto_detect=False, on_not_kafka=run.drop, on_elsewhere=run.drop,
-                      watch_elsewhere=watch)
+    decoder = Decoder(
+        ports=ports, auto_detect=False, on_not_kafka=run.drop, on_elsewhere=run.drop, watch_elsewhere=watch
+    )
     for event in run:
         decoder.feed(event)
     decoder.finish()
     seconds = time.perf_counter() - start
-    seen = {port: (c.connections, c.bytes + run.stats.kafka_elsewhere_bytes.get(port, 0))
-            for port, c in decoder.stats.kafka_elsewhere.items()}
+    seen = {
+        port: (c.connections, c.bytes + run.stats.kafka_elsewhere_bytes.get(port, 0))
+        for port, c in decoder.stats.kafka_elsewhere.items()
+    }
     return seconds, seen
 
 
@@ -47,9 +50,11 @@ def main() -> None:
     if not os.path.exists(args.path):
         sys.exit(f"{args.path}: missing (python bench/gen_captures.py bulk)")
     size_mb = os.path.getsize(args.path) / 1e6
-    runs = {"-p other, watch off (before)": ((args.other_port,), False),
-            "-p other, watch on": ((args.other_port,), True),
-            "-p kafka port (decoded)": ((args.kafka_port,), True)}
+    runs = {
+        "-p other, watch off (before)": ((args.other_port,), False),
+        "-p other, watch on": ((args.other_port,), True),
+        "-p kafka port (decoded)": ((args.kafka_port,), True),
+    }
     best: dict[str, float] = {}
     seen: dict[str, dict] = {}
     for _ in range(args.repeat):  # alternate so cache and frequency effects hit all alike
@@ -59,8 +64,9 @@ def main() -> None:
             seen[name] = counted
     print(f"{args.path}: {size_mb:,.0f} MB, best of {args.repeat}")
     for name in runs:
-        print(f"  {name:32} {best[name]:7.2f} s  {size_mb / best[name]:7.1f} MB/s  "
-              f"kafka_elsewhere {seen[name]}")
+        print(
+            f"  {name:32} {best[name]:7.2f} s  {size_mb / best[name]:7.1f} MB/s  kafka_elsewhere {seen[name]}"
+        )
     off, on = best["-p other, watch off (before)"], best["-p other, watch on"]
     print(f"  watch overhead: {on - off:+.2f} s ({(on / off - 1) * 100:+.1f}%)")
 

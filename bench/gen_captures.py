@@ -56,11 +56,16 @@ def bulk_client(bootstrap: str, n: int, who: int) -> dict:
     from confluent_kafka import Producer
 
     failed = []
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-        "queue.buffering.max.messages": 200_000, "client.id": f"bench-bulk-{who}",
-        "on_delivery": lambda err, _msg: err and failed.append(err),
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 200_000,
+            "client.id": f"bench-bulk-{who}",
+            "on_delivery": lambda err, _msg: err and failed.append(err),
+        }
+    )
     value = (f"bench record from producer {who} ".encode() * 20)[:VALUE_SIZE]
     for i in range(n):
         while True:
@@ -79,8 +84,14 @@ def txn_client(bootstrap: str, n: int, who: int) -> dict:
     """A transactional producer committing `n` transactions of two records on two partitions."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"bench-tx-{who}",
-                         "linger.ms": 0, "client.id": f"bench-txn-{who}"})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"bench-tx-{who}",
+            "linger.ms": 0,
+            "client.id": f"bench-txn-{who}",
+        }
+    )
     producer.init_transactions(30)
     for t in range(n):
         producer.begin_transaction()
@@ -94,9 +105,15 @@ def read_client(bootstrap: str, n: int, who: int) -> dict:
     """A read_committed consumer reading `n` records back from the beginning of every partition."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-read-{who}",
-                         "client.id": f"bench-read-{who}", "isolation.level": "read_committed",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-read-{who}",
+            "client.id": f"bench-read-{who}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     got, deadline = 0, time.monotonic() + 600
     while got < n and time.monotonic() < deadline:
@@ -133,8 +150,27 @@ def _harness():
 def tcpdump(path: Path, ns: str, dev: str) -> Iterator[None]:
     """tcpdump on the broker's side with a 512 MiB kernel buffer (the corpus harness's default buffer
     drops packets at a gigabyte a second); fails when the kernel dropped any packet."""
-    cmd = ["ip", "netns", "exec", ns, "tcpdump", "--immediate-mode", "-U", "-B", "524288", "-s", "0", "-n",
-           "-Z", "root", "-i", dev, "-w", str(path), f"tcp port {PORT}"]
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "tcpdump",
+        "--immediate-mode",
+        "-U",
+        "-B",
+        "524288",
+        "-s",
+        "0",
+        "-n",
+        "-Z",
+        "root",
+        "-i",
+        dev,
+        "-w",
+        str(path),
+        f"tcp port {PORT}",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
@@ -170,13 +206,19 @@ def record(name: str, out: Path) -> Path:
             write = "bulk" if kind == "bulkread" else kind
             with tcpdump(partial, ns_b, dev_b):
                 with ThreadPoolExecutor(producers) as pool:
-                    told = list(pool.map(lambda who: _in_ns(ns_c, write, bootstrap, str(per), str(who)),
-                                         range(producers)))
+                    told = list(
+                        pool.map(
+                            lambda who: _in_ns(ns_c, write, bootstrap, str(per), str(who)), range(producers)
+                        )
+                    )
                 if kind == "bulkread":
                     told.append(_in_ns(ns_c, "read", bootstrap, str(per * producers), "0"))
     partial.rename(target)
-    print(f"recorded {target.name}: {target.stat().st_size / 1e6:,.0f} MB, {told} "
-          f"in {time.monotonic() - started:.0f}s", file=sys.stderr)
+    print(
+        f"recorded {target.name}: {target.stat().st_size / 1e6:,.0f} MB, {told} "
+        f"in {time.monotonic() - started:.0f}s",
+        file=sys.stderr,
+    )
     return target
 
 

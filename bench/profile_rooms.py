@@ -27,9 +27,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (room, file prefixes): the first room whose prefix the innermost ksniff frame's file starts with.
 ROOMS = [
-    ("capture walk", ("ksniff/capture/pcap.py", "ksniff/capture/pcapng.py", "ksniff/capture/packets.py",
-                      "ksniff/capture/source.py", "ksniff/capture/files.py", "ksniff/capture/run.py",
-                      "ksniff/capture/_fastwalk")),
+    (
+        "capture walk",
+        (
+            "ksniff/capture/pcap.py",
+            "ksniff/capture/pcapng.py",
+            "ksniff/capture/packets.py",
+            "ksniff/capture/source.py",
+            "ksniff/capture/files.py",
+            "ksniff/capture/run.py",
+            "ksniff/capture/_fastwalk",
+        ),
+    ),
     ("reassembly", ("ksniff/capture/",)),
     ("frame split", ("ksniff/decode/frames.py",)),
     ("body decode", ("ksniff/decode/", "<ksniff ")),
@@ -46,7 +55,7 @@ def room_of(stack: str) -> str:
         return "start-up"
     for frame in reversed(frames):
         # "function (path:line)"; the path is relative to the working directory or a site folder
-        where = frame[frame.rfind("(") + 1:].rstrip(")")
+        where = frame[frame.rfind("(") + 1 :].rstrip(")")
         for room, prefixes in ROOMS:
             if any(p in where or frame.startswith(p) or p in frame for p in prefixes):
                 return room
@@ -55,8 +64,25 @@ def room_of(stack: str) -> str:
 
 def one_run(path: Path, rate: int, tmp: Path) -> dict[str, float]:
     raw = tmp / "profile.raw"
-    cmd = ["py-spy", "record", "-r", str(rate), "-f", "raw", "-o", str(raw), "--",
-           sys.executable, "-m", "ksniff.cli", "audit", str(path), "--json", str(tmp / "out.json"), "--quiet"]
+    cmd = [
+        "py-spy",
+        "record",
+        "-r",
+        str(rate),
+        "-f",
+        "raw",
+        "-o",
+        str(raw),
+        "--",
+        sys.executable,
+        "-m",
+        "ksniff.cli",
+        "audit",
+        str(path),
+        "--json",
+        str(tmp / "out.json"),
+        "--quiet",
+    ]
     subprocess.run(cmd, cwd=ROOT, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     counts: collections.Counter[str] = collections.Counter()
     for line in raw.read_text().splitlines():

@@ -38,12 +38,15 @@ class Audit:
     def __repr__(self) -> str:
         r = self.result
         severities = [f.severity for f in r.findings]
-        worst = ", ".join(f"{severities.count(s)} {s}" for s in ("critical", "warning", "info")
-                          if s in severities)
+        worst = ", ".join(
+            f"{severities.count(s)} {s}" for s in ("critical", "warning", "info") if s in severities
+        )
         inputs = f"{len(r.inputs)} input" + ("" if len(r.inputs) == 1 else "s")
-        return (f"<ksniff Audit ({r.engine}): {inputs}, {r.capture.kafka_connections} Kafka connections, "
-                f"{len(r.transactions)} transactions, {len(r.findings)} findings"
-                f"{f' ({worst})' if worst else ''}>")
+        return (
+            f"<ksniff Audit ({r.engine}): {inputs}, {r.capture.kafka_connections} Kafka connections, "
+            f"{len(r.transactions)} transactions, {len(r.findings)} findings"
+            f"{f' ({worst})' if worst else ''}>"
+        )
 
     @cached_property
     def _frames(self) -> dict[str, pd.DataFrame]:
@@ -94,9 +97,15 @@ class Audit:
         return self.result.as_contract()
 
 
-def audit_captures(paths: PathLike | Iterable[PathLike], *, ports: int | str | Sequence[int | str] = (),
-                   txn_timeout_ms: int | None = None, engine: str = "local", master: str | None = None,
-                   records: bool = False) -> Audit:
+def audit_captures(
+    paths: PathLike | Iterable[PathLike],
+    *,
+    ports: int | str | Sequence[int | str] = (),
+    txn_timeout_ms: int | None = None,
+    engine: str = "local",
+    master: str | None = None,
+    records: bool = False,
+) -> Audit:
     """Audit capture files or folders (pcap, pcapng; folders recursively) and return an `Audit`.
 
     paths: a path (str or pathlib.Path), or a list of them.
@@ -116,8 +125,13 @@ def audit_captures(paths: PathLike | Iterable[PathLike], *, ports: int | str | S
         raise ValueError(f"unknown engine {engine!r}: one of {', '.join(map(repr, ENGINES))}")
     wanted = parse_ports([ports] if isinstance(ports, int | str) else ports)
     inputs = [os.fspath(paths)] if isinstance(paths, str | os.PathLike) else [os.fspath(p) for p in paths]
-    config = EngineConfig(ports=wanted or DEFAULT_PORTS, auto_detect=not wanted,
-                          txn_timeout_ms=txn_timeout_ms, keep_tables=True, keep_records=records)
+    config = EngineConfig(
+        ports=wanted or DEFAULT_PORTS,
+        auto_detect=not wanted,
+        txn_timeout_ms=txn_timeout_ms,
+        keep_tables=True,
+        keep_records=records,
+    )
     if engine == "spark":
         from ksniff.engine.spark import audit_paths_spark
 

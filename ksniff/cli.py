@@ -29,56 +29,119 @@ def limit_options(f):
     """Caps on what untrusted traffic can make ksniff hold; what a cap cuts is counted and reported."""
     count = click.IntRange(min=1)
     decorators = [
-        click.option("--max-connections", type=count, metavar="N", envvar="KSNIFF_MAX_CONNECTIONS",
-                     help="TCP connections tracked at once; beyond it the longest idle one is closed "
-                          f"(default {_DEFAULT.max_connections}). "
-                          "[env KSNIFF_MAX_CONNECTIONS]"),
-        click.option("--max-buffer-bytes", type=count, metavar="BYTES", envvar="KSNIFF_MAX_BUFFER_BYTES",
-                     help="Out-of-order bytes held per connection direction; beyond it the hole waited "
-                          f"for becomes a gap (default {_DEFAULT.max_buffer_bytes}). "
-                          "[env KSNIFF_MAX_BUFFER_BYTES]"),
-        click.option("--max-buffer-total", type=count, metavar="BYTES", envvar="KSNIFF_MAX_BUFFER_TOTAL",
-                     help="Out-of-order bytes held across all connections "
-                          f"(default {_DEFAULT.max_buffer_total}). "
-                          "[env KSNIFF_MAX_BUFFER_TOTAL]"),
-        click.option("--max-frame-bytes", type=click.IntRange(min=64), metavar="BYTES",
-                     envvar="KSNIFF_MAX_FRAME_BYTES",
-                     help="Largest Kafka frame decoded; a larger size is skipped and the stream "
-                          f"resynchronised (default {_DEFAULT.max_frame}, Kafka's socket.request.max.bytes). "
-                          "[env KSNIFF_MAX_FRAME_BYTES]"),
-        click.option("--max-in-flight", type=count, metavar="N", envvar="KSNIFF_MAX_IN_FLIGHT",
-                     help="Requests awaiting a response per connection; beyond it the oldest is given "
-                          f"up as unanswered (default {_DEFAULT.max_in_flight}). "
-                          "[env KSNIFF_MAX_IN_FLIGHT]"),
-        click.option("--max-in-flight-total", type=count, metavar="N", envvar="KSNIFF_MAX_IN_FLIGHT_TOTAL",
-                     help="Requests awaiting a response across all connections; beyond it the oldest of "
-                          "the connection holding most is given up as unanswered "
-                          f"(default {_DEFAULT.max_in_flight_total}). [env KSNIFF_MAX_IN_FLIGHT_TOTAL]"),
-        click.option("--max-partial-total", type=count, metavar="BYTES", envvar="KSNIFF_MAX_PARTIAL_TOTAL",
-                     help="Bytes of Kafka frames waiting for their end, across all connections; beyond "
-                          "it the largest is given up and its stream resynchronised "
-                          f"(default {_DEFAULT.max_partial_total}). [env KSNIFF_MAX_PARTIAL_TOTAL]"),
-        click.option("--max-body-items", type=count, metavar="N", envvar="KSNIFF_MAX_BODY_ITEMS",
-                     help="Array elements and record batches one request or response body may hold; a "
-                          f"body with more is not decoded (default {_DEFAULT.max_body_items}). "
-                          "[env KSNIFF_MAX_BODY_ITEMS]"),
-        click.option("--max-records-batch", type=count, metavar="BYTES", envvar="KSNIFF_MAX_RECORDS_BATCH",
-                     help="With --records: bytes one record batch may decompress to "
-                          f"(default {_DEFAULT.max_records_batch}). [env KSNIFF_MAX_RECORDS_BATCH]"),
-        click.option("--max-records-request", type=count, metavar="BYTES",
-                     envvar="KSNIFF_MAX_RECORDS_REQUEST",
-                     help="With --records: bytes the batches of one Produce request may decompress to "
-                          f"(default {_DEFAULT.max_records_request}). [env KSNIFF_MAX_RECORDS_REQUEST]"),
-        click.option("--max-records-total", type=count, metavar="BYTES", envvar="KSNIFF_MAX_RECORDS_TOTAL",
-                     help="With --records: bytes all batches of the run may decompress to "
-                          f"(default {_DEFAULT.max_records_run}). [env KSNIFF_MAX_RECORDS_TOTAL]"),
-        click.option("--max-interfaces", type=count, metavar="N", envvar="KSNIFF_MAX_INTERFACES",
-                     help="pcapng interfaces kept per section; packets of later ones are skipped "
-                          f"(default {_DEFAULT.max_interfaces}). [env KSNIFF_MAX_INTERFACES]"),
-        click.option("--max-gunzip-ratio", type=count, metavar="N", envvar="KSNIFF_MAX_GUNZIP_RATIO",
-                     help="A .gz capture is read up to N times its size (at least 256 MiB); the rest "
-                          f"is not read (default {_DEFAULT.max_gunzip_ratio}). "
-                          "[env KSNIFF_MAX_GUNZIP_RATIO]"),
+        click.option(
+            "--max-connections",
+            type=count,
+            metavar="N",
+            envvar="KSNIFF_MAX_CONNECTIONS",
+            help="TCP connections tracked at once; beyond it the longest idle one is closed "
+            f"(default {_DEFAULT.max_connections}). "
+            "[env KSNIFF_MAX_CONNECTIONS]",
+        ),
+        click.option(
+            "--max-buffer-bytes",
+            type=count,
+            metavar="BYTES",
+            envvar="KSNIFF_MAX_BUFFER_BYTES",
+            help="Out-of-order bytes held per connection direction; beyond it the hole waited "
+            f"for becomes a gap (default {_DEFAULT.max_buffer_bytes}). "
+            "[env KSNIFF_MAX_BUFFER_BYTES]",
+        ),
+        click.option(
+            "--max-buffer-total",
+            type=count,
+            metavar="BYTES",
+            envvar="KSNIFF_MAX_BUFFER_TOTAL",
+            help="Out-of-order bytes held across all connections "
+            f"(default {_DEFAULT.max_buffer_total}). "
+            "[env KSNIFF_MAX_BUFFER_TOTAL]",
+        ),
+        click.option(
+            "--max-frame-bytes",
+            type=click.IntRange(min=64),
+            metavar="BYTES",
+            envvar="KSNIFF_MAX_FRAME_BYTES",
+            help="Largest Kafka frame decoded; a larger size is skipped and the stream "
+            f"resynchronised (default {_DEFAULT.max_frame}, Kafka's socket.request.max.bytes). "
+            "[env KSNIFF_MAX_FRAME_BYTES]",
+        ),
+        click.option(
+            "--max-in-flight",
+            type=count,
+            metavar="N",
+            envvar="KSNIFF_MAX_IN_FLIGHT",
+            help="Requests awaiting a response per connection; beyond it the oldest is given "
+            f"up as unanswered (default {_DEFAULT.max_in_flight}). "
+            "[env KSNIFF_MAX_IN_FLIGHT]",
+        ),
+        click.option(
+            "--max-in-flight-total",
+            type=count,
+            metavar="N",
+            envvar="KSNIFF_MAX_IN_FLIGHT_TOTAL",
+            help="Requests awaiting a response across all connections; beyond it the oldest of "
+            "the connection holding most is given up as unanswered "
+            f"(default {_DEFAULT.max_in_flight_total}). [env KSNIFF_MAX_IN_FLIGHT_TOTAL]",
+        ),
+        click.option(
+            "--max-partial-total",
+            type=count,
+            metavar="BYTES",
+            envvar="KSNIFF_MAX_PARTIAL_TOTAL",
+            help="Bytes of Kafka frames waiting for their end, across all connections; beyond "
+            "it the largest is given up and its stream resynchronised "
+            f"(default {_DEFAULT.max_partial_total}). [env KSNIFF_MAX_PARTIAL_TOTAL]",
+        ),
+        click.option(
+            "--max-body-items",
+            type=count,
+            metavar="N",
+            envvar="KSNIFF_MAX_BODY_ITEMS",
+            help="Array elements and record batches one request or response body may hold; a "
+            f"body with more is not decoded (default {_DEFAULT.max_body_items}). "
+            "[env KSNIFF_MAX_BODY_ITEMS]",
+        ),
+        click.option(
+            "--max-records-batch",
+            type=count,
+            metavar="BYTES",
+            envvar="KSNIFF_MAX_RECORDS_BATCH",
+            help="With --records: bytes one record batch may decompress to "
+            f"(default {_DEFAULT.max_records_batch}). [env KSNIFF_MAX_RECORDS_BATCH]",
+        ),
+        click.option(
+            "--max-records-request",
+            type=count,
+            metavar="BYTES",
+            envvar="KSNIFF_MAX_RECORDS_REQUEST",
+            help="With --records: bytes the batches of one Produce request may decompress to "
+            f"(default {_DEFAULT.max_records_request}). [env KSNIFF_MAX_RECORDS_REQUEST]",
+        ),
+        click.option(
+            "--max-records-total",
+            type=count,
+            metavar="BYTES",
+            envvar="KSNIFF_MAX_RECORDS_TOTAL",
+            help="With --records: bytes all batches of the run may decompress to "
+            f"(default {_DEFAULT.max_records_run}). [env KSNIFF_MAX_RECORDS_TOTAL]",
+        ),
+        click.option(
+            "--max-interfaces",
+            type=count,
+            metavar="N",
+            envvar="KSNIFF_MAX_INTERFACES",
+            help="pcapng interfaces kept per section; packets of later ones are skipped "
+            f"(default {_DEFAULT.max_interfaces}). [env KSNIFF_MAX_INTERFACES]",
+        ),
+        click.option(
+            "--max-gunzip-ratio",
+            type=count,
+            metavar="N",
+            envvar="KSNIFF_MAX_GUNZIP_RATIO",
+            help="A .gz capture is read up to N times its size (at least 256 MiB); the rest "
+            f"is not read (default {_DEFAULT.max_gunzip_ratio}). "
+            "[env KSNIFF_MAX_GUNZIP_RATIO]",
+        ),
     ]
     for decorator in reversed(decorators):
         f = decorator(f)
@@ -87,58 +150,139 @@ def limit_options(f):
 
 def common_options(f):
     decorators = [
-        click.option("--port", "-p", "ports", multiple=True, envvar="KSNIFF_PORT",
-                     help="Kafka broker ports, comma-separated, repeatable. "
-                          f"Default: {DEFAULT_PORTS[0]} plus auto-detection of Kafka on any port. "
-                          "[env KSNIFF_PORT]"),
-        click.option("--json", "json_path", metavar="PATH", envvar="KSNIFF_JSON",
-                     help="Write the whole result as one JSON document ('-' for stdout). [env KSNIFF_JSON]"),
-        click.option("--csv", "csv_dir", metavar="DIR", envvar="KSNIFF_CSV",
-                     help="Write the tables as CSV files into DIR. [env KSNIFF_CSV]"),
-        click.option("--parquet", "parquet_dir", metavar="DIR", envvar="KSNIFF_PARQUET",
-                     help="Write the tables as Parquet files into DIR. [env KSNIFF_PARQUET]"),
-        click.option("--html", "html_path", metavar="FILE", envvar="KSNIFF_HTML",
-                     help="Write one self-contained HTML report (timelines per transactional id, "
-                          "findings with their evidence), readable offline. [env KSNIFF_HTML]"),
-        click.option("--producer", "-P", metavar="ID", envvar="KSNIFF_PRODUCER",
-                     help="Show every step of one producer (transactional id or producer id) instead of "
-                          "the report; with --report, after it. [env KSNIFF_PRODUCER]"),
-        click.option("--topic-partition", "-T", "topic_partition", metavar="TOPIC-N",
-                     envvar="KSNIFF_TOPIC_PARTITION",
-                     help="Show one partition's log as the wire showed it: who wrote which offsets, in "
-                          "which transaction and how it ended, who read it. [env KSNIFF_TOPIC_PARTITION]"),
-        click.option("--report", "full_report", is_flag=True,
-                     help="With --producer: print the whole report too."),
-        click.option("--severity", type=click.Choice(["info", "warning", "critical"]), metavar="LEVEL",
-                     envvar="KSNIFF_SEVERITY",
-                     help="Keep findings of this severity or worse: info, warning or critical. "
-                          "[env KSNIFF_SEVERITY]"),
-        click.option("--kind", "kinds", multiple=True, metavar="KIND", envvar="KSNIFF_KIND",
-                     help="Keep findings of these kinds (comma-separated, repeatable). [env KSNIFF_KIND]"),
-        click.option("--since", metavar="TIME", envvar="KSNIFF_SINCE",
-                     help="Keep what happened from this capture time on: ISO-8601 (UTC unless it says) "
-                          "or epoch seconds. [env KSNIFF_SINCE]"),
-        click.option("--until", metavar="TIME", envvar="KSNIFF_UNTIL",
-                     help="Keep what happened up to this capture time. [env KSNIFF_UNTIL]"),
-        click.option("--transactional-id", "-t", "transactional_ids", multiple=True, metavar="ID",
-                     envvar="KSNIFF_TRANSACTIONAL_ID",
-                     help="Keep only these transactional ids (repeatable). [env KSNIFF_TRANSACTIONAL_ID]"),
-        click.option("--strict", is_flag=True, envvar="KSNIFF_STRICT",
-                     help="Exit 3 when there is no finding but the audit could not see or read everything "
-                          "(no Kafka traffic, capture gaps, drops, decode errors). [env KSNIFF_STRICT]"),
-        click.option("--txn-timeout", "txn_timeout_ms", metavar="MS", type=click.IntRange(min=1),
-                     envvar="KSNIFF_TXN_TIMEOUT",
-                     help="Hanging-transaction threshold in ms when the producer's own timeout was not "
-                          f"seen (default {AuditConfig().txn_timeout_ms}). [env KSNIFF_TXN_TIMEOUT]"),
-        click.option("--records", is_flag=True, envvar="KSNIFF_RECORDS",
-                     help="Also decode and export record keys, values and headers (never by default). "
-                          "[env KSNIFF_RECORDS]"),
-        click.option("--exit-zero", is_flag=True, envvar="KSNIFF_EXIT_ZERO",
-                     help="Exit 0 even when there are findings (still 2 on errors). [env KSNIFF_EXIT_ZERO]"),
+        click.option(
+            "--port",
+            "-p",
+            "ports",
+            multiple=True,
+            envvar="KSNIFF_PORT",
+            help="Kafka broker ports, comma-separated, repeatable. "
+            f"Default: {DEFAULT_PORTS[0]} plus auto-detection of Kafka on any port. "
+            "[env KSNIFF_PORT]",
+        ),
+        click.option(
+            "--json",
+            "json_path",
+            metavar="PATH",
+            envvar="KSNIFF_JSON",
+            help="Write the whole result as one JSON document ('-' for stdout). [env KSNIFF_JSON]",
+        ),
+        click.option(
+            "--csv",
+            "csv_dir",
+            metavar="DIR",
+            envvar="KSNIFF_CSV",
+            help="Write the tables as CSV files into DIR. [env KSNIFF_CSV]",
+        ),
+        click.option(
+            "--parquet",
+            "parquet_dir",
+            metavar="DIR",
+            envvar="KSNIFF_PARQUET",
+            help="Write the tables as Parquet files into DIR. [env KSNIFF_PARQUET]",
+        ),
+        click.option(
+            "--html",
+            "html_path",
+            metavar="FILE",
+            envvar="KSNIFF_HTML",
+            help="Write one self-contained HTML report (timelines per transactional id, "
+            "findings with their evidence), readable offline. [env KSNIFF_HTML]",
+        ),
+        click.option(
+            "--producer",
+            "-P",
+            metavar="ID",
+            envvar="KSNIFF_PRODUCER",
+            help="Show every step of one producer (transactional id or producer id) instead of "
+            "the report; with --report, after it. [env KSNIFF_PRODUCER]",
+        ),
+        click.option(
+            "--topic-partition",
+            "-T",
+            "topic_partition",
+            metavar="TOPIC-N",
+            envvar="KSNIFF_TOPIC_PARTITION",
+            help="Show one partition's log as the wire showed it: who wrote which offsets, in "
+            "which transaction and how it ended, who read it. [env KSNIFF_TOPIC_PARTITION]",
+        ),
+        click.option(
+            "--report", "full_report", is_flag=True, help="With --producer: print the whole report too."
+        ),
+        click.option(
+            "--severity",
+            type=click.Choice(["info", "warning", "critical"]),
+            metavar="LEVEL",
+            envvar="KSNIFF_SEVERITY",
+            help="Keep findings of this severity or worse: info, warning or critical. [env KSNIFF_SEVERITY]",
+        ),
+        click.option(
+            "--kind",
+            "kinds",
+            multiple=True,
+            metavar="KIND",
+            envvar="KSNIFF_KIND",
+            help="Keep findings of these kinds (comma-separated, repeatable). [env KSNIFF_KIND]",
+        ),
+        click.option(
+            "--since",
+            metavar="TIME",
+            envvar="KSNIFF_SINCE",
+            help="Keep what happened from this capture time on: ISO-8601 (UTC unless it says) "
+            "or epoch seconds. [env KSNIFF_SINCE]",
+        ),
+        click.option(
+            "--until",
+            metavar="TIME",
+            envvar="KSNIFF_UNTIL",
+            help="Keep what happened up to this capture time. [env KSNIFF_UNTIL]",
+        ),
+        click.option(
+            "--transactional-id",
+            "-t",
+            "transactional_ids",
+            multiple=True,
+            metavar="ID",
+            envvar="KSNIFF_TRANSACTIONAL_ID",
+            help="Keep only these transactional ids (repeatable). [env KSNIFF_TRANSACTIONAL_ID]",
+        ),
+        click.option(
+            "--strict",
+            is_flag=True,
+            envvar="KSNIFF_STRICT",
+            help="Exit 3 when there is no finding but the audit could not see or read everything "
+            "(no Kafka traffic, capture gaps, drops, decode errors). [env KSNIFF_STRICT]",
+        ),
+        click.option(
+            "--txn-timeout",
+            "txn_timeout_ms",
+            metavar="MS",
+            type=click.IntRange(min=1),
+            envvar="KSNIFF_TXN_TIMEOUT",
+            help="Hanging-transaction threshold in ms when the producer's own timeout was not "
+            f"seen (default {AuditConfig().txn_timeout_ms}). [env KSNIFF_TXN_TIMEOUT]",
+        ),
+        click.option(
+            "--records",
+            is_flag=True,
+            envvar="KSNIFF_RECORDS",
+            help="Also decode and export record keys, values and headers (never by default). "
+            "[env KSNIFF_RECORDS]",
+        ),
+        click.option(
+            "--exit-zero",
+            is_flag=True,
+            envvar="KSNIFF_EXIT_ZERO",
+            help="Exit 0 even when there are findings (still 2 on errors). [env KSNIFF_EXIT_ZERO]",
+        ),
         click.option("--quiet", "-q", is_flag=True, help="Print only the findings."),
         click.option("--verbose", "-v", is_flag=True, help="Print more detail and diagnostics."),
-        click.option("--no-color", is_flag=True, envvar="NO_COLOR",
-                     help="No colours (also when NO_COLOR is set or output is not a terminal)."),
+        click.option(
+            "--no-color",
+            is_flag=True,
+            envvar="NO_COLOR",
+            help="No colours (also when NO_COLOR is set or output is not a terminal).",
+        ),
     ]
     for decorator in reversed(decorators):
         f = decorator(f)
@@ -154,8 +298,13 @@ def _filters(kw: dict) -> ResultFilter:
         raise click.BadParameter(str(e), param_hint="--since/--until") from None
     if since is not None and until is not None and until < since:
         raise click.BadParameter("--until is before --since", param_hint="--until")
-    return ResultFilter(severity=kw["severity"], kinds=kinds, since=since, until=until,
-                        transactional_ids=frozenset(kw["transactional_ids"]))
+    return ResultFilter(
+        severity=kw["severity"],
+        kinds=kinds,
+        since=since,
+        until=until,
+        transactional_ids=frozenset(kw["transactional_ids"]),
+    )
 
 
 def make_options(kw: dict) -> Options:
@@ -165,15 +314,25 @@ def make_options(kw: dict) -> Options:
         raise click.UsageError("--report goes with --producer (without it the report is printed anyway)")
     no_color = kw["no_color"] or bool(os.environ.get("NO_COLOR"))
     ports = _parse_ports(kw["ports"])
-    limits = {name: kw[option] for name, option in (
-        ("max_connections", "max_connections"), ("max_buffer_bytes", "max_buffer_bytes"),
-        ("max_buffer_total", "max_buffer_total"), ("max_frame", "max_frame_bytes"),
-        ("max_in_flight", "max_in_flight"), ("max_in_flight_total", "max_in_flight_total"),
-        ("max_partial_total", "max_partial_total"), ("max_body_items", "max_body_items"),
-        ("max_records_batch", "max_records_batch"),
-        ("max_records_request", "max_records_request"), ("max_records_run", "max_records_total"),
-        ("max_interfaces", "max_interfaces"), ("max_gunzip_ratio", "max_gunzip_ratio"))
-        if kw[option] is not None}
+    limits = {
+        name: kw[option]
+        for name, option in (
+            ("max_connections", "max_connections"),
+            ("max_buffer_bytes", "max_buffer_bytes"),
+            ("max_buffer_total", "max_buffer_total"),
+            ("max_frame", "max_frame_bytes"),
+            ("max_in_flight", "max_in_flight"),
+            ("max_in_flight_total", "max_in_flight_total"),
+            ("max_partial_total", "max_partial_total"),
+            ("max_body_items", "max_body_items"),
+            ("max_records_batch", "max_records_batch"),
+            ("max_records_request", "max_records_request"),
+            ("max_records_run", "max_records_total"),
+            ("max_interfaces", "max_interfaces"),
+            ("max_gunzip_ratio", "max_gunzip_ratio"),
+        )
+        if kw[option] is not None
+    }
     config = EngineConfig(
         ports=ports or DEFAULT_PORTS,
         auto_detect=not ports,
@@ -204,14 +363,39 @@ def make_options(kw: dict) -> Options:
 # `--help` in the order a responder reads it: where results go, what to show, how the run goes, and the
 # memory caps last. Options not named here (--help) come at the end.
 HELP_SECTIONS = {
-    "Outputs": ("json_path", "csv_dir", "parquet_dir", "html_path", "producer", "topic_partition",
-                "full_report", "quiet",
-                "verbose", "no_color"),
+    "Outputs": (
+        "json_path",
+        "csv_dir",
+        "parquet_dir",
+        "html_path",
+        "producer",
+        "topic_partition",
+        "full_report",
+        "quiet",
+        "verbose",
+        "no_color",
+    ),
     "Filters (report and exports alike)": ("severity", "kinds", "since", "until", "transactional_ids"),
-    "The run": ("ports", "txn_timeout_ms", "records", "exit_zero", "strict", "engine", "master", "duration",
-                "count", "write_path", "bpf"),
+    "The run": (
+        "ports",
+        "txn_timeout_ms",
+        "records",
+        "exit_zero",
+        "strict",
+        "engine",
+        "master",
+        "duration",
+        "count",
+        "write_path",
+        "bpf",
+    ),
     "Limits (caps on what untrusted traffic can make ksniff hold)": (
-        "max_connections", "max_buffer_bytes", "max_buffer_total", "max_frame_bytes", "max_in_flight"),
+        "max_connections",
+        "max_buffer_bytes",
+        "max_buffer_total",
+        "max_frame_bytes",
+        "max_in_flight",
+    ),
 }
 
 
@@ -219,8 +403,9 @@ class SectionedCommand(click.Command):
     """A command whose --help lists its options by section (HELP_SECTIONS), then its examples."""
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        records = {p.name: p.get_help_record(ctx) for p in self.get_params(ctx)
-                   if isinstance(p, click.Option)}
+        records = {
+            p.name: p.get_help_record(ctx) for p in self.get_params(ctx) if isinstance(p, click.Option)
+        }
         records = {name: rec for name, rec in records.items() if rec is not None}
         for title, names in HELP_SECTIONS.items():
             rows = [records.pop(n) for n in names if n in records]
@@ -270,8 +455,9 @@ class KsniffGroup(click.Group):
         sys.exit(code or 0)
 
 
-@click.group(cls=KsniffGroup,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=KsniffGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(__version__, prog_name="ksniff")
 def main() -> None:
     """Passive Apache Kafka protocol sniffer and transaction auditor.
@@ -288,22 +474,50 @@ def main() -> None:
 @main.command(cls=SectionedCommand, epilog=AUDIT_EXAMPLES)
 @click.argument("captures", nargs=-1, required=True, metavar="CAPTURE...")
 @common_options
-@click.option("--engine", type=click.Choice(["local", "spark"]), default=None, envvar="KSNIFF_ENGINE",
-              help="Run in-process (local, default) or as a PySpark job (spark). [env KSNIFF_ENGINE]")
-@click.option("--master", metavar="URL", envvar="KSNIFF_MASTER",
-              help="Spark master; implies --engine spark. Default: what spark-submit or Spark's "
-                   "configuration says, else local[*]. [env KSNIFF_MASTER]")
-@click.option("--conf", "spark_conf", metavar="KEY=VALUE", multiple=True,
-              help="A Spark configuration property, as spark-submit's --conf; repeatable; implies "
-                   "--engine spark.")
-@click.option("--merge", is_flag=True, envvar="KSNIFF_MERGE",
-              help="Audit every input as one capture set (one producer-id space), whatever they share. "
-                   "[env KSNIFF_MERGE]")
-@click.option("--separate", is_flag=True, envvar="KSNIFF_SEPARATE",
-              help="Audit every input file as its own capture set. Default: files that share a cluster "
-                   "while they ran, or a TCP connection, are one set. [env KSNIFF_SEPARATE]")
-def audit(captures: tuple[str, ...], engine: str | None, master: str | None, spark_conf: tuple[str, ...],
-          merge: bool, separate: bool, **kw) -> None:
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default=None,
+    envvar="KSNIFF_ENGINE",
+    help="Run in-process (local, default) or as a PySpark job (spark). [env KSNIFF_ENGINE]",
+)
+@click.option(
+    "--master",
+    metavar="URL",
+    envvar="KSNIFF_MASTER",
+    help="Spark master; implies --engine spark. Default: what spark-submit or Spark's "
+    "configuration says, else local[*]. [env KSNIFF_MASTER]",
+)
+@click.option(
+    "--conf",
+    "spark_conf",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="A Spark configuration property, as spark-submit's --conf; repeatable; implies --engine spark.",
+)
+@click.option(
+    "--merge",
+    is_flag=True,
+    envvar="KSNIFF_MERGE",
+    help="Audit every input as one capture set (one producer-id space), whatever they share. "
+    "[env KSNIFF_MERGE]",
+)
+@click.option(
+    "--separate",
+    is_flag=True,
+    envvar="KSNIFF_SEPARATE",
+    help="Audit every input file as its own capture set. Default: files that share a cluster "
+    "while they ran, or a TCP connection, are one set. [env KSNIFF_SEPARATE]",
+)
+def audit(
+    captures: tuple[str, ...],
+    engine: str | None,
+    master: str | None,
+    spark_conf: tuple[str, ...],
+    merge: bool,
+    separate: bool,
+    **kw,
+) -> None:
     """Audit pcap/pcapng captures, or folders of them (recursively); with --engine spark also Hadoop
     file system URIs (file://, hdfs://, s3a://, ...)."""
     from dataclasses import replace
@@ -330,13 +544,18 @@ def audit(captures: tuple[str, ...], engine: str | None, master: str | None, spa
 @main.command(cls=SectionedCommand, epilog=LIVE_EXAMPLES)
 @click.argument("iface", metavar="IFACE")
 @common_options
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Stop after this many seconds.")
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Stop after this many seconds.",
+)
 @click.option("--count", type=click.IntRange(min=1), metavar="PACKETS", help="Stop after this many packets.")
 @click.option("--write", "write_path", metavar="PCAP", help="Also keep what was captured in a pcap file.")
 @click.option("--filter", "bpf", metavar="BPF", help="A BPF filter, added to the port filter.")
-def live(iface: str, duration: float | None, count: int | None, write_path: str | None, bpf: str | None,
-         **kw) -> None:
+def live(
+    iface: str, duration: float | None, count: int | None, write_path: str | None, bpf: str | None, **kw
+) -> None:
     """Capture on interface IFACE and audit as traffic flows; Ctrl-C stops and reports."""
     opts = make_options(kw)
     from ksniff.run import run_live

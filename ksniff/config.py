@@ -79,21 +79,34 @@ class EngineConfig:
     @property
     def limits(self) -> CaptureLimits:
         """The capture room's caps."""
-        return CaptureLimits(max_connections=self.max_connections,
-                             ooo_bytes_per_direction=self.max_buffer_bytes,
-                             ooo_bytes_total=self.max_buffer_total, max_interfaces=self.max_interfaces,
-                             gunzip_ratio=self.max_gunzip_ratio)
+        return CaptureLimits(
+            max_connections=self.max_connections,
+            ooo_bytes_per_direction=self.max_buffer_bytes,
+            ooo_bytes_total=self.max_buffer_total,
+            max_interfaces=self.max_interfaces,
+            gunzip_ratio=self.max_gunzip_ratio,
+        )
 
-    def decoder(self, on_not_kafka: Callable[[int], Any] | None = None,
-                on_elsewhere: Callable[[int, int], Any] | None = None) -> Decoder:
+    def decoder(
+        self,
+        on_not_kafka: Callable[[int], Any] | None = None,
+        on_elsewhere: Callable[[int, int], Any] | None = None,
+    ) -> Decoder:
         """A decoder for one run (or one partition of it) with this run's ports and caps; `on_elsewhere`:
         how to give up a connection on another port that looks like Kafka (Decoder)."""
-        return Decoder(ports=self.ports, auto_detect=self.auto_detect, on_not_kafka=on_not_kafka,
-                       on_elsewhere=on_elsewhere,
-                       keep_records=self.keep_records, max_frame=self.max_frame,
-                       max_in_flight=self.max_in_flight, max_in_flight_total=self.max_in_flight_total,
-                       max_partial_total=self.max_partial_total, max_body_items=self.max_body_items,
-                       records_caps=(self.max_records_batch, self.max_records_request, self.max_records_run))
+        return Decoder(
+            ports=self.ports,
+            auto_detect=self.auto_detect,
+            on_not_kafka=on_not_kafka,
+            on_elsewhere=on_elsewhere,
+            keep_records=self.keep_records,
+            max_frame=self.max_frame,
+            max_in_flight=self.max_in_flight,
+            max_in_flight_total=self.max_in_flight_total,
+            max_partial_total=self.max_partial_total,
+            max_body_items=self.max_body_items,
+            records_caps=(self.max_records_batch, self.max_records_request, self.max_records_run),
+        )
 
     def audit_config(self) -> AuditConfig:
         """The audit room's settings."""

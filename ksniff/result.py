@@ -40,24 +40,48 @@ class AuditResult:
     partitions: list[PartitionSummary] = field(default_factory=list)
 
     @classmethod
-    def of_run(cls, engine: str, *, inputs: Iterable[InputInfo], capture: CaptureStats, decode: DecodeStats,
-               output: AuditOutput, warnings: Iterable[str], exchanges: Iterable[dict] = (),
-               batches: Iterable[dict] = (), records: list[dict] | None = None) -> AuditResult:
+    def of_run(
+        cls,
+        engine: str,
+        *,
+        inputs: Iterable[InputInfo],
+        capture: CaptureStats,
+        decode: DecodeStats,
+        output: AuditOutput,
+        warnings: Iterable[str],
+        exchanges: Iterable[dict] = (),
+        batches: Iterable[dict] = (),
+        records: list[dict] | None = None,
+    ) -> AuditResult:
         """The result of a finished run: the audit's output, the counters, and the table rows (put in
         time order here; rows of equal time keep the order the engine gave them)."""
         by_ts = itemgetter("ts")
-        return cls(inputs=list(inputs), capture=capture, decode=decode, producers=list(output.producers),
-                   transactions=list(output.transactions), findings=list(output.findings),
-                   exchanges=sorted(exchanges, key=by_ts), batches=sorted(batches, key=by_ts),
-                   engine=engine, warnings=list(warnings), records=records,
-                   partitions=list(output.partitions))
+        return cls(
+            inputs=list(inputs),
+            capture=capture,
+            decode=decode,
+            producers=list(output.producers),
+            transactions=list(output.transactions),
+            findings=list(output.findings),
+            exchanges=sorted(exchanges, key=by_ts),
+            batches=sorted(batches, key=by_ts),
+            engine=engine,
+            warnings=list(warnings),
+            records=records,
+            partitions=list(output.partitions),
+        )
 
     def as_contract(self) -> dict:
         return {
             "version": self.version,
             "inputs": [
-                {"path": i.path, "format": i.format, "linktype": i.linktype, "packets": i.packets,
-                 "bytes": i.bytes}
+                {
+                    "path": i.path,
+                    "format": i.format,
+                    "linktype": i.linktype,
+                    "packets": i.packets,
+                    "bytes": i.bytes,
+                }
                 for i in self.inputs
             ],
             # addition: with named ports (-p), the other ports whose connections looked like Kafka
@@ -86,8 +110,10 @@ class AuditResult:
         """With named ports only: the other ports whose connections' first request and response looked like
         Kafka (not audited), most bytes first: `{port, connections, bytes}`."""
         late = self.capture.kafka_elsewhere_bytes
-        rows = [{"port": port, "connections": c.connections, "bytes": c.bytes + late.get(port, 0)}
-                for port, c in self.decode.kafka_elsewhere.items()]
+        rows = [
+            {"port": port, "connections": c.connections, "bytes": c.bytes + late.get(port, 0)}
+            for port, c in self.decode.kafka_elsewhere.items()
+        ]
         return sorted(rows, key=lambda r: (-r["bytes"], r["port"]))
 
     def unverified_because(self) -> list[str]:
@@ -99,15 +125,21 @@ class AuditResult:
         elsewhere = self.kafka_elsewhere()
         if elsewhere:
             ports = ", ".join(str(r["port"]) for r in elsewhere[:5]) + (", ..." if len(elsewhere) > 5 else "")
-            reasons.append(f"{_count(sum(r['connections'] for r in elsewhere), 'connection')} on other ports "
-                           f"({ports}) looked like Kafka and were not audited")
+            reasons.append(
+                f"{_count(sum(r['connections'] for r in elsewhere), 'connection')} on other ports "
+                f"({ports}) looked like Kafka and were not audited"
+            )
         if cap.gaps:
-            reasons.append(f"the capture lost {_count(cap.gap_bytes, 'byte')} of Kafka connections "
-                           f"({_count(cap.gaps, 'gap')})")
-        for n, what in ((cap.kernel_drops, "packet dropped by the kernel"),
-                        (cap.dropped_by_limits, "segment dropped by memory limits"),
-                        (dec.errors, "malformed frame or body"),
-                        (dec.oversized_frames, "frame over the size limit, skipped")):
+            reasons.append(
+                f"the capture lost {_count(cap.gap_bytes, 'byte')} of Kafka connections "
+                f"({_count(cap.gaps, 'gap')})"
+            )
+        for n, what in (
+            (cap.kernel_drops, "packet dropped by the kernel"),
+            (cap.dropped_by_limits, "segment dropped by memory limits"),
+            (dec.errors, "malformed frame or body"),
+            (dec.oversized_frames, "frame over the size limit, skipped"),
+        ):
             if n:
                 reasons.append(_count(n, what))
         unverified = sum(1 for f in self.findings if f.evidence.get("unverified"))
@@ -128,8 +160,12 @@ class AuditResult:
         reasons = self.unverified_because()
         serious = by_severity["critical"] + by_severity["warning"]
         verdict = "findings" if serious else "unverified" if reasons else "clean"
-        return {"verdict": verdict, "unverified_because": reasons, "findings": by_severity,
-                "findings_by_kind": dict(sorted(by_kind.items()))}
+        return {
+            "verdict": verdict,
+            "unverified_because": reasons,
+            "findings": by_severity,
+            "findings_by_kind": dict(sorted(by_kind.items())),
+        }
 
 
 def _count(n: int, what: str) -> str:
@@ -140,10 +176,9 @@ def _count(n: int, what: str) -> str:
     words = what.split(" ")
     at = 1 if words[0] == "malformed" else 0
     words[at] = words[at] + "s"
-    if words[at + 1:at + 3] == ["or", "body"]:
+    if words[at + 1 : at + 3] == ["or", "body"]:
         words[at + 2] = "bodies"
     return f"{n:,} " + " ".join(words)
-
 
 
 def stamp_set(result: AuditResult, cset: Any, identity: Any) -> None:
@@ -159,19 +194,22 @@ def stamp_set(result: AuditResult, cset: Any, identity: Any) -> None:
         stamp(items, cset.number, cluster)
     rows = []
     for info in identity.clusters():
-        rows.append({
-            "id": info.cluster_id,
-            "capture_set": cset.number,
-            "inputs": list(cset.paths),
-            "brokers": [b.as_contract() for b in info.brokers],
-            "coordinators": [{"kind": k, "key": key, "node_id": n} for k, key, n in info.coordinators],
-            "connections": [{"broker": a, "node_id": n} for a, n in info.connections],
-        })
+        rows.append(
+            {
+                "id": info.cluster_id,
+                "capture_set": cset.number,
+                "inputs": list(cset.paths),
+                "brokers": [b.as_contract() for b in info.brokers],
+                "coordinators": [{"kind": k, "key": key, "node_id": n} for k, key, n in info.coordinators],
+                "connections": [{"broker": a, "node_id": n} for a, n in info.connections],
+            }
+        )
     result.clusters = rows
 
 
-def join_results(results: Sequence[AuditResult], sets: Sequence[Any], files: Sequence[str],
-                 engine: str) -> AuditResult:
+def join_results(
+    results: Sequence[AuditResult], sets: Sequence[Any], files: Sequence[str], engine: str
+) -> AuditResult:
     """One result from the results of several capture sets (each audited on its own): counters summed,
     rows joined in the order a single run lists them, inputs in the order given."""
     from ksniff.audit.fold import finding_order, producer_order
@@ -181,9 +219,11 @@ def join_results(results: Sequence[AuditResult], sets: Sequence[Any], files: Seq
     if engine != "local":
         unapplied = [p for s in sets for c in getattr(s, "clocks", ()) if c.pairs for p in c.paths]
     if unapplied:
-        note = (f"the {engine} engine aligns the clocks of captures of several hosts but does not mark the "
-                "findings that rest on an order within the clocks' uncertainty unverified: audit them with "
-                "--engine local for that")
+        note = (
+            f"the {engine} engine aligns the clocks of captures of several hosts but does not mark the "
+            "findings that rest on an order within the clocks' uncertainty unverified: audit them with "
+            "--engine local for that"
+        )
     if len(results) == 1:
         if unapplied:
             results[0].warnings.append(note)
@@ -199,15 +239,24 @@ def join_results(results: Sequence[AuditResult], sets: Sequence[Any], files: Seq
     if any(r.records is not None for r in results):
         records = sorted((row for r in results for row in r.records or ()), key=by_ts)
     return AuditResult(
-        inputs=inputs, capture=capture, decode=decode,
+        inputs=inputs,
+        capture=capture,
+        decode=decode,
         producers=sorted((p for r in results for p in r.producers), key=producer_order),
-        transactions=sorted((t for r in results for t in r.transactions),
-                            key=lambda t: (t.start_ts, t.transactional_id, t.producer_id or -1)),
+        transactions=sorted(
+            (t for r in results for t in r.transactions),
+            key=lambda t: (t.start_ts, t.transactional_id, t.producer_id or -1),
+        ),
         findings=sorted((f for r in results for f in r.findings), key=finding_order),
-        partitions=sorted((p for r in results for p in r.partitions),
-                          key=lambda p: (p.topic, p.partition, p.capture_set or 0)),
+        partitions=sorted(
+            (p for r in results for p in r.partitions),
+            key=lambda p: (p.topic, p.partition, p.capture_set or 0),
+        ),
         exchanges=sorted((row for r in results for row in r.exchanges), key=by_ts),
         batches=sorted((row for r in results for row in r.batches), key=by_ts),
-        engine=engine, warnings=[w for r in results for w in r.warnings] + ([note] if unapplied else []),
+        engine=engine,
+        warnings=[w for r in results for w in r.warnings] + ([note] if unapplied else []),
         records=records,
-        capture_sets=list(sets), clusters=[c for r in results for c in r.clusters])
+        capture_sets=list(sets),
+        clusters=[c for r in results for c in r.clusters],
+    )

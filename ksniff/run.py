@@ -60,8 +60,9 @@ class _Tables:
         self.producer = ProducerRows(opts.producer) if opts.producer else None
         if opts.csv_dir or opts.parquet_dir:
             try:
-                self.export = TableExport(csv_dir=opts.csv_dir, parquet_dir=opts.parquet_dir,
-                                          records=opts.records)
+                self.export = TableExport(
+                    csv_dir=opts.csv_dir, parquet_dir=opts.parquet_dir, records=opts.records
+                )
             except ReportError as e:
                 abort(str(e))
         sinks = [s for s in (self.export, self.producer) if s is not None]
@@ -84,8 +85,14 @@ class _Tables:
             result.batches = sorted(self.producer.batches, key=lambda r: r["ts"])
 
 
-def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
-          tables: _Tables | None = None, written: bool = False) -> int:
+def _emit(
+    result: AuditResult,
+    opts: Options,
+    out: Console,
+    err: Console,
+    tables: _Tables | None = None,
+    written: bool = False,
+) -> int:
     from ksniff.report.formats import STDOUT, ReportError, write_csv, write_html, write_json, write_parquet
     from ksniff.report.terminal import render_report
     from ksniff.report.text import shown_message
@@ -94,8 +101,7 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
 
     for warning in result.warnings:
         # One line per warning whatever the terminal's width, so scripts can grep them.
-        err.print(f"ksniff: warning: {shown_message(warning)}", markup=False, highlight=False,
-                  soft_wrap=True)
+        err.print(f"ksniff: warning: {shown_message(warning)}", markup=False, highlight=False, soft_wrap=True)
     try:
         if opts.json_path == STDOUT:
             _to_stream(sys.stdout, lambda: write_json(result, STDOUT), "the JSON document")
@@ -113,9 +119,19 @@ def _emit(result: AuditResult, opts: Options, out: Console, err: Console,
     except ReportError as e:
         abort(str(e))
     whole = not opts.producer or opts.full_report  # -P alone: its timeline, not the report above it
-    _to_stream(out.file, lambda: render_report(out, result, quiet=opts.quiet, verbose=opts.verbose,
-                                               producer=opts.producer, report=whole,
-                                               topic_partition=opts.topic_partition), "the report")
+    _to_stream(
+        out.file,
+        lambda: render_report(
+            out,
+            result,
+            quiet=opts.quiet,
+            verbose=opts.verbose,
+            producer=opts.producer,
+            report=whole,
+            topic_partition=opts.topic_partition,
+        ),
+        "the report",
+    )
     return exit_code(result, opts)
 
 
@@ -145,8 +161,14 @@ def _detach(stream) -> None:
     os.close(devnull)
 
 
-def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: str | None,
-              conf: tuple[tuple[str, str], ...] = ()) -> int:
+def run_audit(
+    captures: tuple[str, ...],
+    opts: Options,
+    *,
+    engine: str,
+    master: str | None,
+    conf: tuple[tuple[str, str], ...] = (),
+) -> int:
     from ksniff.capture import CaptureError
     from ksniff.engine.spark import is_uri
     from ksniff.report.formats import ReportError
@@ -158,9 +180,16 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
             from ksniff.engine.spark import SparkUnavailable, run_spark
 
             try:
-                result = run_spark(captures, config, master=master, conf=conf, csv_dir=opts.csv_dir,
-                                   parquet_dir=opts.parquet_dir, producer=opts.producer,
-                                   keep=opts.filters)
+                result = run_spark(
+                    captures,
+                    config,
+                    master=master,
+                    conf=conf,
+                    csv_dir=opts.csv_dir,
+                    parquet_dir=opts.parquet_dir,
+                    producer=opts.producer,
+                    keep=opts.filters,
+                )
             except SparkUnavailable as e:
                 abort(str(e))
         except (CaptureError, ReportError) as e:
@@ -171,8 +200,10 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
         return _emit(result, opts, out, err, written=True)
     for given in (opts.csv_dir, opts.parquet_dir, *captures):
         if given and is_uri(given):
-            abort(f"{given}: a URI needs the Spark engine (--engine spark); the local engine reads and "
-                  "writes local paths")
+            abort(
+                f"{given}: a URI needs the Spark engine (--engine spark); the local engine reads and "
+                "writes local paths"
+            )
     from ksniff.engine.local import audit_paths
     from ksniff.report.progress import progress
 
@@ -180,8 +211,12 @@ def run_audit(captures: tuple[str, ...], opts: Options, *, engine: str, master: 
         try:
             bar = progress(err, 0) if err.is_terminal and not opts.quiet else None
             try:
-                result = audit_paths(captures, config, tables=tables.sink,
-                                     progress=(lambda done, total: bar.update(done, total)) if bar else None)
+                result = audit_paths(
+                    captures,
+                    config,
+                    tables=tables.sink,
+                    progress=(lambda done, total: bar.update(done, total)) if bar else None,
+                )
             finally:
                 if bar is not None:
                     bar.close()
@@ -206,19 +241,27 @@ def _say_where_kafka_is(result: AuditResult, opts: Options) -> None:
     elsewhere = [r for r in result.kafka_elsewhere() if r["port"] not in opts.ports]
     if not elsewhere:
         if not result.capture.kafka_connections:
-            result.warnings.append(f"no Kafka traffic on port {named}, nor on any other port: nothing was "
-                                   "audited")
+            result.warnings.append(
+                f"no Kafka traffic on port {named}, nor on any other port: nothing was audited"
+            )
         return
-    seen = ", ".join(f"{r['port']} ({r['connections']:,} connection{'' if r['connections'] == 1 else 's'}"
-                     f", {size(r['bytes'])})" for r in elsewhere[:5])
+    seen = ", ".join(
+        f"{r['port']} ({r['connections']:,} connection{'' if r['connections'] == 1 else 's'}"
+        f", {size(r['bytes'])})"
+        for r in elsewhere[:5]
+    )
     more = f" and {len(elsewhere) - 5} more" if len(elsewhere) > 5 else ""
     hint = ",".join(str(r["port"]) for r in elsewhere[:5])
     if result.capture.kafka_connections:
-        result.warnings.append("traffic that looks like Kafka on other ports was not audited: port "
-                               f"{seen}{more}; to audit it too, run again with -p {named},{hint}")
+        result.warnings.append(
+            "traffic that looks like Kafka on other ports was not audited: port "
+            f"{seen}{more}; to audit it too, run again with -p {named},{hint}"
+        )
     else:
-        result.warnings.append(f"no Kafka traffic on port {named}: nothing was audited; Kafka was seen "
-                               f"on port {seen}{more}: run again with -p {hint}")
+        result.warnings.append(
+            f"no Kafka traffic on port {named}: nothing was audited; Kafka was seen "
+            f"on port {seen}{more}: run again with -p {hint}"
+        )
 
 
 def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> int:
@@ -230,9 +273,18 @@ def run_live(iface: str, opts: Options, *, duration, count, write_path, bpf) -> 
     config = opts.config
     with _Tables(opts) as tables:
         try:
-            result = live_audit(iface, config, console=err, duration=duration, count=count,
-                                write_path=write_path, bpf=bpf, quiet=opts.quiet,
-                                explicit_ports=opts.ports_explicit, tables=tables.sink)
+            result = live_audit(
+                iface,
+                config,
+                console=err,
+                duration=duration,
+                count=count,
+                write_path=write_path,
+                bpf=bpf,
+                quiet=opts.quiet,
+                explicit_ports=opts.ports_explicit,
+                tables=tables.sink,
+            )
         except (CaptureError, ReportError) as e:
             abort(str(e))
         except KeyboardInterrupt:  # a second Ctrl-C: the user wants out now, without the final report

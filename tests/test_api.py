@@ -68,15 +68,20 @@ def test_help_shows_the_call_and_the_room_stays_importable():
 
 def test_dataframes_carry_utc_datetimes_and_the_repr_is_short():
     result = ksniff.audit(PCAPS / "txn_confluent_tansu.pcap")
-    for table, column in (("transactions", "start_ts"), ("findings", "ts"), ("exchanges", "ts"),
-                          ("batches", "ts")):
+    for table, column in (
+        ("transactions", "start_ts"),
+        ("findings", "ts"),
+        ("exchanges", "ts"),
+        ("batches", "ts"),
+    ):
         series = getattr(result, table)[column]
         assert str(series.dtype) == "datetime64[us, UTC]", (table, series.dtype)
         assert series.min().year == 2026
     text = repr(result)
     assert len(text) < 200 and "\n" not in text
-    assert text == ("<ksniff Audit (local): 1 input, 6 Kafka connections, 4 transactions, 3 findings "
-                    "(2 warning, 1 info)>")
+    assert text == (
+        "<ksniff Audit (local): 1 input, 6 Kafka connections, 4 transactions, 3 findings (2 warning, 1 info)>"
+    )
 
 
 def test_partition_logs_as_dataframes():

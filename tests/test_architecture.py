@@ -26,8 +26,18 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("decode", ("ksniff.decode",)),
     ("audit", ("ksniff.audit",)),
     ("report", ("ksniff.report", "ksniff.result")),
-    ("top", ("ksniff.engine", "ksniff.config", "ksniff.options", "ksniff.run", "ksniff.cli", "ksniff.api",
-             "ksniff")),
+    (
+        "top",
+        (
+            "ksniff.engine",
+            "ksniff.config",
+            "ksniff.options",
+            "ksniff.run",
+            "ksniff.cli",
+            "ksniff.api",
+            "ksniff",
+        ),
+    ),
 ]
 LEVEL = {name: level for level, (name, _) in enumerate(ROOMS)}
 
@@ -78,8 +88,15 @@ def import_graph(root: Path) -> dict[str, set[str]]:
 
 
 def room_of(module: str) -> str:
-    best = max(((prefix, room) for room, prefixes in ROOMS for prefix in prefixes
-                if module == prefix or module.startswith(prefix + ".")), key=lambda p: len(p[0]))
+    best = max(
+        (
+            (prefix, room)
+            for room, prefixes in ROOMS
+            for prefix in prefixes
+            if module == prefix or module.startswith(prefix + ".")
+        ),
+        key=lambda p: len(p[0]),
+    )
     return best[1]
 
 

@@ -4,8 +4,18 @@ from click.testing import CliRunner
 
 from ksniff.cli import main
 
-CONTRACT_OPTIONS = ["--port", "--json", "--csv", "--parquet", "--producer", "--txn-timeout", "--exit-zero",
-                    "--quiet", "--verbose", "--no-color"]
+CONTRACT_OPTIONS = [
+    "--port",
+    "--json",
+    "--csv",
+    "--parquet",
+    "--producer",
+    "--txn-timeout",
+    "--exit-zero",
+    "--quiet",
+    "--verbose",
+    "--no-color",
+]
 
 
 def test_help_lists_both_commands():

@@ -45,9 +45,21 @@ def test_json_on_stdout_is_only_the_document():
     assert ("producer_fenced", "warning") in kinds
     for finding in doc["findings"]:
         # The contract's keys, plus the additions of capture sets (README: "Capture sets and clusters").
-        assert set(finding) == {"kind", "severity", "ts", "transactional_id", "producer_id", "producer_epoch",
-                                "topic", "partition", "group", "message", "evidence", "capture_set",
-                                "cluster"}
+        assert set(finding) == {
+            "kind",
+            "severity",
+            "ts",
+            "transactional_id",
+            "producer_id",
+            "producer_epoch",
+            "topic",
+            "partition",
+            "group",
+            "message",
+            "evidence",
+            "capture_set",
+            "cluster",
+        }
 
 
 def test_json_to_a_file(tmp_path):
@@ -105,11 +117,14 @@ def test_explicit_port_that_carries_no_kafka_decodes_nothing():
     assert doc["decode"]["exchanges"] == 0 and doc["findings"] == []
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["audit", "no-such-file.pcap"], "no-such-file.pcap"),
-    (["audit", __file__], "not a pcap"),
-    (["audit", str(CLEAN), "--engine", "local", "--master", "local[2]"], "--master"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["audit", "no-such-file.pcap"], "no-such-file.pcap"),
+        (["audit", __file__], "not a pcap"),
+        (["audit", str(CLEAN), "--engine", "local", "--master", "local[2]"], "--master"),
+    ],
+)
 def test_errors_are_one_line_and_exit_two(args, needle):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2
@@ -118,20 +133,38 @@ def test_errors_are_one_line_and_exit_two(args, needle):
 
 
 def test_topic_partition_view_and_tables(tmp_path):
-    result = ksniff("audit", PCAPS / "consume_mock.pcap", "-T", "reads-1", "--no-color", "--csv", tmp_path,
-                 "--parquet", tmp_path / "pq", "--exit-zero")
+    result = ksniff(
+        "audit",
+        PCAPS / "consume_mock.pcap",
+        "-T",
+        "reads-1",
+        "--no-color",
+        "--csv",
+        tmp_path,
+        "--parquet",
+        tmp_path / "pq",
+        "--exit-zero",
+    )
     assert result.exit_code == 0
-    view = result.output[result.output.index("Partition reads-1"):]
+    view = result.output[result.output.index("Partition reads-1") :]
     assert "The log as seen" in view and "Who read it" in view and "aborted_read" in view
     assert "ABORT" in view and "COMMIT" in view
     log = pd.read_csv(tmp_path / "partition_log.csv")
     part1 = log[log["partition"] == 1]
     assert list(part1["first_offset"]) == [0, 2, 3, 5, 6, 8, 9, 11]
     assert list(part1["kind"]) == [
-        "transactional", "COMMIT", "transactional", "ABORT", "transactional", "COMMIT", "transactional",
-        "ABORT"]
+        "transactional",
+        "COMMIT",
+        "transactional",
+        "ABORT",
+        "transactional",
+        "COMMIT",
+        "transactional",
+        "ABORT",
+    ]
     assert pd.read_parquet(tmp_path / "pq" / "partition_log.parquet")["first_offset"].tolist() == list(
-        log["first_offset"])
+        log["first_offset"]
+    )
     parts = pd.read_csv(tmp_path / "partitions.csv")
     assert set(zip(parts["topic"], parts["partition"], strict=True)) >= {("reads", 0), ("reads", 1)}
     missing = ksniff("audit", PCAPS / "consume_mock.pcap", "-T", "nope-3", "--no-color", "--exit-zero")

@@ -34,8 +34,12 @@ def documented(name: str) -> bool:
 
 @pytest.mark.parametrize("command", ["audit", "live"])
 def test_every_option_is_in_the_contract(command: str) -> None:
-    options = [opt for param in main.commands[command].params for opt in getattr(param, "opts", ())
-               if opt.startswith("--") and opt != "--help"]
+    options = [
+        opt
+        for param in main.commands[command].params
+        for opt in getattr(param, "opts", ())
+        if opt.startswith("--") and opt != "--help"
+    ]
     assert len(options) > 20
     assert [o for o in options if not documented(o)] == []
 

@@ -13,5 +13,17 @@ from ksniff.audit.fold import finish, merge_outputs, step
 from ksniff.audit.keys import CONTEXT_KEY, fold_groups, is_context, producer_key, producer_keys, touched_keys
 from ksniff.audit.state import AuditConfig, AuditState
 
-__all__ = ["CONTEXT_KEY", "AuditConfig", "AuditState", "Auditor", "finish", "fold_groups", "is_context",
-           "merge_outputs", "producer_key", "producer_keys", "step", "touched_keys"]
+__all__ = [
+    "CONTEXT_KEY",
+    "AuditConfig",
+    "AuditState",
+    "Auditor",
+    "finish",
+    "fold_groups",
+    "is_context",
+    "merge_outputs",
+    "producer_key",
+    "producer_keys",
+    "step",
+    "touched_keys",
+]

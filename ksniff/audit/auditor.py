@@ -10,8 +10,9 @@ from ksniff.decode.events import DecodeEvent
 
 
 class Auditor:
-    def __init__(self, config: AuditConfig | None = None, key: str | None = None,
-                 keys: frozenset[str] | None = None) -> None:
+    def __init__(
+        self, config: AuditConfig | None = None, key: str | None = None, keys: frozenset[str] | None = None
+    ) -> None:
         self.state = AuditState.initial(config, key, keys)
 
     def feed(self, event: DecodeEvent) -> list[Finding]:
@@ -23,10 +24,16 @@ class Auditor:
 
     def snapshot(self) -> dict[str, int]:
         """Counters for the live view."""
-        open_txns = sum(1 for t in self.state.txn_ids.values()
-                        if t.state is TxnState.ONGOING and t.txn is not None and t.txn.outcome is None)
-        return {"producers": len(self.state.producers), "open_transactions": open_txns,
-                "findings": len(self.state.emitted)}
+        open_txns = sum(
+            1
+            for t in self.state.txn_ids.values()
+            if t.state is TxnState.ONGOING and t.txn is not None and t.txn.outcome is None
+        )
+        return {
+            "producers": len(self.state.producers),
+            "open_transactions": open_txns,
+            "findings": len(self.state.emitted),
+        }
 
     def open_transactions(self) -> list[tuple[Transaction, int]]:
         """The transactions open now, oldest first, each with the timeout that applies to it (ms): the

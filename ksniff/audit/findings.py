@@ -16,8 +16,14 @@ from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.decode.events import Exchange, ProducedBatch
 
 
-def judge(answer: int | None, *, unverified: bool, explained_by_loss: bool,
-          accepted: Severity = Severity.CRITICAL, rejected: Severity = Severity.WARNING) -> Severity:
+def judge(
+    answer: int | None,
+    *,
+    unverified: bool,
+    explained_by_loss: bool,
+    accepted: Severity = Severity.CRITICAL,
+    rejected: Severity = Severity.WARNING,
+) -> Severity:
     """The severity of an anomalous request given the broker's answer (0 accepted, None no answer)."""
     severity = accepted if answer == 0 else rejected
     if unverified and severity is not Severity.INFO:
@@ -61,9 +67,18 @@ def batch_evidence(b: ProducedBatch, ex: Exchange) -> dict[str, Any]:
     return evidence
 
 
-def make(kind: FindingKind, severity: Severity, ts: float, message: str, evidence: dict[str, Any], *,
-         unverified: bool = False, **where: Any) -> Finding:
+def make(
+    kind: FindingKind,
+    severity: Severity,
+    ts: float,
+    message: str,
+    evidence: dict[str, Any],
+    *,
+    unverified: bool = False,
+    **where: Any,
+) -> Finding:
     if unverified:
         evidence = {**evidence, "unverified": True}
-    return Finding(kind=kind.value, severity=severity.value, ts=ts, message=message, evidence=evidence,
-                   **where)
+    return Finding(
+        kind=kind.value, severity=severity.value, ts=ts, message=message, evidence=evidence, **where
+    )

@@ -147,10 +147,22 @@ def _on_lost(state: AuditState, ev: ConnectionLost, out: list[Finding]) -> None:
     if state.key not in (None, CONTEXT_KEY):
         return  # the context group reports it, once
     direction = "client to broker" if ev.to_broker else "broker to client"
-    out.append(make(FindingKind.CAPTURE_GAP, Severity.INFO, ev.ts,
-                    f"capture lost {ev.length:,} bytes {direction} on {ev.client} <-> {ev.broker}",
-                    {"conn": ev.conn, "client": ev.client, "broker": ev.broker, "offset": ev.offset,
-                     "length": ev.length, "direction": "to_broker" if ev.to_broker else "to_client"}))
+    out.append(
+        make(
+            FindingKind.CAPTURE_GAP,
+            Severity.INFO,
+            ev.ts,
+            f"capture lost {ev.length:,} bytes {direction} on {ev.client} <-> {ev.broker}",
+            {
+                "conn": ev.conn,
+                "client": ev.client,
+                "broker": ev.broker,
+                "offset": ev.offset,
+                "length": ev.length,
+                "direction": "to_broker" if ev.to_broker else "to_client",
+            },
+        )
+    )
 
 
 def _on_ended(state: AuditState, ev: ConnectionEnded, out: list[Finding]) -> None:
@@ -166,10 +178,18 @@ def _on_ended(state: AuditState, ev: ConnectionEnded, out: list[Finding]) -> Non
         severity = judge(None, unverified=lost, explained_by_loss=True, rejected=base)
         evidence = exchange_evidence(ex)
         evidence.update(closed_ts=ev.ts, close_reason=ev.reason)
-        out.append(make(FindingKind.UNANSWERED_REQUEST, severity, ex.request_ts,
-                        f"{ex.api_name} v{ex.api_version} (correlation id {ex.correlation_id}) from "
-                        f"{ex.client} got no answer before the connection closed ({ev.reason})",
-                        evidence, unverified=lost, transactional_id=_transactional_id(ex)))
+        out.append(
+            make(
+                FindingKind.UNANSWERED_REQUEST,
+                severity,
+                ex.request_ts,
+                f"{ex.api_name} v{ex.api_version} (correlation id {ex.correlation_id}) from "
+                f"{ex.client} got no answer before the connection closed ({ev.reason})",
+                evidence,
+                unverified=lost,
+                transactional_id=_transactional_id(ex),
+            )
+        )
 
 
 def _transactional_id(ex: Exchange) -> str | None:
@@ -189,19 +209,24 @@ def finish(state: AuditState, end_ts: float | None = None) -> AuditOutput:
                 outcomes[id(rec)] = _close(state, t, rec, end, closing)
     transactions = sorted(
         (_with_outcome(rec, outcomes.get(id(rec))) for rec in state.transactions),
-        key=lambda r: (r.start_ts, r.transactional_id, r.producer_id or -1))
+        key=lambda r: (r.start_ts, r.transactional_id, r.producer_id or -1),
+    )
     partitions: tuple = ()
     if state.logs is not None:
         # Reads still waiting for an outcome, partitions held past the timeout; `state` stays as it was.
         partlog.finish(state.logs, closing, state.config.txn_timeout_ms)
         partitions = partlog.summaries(state.logs)
-    return AuditOutput(producers=_summaries(state, transactions), transactions=tuple(transactions),
-                       findings=tuple(sorted([*state.emitted, *closing], key=finding_order)),
-                       partitions=partitions)
+    return AuditOutput(
+        producers=_summaries(state, transactions),
+        transactions=tuple(transactions),
+        findings=tuple(sorted([*state.emitted, *closing], key=finding_order)),
+        partitions=partitions,
+    )
 
 
-def _close(state: AuditState, t: TxnIdState, rec: TxnRecord, end: float | None,
-           out: list[Finding]) -> tuple[str, str | None, float | None]:
+def _close(
+    state: AuditState, t: TxnIdState, rec: TxnRecord, end: float | None, out: list[Finding]
+) -> tuple[str, str | None, float | None]:
     """(outcome, outcome_source, end time) of a transaction still open at the end of the capture."""
     if rec.taken_over_ts is not None:
         return "abort", "takeover", rec.taken_over_ts  # KIP-98: the takeover aborted it
@@ -214,18 +239,33 @@ def _close(state: AuditState, t: TxnIdState, rec: TxnRecord, end: float | None,
     lost = state.lost_since(conns, rec.start_ts)
     timeout_ms = t.timeout_ms or state.config.txn_timeout_ms
     if rec.batches and end is not None and (end - rec.start_ts) * 1000 > timeout_ms:
-        evidence = {"start_ts": rec.start_ts, "capture_end_ts": end, "timeout_ms": timeout_ms,
-                    "timeout_from": "InitProducerId" if t.timeout_ms else "--txn-timeout",
-                    "partitions": list(rec.partitions), "records": rec.records}
+        evidence = {
+            "start_ts": rec.start_ts,
+            "capture_end_ts": end,
+            "timeout_ms": timeout_ms,
+            "timeout_from": "InitProducerId" if t.timeout_ms else "--txn-timeout",
+            "partitions": list(rec.partitions),
+            "records": rec.records,
+        }
         # The partition, when there is one: it is where read_committed consumers are held up.
         only = next(iter(rec.partitions)).rsplit("-", 1) if len(rec.partitions) == 1 else (None, None)
-        out.append(make(FindingKind.HANGING_TRANSACTION, Severity.INFO if lost else Severity.WARNING, end,
-                        f"transaction of {t.transactional_id!r} (producer id {rec.producer_id} epoch "
-                        f"{rec.producer_epoch}) wrote {rec.records} records and did not end within "
-                        f"{timeout_ms} ms" + ("; the capture lost bytes of its connections" if lost else ""),
-                        evidence, unverified=lost, transactional_id=t.transactional_id,
-                        producer_id=rec.producer_id, producer_epoch=rec.producer_epoch, topic=only[0],
-                        partition=None if only[1] is None else int(only[1])))
+        out.append(
+            make(
+                FindingKind.HANGING_TRANSACTION,
+                Severity.INFO if lost else Severity.WARNING,
+                end,
+                f"transaction of {t.transactional_id!r} (producer id {rec.producer_id} epoch "
+                f"{rec.producer_epoch}) wrote {rec.records} records and did not end within "
+                f"{timeout_ms} ms" + ("; the capture lost bytes of its connections" if lost else ""),
+                evidence,
+                unverified=lost,
+                transactional_id=t.transactional_id,
+                producer_id=rec.producer_id,
+                producer_epoch=rec.producer_epoch,
+                topic=only[0],
+                partition=None if only[1] is None else int(only[1]),
+            )
+        )
     return ("unknown" if lost else "open"), None, None
 
 
@@ -234,9 +274,19 @@ def _with_outcome(rec: TxnRecord, outcome: tuple[str, str | None, float | None] 
     if outcome is None:
         return row
     outcome, source, end_ts = outcome
-    return Transaction(row.transactional_id, row.producer_id, row.producer_epoch, row.start_ts,
-                       end_ts if end_ts is not None else row.end_ts, outcome, row.partitions, row.records,
-                       row.groups, row.client, outcome_source=source)
+    return Transaction(
+        row.transactional_id,
+        row.producer_id,
+        row.producer_epoch,
+        row.start_ts,
+        end_ts if end_ts is not None else row.end_ts,
+        outcome,
+        row.partitions,
+        row.records,
+        row.groups,
+        row.client,
+        outcome_source=source,
+    )
 
 
 def _summaries(state: AuditState, transactions: list[Transaction]) -> tuple[ProducerSummary, ...]:
@@ -247,12 +297,22 @@ def _summaries(state: AuditState, transactions: list[Transaction]) -> tuple[Prod
     rows = []
     for p in state.producers.values():
         c = counts.get((p.transactional_id, p.producer_id), {})
-        rows.append(ProducerSummary(
-            transactional_id=p.transactional_id, producer_id=p.producer_id,
-            epochs=tuple(sorted(p.epochs)), clients=tuple(sorted(p.clients)),
-            client_ids=tuple(sorted(p.client_ids)), batches=p.batches, records=p.records,
-            commit=c.get("commit", 0), abort=c.get("abort", 0), open=c.get("open", 0),
-            unknown=c.get("unknown", 0), first_ts=p.first_ts))
+        rows.append(
+            ProducerSummary(
+                transactional_id=p.transactional_id,
+                producer_id=p.producer_id,
+                epochs=tuple(sorted(p.epochs)),
+                clients=tuple(sorted(p.clients)),
+                client_ids=tuple(sorted(p.client_ids)),
+                batches=p.batches,
+                records=p.records,
+                commit=c.get("commit", 0),
+                abort=c.get("abort", 0),
+                open=c.get("open", 0),
+                unknown=c.get("unknown", 0),
+                first_ts=p.first_ts,
+            )
+        )
     return tuple(sorted(rows, key=producer_order))
 
 
@@ -265,9 +325,17 @@ _SEVERITY_RANK = {Severity.CRITICAL.value: 0, Severity.WARNING.value: 1, Severit
 
 def finding_order(f: Finding) -> tuple:
     """Time first; ties broken by everything else so that every engine lists findings alike."""
-    return (f.ts, _SEVERITY_RANK.get(f.severity, 3), f.kind, f.transactional_id or "",
-            -1 if f.producer_id is None else f.producer_id, f.topic or "",
-            -1 if f.partition is None else f.partition, f.group or "", f.message)
+    return (
+        f.ts,
+        _SEVERITY_RANK.get(f.severity, 3),
+        f.kind,
+        f.transactional_id or "",
+        -1 if f.producer_id is None else f.producer_id,
+        f.topic or "",
+        -1 if f.partition is None else f.partition,
+        f.group or "",
+        f.message,
+    )
 
 
 def merge_outputs(outputs: Iterable[AuditOutput]) -> AuditOutput:
@@ -283,7 +351,9 @@ def merge_outputs(outputs: Iterable[AuditOutput]) -> AuditOutput:
         partitions.extend(o.partitions)
     return AuditOutput(
         producers=tuple(sorted(producers, key=producer_order)),
-        transactions=tuple(sorted(transactions, key=lambda r: (r.start_ts, r.transactional_id,
-                                                               r.producer_id or -1))),
+        transactions=tuple(
+            sorted(transactions, key=lambda r: (r.start_ts, r.transactional_id, r.producer_id or -1))
+        ),
         findings=tuple(sorted(findings, key=finding_order)),
-        partitions=tuple(sorted(partitions, key=lambda p: (p.topic, p.partition))))
+        partitions=tuple(sorted(partitions, key=lambda p: (p.topic, p.partition))),
+    )

@@ -26,8 +26,19 @@ class FindingGroup:
 def finding_cause(f: Finding) -> tuple:
     """What makes two findings repeats of one another: kind, severity, producer, place, request, answer."""
     ev = f.evidence
-    return (f.kind, f.severity, f.transactional_id, f.producer_id, f.producer_epoch, f.topic, f.partition,
-            f.group, ev.get("api"), ev.get("broker_error"), bool(ev.get("unverified")))
+    return (
+        f.kind,
+        f.severity,
+        f.transactional_id,
+        f.producer_id,
+        f.producer_epoch,
+        f.topic,
+        f.partition,
+        f.group,
+        ev.get("api"),
+        ev.get("broker_error"),
+        bool(ev.get("unverified")),
+    )
 
 
 def fold_findings(findings: Sequence[Finding]) -> list[FindingGroup]:
@@ -41,7 +52,18 @@ def fold_findings(findings: Sequence[Finding]) -> list[FindingGroup]:
 def group_contract(g: FindingGroup) -> dict:
     """A group in the JSON document: where and what (as its first finding says), how often and when."""
     f = g.first
-    return {"kind": f.kind, "severity": f.severity, "transactional_id": f.transactional_id,
-            "producer_id": f.producer_id, "producer_epoch": f.producer_epoch, "topic": f.topic,
-            "partition": f.partition, "group": f.group, "message": f.message, "count": g.count,
-            "first_ts": g.times[0], "last_ts": g.times[-1], "times": list(g.times)}
+    return {
+        "kind": f.kind,
+        "severity": f.severity,
+        "transactional_id": f.transactional_id,
+        "producer_id": f.producer_id,
+        "producer_epoch": f.producer_epoch,
+        "topic": f.topic,
+        "partition": f.partition,
+        "group": f.group,
+        "message": f.message,
+        "count": g.count,
+        "first_ts": g.times[0],
+        "last_ts": g.times[-1],
+        "times": list(g.times),
+    }

@@ -69,11 +69,18 @@ def _on_init(watch: IdempotenceWatch, ex: Exchange) -> None:
         return
     if key in watch.refused and not watch.refused[key].reported:
         return  # the first refusal is the evidence
-    evidence = {"init_api": f"{ex.api_name} v{ex.api_version}", "init_ts": ex.request_ts,
-                "init_client": ex.client, "init_broker": ex.broker, "init_conn": ex.conn,
-                "init_correlation_id": ex.correlation_id, "init_error": error_name(resp.error_code),
-                "init_error_code": resp.error_code, "init_producer_id": resp.producer_id,
-                "transactional_id": ex.request.transactional_id or None}
+    evidence = {
+        "init_api": f"{ex.api_name} v{ex.api_version}",
+        "init_ts": ex.request_ts,
+        "init_client": ex.client,
+        "init_broker": ex.broker,
+        "init_conn": ex.conn,
+        "init_correlation_id": ex.correlation_id,
+        "init_error": error_name(resp.error_code),
+        "init_error_code": resp.error_code,
+        "init_producer_id": resp.producer_id,
+        "transactional_id": ex.request.transactional_id or None,
+    }
     watch.refused[key] = Refused(evidence, ex.unverified)
 
 
@@ -89,20 +96,35 @@ def _on_produce(watch: IdempotenceWatch, ex: Exchange, out: list[Finding]) -> No
     init = r.evidence
     evidence = exchange_evidence(ex, b.error_code)
     evidence.update(init)
-    evidence.update(write_ts=ex.request_ts, topic=b.topic, partition=b.partition,
-                    records=b.header.records_count, producer_id=b.header.producer_id,
-                    base_sequence=b.header.base_sequence, acks=getattr(ex.request, "acks", None),
-                    partitions=sorted({f"{x.topic}-{x.partition}" for x in plain}))
+    evidence.update(
+        write_ts=ex.request_ts,
+        topic=b.topic,
+        partition=b.partition,
+        records=b.header.records_count,
+        producer_id=b.header.producer_id,
+        base_sequence=b.header.base_sequence,
+        acks=getattr(ex.request, "acks", None),
+        partitions=sorted({f"{x.topic}-{x.partition}" for x in plain}),
+    )
     refusal = f"answered {init['init_error']}" if init["init_error_code"] else "answered no error"
     refusal += f" with producer id {init['init_producer_id']}"
     host = ex.client.rsplit(":", 1)[0]
     who = f"client {ex.client_id!r} at {host}" if ex.client_id else f"client {ex.client}"
-    out.append(make(
-        FindingKind.IDEMPOTENCE_NOT_IN_EFFECT, Severity.WARNING, ex.request_ts,
-        f"{who} asked for idempotence ({init['init_api']} {refusal}) and then wrote {b.topic}-{b.partition} "
-        f"with producer id -1 ({broker_word(b.error_code)}): the broker cannot deduplicate its retries",
-        evidence, unverified=r.unverified or ex.unverified, topic=b.topic, partition=b.partition,
-        transactional_id=init["transactional_id"]))
+    out.append(
+        make(
+            FindingKind.IDEMPOTENCE_NOT_IN_EFFECT,
+            Severity.WARNING,
+            ex.request_ts,
+            f"{who} asked for idempotence ({init['init_api']} {refusal}) and then wrote "
+            f"{b.topic}-{b.partition} with producer id -1 ({broker_word(b.error_code)}): "
+            "the broker cannot deduplicate its retries",
+            evidence,
+            unverified=r.unverified or ex.unverified,
+            topic=b.topic,
+            partition=b.partition,
+            transactional_id=init["transactional_id"],
+        )
+    )
 
 
 def broker_word(code: int | None) -> str:

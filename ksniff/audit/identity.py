@@ -16,8 +16,9 @@ from ksniff.audit.state import AuditState, Instance, ProducerState, TxnIdState
 from ksniff.decode.events import Exchange
 
 
-def see_producer(state: AuditState, producer_id: int, epoch: int, ex: Exchange,
-                 transactional_id: str | None) -> ProducerState:
+def see_producer(
+    state: AuditState, producer_id: int, epoch: int, ex: Exchange, transactional_id: str | None
+) -> ProducerState:
     """Note that `producer_id` was seen at `epoch` on this exchange's connection."""
     p = state.producer(producer_id, ex.request_ts)
     epochs = p.epochs
@@ -35,83 +36,161 @@ def see_producer(state: AuditState, producer_id: int, epoch: int, ex: Exchange,
     return p
 
 
-def zombie(state: AuditState, t: TxnIdState, producer_id: int, epoch: int, answer: int | None,
-           ex: Exchange, out: list[Finding], *, what: str, unverified: bool, report_rejection: bool = True,
-           topic: str | None = None, partition: int | None = None) -> bool:
+def zombie(
+    state: AuditState,
+    t: TxnIdState,
+    producer_id: int,
+    epoch: int,
+    answer: int | None,
+    ex: Exchange,
+    out: list[Finding],
+    *,
+    what: str,
+    unverified: bool,
+    report_rejection: bool = True,
+    topic: str | None = None,
+    partition: int | None = None,
+) -> bool:
     """Judge a request from a superseded instance; False when the instance is not superseded."""
     if not t.is_superseded(producer_id, epoch):
         return False
     cur = t.current
     evidence = exchange_evidence(ex, answer)
     if cur is not None:
-        evidence.update(current_producer_id=cur.producer_id, current_epoch=cur.epoch,
-                        current_client=cur.client)
-    where = dict(transactional_id=t.transactional_id, producer_id=producer_id, producer_epoch=epoch,
-                 topic=topic, partition=partition)
+        evidence.update(
+            current_producer_id=cur.producer_id, current_epoch=cur.epoch, current_client=cur.client
+        )
+    where = dict(
+        transactional_id=t.transactional_id,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        topic=topic,
+        partition=partition,
+    )
     if answer == 0:
         sev = judge(0, unverified=unverified, explained_by_loss=False)
-        out.append(make(FindingKind.ZOMBIE_WRITE_ACCEPTED, sev, ex.request_ts,
-                        f"broker accepted {what} from superseded instance producer id {producer_id} "
-                        f"epoch {epoch} of {t.transactional_id!r}", evidence, unverified=unverified,
-                        **where))
+        out.append(
+            make(
+                FindingKind.ZOMBIE_WRITE_ACCEPTED,
+                sev,
+                ex.request_ts,
+                f"broker accepted {what} from superseded instance producer id {producer_id} "
+                f"epoch {epoch} of {t.transactional_id!r}",
+                evidence,
+                unverified=unverified,
+                **where,
+            )
+        )
     elif answer is not None and report_rejection:
-        out.append(make(FindingKind.PRODUCER_FENCED, Severity.WARNING, ex.request_ts,
-                        f"broker rejected {what} from superseded instance producer id {producer_id} "
-                        f"epoch {epoch} of {t.transactional_id!r} with {error_name(answer)}", evidence,
-                        unverified=unverified, **where))
+        out.append(
+            make(
+                FindingKind.PRODUCER_FENCED,
+                Severity.WARNING,
+                ex.request_ts,
+                f"broker rejected {what} from superseded instance producer id {producer_id} "
+                f"epoch {epoch} of {t.transactional_id!r} with {error_name(answer)}",
+                evidence,
+                unverified=unverified,
+                **where,
+            )
+        )
     return True
 
 
-def fenced_by_broker(state: AuditState, t: TxnIdState | None, producer_id: int, epoch: int,
-                     answer: int | None, ex: Exchange, out: list[Finding], *, what: str,
-                     unverified: bool, topic: str | None = None, partition: int | None = None) -> bool:
+def fenced_by_broker(
+    state: AuditState,
+    t: TxnIdState | None,
+    producer_id: int,
+    epoch: int,
+    answer: int | None,
+    ex: Exchange,
+    out: list[Finding],
+    *,
+    what: str,
+    unverified: bool,
+    topic: str | None = None,
+    partition: int | None = None,
+) -> bool:
     """Report a PRODUCER_FENCED / INVALID_PRODUCER_EPOCH answer; False when the answer was another."""
     if answer not in FENCING_ERRORS:
         return False
     if t is not None:
         # The broker knows better: that instance is done, whatever we saw of its successor.
         t.fenced_upto[producer_id] = max(epoch, t.fenced_upto.get(producer_id, -1))
-    out.append(make(FindingKind.PRODUCER_FENCED, Severity.WARNING, ex.request_ts,
-                    f"broker answered {what} of producer id {producer_id} epoch {epoch} with "
-                    f"{error_name(answer)}", exchange_evidence(ex, answer), unverified=unverified,
-                    transactional_id=t.transactional_id if t else None, producer_id=producer_id,
-                    producer_epoch=epoch, topic=topic, partition=partition))
+    out.append(
+        make(
+            FindingKind.PRODUCER_FENCED,
+            Severity.WARNING,
+            ex.request_ts,
+            f"broker answered {what} of producer id {producer_id} epoch {epoch} with {error_name(answer)}",
+            exchange_evidence(ex, answer),
+            unverified=unverified,
+            transactional_id=t.transactional_id if t else None,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            topic=topic,
+            partition=partition,
+        )
+    )
     return True
 
 
-def take_over(state: AuditState, t: TxnIdState, new: Instance, ex: Exchange, out: list[Finding],
-              *, via: str) -> None:
+def take_over(
+    state: AuditState, t: TxnIdState, new: Instance, ex: Exchange, out: list[Finding], *, via: str
+) -> None:
     """`new` now holds the transactional id (InitProducerId or EndTxn v5 answered with it)."""
     prev = t.current
     t.current = new
     if prev is None or (prev.producer_id, prev.epoch) == (new.producer_id, new.epoch):
         return
-    where = dict(transactional_id=t.transactional_id, producer_id=new.producer_id,
-                 producer_epoch=new.epoch)
+    where = dict(transactional_id=t.transactional_id, producer_id=new.producer_id, producer_epoch=new.epoch)
     evidence = exchange_evidence(ex, 0)
-    evidence.update(previous_producer_id=prev.producer_id, previous_epoch=prev.epoch,
-                    previous_client=prev.client, previous_client_id=prev.client_id)
+    evidence.update(
+        previous_producer_id=prev.producer_id,
+        previous_epoch=prev.epoch,
+        previous_client=prev.client,
+        previous_client_id=prev.client_id,
+    )
     if new.producer_id == prev.producer_id and new.epoch < prev.epoch:
-        out.append(make(FindingKind.EPOCH_REGRESSION,
-                        judge(0, unverified=ex.unverified, explained_by_loss=False), ex.request_ts,
-                        f"broker handed {t.transactional_id!r} epoch {new.epoch} of producer id "
-                        f"{new.producer_id} after epoch {prev.epoch}", evidence, unverified=ex.unverified,
-                        **where))
+        out.append(
+            make(
+                FindingKind.EPOCH_REGRESSION,
+                judge(0, unverified=ex.unverified, explained_by_loss=False),
+                ex.request_ts,
+                f"broker handed {t.transactional_id!r} epoch {new.epoch} of producer id "
+                f"{new.producer_id} after epoch {prev.epoch}",
+                evidence,
+                unverified=ex.unverified,
+                **where,
+            )
+        )
         return
     if new.producer_id != prev.producer_id:
         t.superseded_pids.add(prev.producer_id)
     if via != "InitProducerId":
         return  # the epoch bump of every transaction under transaction.version 2: the same instance
     req = ex.request
-    evidence.update(new_producer_id=new.producer_id, new_epoch=new.epoch,
-                    self_bump=(req.producer_id, req.producer_epoch) == (prev.producer_id, prev.epoch))
+    evidence.update(
+        new_producer_id=new.producer_id,
+        new_epoch=new.epoch,
+        self_bump=(req.producer_id, req.producer_epoch) == (prev.producer_id, prev.epoch),
+    )
     # The finding names the instance that was fenced; the evidence names its successor.
-    out.append(make(FindingKind.PRODUCER_FENCED, Severity.INFO, ex.request_ts,
-                    f"a newer instance took over {t.transactional_id!r}: producer id {prev.producer_id} "
-                    f"epoch {prev.epoch} -> producer id {new.producer_id} epoch {new.epoch} "
-                    f"({ex.client})", evidence, unverified=ex.unverified,
-                    transactional_id=t.transactional_id, producer_id=prev.producer_id,
-                    producer_epoch=prev.epoch))
+    out.append(
+        make(
+            FindingKind.PRODUCER_FENCED,
+            Severity.INFO,
+            ex.request_ts,
+            f"a newer instance took over {t.transactional_id!r}: producer id {prev.producer_id} "
+            f"epoch {prev.epoch} -> producer id {new.producer_id} epoch {new.epoch} "
+            f"({ex.client})",
+            evidence,
+            unverified=ex.unverified,
+            transactional_id=t.transactional_id,
+            producer_id=prev.producer_id,
+            producer_epoch=prev.epoch,
+        )
+    )
 
 
 def adopt(t: TxnIdState, producer_id: int, epoch: int, ex: Exchange) -> bool:
@@ -125,18 +204,39 @@ def adopt(t: TxnIdState, producer_id: int, epoch: int, ex: Exchange) -> bool:
     return True
 
 
-def epoch_regression(transactional_id: str | None, producer_id: int, epoch: int, highest: int,
-                     answer: int | None, ex: Exchange, out: list[Finding], *, what: str, unverified: bool,
-                     topic: str | None = None, partition: int | None = None) -> None:
+def epoch_regression(
+    transactional_id: str | None,
+    producer_id: int,
+    epoch: int,
+    highest: int,
+    answer: int | None,
+    ex: Exchange,
+    out: list[Finding],
+    *,
+    what: str,
+    unverified: bool,
+    topic: str | None = None,
+    partition: int | None = None,
+) -> None:
     """A request carrying a lower epoch than one already seen for its producer id."""
     evidence = exchange_evidence(ex, answer)
     evidence["highest_epoch"] = highest
-    out.append(make(FindingKind.EPOCH_REGRESSION,
-                    judge(answer, unverified=unverified, explained_by_loss=False), ex.request_ts,
-                    f"{what} of producer id {producer_id} carried epoch {epoch} after epoch {highest}; "
-                    f"{broker_verdict(answer)}", evidence, unverified=unverified,
-                    transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
-                    topic=topic, partition=partition))
+    out.append(
+        make(
+            FindingKind.EPOCH_REGRESSION,
+            judge(answer, unverified=unverified, explained_by_loss=False),
+            ex.request_ts,
+            f"{what} of producer id {producer_id} carried epoch {epoch} after epoch {highest}; "
+            f"{broker_verdict(answer)}",
+            evidence,
+            unverified=unverified,
+            transactional_id=transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            topic=topic,
+            partition=partition,
+        )
+    )
 
 
 def highest_epoch(state: AuditState, producer_id: int) -> int:

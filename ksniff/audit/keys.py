@@ -35,9 +35,20 @@ CONTEXT_APIS = frozenset({"ApiVersions", "WriteTxnMarkers"})
 # the CONTEXT_KEY group too, whose fold keeps the logs.
 # InitProducerId too: with Produce, what the idempotence watch reads (ksniff.audit.idempotence), and the
 # transaction timeouts the logs judge hanging partitions by.
-LOG_APIS = frozenset({"Produce", "Fetch", "EndTxn", "WriteTxnMarkers", "OffsetCommit", "TxnOffsetCommit",
-                      "InitProducerId",
-                      "ListOffsets", "OffsetFetch", "Metadata"})
+LOG_APIS = frozenset(
+    {
+        "Produce",
+        "Fetch",
+        "EndTxn",
+        "WriteTxnMarkers",
+        "OffsetCommit",
+        "TxnOffsetCommit",
+        "InitProducerId",
+        "ListOffsets",
+        "OffsetFetch",
+        "Metadata",
+    }
+)
 _TXN_ID_APIS = frozenset({"InitProducerId", "AddOffsetsToTxn", "EndTxn", "TxnOffsetCommit"})
 
 

@@ -37,13 +37,26 @@ def on_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) -> Non
             if previous is None or p.committed_offset >= previous:
                 continue
             evidence = exchange_evidence(ex, 0)
-            evidence.update(previous_offset=previous, committed_offset=p.committed_offset,
-                            generation=req.generation_id_or_member_epoch, member_id=req.member_id,
-                            admin_reset=admin)
+            evidence.update(
+                previous_offset=previous,
+                committed_offset=p.committed_offset,
+                generation=req.generation_id_or_member_epoch,
+                member_id=req.member_id,
+                admin_reset=admin,
+            )
             severity = Severity.INFO if admin else judge(0, unverified=ex.unverified, explained_by_loss=False)
-            out.append(make(FindingKind.OFFSET_COMMIT_BACKWARDS, severity, ex.request_ts,
-                            f"group {group!r} committed {topic}-{p.partition_index} at offset "
-                            f"{p.committed_offset}, back from {previous}"
-                            + (" (admin reset)" if admin else f" (member {req.member_id!r})"),
-                            evidence, unverified=ex.unverified, group=group, topic=topic,
-                            partition=p.partition_index))
+            out.append(
+                make(
+                    FindingKind.OFFSET_COMMIT_BACKWARDS,
+                    severity,
+                    ex.request_ts,
+                    f"group {group!r} committed {topic}-{p.partition_index} at offset "
+                    f"{p.committed_offset}, back from {previous}"
+                    + (" (admin reset)" if admin else f" (member {req.member_id!r})"),
+                    evidence,
+                    unverified=ex.unverified,
+                    group=group,
+                    topic=topic,
+                    partition=p.partition_index,
+                )
+            )

@@ -645,20 +645,38 @@ def _hanging(st: LogState, lg: PartitionLog, default_ms: int, out: list[Finding]
             timeout_ms, source = own, "InitProducerId"
     if (lg.held_until - start) * 1000 <= timeout_ms:
         return
-    who = (f" of producer id {p.producer_id} epoch {p.epoch}" + (f" ({tid!r})" if tid else "")
-           if p is not None and p.producer_id >= 0 else "")
-    evidence = {"last_stable_offset": lg.held_at, "high_watermark": lg.held_hw,
-                "held_since_ts": lg.held_since, "held_until_ts": lg.held_until,
-                "fetch_answers": lg.held_answers, "timeout_ms": timeout_ms, "timeout_from": source,
-                "read_committed_readers": list(lg.held_readers)}
-    out.append(make_kind(
-        HANGING_PARTITION, Severity.WARNING, lg.held_until,
-        f"{lg.topic}-{lg.partition}: last stable offset held at {lg.held_at} (high watermark {lg.held_hw}) "
-        f"for {lg.held_until - start:.1f} s, past the {timeout_ms} ms transaction timeout, by a transaction"
-        f"{who} that no marker ended: read_committed consumers get nothing past it",
-        evidence, transactional_id=tid, producer_id=p.producer_id if p is not None and p.producer_id >= 0
-        else None, producer_epoch=p.epoch if p is not None and p.producer_id >= 0 else None,
-        topic=lg.topic, partition=lg.partition))
+    who = (
+        f" of producer id {p.producer_id} epoch {p.epoch}" + (f" ({tid!r})" if tid else "")
+        if p is not None and p.producer_id >= 0
+        else ""
+    )
+    evidence = {
+        "last_stable_offset": lg.held_at,
+        "high_watermark": lg.held_hw,
+        "held_since_ts": lg.held_since,
+        "held_until_ts": lg.held_until,
+        "fetch_answers": lg.held_answers,
+        "timeout_ms": timeout_ms,
+        "timeout_from": source,
+        "read_committed_readers": list(lg.held_readers),
+    }
+    out.append(
+        make_kind(
+            HANGING_PARTITION,
+            Severity.WARNING,
+            lg.held_until,
+            f"{lg.topic}-{lg.partition}: last stable offset held at {lg.held_at} "
+            f"(high watermark {lg.held_hw}) for {lg.held_until - start:.1f} s, past the {timeout_ms} ms "
+            f"transaction timeout, by a transaction{who} that no marker ended: read_committed consumers get "
+            "nothing past it",
+            evidence,
+            transactional_id=tid,
+            producer_id=p.producer_id if p is not None and p.producer_id >= 0 else None,
+            producer_epoch=p.epoch if p is not None and p.producer_id >= 0 else None,
+            topic=lg.topic,
+            partition=lg.partition,
+        )
+    )
 
 
 def finish(st: LogState, out: list[Finding], default_timeout_ms: int = 60000) -> None:

@@ -52,31 +52,89 @@ def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         p = see_producer(state, pid, epoch, ex, tid)
         if epoch < highest and pid not in regressed:
             regressed.add(pid)
-            epoch_regression(tid, pid, epoch, highest, answer, ex, out, what=what, unverified=unverified,
-                             topic=b.topic, partition=b.partition)
+            epoch_regression(
+                tid,
+                pid,
+                epoch,
+                highest,
+                answer,
+                ex,
+                out,
+                what=what,
+                unverified=unverified,
+                topic=b.topic,
+                partition=b.partition,
+            )
         t = state.txn_id(tid, ex.request_ts) if tid is not None else None
         if t is not None:
-            if zombie(state, t, pid, epoch, answer, ex, out, what=what, unverified=unverified,
-                      report_rejection=not fenced_reported, topic=b.topic, partition=b.partition):
+            if zombie(
+                state,
+                t,
+                pid,
+                epoch,
+                answer,
+                ex,
+                out,
+                what=what,
+                unverified=unverified,
+                report_rejection=not fenced_reported,
+                topic=b.topic,
+                partition=b.partition,
+            ):
                 fenced_reported = fenced_reported or answer not in (0, None)
                 _count(p, b, answer == 0)
                 if answer == 0 and h.transactional:
-                    write(state, t, t.zombie_lane(pid, epoch), ex, b.topic, b.partition, pid, epoch,
-                          h.records_count, answer, out, unverified=unverified)
+                    write(
+                        state,
+                        t,
+                        t.zombie_lane(pid, epoch),
+                        ex,
+                        b.topic,
+                        b.partition,
+                        pid,
+                        epoch,
+                        h.records_count,
+                        answer,
+                        out,
+                        unverified=unverified,
+                    )
                 continue
             if answer == 0 and adopt(t, pid, epoch, ex):
                 new_instance(state, t, pid, epoch, ex.request_ts)
         elif epoch < highest:
             _count(p, b, answer == 0)
             continue  # sequences belong to the newer epoch
-        if fenced_by_broker(state, t, pid, epoch, answer, ex, [] if fenced_reported else out, what=what,
-                            unverified=unverified, topic=b.topic, partition=b.partition):
+        if fenced_by_broker(
+            state,
+            t,
+            pid,
+            epoch,
+            answer,
+            ex,
+            [] if fenced_reported else out,
+            what=what,
+            unverified=unverified,
+            topic=b.topic,
+            partition=b.partition,
+        ):
             fenced_reported = True
             continue
         _count(p, b, _sequence(state, ex, b, p, out, unverified))
         if t is not None and h.transactional:
-            write(state, t, t, ex, b.topic, b.partition, pid, epoch, h.records_count, answer, out,
-                  unverified=unverified)
+            write(
+                state,
+                t,
+                t,
+                ex,
+                b.topic,
+                b.partition,
+                pid,
+                epoch,
+                h.records_count,
+                answer,
+                out,
+                unverified=unverified,
+            )
 
 
 def _count(p: ProducerState, b: ProducedBatch, written: bool) -> None:
@@ -85,8 +143,9 @@ def _count(p: ProducerState, b: ProducedBatch, written: bool) -> None:
         p.records += b.header.records_count
 
 
-def _sequence(state: AuditState, ex: Exchange, b: ProducedBatch, p: ProducerState, out: list[Finding],
-              unverified: bool) -> bool:
+def _sequence(
+    state: AuditState, ex: Exchange, b: ProducedBatch, p: ProducerState, out: list[Finding], unverified: bool
+) -> bool:
     """Judge the batch's sequence; returns whether the broker wrote it (it counts as produced)."""
     h = b.header
     answer = b.error_code
@@ -121,9 +180,12 @@ def _sequence(state: AuditState, ex: Exchange, b: ProducedBatch, p: ProducerStat
         original = seq.recent.get(base)
         exact = original is not None and original.last_seq == last
         deduplicated = answer == DUPLICATE_SEQUENCE_NUMBER or (
-            exact and answer == 0 and b.base_offset == original.offset)
-        if exact and (answer not in (0, DUPLICATE_SEQUENCE_NUMBER)
-                      or (deduplicated and _client_missed_the_answer(original, b, ex))):
+            exact and answer == 0 and b.base_offset == original.offset
+        )
+        if exact and (
+            answer not in (0, DUPLICATE_SEQUENCE_NUMBER)
+            or (deduplicated and _client_missed_the_answer(original, b, ex))
+        ):
             return False
     lost = unverified or state.lost_since(p.conns, seq.last_ts)
     _sequence_finding(ex, b, p, placement, expected, lost, deduplicated, out)
@@ -135,8 +197,7 @@ def _sequence(state: AuditState, ex: Exchange, b: ProducedBatch, p: ProducerStat
 
 def _client_missed_the_answer(original: Accepted, b: ProducedBatch, ex: Exchange) -> bool:
     """Whether a resend is a retry: the first answer was not on this connection before it."""
-    return (original.conn != ex.conn or original.answered_ts is None
-            or ex.request_ts < original.answered_ts)
+    return original.conn != ex.conn or original.answered_ts is None or ex.request_ts < original.answered_ts
 
 
 def _covered_by_unanswered(seq: PartitionSeq, expected: int, base: int) -> bool:
@@ -155,15 +216,26 @@ def _advance(seq: PartitionSeq, base: int, last: int, b: ProducedBatch, ex: Exch
     seq.remember(base, Accepted(last, b.base_offset, ex.conn, ex.response_ts))
 
 
-def _sequence_finding(ex: Exchange, b: ProducedBatch, p: ProducerState, placement: Placement,
-                      expected: int, lost: bool, deduplicated: bool, out: list[Finding]) -> None:
+def _sequence_finding(
+    ex: Exchange,
+    b: ProducedBatch,
+    p: ProducerState,
+    placement: Placement,
+    expected: int,
+    lost: bool,
+    deduplicated: bool,
+    out: list[Finding],
+) -> None:
     h = b.header
     answer = b.error_code
     if answer is None and b.acks == 0:
         answer = 0  # acks=0: the broker writes what it gets and never says
     evidence = batch_evidence(b, ex)
-    evidence.update(expected_sequence=expected, got_sequence=h.base_sequence,
-                    last_sequence=last_sequence(h.base_sequence, h.records_count))
+    evidence.update(
+        expected_sequence=expected,
+        got_sequence=h.base_sequence,
+        last_sequence=last_sequence(h.base_sequence, h.records_count),
+    )
     if placement is Placement.GAP:
         evidence["missing"] = distance(expected, h.base_sequence)
         if expected == 0:
@@ -176,9 +248,20 @@ def _sequence_finding(ex: Exchange, b: ProducedBatch, p: ProducerState, placemen
         severity = judge(answer, unverified=lost, explained_by_loss=_EXPLAINED_BY_LOSS[placement])
         verdict = broker_verdict(answer)
     label = placement.value.replace("_", " ")
-    out.append(make(_SEQ_KIND[placement], severity, ex.request_ts,
-                    f"{label} on {b.topic}-{b.partition}: producer id {h.producer_id} epoch "
-                    f"{h.producer_epoch} sent sequence {h.base_sequence}, expected {expected}; "
-                    f"{verdict}", evidence, unverified=lost, transactional_id=p.transactional_id,
-                    producer_id=h.producer_id, producer_epoch=h.producer_epoch, topic=b.topic,
-                    partition=b.partition))
+    out.append(
+        make(
+            _SEQ_KIND[placement],
+            severity,
+            ex.request_ts,
+            f"{label} on {b.topic}-{b.partition}: producer id {h.producer_id} epoch "
+            f"{h.producer_epoch} sent sequence {h.base_sequence}, expected {expected}; "
+            f"{verdict}",
+            evidence,
+            unverified=lost,
+            transactional_id=p.transactional_id,
+            producer_id=h.producer_id,
+            producer_epoch=h.producer_epoch,
+            topic=b.topic,
+            partition=b.partition,
+        )
+    )

@@ -216,14 +216,20 @@ class AuditState:
     idempotence: IdempotenceWatch | None = None
 
     @classmethod
-    def initial(cls, config: AuditConfig | None = None, key: str | None = None,
-                keys: frozenset[str] | None = None) -> AuditState:
+    def initial(
+        cls, config: AuditConfig | None = None, key: str | None = None, keys: frozenset[str] | None = None
+    ) -> AuditState:
         """A fresh state: over every key, over `key` alone, or over the group `key` of the keys `keys`."""
         if keys is None and key is not None:
             keys = frozenset((key,))
         whole = key is None or key == CONTEXT_KEY
-        return cls(config=config or AuditConfig(), key=key, keys=keys, logs=LogState() if whole else None,
-                   idempotence=IdempotenceWatch() if whole else None)
+        return cls(
+            config=config or AuditConfig(),
+            key=key,
+            keys=keys,
+            logs=LogState() if whole else None,
+            idempotence=IdempotenceWatch() if whole else None,
+        )
 
     def owns(self, key: str | None) -> bool:
         return key is not None and (self.keys is None or key in self.keys)

@@ -52,8 +52,13 @@ def close_unknown(t: Lane, ts: float, producer_id: int | None = None, epoch: int
     if rec.taken_over_ts is not None:
         rec.outcome, rec.end_ts, rec.outcome_source = "abort", rec.taken_over_ts, "takeover"
     elif rec.intent is not None:
-        went_on = (producer_id is not None and producer_id == rec.producer_id and epoch is not None
-                   and rec.producer_epoch is not None and epoch >= rec.producer_epoch)
+        went_on = (
+            producer_id is not None
+            and producer_id == rec.producer_id
+            and epoch is not None
+            and rec.producer_epoch is not None
+            and epoch >= rec.producer_epoch
+        )
         rec.outcome, rec.end_ts = rec.intent, rec.end_request_ts
         rec.outcome_source = "next_transaction" if went_on else "request"
     else:
@@ -77,30 +82,50 @@ def taken_over(t: TxnIdState, producer_id: int, epoch: int, ts: float) -> None:
     t.txn, t.state = None, TxnState.EMPTY
 
 
-def enter(state: AuditState, t: Lane, trigger: Trigger, producer_id: int, epoch: int, ts: float,
-          end_ts: float | None = None, client: str | None = None) -> TxnRecord | None:
+def enter(
+    state: AuditState,
+    t: Lane,
+    trigger: Trigger,
+    producer_id: int,
+    epoch: int,
+    ts: float,
+    end_ts: float | None = None,
+    client: str | None = None,
+) -> TxnRecord | None:
     """Apply an allowed, accepted trigger; returns the transaction it belongs to (None if none)."""
     before = t.state
     after = next_state(before, trigger)
     assert after is not None, "callers check ALLOWED first"
     rec = t.txn
     is_open = rec is not None and rec.outcome is None
-    if is_open and (rec.intent is not None or rec.taken_over_ts is not None) and after is TxnState.ONGOING \
-            and trigger is not Trigger.WRITE and trigger is not Trigger.OFFSET_COMMIT:
+    if (
+        is_open
+        and (rec.intent is not None or rec.taken_over_ts is not None)
+        and after is TxnState.ONGOING
+        and trigger is not Trigger.WRITE
+        and trigger is not Trigger.OFFSET_COMMIT
+    ):
         # A new transaction of an instance whose EndTxn went unanswered, or whose transaction a
         # takeover aborted: that transaction is over.
         close_unknown(t, ts, producer_id, epoch)
         is_open = False
     if after is TxnState.ONGOING and not (before is TxnState.ONGOING and is_open):
         close_unknown(t, ts, producer_id, epoch)
-        rec = TxnRecord(t.transactional_id, producer_id, epoch, ts,
-                        registration_known=before is not TxnState.UNKNOWN, client=client)
+        rec = TxnRecord(
+            t.transactional_id,
+            producer_id,
+            epoch,
+            ts,
+            registration_known=before is not TxnState.UNKNOWN,
+            client=client,
+        )
         state.transactions.append(rec)
         t.txn = rec
     elif after in _END and before in (TxnState.ONGOING, TxnState.UNKNOWN):
         if not is_open:  # its beginning was before the capture: still a transaction seen on the wire
-            rec = TxnRecord(t.transactional_id, producer_id, epoch, ts, registration_known=False,
-                            client=client)
+            rec = TxnRecord(
+                t.transactional_id, producer_id, epoch, ts, registration_known=False, client=client
+            )
             state.transactions.append(rec)
             t.txn = rec
         rec.outcome, rec.end_ts = _END[after], end_ts if end_ts is not None else ts
@@ -117,9 +142,22 @@ def since_last_end(t: TxnIdState) -> float:
     return rec.end_ts if rec is not None and rec.end_ts is not None else t.first_ts
 
 
-def illegal(state: AuditState, t: TxnIdState, trigger: Trigger, answer: int | None, ex: Exchange,
-            out: list[Finding], producer_id: int, epoch: int, *, unverified: bool, what: str,
-            topic: str | None = None, partition: int | None = None, group: str | None = None) -> None:
+def illegal(
+    state: AuditState,
+    t: TxnIdState,
+    trigger: Trigger,
+    answer: int | None,
+    ex: Exchange,
+    out: list[Finding],
+    producer_id: int,
+    epoch: int,
+    *,
+    unverified: bool,
+    what: str,
+    topic: str | None = None,
+    partition: int | None = None,
+    group: str | None = None,
+) -> None:
     kind = ILLEGAL[trigger]
     unverified = unverified or state.lost_since(t.conns, since_last_end(t))
     # An EndTxn with nothing to end loses no data, whatever the answer.
@@ -128,37 +166,68 @@ def illegal(state: AuditState, t: TxnIdState, trigger: Trigger, answer: int | No
     verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
     evidence = exchange_evidence(ex, answer)
     evidence.update(state=t.state.value, trigger=trigger.value, cluster_txn_version=state.cluster_txn_version)
-    out.append(make(kind, sev, ex.request_ts,
-                    f"{what} of {t.transactional_id!r} with no transaction open ({t.state.value}); "
-                    f"broker {verdict}", evidence, unverified=unverified,
-                    transactional_id=t.transactional_id, producer_id=producer_id, producer_epoch=epoch,
-                    topic=topic, partition=partition, group=group))
+    out.append(
+        make(
+            kind,
+            sev,
+            ex.request_ts,
+            f"{what} of {t.transactional_id!r} with no transaction open ({t.state.value}); broker {verdict}",
+            evidence,
+            unverified=unverified,
+            transactional_id=t.transactional_id,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            topic=topic,
+            partition=partition,
+            group=group,
+        )
+    )
 
 
 def new_instance(state: AuditState, t: TxnIdState, producer_id: int, epoch: int, ts: float) -> None:
     """An accepted request revealed an instance newer than the one we knew: the old one's open
     transaction ended out of sight."""
     rec = t.txn
-    if rec is not None and rec.outcome is None and (rec.producer_id, rec.producer_epoch) != (
-            producer_id, epoch):
+    if (
+        rec is not None
+        and rec.outcome is None
+        and (rec.producer_id, rec.producer_epoch) != (producer_id, epoch)
+    ):
         close_unknown(t, ts)
         t.state = TxnState.UNKNOWN
 
 
-def identify(state: AuditState, t: TxnIdState, producer_id: int, epoch: int, answer: int | None,
-             ex: Exchange, out: list[Finding], *, what: str) -> Lane | None:
+def identify(
+    state: AuditState,
+    t: TxnIdState,
+    producer_id: int,
+    epoch: int,
+    answer: int | None,
+    ex: Exchange,
+    out: list[Finding],
+    *,
+    what: str,
+) -> Lane | None:
     """Epoch, zombie and fencing checks shared by the transactional requests. Returns the lane the
     request moves (the current instance's, or a superseded one's that the broker still obeys), or None
     when the request moves nothing."""
     highest = highest_epoch(state, producer_id)
     see_producer(state, producer_id, epoch, ex, t.transactional_id)
     if epoch < highest:
-        epoch_regression(t.transactional_id, producer_id, epoch, highest, answer, ex, out, what=what,
-                         unverified=ex.unverified)
+        epoch_regression(
+            t.transactional_id,
+            producer_id,
+            epoch,
+            highest,
+            answer,
+            ex,
+            out,
+            what=what,
+            unverified=ex.unverified,
+        )
     if zombie(state, t, producer_id, epoch, answer, ex, out, what=what, unverified=ex.unverified):
         return t.zombie_lane(producer_id, epoch) if answer == 0 else None
-    if fenced_by_broker(state, t, producer_id, epoch, answer, ex, out, what=what,
-                        unverified=ex.unverified):
+    if fenced_by_broker(state, t, producer_id, epoch, answer, ex, out, what=what, unverified=ex.unverified):
         return None
     if answer == 0 and adopt(t, producer_id, epoch, ex):
         new_instance(state, t, producer_id, epoch, ex.request_ts)
@@ -176,8 +245,17 @@ def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> 
             t.timeout_ms = req.transaction_timeout_ms
     if answer != 0:
         if answer is not None and req.producer_id >= 0:
-            fenced_by_broker(state, t, req.producer_id, req.producer_epoch, answer, ex, out,
-                             what="InitProducerId", unverified=ex.unverified)
+            fenced_by_broker(
+                state,
+                t,
+                req.producer_id,
+                req.producer_epoch,
+                answer,
+                ex,
+                out,
+                what="InitProducerId",
+                unverified=ex.unverified,
+            )
         return
     pid, epoch = resp.producer_id, resp.producer_epoch
     p = see_producer(state, pid, epoch, ex, tid)
@@ -185,8 +263,9 @@ def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> 
     if t is None:
         return
     taken_over(t, pid, epoch, ex.response_ts if ex.response_ts is not None else ex.request_ts)
-    take_over(state, t, Instance(pid, epoch, ex.request_ts, ex.client, ex.client_id), ex, out,
-              via="InitProducerId")
+    take_over(
+        state, t, Instance(pid, epoch, ex.request_ts, ex.client, ex.client_id), ex, out, via="InitProducerId"
+    )
     enter(state, t, Trigger.INIT, pid, epoch, ex.request_ts, client=ex.client)
 
 
@@ -196,8 +275,14 @@ def add_partitions_entries(ex: Exchange):
     req, resp = ex.request, ex.response
     if ex.api_version <= 3:
         answers = _partition_errors(resp.results_by_topic_v3_and_below) if resp is not None else {}
-        yield (req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-               req.v3_and_below_producer_epoch, False, _topic_partitions(req.v3_and_below_topics), answers)
+        yield (
+            req.v3_and_below_transactional_id,
+            req.v3_and_below_producer_id,
+            req.v3_and_below_producer_epoch,
+            False,
+            _topic_partitions(req.v3_and_below_topics),
+            answers,
+        )
         return
     by_txn = {}
     if resp is not None:
@@ -208,8 +293,14 @@ def add_partitions_entries(ex: Exchange):
         answers = by_txn.get(tr.transactional_id, {})
         if isinstance(answers, int):
             answers = {tp: answers for tp in _topic_partitions(tr.topics)}
-        yield (tr.transactional_id, tr.producer_id, tr.producer_epoch, tr.verify_only,
-               _topic_partitions(tr.topics), answers)
+        yield (
+            tr.transactional_id,
+            tr.producer_id,
+            tr.producer_epoch,
+            tr.verify_only,
+            _topic_partitions(tr.topics),
+            answers,
+        )
 
 
 def _topic_partitions(topics) -> list[tuple[str, int]]:
@@ -217,8 +308,11 @@ def _topic_partitions(topics) -> list[tuple[str, int]]:
 
 
 def _partition_errors(results) -> dict[tuple[str, int], int]:
-    return {(r.name, pr.partition_index): pr.partition_error_code
-            for r in results for pr in r.results_by_partition}
+    return {
+        (r.name, pr.partition_index): pr.partition_error_code
+        for r in results
+        for pr in r.results_by_partition
+    }
 
 
 def _overall(answers: dict, wanted: list, responded: bool) -> int | None:
@@ -244,8 +338,13 @@ def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> No
         if lane is None or not accepted:
             continue
         rec = lane.txn
-        if (lane.state is TxnState.ONGOING and rec is not None and rec.outcome is None and rec.batches
-                and all(tp in rec.registered for tp in accepted)):
+        if (
+            lane.state is TxnState.ONGOING
+            and rec is not None
+            and rec.outcome is None
+            and rec.batches
+            and all(tp in rec.registered for tp in accepted)
+        ):
             # Clients add each partition once per transaction: adding them again means the previous
             # transaction ended out of sight.
             close_unknown(lane, ex.request_ts, pid, epoch)
@@ -263,8 +362,15 @@ def on_add_offsets(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     answer = answer_of(ex)
     lane = identify(state, t, req.producer_id, req.producer_epoch, answer, ex, out, what="AddOffsetsToTxn")
     if lane is not None and answer == 0:
-        rec = enter(state, lane, Trigger.ADD_OFFSETS, req.producer_id, req.producer_epoch, ex.request_ts,
-                    client=ex.client)
+        rec = enter(
+            state,
+            lane,
+            Trigger.ADD_OFFSETS,
+            req.producer_id,
+            req.producer_epoch,
+            ex.request_ts,
+            client=ex.client,
+        )
         if rec is not None:
             rec.groups_added.add(req.group_id)
             rec.groups.setdefault(req.group_id, None)
@@ -284,22 +390,49 @@ def on_txn_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) ->
     trigger = Trigger.OFFSET_COMMIT_TV2 if ex.api_version >= 5 else Trigger.OFFSET_COMMIT
     if next_state(lane.state, trigger) is None:
         if lane is t:  # a zombie's misdeeds are already reported as such
-            illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified,
-                    what=f"TxnOffsetCommit for group {group!r}", group=group)
+            illegal(
+                state,
+                t,
+                trigger,
+                answer,
+                ex,
+                out,
+                pid,
+                epoch,
+                unverified=ex.unverified,
+                what=f"TxnOffsetCommit for group {group!r}",
+                group=group,
+            )
         return
     rec = lane.txn
-    if (lane is t and trigger is Trigger.OFFSET_COMMIT and t.state is TxnState.ONGOING and rec is not None
-            and rec.outcome is None and rec.registration_known and group not in rec.groups_added):
+    if (
+        lane is t
+        and trigger is Trigger.OFFSET_COMMIT
+        and t.state is TxnState.ONGOING
+        and rec is not None
+        and rec.outcome is None
+        and rec.registration_known
+        and group not in rec.groups_added
+    ):
         unverified = ex.unverified or state.lost_since(t.conns, rec.start_ts)
         evidence = exchange_evidence(ex, answer)
         evidence["groups_added"] = sorted(rec.groups_added)
         verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
-        out.append(make(FindingKind.TXN_OFFSET_COMMIT_UNREGISTERED_GROUP,
-                        judge(answer, unverified=unverified, explained_by_loss=True), ex.request_ts,
-                        f"TxnOffsetCommit of {t.transactional_id!r} for group {group!r} that "
-                        f"AddOffsetsToTxn did not add; broker {verdict}", evidence, unverified=unverified,
-                        transactional_id=t.transactional_id, producer_id=pid, producer_epoch=epoch,
-                        group=group))
+        out.append(
+            make(
+                FindingKind.TXN_OFFSET_COMMIT_UNREGISTERED_GROUP,
+                judge(answer, unverified=unverified, explained_by_loss=True),
+                ex.request_ts,
+                f"TxnOffsetCommit of {t.transactional_id!r} for group {group!r} that "
+                f"AddOffsetsToTxn did not add; broker {verdict}",
+                evidence,
+                unverified=unverified,
+                transactional_id=t.transactional_id,
+                producer_id=pid,
+                producer_epoch=epoch,
+                group=group,
+            )
+        )
     if answer == 0:
         rec = enter(state, lane, trigger, pid, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
@@ -342,12 +475,19 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         t.tv2 = True
         p = see_producer(state, resp.producer_id, resp.producer_epoch, ex, t.transactional_id)
         p.started_epochs.add(resp.producer_epoch)
-        take_over(state, t, Instance(resp.producer_id, resp.producer_epoch, ex.request_ts, ex.client,
-                                     ex.client_id), ex, out, via="EndTxn")
+        take_over(
+            state,
+            t,
+            Instance(resp.producer_id, resp.producer_epoch, ex.request_ts, ex.client, ex.client_id),
+            ex,
+            out,
+            via="EndTxn",
+        )
 
 
-def _ended_late(state: AuditState, t: TxnIdState, ex: Exchange, pid: int, epoch: int, started: float,
-                out: list[Finding]) -> None:
+def _ended_late(
+    state: AuditState, t: TxnIdState, ex: Exchange, pid: int, epoch: int, started: float, out: list[Finding]
+) -> None:
     """An EndTxn accepted after the transaction's own timeout: the coordinator should have aborted it
     (and fenced the epoch) by then; a commit it accepted anyway is a broker letting the timeout slip."""
     committed = ex.request.committed
@@ -356,38 +496,89 @@ def _ended_late(state: AuditState, t: TxnIdState, ex: Exchange, pid: int, epoch:
     evidence = exchange_evidence(ex, 0)
     evidence.update(start_ts=started, timeout_ms=t.timeout_ms, took_ms=round(took_ms, 3))
     severity = Severity.WARNING if committed else Severity.INFO
-    out.append(make(FindingKind.ENDED_AFTER_TIMEOUT, Severity.INFO if lost else severity, ex.request_ts,
-                    f"transaction of {t.transactional_id!r} (producer id {pid} epoch {epoch}) ended with "
-                    f"{'a commit' if committed else 'an abort'} the broker accepted {took_ms:,.0f} ms after "
-                    f"it began, past its {t.timeout_ms} ms timeout", evidence, unverified=lost,
-                    transactional_id=t.transactional_id, producer_id=pid, producer_epoch=epoch))
+    out.append(
+        make(
+            FindingKind.ENDED_AFTER_TIMEOUT,
+            Severity.INFO if lost else severity,
+            ex.request_ts,
+            f"transaction of {t.transactional_id!r} (producer id {pid} epoch {epoch}) ended with "
+            f"{'a commit' if committed else 'an abort'} the broker accepted {took_ms:,.0f} ms after "
+            f"it began, past its {t.timeout_ms} ms timeout",
+            evidence,
+            unverified=lost,
+            transactional_id=t.transactional_id,
+            producer_id=pid,
+            producer_epoch=epoch,
+        )
+    )
 
 
-def write(state: AuditState, t: TxnIdState, lane: Lane, ex: Exchange, topic: str, partition: int,
-          producer_id: int, epoch: int, records: int, answer: int | None, out: list[Finding], *,
-          unverified: bool) -> None:
+def write(
+    state: AuditState,
+    t: TxnIdState,
+    lane: Lane,
+    ex: Exchange,
+    topic: str,
+    partition: int,
+    producer_id: int,
+    epoch: int,
+    records: int,
+    answer: int | None,
+    out: list[Finding],
+    *,
+    unverified: bool,
+) -> None:
     """A transactional batch that passed the identity checks: judge it against the lane's transaction."""
     tv2 = ex.api_version >= 12  # Produce v12+ is only used within a transaction under transaction.version 2
     t.tv2 = t.tv2 or tv2
     trigger = Trigger.WRITE_TV2 if tv2 else Trigger.WRITE
     if next_state(lane.state, trigger) is None:
         if lane is t:
-            illegal(state, t, trigger, answer, ex, out, producer_id, epoch, unverified=unverified,
-                    what=f"transactional write to {topic}-{partition}", topic=topic, partition=partition)
+            illegal(
+                state,
+                t,
+                trigger,
+                answer,
+                ex,
+                out,
+                producer_id,
+                epoch,
+                unverified=unverified,
+                what=f"transactional write to {topic}-{partition}",
+                topic=topic,
+                partition=partition,
+            )
         return
     rec = lane.txn
-    if (lane is t and trigger is Trigger.WRITE and t.state is TxnState.ONGOING and rec is not None
-            and rec.outcome is None and rec.registration_known and (topic, partition) not in rec.registered):
+    if (
+        lane is t
+        and trigger is Trigger.WRITE
+        and t.state is TxnState.ONGOING
+        and rec is not None
+        and rec.outcome is None
+        and rec.registration_known
+        and (topic, partition) not in rec.registered
+    ):
         lost = unverified or state.lost_since(t.conns, rec.start_ts)
         evidence = exchange_evidence(ex, answer)
         evidence["registered"] = sorted(f"{tp}-{p}" for tp, p in rec.registered)
         verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
-        out.append(make(FindingKind.WRITE_TO_UNREGISTERED_PARTITION,
-                        judge(answer, unverified=lost, explained_by_loss=True), ex.request_ts,
-                        f"transactional write of {t.transactional_id!r} to {topic}-{partition}, which "
-                        f"AddPartitionsToTxn did not add; broker {verdict}", evidence, unverified=lost,
-                        transactional_id=t.transactional_id, producer_id=producer_id,
-                        producer_epoch=epoch, topic=topic, partition=partition))
+        out.append(
+            make(
+                FindingKind.WRITE_TO_UNREGISTERED_PARTITION,
+                judge(answer, unverified=lost, explained_by_loss=True),
+                ex.request_ts,
+                f"transactional write of {t.transactional_id!r} to {topic}-{partition}, which "
+                f"AddPartitionsToTxn did not add; broker {verdict}",
+                evidence,
+                unverified=lost,
+                transactional_id=t.transactional_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                topic=topic,
+                partition=partition,
+            )
+        )
     if answer == 0:
         rec = enter(state, lane, trigger, producer_id, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
@@ -438,21 +629,34 @@ def _marker_answer(ex: Exchange, producer_id: int) -> int | None:
     return None
 
 
-def _markers_disagree(ex: Exchange, m, t: TxnIdState, rec: TxnRecord, result: str,
-                      out: list[Finding]) -> None:
+def _markers_disagree(
+    ex: Exchange, m, t: TxnIdState, rec: TxnRecord, result: str, out: list[Finding]
+) -> None:
     """The coordinator accepted EndTxn(X) and then wrote markers saying the opposite: read_committed
     consumers see the transaction the other way round."""
     answer = _marker_answer(ex, m.producer_id)
     evidence = exchange_evidence(ex, answer)
-    evidence.update(end_txn_result=rec.outcome, marker_result=result, end_ts=rec.end_ts,
-                    partitions=[f"{tp.name}-{p}" for tp in m.topics for p in tp.partition_indexes])
-    out.append(make(FindingKind.MARKERS_DISAGREE,
-                    judge(answer, unverified=ex.unverified, explained_by_loss=False), ex.request_ts,
-                    f"the coordinator accepted EndTxn({rec.outcome}) of {t.transactional_id!r} (producer id "
-                    f"{rec.producer_id} epoch {rec.producer_epoch}) but wrote {result.upper()} markers; "
-                    f"{broker_verdict(answer)}", evidence, unverified=ex.unverified,
-                    transactional_id=t.transactional_id, producer_id=rec.producer_id,
-                    producer_epoch=rec.producer_epoch))
+    evidence.update(
+        end_txn_result=rec.outcome,
+        marker_result=result,
+        end_ts=rec.end_ts,
+        partitions=[f"{tp.name}-{p}" for tp in m.topics for p in tp.partition_indexes],
+    )
+    out.append(
+        make(
+            FindingKind.MARKERS_DISAGREE,
+            judge(answer, unverified=ex.unverified, explained_by_loss=False),
+            ex.request_ts,
+            f"the coordinator accepted EndTxn({rec.outcome}) of {t.transactional_id!r} (producer id "
+            f"{rec.producer_id} epoch {rec.producer_epoch}) but wrote {result.upper()} markers; "
+            f"{broker_verdict(answer)}",
+            evidence,
+            unverified=ex.unverified,
+            transactional_id=t.transactional_id,
+            producer_id=rec.producer_id,
+            producer_epoch=rec.producer_epoch,
+        )
+    )
 
 
 def _marked_lane(t: TxnIdState, producer_id: int) -> Lane | None:

@@ -22,16 +22,22 @@ class TxnState(str, Enum):
         member.entered_by = entered_by
         return member
 
-    UNKNOWN = ("unknown",
-               "nothing yet: the capture began after this id's InitProducerId, so a transaction may already "
-               "be open; every trigger is allowed from here, because nothing can be judged")
+    UNKNOWN = (
+        "unknown",
+        "nothing yet: the capture began after this id's InitProducerId, so a transaction may already "
+        "be open; every trigger is allowed from here, because nothing can be judged",
+    )
     EMPTY = ("empty", "an accepted InitProducerId: an instance is ready and no transaction is open")
-    ONGOING = ("ongoing",
-               "an accepted AddPartitionsToTxn or AddOffsetsToTxn, or (transaction.version 2) an accepted "
-               "transactional Produce v12+ or TxnOffsetCommit v5+: a transaction is open")
-    PREPARE_COMMIT = ("prepare_commit",
-                      "an accepted EndTxn(committed=true): the transaction ended; writing its markers is the "
-                      "coordinator's business from here on")
+    ONGOING = (
+        "ongoing",
+        "an accepted AddPartitionsToTxn or AddOffsetsToTxn, or (transaction.version 2) an accepted "
+        "transactional Produce v12+ or TxnOffsetCommit v5+: a transaction is open",
+    )
+    PREPARE_COMMIT = (
+        "prepare_commit",
+        "an accepted EndTxn(committed=true): the transaction ended; writing its markers is the "
+        "coordinator's business from here on",
+    )
     PREPARE_ABORT = ("prepare_abort", "an accepted EndTxn(committed=false)")
 
 
@@ -53,18 +59,34 @@ class Trigger(str, Enum):
 S, T = TxnState, Trigger
 
 # Triggers that open a transaction from any state where none is open.
-_BEGIN = {T.ADD_PARTITIONS: S.ONGOING, T.ADD_OFFSETS: S.ONGOING, T.WRITE_TV2: S.ONGOING,
-          T.OFFSET_COMMIT_TV2: S.ONGOING, T.INIT: S.EMPTY}
+_BEGIN = {
+    T.ADD_PARTITIONS: S.ONGOING,
+    T.ADD_OFFSETS: S.ONGOING,
+    T.WRITE_TV2: S.ONGOING,
+    T.OFFSET_COMMIT_TV2: S.ONGOING,
+    T.INIT: S.EMPTY,
+}
 
 ALLOWED: dict[TxnState, dict[Trigger, TxnState]] = {
-    S.UNKNOWN: {**_BEGIN, T.WRITE: S.ONGOING, T.OFFSET_COMMIT: S.ONGOING,
-                T.END_COMMIT: S.PREPARE_COMMIT, T.END_ABORT: S.PREPARE_ABORT,
-                T.END_ABORT_TV2: S.PREPARE_ABORT},
+    S.UNKNOWN: {
+        **_BEGIN,
+        T.WRITE: S.ONGOING,
+        T.OFFSET_COMMIT: S.ONGOING,
+        T.END_COMMIT: S.PREPARE_COMMIT,
+        T.END_ABORT: S.PREPARE_ABORT,
+        T.END_ABORT_TV2: S.PREPARE_ABORT,
+    },
     S.EMPTY: {**_BEGIN, T.END_ABORT_TV2: S.EMPTY},
-    S.ONGOING: {**_BEGIN, T.ADD_PARTITIONS: S.ONGOING, T.ADD_OFFSETS: S.ONGOING,
-                T.WRITE: S.ONGOING, T.OFFSET_COMMIT: S.ONGOING,
-                T.END_COMMIT: S.PREPARE_COMMIT, T.END_ABORT: S.PREPARE_ABORT,
-                T.END_ABORT_TV2: S.PREPARE_ABORT},
+    S.ONGOING: {
+        **_BEGIN,
+        T.ADD_PARTITIONS: S.ONGOING,
+        T.ADD_OFFSETS: S.ONGOING,
+        T.WRITE: S.ONGOING,
+        T.OFFSET_COMMIT: S.ONGOING,
+        T.END_COMMIT: S.PREPARE_COMMIT,
+        T.END_ABORT: S.PREPARE_ABORT,
+        T.END_ABORT_TV2: S.PREPARE_ABORT,
+    },
     # A retried EndTxn with the same result is answered NONE by the coordinator: allowed, no new end.
     S.PREPARE_COMMIT: {**_BEGIN, T.END_COMMIT: S.PREPARE_COMMIT, T.END_ABORT_TV2: S.PREPARE_COMMIT},
     S.PREPARE_ABORT: {**_BEGIN, T.END_ABORT: S.PREPARE_ABORT, T.END_ABORT_TV2: S.PREPARE_ABORT},

@@ -27,5 +27,5 @@ fastwalk = _load()
 
 
 def engine_name() -> str:
-    """"compiled" or "python": which capture walk this process runs."""
+    """ "compiled" or "python": which capture walk this process runs."""
     return "python" if fastwalk is None else "compiled"

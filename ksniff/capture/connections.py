@@ -19,8 +19,14 @@ class ConnectionTable:
 
     __slots__ = ("limits", "stats", "merger", "ooo", "table", "conns", "evicted", "_conn_id", "_next_id")
 
-    def __init__(self, limits: CaptureLimits, stats: CaptureStats, merger: ChunkMerger, ooo: OutOfOrder,
-                 conn_id: ConnIdFn | None) -> None:
+    def __init__(
+        self,
+        limits: CaptureLimits,
+        stats: CaptureStats,
+        merger: ChunkMerger,
+        ooo: OutOfOrder,
+        conn_id: ConnIdFn | None,
+    ) -> None:
         self.limits = limits
         self.stats = stats
         self.merger = merger
@@ -125,5 +131,7 @@ class ConnectionTable:
     def warnings(self) -> list[str]:
         if not self.evicted:
             return []
-        return [f"connection limit ({self.limits.max_connections}) reached: "
-                f"{self.evicted} idle connections evicted"]
+        return [
+            f"connection limit ({self.limits.max_connections}) reached: "
+            f"{self.evicted} idle connections evicted"
+        ]

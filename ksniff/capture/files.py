@@ -87,6 +87,7 @@ class CaptureFile:
             if b.inflate_capped:
                 self.warnings.append(
                     f"{self.path}: gzip inflation limit ({self.limits.gunzip_ratio}x the file, at least "
-                    f"{self.limits.gunzip_floor} bytes) reached: the rest of the file was not read")
+                    f"{self.limits.gunzip_floor} bytes) reached: the rest of the file was not read"
+                )
             b.parsed = b.size - b.base
             b.close()

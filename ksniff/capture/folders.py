@@ -49,11 +49,14 @@ def expand_inputs(paths: list[str]) -> tuple[list[str], list[str], int]:
                     warnings.append(f"{f}: skipped: {verdict}")
             if not found:
                 if any(w.startswith(path) for w in warnings):
-                    raise CaptureError(f"{path}: no readable pcap or pcapng files in this folder "
-                                       f"({_first_reason(warnings)})")
+                    raise CaptureError(
+                        f"{path}: no readable pcap or pcapng files in this folder ({_first_reason(warnings)})"
+                    )
                 seen = sum(len(names) for names in others.values())
-                raise CaptureError(f"{path}: no pcap or pcapng files in this folder"
-                                   + (f" ({seen} other {'file' if seen == 1 else 'files'})" if seen else ""))
+                raise CaptureError(
+                    f"{path}: no pcap or pcapng files in this folder"
+                    + (f" ({seen} other {'file' if seen == 1 else 'files'})" if seen else "")
+                )
             warnings += [_not_captures(folder, names) for folder, names in others.items()]
             files.extend(found)
         elif os.path.exists(path) or os.path.islink(path):
@@ -108,8 +111,9 @@ def _sniff(path: str) -> bool | str:
         return _NOT_A_CAPTURE
     except OSError as exc:
         return exc.strerror or str(exc)
-    return len(head) == 4 and (int.from_bytes(head, "little") in PCAP_MAGICS
-                               or int.from_bytes(head, "little") == PCAPNG_SHB)
+    return len(head) == 4 and (
+        int.from_bytes(head, "little") in PCAP_MAGICS or int.from_bytes(head, "little") == PCAPNG_SHB
+    )
 
 
 def looks_like_capture(path: str) -> bool:

@@ -40,9 +40,30 @@ class Half:
     (ksniff.capture.chunks); `tail` holds the last bytes delivered, to compare retransmissions with.
     """
 
-    __slots__ = ("conn", "from_src", "peer", "key", "fast", "isn", "base", "nxt", "nxt32", "ooo",
-                 "ooo_held", "ooo_ts", "fin", "ack_out", "last_ts", "parts", "p_off", "p_len", "p_first",
-                 "p_last", "tail", "tail_off")
+    __slots__ = (
+        "conn",
+        "from_src",
+        "peer",
+        "key",
+        "fast",
+        "isn",
+        "base",
+        "nxt",
+        "nxt32",
+        "ooo",
+        "ooo_held",
+        "ooo_ts",
+        "fin",
+        "ack_out",
+        "last_ts",
+        "parts",
+        "p_off",
+        "p_len",
+        "p_first",
+        "p_last",
+        "tail",
+        "tail_off",
+    )
 
     def __init__(self, conn: Conn, from_src: bool, key: tuple, ts: float) -> None:
         self.conn, self.from_src, self.key = conn, from_src, key
@@ -83,5 +104,10 @@ class Half:
         """Whether this half and its peer may take the hot path. A half whose peer holds out-of-order
         bytes takes the careful path: its ACKs may end a gap there."""
         for x in (self, self.peer):
-            x.fast = (x.base is not None and not x.ooo and not x.peer.ooo and x.conn.closed is None
-                      and not x.conn.dropped)
+            x.fast = (
+                x.base is not None
+                and not x.ooo
+                and not x.peer.ooo
+                and x.conn.closed is None
+                and not x.conn.dropped
+            )

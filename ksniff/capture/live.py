@@ -40,8 +40,15 @@ _ARPHRD_ETHER, _ARPHRD_LOOPBACK = 1, 772
 class LiveRun:
     """A live capture; iterate for events until it stops. Iterating again resumes where it left off."""
 
-    def __init__(self, iface: str, bpf: str | None, count: int | None, duration: float | None,
-                 write_path: str | None, limits: CaptureLimits | None) -> None:
+    def __init__(
+        self,
+        iface: str,
+        bpf: str | None,
+        count: int | None,
+        duration: float | None,
+        write_path: str | None,
+        limits: CaptureLimits | None,
+    ) -> None:
         self.iface = iface
         self.stats = CaptureStats()
         self.reassembler = Reassembler(limits, self.stats)
@@ -64,8 +71,9 @@ class LiveRun:
 
     @property
     def inputs(self) -> list[InputInfo]:
-        return [InputInfo(self.iface, "live", linktype_name(self.linktype), self.stats.packets,
-                          self.bytes_read)]
+        return [
+            InputInfo(self.iface, "live", linktype_name(self.linktype), self.stats.packets, self.bytes_read)
+        ]
 
     def stop(self) -> None:
         """End the capture soon; safe from any thread and from signal handlers."""
@@ -249,7 +257,13 @@ def _discard_queued(sock: socket.socket) -> None:
             return
 
 
-def open_live(iface: str, bpf: str | None = None, count: int | None = None, duration: float | None = None,
-              write_path: str | None = None, limits: CaptureLimits | None = None) -> LiveRun:
+def open_live(
+    iface: str,
+    bpf: str | None = None,
+    count: int | None = None,
+    duration: float | None = None,
+    write_path: str | None = None,
+    limits: CaptureLimits | None = None,
+) -> LiveRun:
     """Start capturing on `iface`; raises CaptureError (one line) when that is not possible."""
     return LiveRun(iface, bpf, count, duration, write_path, limits)

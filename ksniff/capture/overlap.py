@@ -51,8 +51,8 @@ class OutOfOrder:
             return
         if off < nxt:
             if data is not None:
-                self.compare_old(h, off, data[:nxt - off])
-                data = data[nxt - off:]
+                self.compare_old(h, off, data[: nxt - off])
+                data = data[nxt - off :]
             off = nxt
         if off == nxt and not h.ooo:
             if data is None:
@@ -73,7 +73,7 @@ class OutOfOrder:
         if tail is None:
             return
         a, b = max(off, h.tail_off), min(off + len(data), h.tail_off + len(tail))
-        if a < b and tail[a - h.tail_off:b - h.tail_off] != data[a - off:b - off]:
+        if a < b and tail[a - h.tail_off : b - h.tail_off] != data[a - off : b - off]:
             self.stats.overlaps_differing += 1
 
     def _buffer(self, h: Half, off: int, end: int, data, ts: float) -> None:
@@ -96,7 +96,7 @@ class OutOfOrder:
             if s > cur:
                 pieces.append((cur, s))
             a, b = max(s, cur), min(e, end)
-            if d is not None and data is not None and d[a - s:b - s] != data[a - off:b - off]:
+            if d is not None and data is not None and d[a - s : b - s] != data[a - off : b - off]:
                 self.stats.overlaps_differing += 1
             cur = e
             if cur >= end:
@@ -105,7 +105,7 @@ class OutOfOrder:
             pieces.append((cur, end))
         held = 0
         for a, b in pieces:
-            piece = None if data is None else data[a - off:b - off]
+            piece = None if data is None else data[a - off : b - off]
             insort(ooo, (a, b, piece, ts))
             held += PIECE_COST + (0 if piece is None else b - a)
         h.ooo_held += held
@@ -139,7 +139,7 @@ class OutOfOrder:
             if d is None:
                 merger.gap(h, h.nxt, e - h.nxt, t)
             else:
-                merger.deliver(h, d[h.nxt - s:] if s < h.nxt else d, t)
+                merger.deliver(h, d[h.nxt - s :] if s < h.nxt else d, t)
         if k:
             del ooo[:k]
             h.ooo_held -= released

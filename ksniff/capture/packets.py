@@ -25,8 +25,16 @@ ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
 VLAN_TAGS = frozenset((0x8100, 0x88A8, 0x9100, 0x9200))
 
 LINKTYPE_NAMES = {
-    0: "NULL", 1: "EN10MB", 12: "RAW", 14: "RAW", 101: "RAW", 108: "LOOP",
-    113: "LINUX_SLL", 228: "IPV4", 229: "IPV6", 276: "LINUX_SLL2",
+    0: "NULL",
+    1: "EN10MB",
+    12: "RAW",
+    14: "RAW",
+    101: "RAW",
+    108: "LOOP",
+    113: "LINUX_SLL",
+    228: "IPV4",
+    229: "IPV6",
+    276: "LINUX_SLL2",
 }
 _RAW = frozenset((12, 14, 101, 228, 229))
 _NULL_IPV4 = 2

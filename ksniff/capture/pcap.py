@@ -20,8 +20,10 @@ from ksniff.capture.source import CaptureBuffer
 from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts
 
 PCAP_MAGICS = {  # first four bytes as read little-endian -> (byte order, fraction units per second)
-    0xA1B2C3D4: ("<", 1e6), 0xD4C3B2A1: (">", 1e6),
-    0xA1B23C4D: ("<", 1e9), 0x4D3CB2A1: (">", 1e9),
+    0xA1B2C3D4: ("<", 1e6),
+    0xD4C3B2A1: (">", 1e6),
+    0xA1B23C4D: ("<", 1e9),
+    0x4D3CB2A1: (">", 1e9),
 }
 
 
@@ -45,8 +47,9 @@ class PcapHeader:
         self.linktypes = [linktype_name(self.link)]
 
 
-def pcap_segments(b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnings: list[str]
-                  ) -> Iterator[tuple]:
+def pcap_segments(
+    b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnings: list[str]
+) -> Iterator[tuple]:
     """Every TCP segment of the file in order; damage ends the walk with a warning."""
     record = struct.Struct(head.order + "IIII").unpack_from
     unit, link, parse = head.unit, head.link, parse_frame
@@ -68,8 +71,9 @@ def pcap_segments(b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnin
                 # The compiled walk takes every whole record it can; the loop below then meets the first
                 # one that runs past `end` (more bytes, a truncated file, a corrupt length).
                 out: list[tuple] = []
-                pos, n, nt, fr, cs, last = batch(buf, pos, end, big, unit, link, et_off, l2c, parse, out,
-                                                 limit)
+                pos, n, nt, fr, cs, last = batch(
+                    buf, pos, end, big, unit, link, et_off, l2c, parse, out, limit
+                )
                 if n:
                     packets += n
                     non_tcp += nt

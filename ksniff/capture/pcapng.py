@@ -48,8 +48,14 @@ class PcapngWalk:
     """The state of a pcapng walk: byte order and interfaces change with each section. At most
     `max_interfaces` interfaces are kept per section; packets of later ones are skipped and counted."""
 
-    def __init__(self, b: CaptureBuffer, counts: WalkCounts, warnings: list[str], linktypes: list[str],
-                 max_interfaces: int) -> None:
+    def __init__(
+        self,
+        b: CaptureBuffer,
+        counts: WalkCounts,
+        warnings: list[str],
+        linktypes: list[str],
+        max_interfaces: int,
+    ) -> None:
         self.b = b
         self.counts = counts
         self.warnings = warnings
@@ -85,7 +91,8 @@ class PcapngWalk:
                 self.linktypes.append(name)
         else:  # the first section was checked at open; a later one only loses its own packets
             self.warnings.append(
-                f"{self.b.path}: unsupported link type {link} in a later section; its packets skipped")
+                f"{self.b.path}: unsupported link type {link} in a later section; its packets skipped"
+            )
         unit, offset = 1e6, 0.0  # unit: timestamp ticks per second
         opt, stop = pos + 16, pos + blen - 4
         while opt + 4 <= stop:
@@ -94,7 +101,7 @@ class PcapngWalk:
                 break
             if code == 9 and length >= 1:  # if_tsresol: power of ten, or of two with the top bit set
                 r = buf[opt + 4]
-                unit = 2.0 ** (r & 0x7F) if r & 0x80 else 10.0 ** r
+                unit = 2.0 ** (r & 0x7F) if r & 0x80 else 10.0**r
             elif code == 14 and length == 8:  # if_tsoffset: seconds added to every timestamp
                 offset = float(struct.unpack_from(order + "q", buf, opt + 4)[0])
             opt += 4 + ((length + 3) & ~3)
@@ -134,8 +141,20 @@ class PcapngWalk:
                     # The compiled walk takes the enhanced packet blocks it can; every other block, and
                     # anything to judge (lengths, interfaces, the end of the bytes in hand), is below.
                     out: list[tuple] = []
-                    pos, n, nt, fr, cs, first, last = batch(buf, pos, end, order == ">", links, units,
-                                                            offsets, fields, parse, out, limit, MAX_RECORD)
+                    pos, n, nt, fr, cs, first, last = batch(
+                        buf,
+                        pos,
+                        end,
+                        order == ">",
+                        links,
+                        units,
+                        offsets,
+                        fields,
+                        parse,
+                        out,
+                        limit,
+                        MAX_RECORD,
+                    )
                     if n:
                         packets += n
                         non_tcp += nt
@@ -231,5 +250,7 @@ class PcapngWalk:
         finally:
             self.counts.store(packets, non_tcp, fragments, cut_short, first_ts, ts if packets else None)
             if self.beyond_cap:
-                warnings.append(f"{b.path}: interface limit ({self.max_interfaces} per section) reached: "
-                                f"{self.beyond_cap} packets of later interfaces skipped")
+                warnings.append(
+                    f"{b.path}: interface limit ({self.max_interfaces} per section) reached: "
+                    f"{self.beyond_cap} packets of later interfaces skipped"
+                )

@@ -35,8 +35,12 @@ MAX_TALLY_HOLES = 64  # holes remembered per direction of a dropped connection w
 class Reassembler:
     """Turns segment tuples into StreamEvents. Use `events(segments)`; `drop(conn)` stops a connection."""
 
-    def __init__(self, limits: CaptureLimits | None = None, stats: CaptureStats | None = None,
-                 conn_id: ConnIdFn | None = None) -> None:
+    def __init__(
+        self,
+        limits: CaptureLimits | None = None,
+        stats: CaptureStats | None = None,
+        conn_id: ConnIdFn | None = None,
+    ) -> None:
         self.limits = limits or CaptureLimits()
         self.stats = stats if stats is not None else CaptureStats()
         self._merger = ChunkMerger(self.limits.max_chunk_bytes, self.stats)
@@ -67,8 +71,9 @@ class Reassembler:
 
     # -- the hot loop -------------------------------------------------------------------------------
 
-    def events(self, segments: Iterable[tuple], finish: bool = True,
-               sweeps: bool = True) -> Iterator[StreamEvent]:
+    def events(
+        self, segments: Iterable[tuple], finish: bool = True, sweeps: bool = True
+    ) -> Iterator[StreamEvent]:
         """Events for `segments` (in capture order); with `finish`, closes what is open at the end.
 
         Without `sweeps`, idle connections are expired only when the caller says (`sweep`): an engine that
@@ -131,8 +136,12 @@ class Reassembler:
                 return  # a reset of a connection we never saw carries nothing
             h = table.open(seg)
         conn = h.conn
-        if flags & (SYN | ACK) == SYN and h.isn is not None and seq != h.isn or (
-                conn.closed is not None and flags & (SYN | ACK) == SYN):
+        if (
+            flags & (SYN | ACK) == SYN
+            and h.isn is not None
+            and seq != h.isn
+            or (conn.closed is not None and flags & (SYN | ACK) == SYN)
+        ):
             # A new connection on a 4-tuple already used: a new SYN after the close, or one with a
             # different initial sequence number (the old connection's close was not captured).
             table.close(conn, ts, "reused")
@@ -285,5 +294,5 @@ def _fill(holes: list[tuple[int, int]], seq: int, length: int) -> int:
         rest = [(hs, (hs + lo) & MASK)] if lo > 0 else []
         if hi < size:
             rest.append(((hs + hi) & MASK, he))
-        holes[i:i + 1] = rest
+        holes[i : i + 1] = rest
     return filled

@@ -16,8 +16,13 @@ from ksniff.common.counters import add_counters
 class CaptureRun:
     """Iterate once for the events; `stats`, `inputs` and `warnings` are complete after that."""
 
-    def __init__(self, files: list[CaptureFile], limits: CaptureLimits | None = None,
-                 warnings: Sequence[str] = (), offsets: Sequence[float] = ()) -> None:
+    def __init__(
+        self,
+        files: list[CaptureFile],
+        limits: CaptureLimits | None = None,
+        warnings: Sequence[str] = (),
+        offsets: Sequence[float] = (),
+    ) -> None:
         self._files = files
         self.offsets = list(offsets)  # seconds added to each file's timestamps (clock alignment)
         self.stats = CaptureStats()
@@ -65,19 +70,29 @@ def truncation_warnings(stats: CaptureStats) -> list[str]:
     """The run's note on packets the snapshot length cut, for any engine's summed counters."""
     if not stats.truncated_packets:
         return []
-    return [f"{stats.truncated_packets} packets cut short by the capture's snapshot length: the bytes "
-            "beyond it are missing (counted as gaps)"]
+    return [
+        f"{stats.truncated_packets} packets cut short by the capture's snapshot length: the bytes "
+        "beyond it are missing (counted as gaps)"
+    ]
 
 
-def add_file_counts(stats: CaptureStats, warnings: list[str], path: str, counts,
-                    file_warnings: Sequence[str]) -> None:
+def add_file_counts(
+    stats: CaptureStats, warnings: list[str], path: str, counts, file_warnings: Sequence[str]
+) -> None:
     """Folds one file's walk (packets, non_tcp, fragments, cut_short, first_ts, last_ts) into a run's
     counters and warnings; every engine sums its files this way."""
-    add_counters(stats, CaptureStats(
-        packets=counts.packets, non_tcp_packets=counts.non_tcp, ip_fragments=counts.fragments,
-        truncated_packets=counts.cut_short,
-        tcp_segments=counts.packets - counts.non_tcp - counts.fragments - counts.cut_short,
-        first_ts=counts.first_ts, last_ts=counts.last_ts))
+    add_counters(
+        stats,
+        CaptureStats(
+            packets=counts.packets,
+            non_tcp_packets=counts.non_tcp,
+            ip_fragments=counts.fragments,
+            truncated_packets=counts.cut_short,
+            tcp_segments=counts.packets - counts.non_tcp - counts.fragments - counts.cut_short,
+            first_ts=counts.first_ts,
+            last_ts=counts.last_ts,
+        ),
+    )
     warnings.extend(file_warnings)
     if counts.fragments:
         warnings.append(f"{path}: {counts.fragments} IP fragments not reassembled")
@@ -86,8 +101,10 @@ def add_file_counts(stats: CaptureStats, warnings: list[str], path: str, counts,
 def segments(files: list[CaptureFile], offsets: Sequence[float] = ()) -> Iterator[tuple]:
     """Segments of all files; several files are merged by timestamp, each file's shifted by its offset
     (seconds added: ksniff.engine.clock) when given."""
-    walks = [f.segments() if not off else _shifted(f.segments(), off)
-             for f, off in zip(files, offsets or [0.0] * len(files), strict=True)]
+    walks = [
+        f.segments() if not off else _shifted(f.segments(), off)
+        for f, off in zip(files, offsets or [0.0] * len(files), strict=True)
+    ]
     if len(walks) == 1:
         return walks[0]
     return heapq.merge(*walks, key=itemgetter(0))

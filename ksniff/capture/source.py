@@ -122,7 +122,7 @@ class CaptureBuffer:
         data = self._gz.read(WINDOW)
         if not data:
             return None
-        tail = bytes(self.buf[pos:self.end])
+        tail = bytes(self.buf[pos : self.end])
         self.base += pos
         joined = tail + data
         self.buf = memoryview(joined)

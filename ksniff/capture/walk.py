@@ -18,7 +18,14 @@ class WalkCounts:
         self.first_ts: float | None = None
         self.last_ts: float | None = None
 
-    def store(self, packets: int, non_tcp: int, fragments: int, cut_short: int, first_ts: float | None,
-              last_ts: float | None) -> None:
+    def store(
+        self,
+        packets: int,
+        non_tcp: int,
+        fragments: int,
+        cut_short: int,
+        first_ts: float | None,
+        last_ts: float | None,
+    ) -> None:
         self.packets, self.non_tcp, self.fragments, self.cut_short = packets, non_tcp, fragments, cut_short
         self.first_ts, self.last_ts = first_ts, last_ts

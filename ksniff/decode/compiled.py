@@ -20,8 +20,16 @@ from ksniff.decode.records import parse_batches, parse_batches_keeping_records
 from ksniff.decode.schema import Api, Array, Field, Primitive
 from ksniff.decode.values import Struct, camel, default_of, struct_class
 
-_FIXED = {"bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
-          "float64": "d"}
+_FIXED = {
+    "bool": "?",
+    "int8": "b",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "float64": "d",
+}
 _SIZES = {c: struct.calcsize(">" + c) for c in _FIXED.values()}
 _PAST_END = "past the end of the frame"
 
@@ -59,8 +67,9 @@ def _bad_length(at: int, field: str, n: int) -> Malformed:
     return Malformed(at, field, "null where not nullable" if n == -1 else f"length {n}")
 
 
-def _tagged(buf: Any, pos: int, end: int, known: dict, values: list, version: int, flexible: bool,
-            budget: list[int]) -> tuple[tuple, int]:
+def _tagged(
+    buf: Any, pos: int, end: int, known: dict, values: list, version: int, flexible: bool, budget: list[int]
+) -> tuple[tuple, int]:
     """The tagged-field section: known tags into `values` (via the interpreter), unknown ones kept."""
     field = "_tagged_fields"
     count, pos = _uvarint(buf, pos, end, field)
@@ -75,7 +84,7 @@ def _tagged(buf: Any, pos: int, end: int, known: dict, values: list, version: in
         size, pos = _uvarint(buf, pos, end, field)
         if size > end - pos:
             raise _short(at, field)
-        found.append((tag, buf[pos:pos + size]))
+        found.append((tag, buf[pos : pos + size]))
         pos += size
     unknown = []
     for tag, data in found:
@@ -102,11 +111,16 @@ class _Gen:
         self.version = version
         self.flexible = flexible
         self.ns: dict[str, Any] = {
-            "_short": _short, "_short_group": _short_group, "_uvarint": _uvarint, "_bad_length": _bad_length,
+            "_short": _short,
+            "_short_group": _short_group,
+            "_uvarint": _uvarint,
+            "_bad_length": _bad_length,
             "_tagged": _tagged,
             "_parse_batches": parse_batches_keeping_records if keep_records else parse_batches,
-            "_UUID": uuid.UUID, "_Malformed": Malformed,
-            "_unpack_from": struct.unpack_from, "_too_many": TooManyItems,
+            "_UUID": uuid.UUID,
+            "_Malformed": Malformed,
+            "_unpack_from": struct.unpack_from,
+            "_too_many": TooManyItems,
             # Array elements and record batches this body may still make, and its cap (set per call).
             "_budget": [MAX_BODY_ITEMS, MAX_BODY_ITEMS],
         }
@@ -153,8 +167,9 @@ class _Gen:
             body.append("if pos < end and buf[pos] == 0:")
             body.append(f"    return {cls_name}(({''.join(n + ', ' for n in names)}())), pos + 1")
             body.append(f"values = [{', '.join(names)}]")
-            body.append(f"unknown, pos = _tagged(buf, pos, end, {known_name}, values, {self.version}, True, "
-                        "_budget)")
+            body.append(
+                f"unknown, pos = _tagged(buf, pos, end, {known_name}, values, {self.version}, True, _budget)"
+            )
             body.append("values.append(unknown)")
             body.append(f"return {cls_name}(values), pos")
         else:
@@ -230,8 +245,9 @@ class _Gen:
             body.append(f"    {var} = bytes(buf[pos:pos + {n}])")
         body.append(f"    pos += {n}")
 
-    def length_or_null(self, body: list[str], var: str, name: str, width: str,
-                       nullable: bool) -> tuple[str, str]:
+    def length_or_null(
+        self, body: list[str], var: str, name: str, width: str, nullable: bool
+    ) -> tuple[str, str]:
         """Reads a length into `{var}_n`; -1 makes `var` None where the field is nullable, any other
         negative length is malformed. Leaves an open `else:` for the caller's non-null branch."""
         at, n = f"{var}_at", f"{var}_n"
@@ -292,10 +308,13 @@ def compile_body(api: Api, version: int, is_request: bool, keep_records: bool = 
     fields = api.request if is_request else api.response
     top = gen.struct_fn(fields, interp.message_class(api, is_request))
     source = "\n".join(gen.funcs)
-    source += (f"\ndef decode(buf, items={MAX_BODY_ITEMS}):\n    _budget[0] = _budget[1] = items\n"
-               f"    return {top}(buf, 0, len(buf))\n")
-    fn = define(source, "decode", gen.ns,
-                f"<ksniff {api.name} v{version} {'request' if is_request else 'response'}>")
+    source += (
+        f"\ndef decode(buf, items={MAX_BODY_ITEMS}):\n    _budget[0] = _budget[1] = items\n"
+        f"    return {top}(buf, 0, len(buf))\n"
+    )
+    fn = define(
+        source, "decode", gen.ns, f"<ksniff {api.name} v{version} {'request' if is_request else 'response'}>"
+    )
     fn.source = source
     return fn
 
@@ -311,8 +330,16 @@ def decoder_for(api: Api, version: int, is_request: bool, keep_records: bool = F
     return hit[1]
 
 
-def decode_body(api: Api, version: int, is_request: bool, view: memoryview | bytes, *,
-                strict: bool = False, keep_records: bool = False, max_items: int = MAX_BODY_ITEMS) -> Struct:
+def decode_body(
+    api: Api,
+    version: int,
+    is_request: bool,
+    view: memoryview | bytes,
+    *,
+    strict: bool = False,
+    keep_records: bool = False,
+    max_items: int = MAX_BODY_ITEMS,
+) -> Struct:
     """Same contract as `interp.decode_body`, generated code underneath; `keep_records` keeps each
     record batch's bytes (see records.RecordSet)."""
     fn = decoder_for(api, version, is_request, keep_records)

@@ -68,8 +68,9 @@ class Pending:
 class Connection:
     """Decoding state of one Kafka connection (client and broker sides known)."""
 
-    def __init__(self, ctx: DecodeContext, conn: int, client: str, broker: str, client_is_src: bool,
-                 mid_stream: bool) -> None:
+    def __init__(
+        self, ctx: DecodeContext, conn: int, client: str, broker: str, client_is_src: bool, mid_stream: bool
+    ) -> None:
         self.ctx = ctx
         self.conn = conn
         self.client = client
@@ -87,12 +88,20 @@ class Connection:
         def pending() -> Collection[int]:
             return self.pending.keys()
 
-        self.requests = FrameSplitter(min_size=MIN_REQUEST, max_frame=ctx.max_frame,
-                                      finder=ctx.request_check.finder(last),
-                                      confirm=ctx.request_check.confirmer(last), syncing=mid_stream)
-        self.responses = FrameSplitter(min_size=MIN_RESPONSE, max_frame=ctx.max_frame,
-                                       finder=response_finder(ctx.max_frame, pending, self._verify_response),
-                                       confirm=response_confirmer(ctx.max_frame, pending), syncing=mid_stream)
+        self.requests = FrameSplitter(
+            min_size=MIN_REQUEST,
+            max_frame=ctx.max_frame,
+            finder=ctx.request_check.finder(last),
+            confirm=ctx.request_check.confirmer(last),
+            syncing=mid_stream,
+        )
+        self.responses = FrameSplitter(
+            min_size=MIN_RESPONSE,
+            max_frame=ctx.max_frame,
+            finder=response_finder(ctx.max_frame, pending, self._verify_response),
+            confirm=response_confirmer(ctx.max_frame, pending),
+            syncing=mid_stream,
+        )
 
     def _verify_response(self, payload: memoryview, correlation_id: int) -> int:
         p = self.pending.get(correlation_id)
@@ -103,12 +112,13 @@ class Connection:
         header = parse_response_header(payload, flexible)
         if header is None:
             return BODY_BAD
-        return self.ctx.verify(api, p.api_version, False, payload[header[1]:])
+        return self.ctx.verify(api, p.api_version, False, payload[header[1] :])
 
     # -- stream events -----------------------------------------------------------------------------
 
-    def chunk(self, from_src: bool, data: bytes, first_ts: float, last_ts: float, offset: int
-              ) -> list[DecodeEvent]:
+    def chunk(
+        self, from_src: bool, data: bytes, first_ts: float, last_ts: float, offset: int
+    ) -> list[DecodeEvent]:
         out: list[DecodeEvent] = []
         self.last_ts = last_ts
         if from_src == self.client_is_src:
@@ -190,8 +200,20 @@ class Connection:
             counts.not_decoded(error)
         self.last_correlation = correlation_id
         self.seq += 1
-        pending = Pending(self.seq, api, api_key, name, api_version, correlation_id, client_id,
-                          body, error, frame.first_ts, frame.last_ts, self.unverified)
+        pending = Pending(
+            self.seq,
+            api,
+            api_key,
+            name,
+            api_version,
+            correlation_id,
+            client_id,
+            body,
+            error,
+            frame.first_ts,
+            frame.last_ts,
+            self.unverified,
+        )
         if api_key == PRODUCE and body is not None and getattr(body, "acks", None) == 0:
             out.append(self._exchange(pending, None, None, None, "no_response"))
             return
@@ -221,8 +243,9 @@ class Connection:
                 break
             out.append(self._unanswered(self.pending.pop(first.correlation_id)))
         api = pending.api
-        flexible = (api is not None and api.flexible.contains(pending.api_version)
-                    and not api.response_header_v0)
+        flexible = (
+            api is not None and api.flexible.contains(pending.api_version) and not api.response_header_v0
+        )
         header = parse_response_header(payload, flexible)
         counts = ctx.count(pending.api_name, pending.api_version)
         counts.responses += 1
@@ -232,7 +255,7 @@ class Connection:
             ctx.stats.errors += 1
             body, error = None, "malformed: response header"
         else:
-            body, error = ctx.decode(api, pending.api_version, False, payload[header[1]:])
+            body, error = ctx.decode(api, pending.api_version, False, payload[header[1] :])
         if error is not None:
             counts.not_decoded(error)
         if body is not None and pending.api_key == METADATA:
@@ -252,8 +275,14 @@ class Connection:
         self.ctx.stats.unmatched_requests += 1
         return self._exchange(p, None, None, None, "unanswered")
 
-    def _exchange(self, p: Pending, response: Struct | None, response_error: str | None,
-                  response_ts: float | None, status: str) -> Exchange:
+    def _exchange(
+        self,
+        p: Pending,
+        response: Struct | None,
+        response_error: str | None,
+        response_ts: float | None,
+        status: str,
+    ) -> Exchange:
         error = p.decode_error
         if response_error is not None and response_error != error:
             error = response_error if error is None else f"{error}; response {response_error}"
@@ -264,12 +293,30 @@ class Connection:
             batches = self._produced(p, response, response_ts, unverified)
         elif p.api_key == FETCH and response is not None and p.body is not None:
             fetched = self._fetched(p, response, response_ts, unverified)
-        return Exchange(self.conn, self.client, self.broker, p.api_key, p.api_name, p.api_version,
-                        p.correlation_id, p.client_id, p.body, response, p.first_ts, p.last_ts, response_ts,
-                        status, unverified, error, batches, fetched)
+        return Exchange(
+            self.conn,
+            self.client,
+            self.broker,
+            p.api_key,
+            p.api_name,
+            p.api_version,
+            p.correlation_id,
+            p.client_id,
+            p.body,
+            response,
+            p.first_ts,
+            p.last_ts,
+            response_ts,
+            status,
+            unverified,
+            error,
+            batches,
+            fetched,
+        )
 
-    def _fetched(self, p: Pending, response: Struct, response_ts: float | None, unverified: bool
-                 ) -> tuple[FetchedPartition, ...]:
+    def _fetched(
+        self, p: Pending, response: Struct, response_ts: float | None, unverified: bool
+    ) -> tuple[FetchedPartition, ...]:
         """Each partition of a Fetch answer with the offset the request asked it from."""
         request = p.body
         names = self.ctx.topic_names
@@ -290,16 +337,37 @@ class Connection:
                 aborted = part.aborted_transactions
                 if aborted is not None:
                     aborted = tuple([(a.producer_id, a.first_offset) for a in aborted])
-                out.append(FetchedPartition(
-                    p.first_ts, response_ts, self.conn, self.client, self.broker, p.client_id,
-                    p.correlation_id, p.api_version, replica_id, isolation, session, session_epoch, name,
-                    part.partition_index, asked.get((key, part.partition_index)), part.error_code,
-                    part.high_watermark, part.last_stable_offset, part.log_start_offset, aborted,
-                    part.records or (), unverified))
+                out.append(
+                    FetchedPartition(
+                        p.first_ts,
+                        response_ts,
+                        self.conn,
+                        self.client,
+                        self.broker,
+                        p.client_id,
+                        p.correlation_id,
+                        p.api_version,
+                        replica_id,
+                        isolation,
+                        session,
+                        session_epoch,
+                        name,
+                        part.partition_index,
+                        asked.get((key, part.partition_index)),
+                        part.error_code,
+                        part.high_watermark,
+                        part.last_stable_offset,
+                        part.log_start_offset,
+                        aborted,
+                        part.records or (),
+                        unverified,
+                    )
+                )
         return tuple(out)
 
-    def _produced(self, p: Pending, response: Struct | None, response_ts: float | None, unverified: bool
-                  ) -> tuple[ProducedBatch, ...]:
+    def _produced(
+        self, p: Pending, response: Struct | None, response_ts: float | None, unverified: bool
+    ) -> tuple[ProducedBatch, ...]:
         request = p.body
         names = self.ctx.topic_names
         answers: dict[tuple[Any, int], Any] = {}
@@ -323,13 +391,27 @@ class Connection:
                 records = part.records or ()
                 raw = getattr(records, "raw", ())
                 for i, header in enumerate(records):
-                    out.append(ProducedBatch(
-                        ts=p.first_ts, response_ts=response_ts, conn=self.conn, client=self.client,
-                        broker=self.broker, client_id=p.client_id, correlation_id=p.correlation_id,
-                        api_version=p.api_version, transactional_id=transactional_id, acks=acks,
-                        topic=topic_name, partition=part.index, header=header, error_code=error_code,
-                        base_offset=next_offset, unverified=unverified,
-                        records=raw[i] if i < len(raw) else None))
+                    out.append(
+                        ProducedBatch(
+                            ts=p.first_ts,
+                            response_ts=response_ts,
+                            conn=self.conn,
+                            client=self.client,
+                            broker=self.broker,
+                            client_id=p.client_id,
+                            correlation_id=p.correlation_id,
+                            api_version=p.api_version,
+                            transactional_id=transactional_id,
+                            acks=acks,
+                            topic=topic_name,
+                            partition=part.index,
+                            header=header,
+                            error_code=error_code,
+                            base_offset=next_offset,
+                            unverified=unverified,
+                            records=raw[i] if i < len(raw) else None,
+                        )
+                    )
                     # Several batches for one partition: the broker's base offset is that of the first;
                     # each later batch starts where the previous one's offsets end.
                     if next_offset is not None:

@@ -27,8 +27,16 @@ class DecodeContext:
     tests), the run's DecodeStats and per-API counts, the frame and in-flight caps, and the topic names
     learnt from Metadata responses anywhere in the run."""
 
-    def __init__(self, apis: Mapping[int, Api], *, max_frame: int, max_in_flight: int, keep_records: bool,
-                 body_decoder: BodyDecoder | None = None, max_body_items: int = MAX_BODY_ITEMS) -> None:
+    def __init__(
+        self,
+        apis: Mapping[int, Api],
+        *,
+        max_frame: int,
+        max_in_flight: int,
+        keep_records: bool,
+        body_decoder: BodyDecoder | None = None,
+        max_body_items: int = MAX_BODY_ITEMS,
+    ) -> None:
         self.apis = apis
         self.max_frame = max_frame
         self.max_body_items = max_body_items  # array elements and record batches one body may make
@@ -40,8 +48,11 @@ class DecodeContext:
         self._counts: dict[tuple[str, int], ApiCounts] = {}
         self._bodies: dict[tuple[int, int, bool], tuple[Api | None, Any, str | None]] = {}
         if body_decoder is None:
-            body_decoder = (functools.partial(compiled.decode_body, keep_records=True) if keep_records
-                            else compiled.decode_body)
+            body_decoder = (
+                functools.partial(compiled.decode_body, keep_records=True)
+                if keep_records
+                else compiled.decode_body
+            )
         self.body_decoder: BodyDecoder = body_decoder
         self.request_check = RequestCheck(apis, max_frame, verify=self.verify_request)
         self.stats = DecodeStats(by_api={})
@@ -66,8 +77,9 @@ class DecodeContext:
         c.versions.add(version)
         return c
 
-    def decode(self, api: Api | None, version: int, is_request: bool, body: memoryview
-               ) -> tuple[Struct | None, str | None]:
+    def decode(
+        self, api: Api | None, version: int, is_request: bool, body: memoryview
+    ) -> tuple[Struct | None, str | None]:
         if self._compiled:  # twice per exchange: one dict lookup, then the generated function
             key = (id(api), version, is_request)
             plan = self._bodies.get(key)
@@ -112,8 +124,9 @@ class DecodeContext:
             return "unknown_version"
         return None
 
-    def _decode(self, api: Api | None, version: int, is_request: bool, body: memoryview
-                ) -> tuple[Struct | None, str | None]:
+    def _decode(
+        self, api: Api | None, version: int, is_request: bool, body: memoryview
+    ) -> tuple[Struct | None, str | None]:
         reason = self._undecodable(api, version)
         if reason is not None:
             self.stats.undecoded_bodies += 1
@@ -142,4 +155,4 @@ class DecodeContext:
         header = parse_request_header(payload, api is not None and api.flexible.contains(api_version))
         if header is None:
             return BODY_BAD
-        return self.verify(api, api_version, True, payload[header.body_offset:])
+        return self.verify(api, api_version, True, payload[header.body_offset :])

@@ -45,6 +45,7 @@ DETECT_BUFFER = 1 << 20  # bytes held per undecided connection before it is decl
 # given up as not Kafka: as many as auto-detection would hold (only the first 64 of each side are kept).
 WATCH_BUFFER = DETECT_BUFFER
 
+
 def _default_apis() -> Mapping[int, Api]:
     from ksniff.decode.apis import ALL_APIS
 
@@ -62,46 +63,69 @@ class _Undecided:
     watch: bool = False  # named ports only: look whether it looks like Kafka, count it, never decode it
 
 
-def limit_warnings(stats: DecodeStats, max_frame: int, max_in_flight: int, *,
-                   max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
-                   max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL,
-                   records_caps: tuple[int, int, int] = (MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST,
-                                                         MAX_DECOMPRESSED_RUN),
-                   max_body_items: int = MAX_BODY_ITEMS) -> list[str]:
+def limit_warnings(
+    stats: DecodeStats,
+    max_frame: int,
+    max_in_flight: int,
+    *,
+    max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
+    max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL,
+    records_caps: tuple[int, int, int] = (MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST, MAX_DECOMPRESSED_RUN),
+    max_body_items: int = MAX_BODY_ITEMS,
+) -> list[str]:
     """What the decode limits cut (in `stats`, of one decoder or a run's sum), one line each."""
     notes = []
     if stats.oversized_frames:
-        notes.append(f"frame size limit ({max_frame} bytes) reached: {stats.oversized_frames} "
-                     "frames skipped")
+        notes.append(f"frame size limit ({max_frame} bytes) reached: {stats.oversized_frames} frames skipped")
     if stats.in_flight_evicted:
-        notes.append(f"in-flight request limit ({max_in_flight} per connection) reached: "
-                     f"{stats.in_flight_evicted} requests given up as unanswered")
+        notes.append(
+            f"in-flight request limit ({max_in_flight} per connection) reached: "
+            f"{stats.in_flight_evicted} requests given up as unanswered"
+        )
     if stats.partial_dropped:
-        notes.append(f"partial frame limit ({max_partial_total} bytes in all) reached: "
-                     f"{stats.partial_dropped} partial frames (streams resynchronised) or connections "
-                     "still being identified given up")
+        notes.append(
+            f"partial frame limit ({max_partial_total} bytes in all) reached: "
+            f"{stats.partial_dropped} partial frames (streams resynchronised) or connections "
+            "still being identified given up"
+        )
     if stats.in_flight_total_evicted:
-        notes.append(f"in-flight request limit ({max_in_flight_total} in all) reached: "
-                     f"{stats.in_flight_total_evicted} requests given up as unanswered")
+        notes.append(
+            f"in-flight request limit ({max_in_flight_total} in all) reached: "
+            f"{stats.in_flight_total_evicted} requests given up as unanswered"
+        )
     if stats.bodies_over_item_cap:
-        notes.append(f"body item limit ({max_body_items} array elements and record batches) reached: "
-                     f"{stats.bodies_over_item_cap} bodies not decoded")
+        notes.append(
+            f"body item limit ({max_body_items} array elements and record batches) reached: "
+            f"{stats.bodies_over_item_cap} bodies not decoded"
+        )
     return notes + inflation_warnings(stats, *records_caps)
 
 
 class Decoder:
     """Feed it the capture room's stream events; it yields DecodeEvents."""
 
-    def __init__(self, ports: Iterable[int] = DEFAULT_PORTS, auto_detect: bool = True,
-                 max_frame: int = DEFAULT_MAX_FRAME, on_not_kafka: Callable[[int], Any] | None = None,
-                 keep_records: bool = False, *, apis: Mapping[int, Api] | None = None,
-                 body_decoder: BodyDecoder | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 records_caps: tuple[int, int, int] = (MAX_DECOMPRESSED, MAX_DECOMPRESSED_REQUEST,
-                                                       MAX_DECOMPRESSED_RUN),
-                 max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
-                 max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL,
-                 max_body_items: int = MAX_BODY_ITEMS,
-                 on_elsewhere: Callable[[int, int], Any] | None = None, watch_elsewhere: bool = True) -> None:
+    def __init__(
+        self,
+        ports: Iterable[int] = DEFAULT_PORTS,
+        auto_detect: bool = True,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        on_not_kafka: Callable[[int], Any] | None = None,
+        keep_records: bool = False,
+        *,
+        apis: Mapping[int, Api] | None = None,
+        body_decoder: BodyDecoder | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        records_caps: tuple[int, int, int] = (
+            MAX_DECOMPRESSED,
+            MAX_DECOMPRESSED_REQUEST,
+            MAX_DECOMPRESSED_RUN,
+        ),
+        max_in_flight_total: int = DEFAULT_MAX_IN_FLIGHT_TOTAL,
+        max_partial_total: int = DEFAULT_MAX_PARTIAL_TOTAL,
+        max_body_items: int = MAX_BODY_ITEMS,
+        on_elsewhere: Callable[[int, int], Any] | None = None,
+        watch_elsewhere: bool = True,
+    ) -> None:
         self.ports = frozenset(ports)
         self.auto_detect = auto_detect
         self.on_not_kafka = on_not_kafka
@@ -112,9 +136,14 @@ class Decoder:
         self.on_elsewhere = on_elsewhere
         self.watch_elsewhere = watch_elsewhere
         # What every connection shares: body decoding, counters, caps and the run's topic names.
-        ctx = self.ctx = DecodeContext(apis if apis is not None else _default_apis(), max_frame=max_frame,
-                                       max_in_flight=max_in_flight, keep_records=keep_records,
-                                       body_decoder=body_decoder, max_body_items=max_body_items)
+        ctx = self.ctx = DecodeContext(
+            apis if apis is not None else _default_apis(),
+            max_frame=max_frame,
+            max_in_flight=max_in_flight,
+            keep_records=keep_records,
+            body_decoder=body_decoder,
+            max_body_items=max_body_items,
+        )
         self.max_frame, self.max_in_flight, self.keep_records = max_frame, max_in_flight, keep_records
         self.apis, self.stats, self.request_check = ctx.apis, ctx.stats, ctx.request_check
         self.topic_names = ctx.topic_names  # topic id -> name, learnt from Metadata responses in the run
@@ -148,8 +177,9 @@ class Decoder:
             c = self._conns.get(event.conn)
             if c is not None:
                 held, waiting = c.held(), len(c.pending)
-                return self._account(c, held, waiting,
-                                     c.gap(event.from_src, event.offset, event.length, event.ts))
+                return self._account(
+                    c, held, waiting, c.gap(event.from_src, event.offset, event.length, event.ts)
+                )
             u = self._undecided.get(event.conn)
             if u is not None:
                 if not u.watch:  # a watched connection is never replayed
@@ -227,11 +257,15 @@ class Decoder:
     def warnings(self) -> list[str]:
         """What the decode limits cut, one line each, for the run's warnings."""
         inf = self.inflation
-        return limit_warnings(self.stats, self.max_frame, self.max_in_flight,
-                              max_in_flight_total=self.max_in_flight_total,
-                              max_partial_total=self.max_partial_total,
-                              records_caps=(inf.per_batch, inf.per_request, inf.per_run),
-                              max_body_items=self.ctx.max_body_items)
+        return limit_warnings(
+            self.stats,
+            self.max_frame,
+            self.max_in_flight,
+            max_in_flight_total=self.max_in_flight_total,
+            max_partial_total=self.max_partial_total,
+            records_caps=(inf.per_batch, inf.per_request, inf.per_run),
+            max_body_items=self.ctx.max_body_items,
+        )
 
     def topic_name(self, topic_id: Any) -> str:
         """A topic id's name when a Metadata response told it, else the id as a string."""
@@ -282,8 +316,9 @@ class Decoder:
 
     def _start(self, ev: ConnectionOpened, client_is_src: bool) -> Connection:
         client, broker = (ev.src, ev.dst) if client_is_src else (ev.dst, ev.src)
-        c = Connection(self.ctx, ev.conn, str(client), str(broker), client_is_src,
-                       mid_stream=not ev.handshake_seen)
+        c = Connection(
+            self.ctx, ev.conn, str(client), str(broker), client_is_src, mid_stream=not ev.handshake_seen
+        )
         self._conns[ev.conn] = c
         self.kafka_connections += 1
         return c
@@ -332,7 +367,7 @@ class Decoder:
             return []
         prefix = u.prefix[ev.from_src]
         if len(prefix) < 64:
-            prefix += ev.data[:64 - len(prefix)]
+            prefix += ev.data[: 64 - len(prefix)]
         verdict = self._verdict(u)
         if verdict is None:
             if u.size > DETECT_BUFFER:
@@ -357,7 +392,7 @@ class Decoder:
         u.size += len(ev.data)
         prefix = u.prefix[ev.from_src]
         if len(prefix) < 64:
-            prefix += ev.data[:64 - len(prefix)]
+            prefix += ev.data[: 64 - len(prefix)]
         verdict = self._verdict(u)
         if verdict is None and u.size <= WATCH_BUFFER:
             return []
@@ -378,7 +413,7 @@ class Decoder:
         return []
 
     def _verdict(self, u: _Undecided) -> str | bool | None:
-        """"src"/"dst": Kafka with that side the client; False: not Kafka; None: not yet known."""
+        """ "src"/"dst": Kafka with that side the client; False: not Kafka; None: not yet known."""
         sides = (True,) if u.opened.handshake_seen else (True, False)
         undecided = False
         for client_is_src in sides:

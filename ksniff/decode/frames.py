@@ -46,13 +46,36 @@ class Frame:
 class FrameSplitter:
     """Splits one direction of a connection into frames."""
 
-    __slots__ = ("max_frame", "min_size", "max_buffer", "buf", "buf_ts", "buf_offset", "need", "syncing",
-                 "finder", "confirm", "confirm_at", "malformed", "oversized", "skipped", "next_offset",
-                 "later", "later_len")
+    __slots__ = (
+        "max_frame",
+        "min_size",
+        "max_buffer",
+        "buf",
+        "buf_ts",
+        "buf_offset",
+        "need",
+        "syncing",
+        "finder",
+        "confirm",
+        "confirm_at",
+        "malformed",
+        "oversized",
+        "skipped",
+        "next_offset",
+        "later",
+        "later_len",
+    )
 
-    def __init__(self, *, min_size: int, max_frame: int = DEFAULT_MAX_FRAME,
-                 max_buffer: int | None = None, finder: Finder | None = None, syncing: bool = False,
-                 confirm: Confirm | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        min_size: int,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_buffer: int | None = None,
+        finder: Finder | None = None,
+        syncing: bool = False,
+        confirm: Confirm | None = None,
+    ) -> None:
         """`confirm`: judges the header of the frame after one found by resynchronisation; without it,
         that frame is believed as any frame in step is."""
         self.max_frame = max_frame
@@ -119,8 +142,9 @@ class FrameSplitter:
             return self._split(data, first_ts, last_ts, offset, later_ts)
         return self._split(data, first_ts, last_ts, offset, first_ts)
 
-    def _split(self, data: bytes, first_ts: float, last_ts: float, offset: int, later_ts: float
-               ) -> list[Frame]:
+    def _split(
+        self, data: bytes, first_ts: float, last_ts: float, offset: int, later_ts: float
+    ) -> list[Frame]:
         view = memoryview(data)
         end = len(data)
         pos = 0
@@ -153,7 +177,7 @@ class FrameSplitter:
             if stop > end:
                 self.need = 4 + size
                 break
-            frames.append(Frame(view[pos + 4:stop], first_ts, last_ts, offset + pos, resynced))
+            frames.append(Frame(view[pos + 4 : stop], first_ts, last_ts, offset + pos, resynced))
             # Later frames began in the newest chunk (a buffered frame only ever starts the data).
             first_ts = later_ts
             if resynced and self.confirm is not None:
@@ -242,7 +266,7 @@ def parse_request_header(payload: memoryview | bytes, flexible: bool) -> Request
     if n >= 0:
         if pos + n > len(payload):
             return None
-        client_id = str(payload[pos:pos + n], "utf-8", "replace")
+        client_id = str(payload[pos : pos + n], "utf-8", "replace")
         pos += n
     elif n != -1:
         return None
@@ -268,7 +292,7 @@ def request_head(payload: memoryview | bytes, flexible: bool) -> tuple[int, str 
         if n >= 0:
             if pos + n > size:
                 return None
-            client_id = str(payload[pos:pos + n], "utf-8", "replace")
+            client_id = str(payload[pos : pos + n], "utf-8", "replace")
             pos += n
         elif n != -1:
             return None

@@ -136,8 +136,11 @@ class Identity:
             named.append(None)
         for cluster in named:
             conns = tuple((a, self.node_of(a)) for a in addresses if self.cluster_of(a) == cluster)
-            coordinators = tuple(sorted((kind, key, node) for (c, kind, key), node
-                                        in self._coordinators.items() if c == cluster))
+            coordinators = tuple(
+                sorted(
+                    (kind, key, node) for (c, kind, key), node in self._coordinators.items() if c == cluster
+                )
+            )
             brokers = self.brokers(cluster)
             if cluster is None and not (brokers or conns):
                 continue

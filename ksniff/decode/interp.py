@@ -14,8 +14,17 @@ from ksniff.decode.schema import Api, Array, Field, Primitive
 from ksniff.decode.values import Struct, camel, default_of, struct_class
 
 # Bytes a primitive takes at least: bounds how many array elements the remaining bytes can hold.
-MIN_SIZE = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8,
-            "float64": 8, "uuid": 16}
+MIN_SIZE = {
+    "bool": 1,
+    "int8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "float64": 8,
+    "uuid": 16,
+}
 
 
 def message_class(api: Api, is_request: bool) -> type[Struct]:
@@ -23,8 +32,15 @@ def message_class(api: Api, is_request: bool) -> type[Struct]:
     return struct_class(fields, api.name + ("Request" if is_request else "Response"))
 
 
-def decode_body(api: Api, version: int, is_request: bool, view: memoryview | bytes, *,
-                strict: bool = False, max_items: int = MAX_BODY_ITEMS) -> Struct:
+def decode_body(
+    api: Api,
+    version: int,
+    is_request: bool,
+    view: memoryview | bytes,
+    *,
+    strict: bool = False,
+    max_items: int = MAX_BODY_ITEMS,
+) -> Struct:
     """Decode a request or response body (the bytes after the header) of `api` at `version`.
 
     Raises the reader's first error (`Incomplete`/`Malformed`). With `strict`, bytes left over after the
@@ -41,8 +57,7 @@ def decode_body(api: Api, version: int, is_request: bool, view: memoryview | byt
     return value
 
 
-def _struct(r: Reader, fields: tuple[Field, ...], cls: type[Struct], version: int, flexible: bool
-            ) -> Struct:
+def _struct(r: Reader, fields: tuple[Field, ...], cls: type[Struct], version: int, flexible: bool) -> Struct:
     values: list[Any] = []
     tagged: dict[int, int] = {}
     for i, f in enumerate(fields):
@@ -104,8 +119,7 @@ def _value(r: Reader, f: Field, t, version: int, flexible: bool) -> Any:
     return _struct(r, t, struct_class(t, camel(name)), version, flexible)
 
 
-def _primitive(r: Reader, f: Field, kind: str, version: int, flexible: bool, element: bool = False
-               ) -> Any:
+def _primitive(r: Reader, f: Field, kind: str, version: int, flexible: bool, element: bool = False) -> Any:
     name = f.name
     if kind == "int32":
         return r.int32(name)

@@ -76,8 +76,9 @@ class TooManyItems(Malformed):
         return TooManyItems, (self.offset, self.field, self.limit)
 
     def __str__(self) -> str:
-        return f"malformed {self.field or 'value'} at offset {self.offset}" + (f": {self.why}" if self.why
-                                                                                else "")
+        return f"malformed {self.field or 'value'} at offset {self.offset}" + (
+            f": {self.why}" if self.why else ""
+        )
 
 
 def _utf8(data) -> str:
@@ -95,8 +96,16 @@ class Reader:
 
     __slots__ = ("view", "pos", "end", "complete", "error", "items", "items_limit")
 
-    def __init__(self, view: memoryview | bytes, pos: int = 0, end: int | None = None, *,
-                 complete: bool = False, items: int = MAX_BODY_ITEMS, items_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        view: memoryview | bytes,
+        pos: int = 0,
+        end: int | None = None,
+        *,
+        complete: bool = False,
+        items: int = MAX_BODY_ITEMS,
+        items_limit: int | None = None,
+    ) -> None:
         self.view = view if isinstance(view, memoryview) else memoryview(view)
         self.pos = pos
         self.end = len(self.view) if end is None else end
@@ -123,8 +132,9 @@ class Reader:
 
     def _short(self, field: str, at: int | None = None) -> None:
         at = self.pos if at is None else at
-        self.fail(Malformed(at, field, "past the end of the frame") if self.complete
-                  else Incomplete(at, field))
+        self.fail(
+            Malformed(at, field, "past the end of the frame") if self.complete else Incomplete(at, field)
+        )
 
     def _take(self, n: int, field: str) -> int:
         """Reserve n bytes; return their start, or -1 after recording the short read."""
@@ -173,12 +183,12 @@ class Reader:
 
     def uuid(self, field: str = "") -> uuid.UUID:
         at = self._take(16, field)
-        return ZERO_UUID if at < 0 else uuid.UUID(bytes=bytes(self.view[at:at + 16]))
+        return ZERO_UUID if at < 0 else uuid.UUID(bytes=bytes(self.view[at : at + 16]))
 
     def raw(self, n: int, field: str = "") -> memoryview:
         """n bytes as a view into the buffer (no copy)."""
         at = self._take(n, field)
-        return self.view[0:0] if at < 0 else self.view[at:at + n]
+        return self.view[0:0] if at < 0 else self.view[at : at + n]
 
     # -- varints ---------------------------------------------------------------------------------
 
@@ -238,7 +248,7 @@ class Reader:
             return None
         start = self.pos
         self.pos = start + n
-        return self.view[start:start + n]
+        return self.view[start : start + n]
 
     def string(self, field: str = "", *, nullable: bool = False) -> str | None:
         """INT16-length string; -1 is null."""
@@ -258,8 +268,9 @@ class Reader:
         data = self._sized(n, at, field)
         return "" if data is None else _utf8(data)
 
-    def bytes_view(self, field: str = "", *, nullable: bool = False, compact: bool = False
-                   ) -> memoryview | None:
+    def bytes_view(
+        self, field: str = "", *, nullable: bool = False, compact: bool = False
+    ) -> memoryview | None:
         """INT32-length (or compact) bytes as a view into the buffer; None for null."""
         at = self.pos
         raw_n = self.uvarint(field) - 1 if compact else self.int32(field)
@@ -278,8 +289,9 @@ class Reader:
 
     # -- arrays ----------------------------------------------------------------------------------
 
-    def array_len(self, field: str = "", *, nullable: bool = False, compact: bool = False,
-                  min_size: int = 1) -> int:
+    def array_len(
+        self, field: str = "", *, nullable: bool = False, compact: bool = False, min_size: int = 1
+    ) -> int:
         """An array's element count; -1 for null. A count that cannot fit in the bytes left is refused
         here, before any element is read, so a claimed length never drives an allocation."""
         at = self.pos
@@ -295,8 +307,9 @@ class Reader:
                 return 0
         return n
 
-    def array(self, read_one, field: str = "", *, nullable: bool = False, compact: bool = False,
-              min_size: int = 1) -> tuple | None:
+    def array(
+        self, read_one, field: str = "", *, nullable: bool = False, compact: bool = False, min_size: int = 1
+    ) -> tuple | None:
         """Read an array, calling `read_one(reader)` per element; None for null."""
         n = self.array_len(field, nullable=nullable, compact=compact, min_size=min_size)
         if n < 0:
@@ -308,8 +321,9 @@ class Reader:
             out.append(read_one(self))
         return tuple(out)
 
-    def compact_array(self, read_one, field: str = "", *, nullable: bool = False, min_size: int = 1
-                      ) -> tuple | None:
+    def compact_array(
+        self, read_one, field: str = "", *, nullable: bool = False, min_size: int = 1
+    ) -> tuple | None:
         return self.array(read_one, field, nullable=nullable, compact=True, min_size=min_size)
 
     # -- tagged fields ---------------------------------------------------------------------------

@@ -112,22 +112,49 @@ def _walk(view: memoryview | bytes, limit: int = NO_LIMIT) -> Iterator[tuple[Rec
 def _magic2(view, pos: int, end: int, batch_length: int) -> RecordBatchHeader | None:
     if end - pos < HEADER_SIZE or batch_length < HEADER_SIZE - LOG_OVERHEAD:
         return None
-    (base_offset, batch_length, leader_epoch, magic, crc, attributes, last_offset_delta, base_ts, max_ts,
-     producer_id, producer_epoch, base_sequence, records_count) = _unpack_header(view, pos)
+    (
+        base_offset,
+        batch_length,
+        leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records_count,
+    ) = _unpack_header(view, pos)
     batch_end = pos + LOG_OVERHEAD + batch_length
     whole = batch_end <= end
-    crc_ok = (crc32c.crc32c(view[pos + CRC_START:batch_end]) == crc) if whole else None
+    crc_ok = (crc32c.crc32c(view[pos + CRC_START : batch_end]) == crc) if whole else None
     control = bool(attributes & CONTROL_BIT)
     control_type = coordinator_epoch = None
     if control and whole:
         control_type, coordinator_epoch = _control_marker(view, pos + HEADER_SIZE, batch_end)
     return RecordBatchHeader(
-        base_offset=base_offset, batch_length=batch_length, partition_leader_epoch=leader_epoch,
-        magic=magic, crc=crc, crc_ok=crc_ok, attributes=attributes, last_offset_delta=last_offset_delta,
-        base_timestamp=base_ts, max_timestamp=max_ts, producer_id=producer_id,
-        producer_epoch=producer_epoch, base_sequence=base_sequence, records_count=records_count,
-        codec=codec_name(attributes), transactional=bool(attributes & TRANSACTIONAL_BIT), control=control,
-        control_type=control_type, coordinator_epoch=coordinator_epoch)
+        base_offset=base_offset,
+        batch_length=batch_length,
+        partition_leader_epoch=leader_epoch,
+        magic=magic,
+        crc=crc,
+        crc_ok=crc_ok,
+        attributes=attributes,
+        last_offset_delta=last_offset_delta,
+        base_timestamp=base_ts,
+        max_timestamp=max_ts,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        records_count=records_count,
+        codec=codec_name(attributes),
+        transactional=bool(attributes & TRANSACTIONAL_BIT),
+        control=control,
+        control_type=control_type,
+        coordinator_epoch=coordinator_epoch,
+    )
 
 
 def _control_marker(view, start: int, end: int) -> tuple[str | None, int | None]:
@@ -158,13 +185,28 @@ def _legacy(view, pos: int, end: int, size: int, magic: int) -> RecordBatchHeade
     msg_end = pos + LOG_OVERHEAD + size
     whole = msg_end <= end
     # Magic 0/1 use CRC-32 (zlib's) over magic..end of the message.
-    crc_ok = (zlib.crc32(view[pos + 16:msg_end]) == crc) if whole else None
+    crc_ok = (zlib.crc32(view[pos + 16 : msg_end]) == crc) if whole else None
     return RecordBatchHeader(
-        base_offset=offset, batch_length=size, partition_leader_epoch=-1, magic=magic, crc=crc,
-        crc_ok=crc_ok, attributes=attributes, last_offset_delta=0, base_timestamp=timestamp,
-        max_timestamp=timestamp, producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH,
-        base_sequence=NO_SEQUENCE, records_count=1, codec=codec_name(attributes & 0x03),
-        transactional=False, control=False, control_type=None, coordinator_epoch=None)
+        base_offset=offset,
+        batch_length=size,
+        partition_leader_epoch=-1,
+        magic=magic,
+        crc=crc,
+        crc_ok=crc_ok,
+        attributes=attributes,
+        last_offset_delta=0,
+        base_timestamp=timestamp,
+        max_timestamp=timestamp,
+        producer_id=NO_PRODUCER_ID,
+        producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE,
+        records_count=1,
+        codec=codec_name(attributes & 0x03),
+        transactional=False,
+        control=False,
+        control_type=None,
+        coordinator_epoch=None,
+    )
 
 
 # -- records, on request only -----------------------------------------------------------------------
@@ -193,8 +235,13 @@ class Inflation:
     batch that would pass one is not decompressed (no rows; its header row remains) and counted in
     `stats` by the cap that stopped it."""
 
-    def __init__(self, stats, per_batch: int = MAX_DECOMPRESSED, per_request: int = MAX_DECOMPRESSED_REQUEST,
-                 per_run: int = MAX_DECOMPRESSED_RUN) -> None:
+    def __init__(
+        self,
+        stats,
+        per_batch: int = MAX_DECOMPRESSED,
+        per_request: int = MAX_DECOMPRESSED_REQUEST,
+        per_run: int = MAX_DECOMPRESSED_RUN,
+    ) -> None:
         self.stats = stats  # a DecodeStats
         self.per_batch, self.per_request, self.per_run = per_batch, per_request, per_run
         self.run_used = 0
@@ -205,8 +252,11 @@ class Inflation:
 
     def cap(self) -> tuple[int, str]:
         """The most the next batch may decompress to, and the name of the cap that sets it."""
-        return min((self.per_batch, "batch"), (self.per_request - self.request_used, "request"),
-                   (self.per_run - self.run_used, "run"))
+        return min(
+            (self.per_batch, "batch"),
+            (self.per_request - self.request_used, "request"),
+            (self.per_run - self.run_used, "run"),
+        )
 
     def used(self, n: int) -> None:
         self.request_used += n
@@ -214,19 +264,26 @@ class Inflation:
         self.stats.records_inflated_bytes += n
 
     def cut(self, which: str) -> None:
-        setattr(self.stats, f"records_cut_by_{which}_cap",
-                getattr(self.stats, f"records_cut_by_{which}_cap") + 1)
+        setattr(
+            self.stats, f"records_cut_by_{which}_cap", getattr(self.stats, f"records_cut_by_{which}_cap") + 1
+        )
 
 
-def inflation_warnings(stats, per_batch: int = MAX_DECOMPRESSED, per_request: int = MAX_DECOMPRESSED_REQUEST,
-                       per_run: int = MAX_DECOMPRESSED_RUN) -> list[str]:
+def inflation_warnings(
+    stats,
+    per_batch: int = MAX_DECOMPRESSED,
+    per_request: int = MAX_DECOMPRESSED_REQUEST,
+    per_run: int = MAX_DECOMPRESSED_RUN,
+) -> list[str]:
     """What the decompression caps cut (in a DecodeStats), one line each."""
     notes = []
     for which, cap in (("batch", per_batch), ("request", per_request), ("run", per_run)):
         n = getattr(stats, f"records_cut_by_{which}_cap")
         if n:
-            notes.append(f"records decompression limit per {which} ({cap} bytes) reached: {n} batches' "
-                         "records not decoded (their batch rows remain)")
+            notes.append(
+                f"records decompression limit per {which} ({cap} bytes) reached: {n} batches' "
+                "records not decoded (their batch rows remain)"
+            )
     return notes
 
 
@@ -260,7 +317,7 @@ def _snappy(data: bytes, cap: int) -> bytes:
     while pos + 4 <= len(data):
         n = struct.unpack_from(">i", data, pos)[0]
         pos += 4
-        out += _snappy_raw(data[pos:pos + n], cap - len(out))
+        out += _snappy_raw(data[pos : pos + n], cap - len(out))
         pos += n
     return bytes(out)
 
@@ -279,7 +336,7 @@ def _zstd_frame(data: bytes, pos: int) -> tuple[int, int]:
     """(content size, end) of the zstd frame at `pos`. The frame header tells the content size when the
     writer knew it (Kafka's clients do); without it the size cannot be bounded before decompressing, so
     the batch is refused. The blocks are walked (3-byte headers) to find where the frame ends."""
-    if len(data) - pos < 6 or data[pos:pos + 4] != b"\x28\xb5\x2f\xfd":
+    if len(data) - pos < 6 or data[pos : pos + 4] != b"\x28\xb5\x2f\xfd":
         raise ValueError("not a zstd frame")
     descriptor = data[pos + 4]
     fcs_flag, single_segment, dict_flag = descriptor >> 6, descriptor >> 5 & 1, descriptor & 3
@@ -287,12 +344,12 @@ def _zstd_frame(data: bytes, pos: int) -> tuple[int, int]:
     width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
     if at + width > len(data):
         raise ValueError("zstd frame cut short")
-    size = -1 if width == 0 else int.from_bytes(data[at:at + width], "little") + (256 if width == 2 else 0)
+    size = -1 if width == 0 else int.from_bytes(data[at : at + width], "little") + (256 if width == 2 else 0)
     at += width
     while True:
         if at + 3 > len(data):
             raise ValueError("zstd frame cut short")
-        head = int.from_bytes(data[at:at + 3], "little")
+        head = int.from_bytes(data[at : at + 3], "little")
         at += 3 + (1 if head >> 1 & 3 == 1 else head >> 3)  # an RLE block holds one byte
         if head & 1:
             return size, at + (4 if descriptor & 4 else 0)
@@ -340,7 +397,7 @@ def _lz4_bound(data: bytes, cap: int) -> int:
     # bounds the output, whether or not the optional content size is there.
     bound, pos = 0, 0
     while pos < len(data):  # concatenated frames share the one cap
-        if len(data) - pos < 7 or data[pos:pos + 4] != b"\x04\x22\x4d\x18":
+        if len(data) - pos < 7 or data[pos : pos + 4] != b"\x04\x22\x4d\x18":
             raise ValueError("not an lz4 frame")
         flags, block_max = data[pos + 4], _LZ4_BLOCK_MAX.get(data[pos + 5] >> 4 & 7)
         if block_max is None:
@@ -388,8 +445,9 @@ def decompress(codec: str, data: bytes, cap: int = MAX_DECOMPRESSED) -> bytes:
         raise ValueError(f"{codec} data does not decompress: {e}") from None
 
 
-def iter_records(raw_batch: bytes | memoryview, cap: int = MAX_DECOMPRESSED,
-                 inflated: list[int] | None = None) -> Iterator[Record]:
+def iter_records(
+    raw_batch: bytes | memoryview, cap: int = MAX_DECOMPRESSED, inflated: list[int] | None = None
+) -> Iterator[Record]:
     """The records of one magic-2 batch (its full bytes, header included), decompressing as needed, to
     at most `cap` bytes (TooLarge past it); `inflated`, when given, receives the size decompressed.
     Raises ValueError on bytes that do not decode."""
@@ -397,9 +455,14 @@ def iter_records(raw_batch: bytes | memoryview, cap: int = MAX_DECOMPRESSED,
     if len(view) < HEADER_SIZE or view[MAGIC_OFFSET] != 2:
         raise ValueError("not a magic-2 record batch")
     fields = _unpack_header(view, 0)
-    base_offset, batch_length, attributes, base_ts, count = fields[0], fields[1], fields[5], fields[7], \
-        fields[12]
-    body = bytes(view[HEADER_SIZE:LOG_OVERHEAD + batch_length])
+    base_offset, batch_length, attributes, base_ts, count = (
+        fields[0],
+        fields[1],
+        fields[5],
+        fields[7],
+        fields[12],
+    )
+    body = bytes(view[HEADER_SIZE : LOG_OVERHEAD + batch_length])
     data = decompress(codec_name(attributes), body, cap)
     if inflated is not None:
         inflated.append(len(data))
@@ -433,7 +496,7 @@ def cap_needed(raw_batch: bytes | memoryview, inflated: int) -> int:
     codec = codec_name(fields[5])
     if codec not in ("lz4", "zstd"):
         return inflated
-    body = bytes(view[HEADER_SIZE:LOG_OVERHEAD + fields[1]])
+    body = bytes(view[HEADER_SIZE : LOG_OVERHEAD + fields[1]])
     if codec == "lz4":
         return _lz4_bound(body, 1 << 62)
     declared, pos, unsized = 0, 0, False

@@ -79,9 +79,20 @@ def _transactional_id_of(req: Any) -> str | None:
 # whose answers are per partition. Not Produce (its batches have rows of their own) nor Fetch (not the
 # audit's, and large); not the others either: walking ApiVersions' or Metadata's lists for nothing made a
 # row cost ten times as much (48 against 5 us per row over the corpus).
-_WALKED = frozenset({"AddPartitionsToTxn", "TxnOffsetCommit", "WriteTxnMarkers", "OffsetCommit",
-                     "OffsetFetch", "ListOffsets", "DeleteRecords", "OffsetForLeaderEpoch", "OffsetDelete",
-                     "DescribeProducers"})
+_WALKED = frozenset(
+    {
+        "AddPartitionsToTxn",
+        "TxnOffsetCommit",
+        "WriteTxnMarkers",
+        "OffsetCommit",
+        "OffsetFetch",
+        "ListOffsets",
+        "DeleteRecords",
+        "OffsetForLeaderEpoch",
+        "OffsetDelete",
+        "DescribeProducers",
+    }
+)
 
 
 def _fields(node: Any) -> Iterable[tuple[str, Any]]:
@@ -124,7 +135,7 @@ def _walk_partitions(node: Any, topic: str | None, out: list[tuple[str, int, int
 
 
 def _partition_answers(body: Any) -> list[str]:
-    """"topic-partition ERROR" for every partition the broker did not answer NONE."""
+    """ "topic-partition ERROR" for every partition the broker did not answer NONE."""
     found: list[tuple[str, int, int]] = []
     _walk_partitions(body, None, found)
     return [f"{topic}-{partition} {error_name(code) or code}" for topic, partition, code in found if code]
@@ -152,18 +163,32 @@ def _request_detail(req: Any) -> str | None:
 def _walked_cells(ex: Exchange, error_code: int | None) -> dict[str, Any]:
     if ex.api_name == "Produce" and ex.response is not None and ex.batches:
         # Its per-partition answers are already on its batches (one row each in `batches`): no walk.
-        errors = [f"{b.topic}-{b.partition} {error_name(b.error_code) or b.error_code}"
-                  for b in ex.batches if b.error_code]
+        errors = [
+            f"{b.topic}-{b.partition} {error_name(b.error_code) or b.error_code}"
+            for b in ex.batches
+            if b.error_code
+        ]
         worst = errors[0].rsplit(" ", 1)[1] if errors else "NONE"
-        return {"request_detail": None, "partitions": None, "worst_error": worst,
-                "partition_errors": to_json_text(errors) if errors else None}
+        return {
+            "request_detail": None,
+            "partitions": None,
+            "worst_error": worst,
+            "partition_errors": to_json_text(errors) if errors else None,
+        }
     if ex.api_name not in _WALKED:
         # Fetch answers per partition in its own rows: no worst without a top-level error.
         per_partition = ex.api_name in ("Produce", "Fetch")
-        worst = error_name(error_code) if error_code is not None else (
-            "NONE" if ex.response is not None and not per_partition else None)
-        return {"request_detail": _request_detail(ex.request), "partitions": None, "worst_error": worst,
-                "partition_errors": None}
+        worst = (
+            error_name(error_code)
+            if error_code is not None
+            else ("NONE" if ex.response is not None and not per_partition else None)
+        )
+        return {
+            "request_detail": _request_detail(ex.request),
+            "partitions": None,
+            "worst_error": worst,
+            "partition_errors": None,
+        }
     errors = _partition_answers(ex.response) if ex.response is not None else []
     worst = error_name(error_code) if error_code else None
     if worst is None and errors:
@@ -172,9 +197,12 @@ def _walked_cells(ex: Exchange, error_code: int | None) -> dict[str, Any]:
     if worst is None and ex.response is not None:
         worst = "NONE"
     partitions = _asked_partitions(ex.request) if ex.request is not None else []
-    return {"request_detail": _request_detail(ex.request),
-            "partitions": to_json_text(partitions) if partitions else None, "worst_error": worst,
-            "partition_errors": to_json_text(errors) if errors else None}
+    return {
+        "request_detail": _request_detail(ex.request),
+        "partitions": to_json_text(partitions) if partitions else None,
+        "worst_error": worst,
+        "partition_errors": to_json_text(errors) if errors else None,
+    }
 
 
 _top_error_versions: dict[type, Any] = {}

@@ -98,8 +98,17 @@ class Field:
     secret: bool = False  # never kept (SASL auth bytes): the value is replaced by its length
 
 
-def F(name: str, type_, versions: str, *, nullable: str = "none", tag: int | None = None,  # noqa: N802
-      tagged: str | None = None, default: Any = None, secret: bool = False) -> Field:
+def F(
+    name: str,
+    type_,
+    versions: str,
+    *,
+    nullable: str = "none",
+    tag: int | None = None,  # noqa: N802
+    tagged: str | None = None,
+    default: Any = None,
+    secret: bool = False,
+) -> Field:
     """One field, in the tables' shorthand: F("producer_id", INT64, "0+", default=-1)."""
     if isinstance(type_, list):
         type_ = tuple(type_)
@@ -109,8 +118,9 @@ def F(name: str, type_, versions: str, *, nullable: str = "none", tag: int | Non
         versions=VersionRange.parse(versions),
         nullable=VersionRange.parse(nullable),
         tag=tag,
-        tagged=VersionRange.parse(tagged) if tagged is not None else (
-            VersionRange.parse(versions) if tag is not None else NONE),
+        tagged=VersionRange.parse(tagged)
+        if tagged is not None
+        else (VersionRange.parse(versions) if tag is not None else NONE),
         default=default,
         secret=secret,
     )
@@ -132,7 +142,24 @@ class Api:
     extra: dict = field(default_factory=dict)
 
 
-def API(key: int, name: str, *, valid: str, flexible: str, request: list[Field],  # noqa: N802
-        response: list[Field], response_header_v0: bool = False, notes: str = "") -> Api:
-    return Api(key, name, VersionRange.parse(valid), VersionRange.parse(flexible), tuple(request),
-               tuple(response), response_header_v0, notes)
+def API(
+    key: int,
+    name: str,
+    *,
+    valid: str,
+    flexible: str,
+    request: list[Field],  # noqa: N802
+    response: list[Field],
+    response_header_v0: bool = False,
+    notes: str = "",
+) -> Api:
+    return Api(
+        key,
+        name,
+        VersionRange.parse(valid),
+        VersionRange.parse(flexible),
+        tuple(request),
+        tuple(response),
+        response_header_v0,
+        notes,
+    )

@@ -61,9 +61,14 @@ def _request_pattern(max_frame: int, keys: tuple[int, ...]) -> re.Pattern[bytes]
     # Cached: building the expression costs more than a whole short connection's decoding, and an engine
     # that runs one Decoder per connection (Spark) makes thousands of decoders with the same tables.
     top = min(max_frame >> 24, 0x7F)
-    size = (rb"(?:[\x01-" + re.escape(bytes([top])) + rb"][\s\S]{3}|\x00[\x01-\xff][\s\S]{2}"
-            rb"|\x00\x00[\x01-\xff][\s\S]|\x00\x00\x00[\x0a-\xff])") if top else (
-        rb"(?:\x00[\x01-\xff][\s\S]{2}|\x00\x00[\x01-\xff][\s\S]|\x00\x00\x00[\x0a-\xff])")
+    size = (
+        (
+            rb"(?:[\x01-" + re.escape(bytes([top])) + rb"][\s\S]{3}|\x00[\x01-\xff][\s\S]{2}"
+            rb"|\x00\x00[\x01-\xff][\s\S]|\x00\x00\x00[\x0a-\xff])"
+        )
+        if top
+        else (rb"(?:\x00[\x01-\xff][\s\S]{2}|\x00\x00[\x01-\xff][\s\S]|\x00\x00\x00[\x0a-\xff])")
+    )
     small = sorted(k for k in keys if 0 <= k < 256)
     key = b"\\x00[" + b"".join(re.escape(bytes([k])) for k in small) + b"]"
     # size, api key (known), version (< 256), correlation id (non-negative)
@@ -91,8 +96,13 @@ class RequestCheck:
     almost never do.
     """
 
-    def __init__(self, apis: Mapping[int, Api], max_frame: int,
-                 verify: Callable[[memoryview], int] | None = None, max_wait: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        apis: Mapping[int, Api],
+        max_frame: int,
+        verify: Callable[[memoryview], int] | None = None,
+        max_wait: int = 1 << 20,
+    ) -> None:
         self.apis = apis
         self.max_frame = max_frame
         self.verify = verify
@@ -116,7 +126,7 @@ class RequestCheck:
         if n > 0:
             if len(data) - i < _HEAD_SIZE + n:
                 return WAIT
-            if not _printable(data[i + _HEAD_SIZE:i + _HEAD_SIZE + n]):
+            if not _printable(data[i + _HEAD_SIZE : i + _HEAD_SIZE + n]):
                 return NONE
         return FOUND
 
@@ -129,21 +139,24 @@ class RequestCheck:
         stop = i + 4 + size
         if stop > len(data):
             return WAIT if size <= self.max_wait else NONE
-        body = self.verify(memoryview(data)[i + 4:stop])
+        body = self.verify(memoryview(data)[i + 4 : stop])
         if body == BODY_LEFTOVER:
             return FOUND if self.header_at(data, stop) != NONE else NONE
         return FOUND if body == BODY_OK else NONE
 
-    def confirmer(self, last_correlation: Callable[[], int | None]
-                  ) -> Callable[[bytes, int], tuple[int, int]]:
+    def confirmer(
+        self, last_correlation: Callable[[], int | None]
+    ) -> Callable[[bytes, int], tuple[int, int]]:
         """Judges the header after a resynchronised request (`frames.Confirm`): `header_at`, the body
         unread (the frame may be large, its body a version this schema lacks)."""
+
         def confirm(data: bytes, i: int) -> tuple[int, int]:
             verdict = self.header_at(data, i, last_correlation())
             if verdict != WAIT:
                 return verdict, 0
             have = len(data) - i
             return WAIT, _HEAD_SIZE if have < _HEAD_SIZE else _HEAD_SIZE + _I16(data, i + 12)[0]
+
         return confirm
 
     def finder(self, last_correlation: Callable[[], int | None]) -> Callable[[bytes, int], tuple[int, int]]:
@@ -155,12 +168,16 @@ class RequestCheck:
                 if verdict != NONE:
                     return verdict, i
             return NONE, max(pos, len(data) - (_HEAD_SIZE - 1))
+
         return find
 
 
-def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
-                    verify: Callable[[memoryview, int], bool] | None = None, max_wait: int = 1 << 20
-                    ) -> Callable[[bytes, int], tuple[int, int]]:
+def response_finder(
+    max_frame: int,
+    pending: Callable[[], Collection[int]],
+    verify: Callable[[memoryview, int], bool] | None = None,
+    max_wait: int = 1 << 20,
+) -> Callable[[bytes, int], tuple[int, int]]:
     """Finds the next response whose correlation id is in flight (`pending()` lists them in order) and,
     with `verify(payload, correlation_id)` (a `body_verdict`), whose body decodes as the answer to that
     request; one with bytes left over is believed when the bytes after it are a plausible response too."""
@@ -177,7 +194,7 @@ def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
             return WAIT if size <= max_wait else NONE
         if verify is None:
             return FOUND
-        body = verify(memoryview(data)[i + 4:stop], cid)
+        body = verify(memoryview(data)[i + 4 : stop], cid)
         if body == BODY_LEFTOVER:
             # Only the next frame's size is judged, and only its 4 bytes are sure to be there.
             return FOUND if len(data) - stop < 4 or plausible_size(_SIZE(data, stop)[0]) else NONE
@@ -201,15 +218,18 @@ def response_finder(max_frame: int, pending: Callable[[], Collection[int]],
     return find
 
 
-def response_confirmer(max_frame: int, pending: Callable[[], Collection[int]]
-                       ) -> Callable[[bytes, int], tuple[int, int]]:
+def response_confirmer(
+    max_frame: int, pending: Callable[[], Collection[int]]
+) -> Callable[[bytes, int], tuple[int, int]]:
     """Judges the header after a resynchronised response (`frames.Confirm`): its size is in range and
     its correlation id is that of a request in flight."""
+
     def confirm(data: bytes, i: int) -> tuple[int, int]:
         if len(data) - i < 8:
             return WAIT, 8
         size, cid = _SIZE_CORR(data, i)
         return (FOUND if MIN_RESPONSE <= size <= max_frame and cid in pending() else NONE), 0
+
     return confirm
 
 

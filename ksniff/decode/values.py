@@ -143,8 +143,17 @@ def ever_nullable(f: Field) -> bool:
     return f.nullable.low <= f.nullable.high
 
 
-_NATURAL = {"bool": False, "int8": 0, "int16": 0, "uint16": 0, "int32": 0, "uint32": 0, "int64": 0,
-            "float64": 0.0, "uuid": ZERO_UUID}
+_NATURAL = {
+    "bool": False,
+    "int8": 0,
+    "int16": 0,
+    "uint16": 0,
+    "int32": 0,
+    "uint32": 0,
+    "int64": 0,
+    "float64": 0.0,
+    "uuid": ZERO_UUID,
+}
 
 
 def default_of(f: Field) -> Any:

@@ -146,8 +146,9 @@ class Anchors:
         return out
 
 
-def anchors_of(paths: Sequence[str], ports: Sequence[int], auto_detect: bool,
-               limits: CaptureLimits | None) -> Anchors:
+def anchors_of(
+    paths: Sequence[str], ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None
+) -> Anchors:
     """The anchors of files that share one clock, decoding only the four APIs they come from."""
     from ksniff.capture.run import segments
 
@@ -155,8 +156,9 @@ def anchors_of(paths: Sequence[str], ports: Sequence[int], auto_detect: bool,
     files = [CaptureFile(p, limits) for p in paths]
     try:
         reassembler = Reassembler(limits)
-        decoder = Decoder(ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop,
-                          apis=_anchor_apis())
+        decoder = Decoder(
+            ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop, apis=_anchor_apis()
+        )
         for event in reassembler.events(segments(files)):
             for ex in decoder.feed(event):
                 if ex.__class__ is Exchange and ex.api_name in _APIS:
@@ -174,8 +176,10 @@ def anchors_of(paths: Sequence[str], ports: Sequence[int], auto_detect: bool,
 def _anchor_apis() -> dict:
     from ksniff.decode.apis import ALL_APIS
 
-    return {key: api if api.name in _APIS else replace(api, extra={**api.extra, "body": "skipped"})
-            for key, api in ALL_APIS.items()}
+    return {
+        key: api if api.name in _APIS else replace(api, extra={**api.extra, "body": "skipped"})
+        for key, api in ALL_APIS.items()
+    }
 
 
 def forbidden(a: Anchors, b: Anchors, low: float, high: float) -> list[tuple[float, float]]:
@@ -193,7 +197,7 @@ def forbidden(a: Anchors, b: Anchors, low: float, high: float) -> list[tuple[flo
                     lo_w, hi_w = s - high, e - low
                 else:  # window in b, write w in a: w - e < d < w - s
                     lo_w, hi_w = low + s, high + e
-                for w in times[bisect.bisect_left(times, lo_w):bisect.bisect_right(times, hi_w)]:
+                for w in times[bisect.bisect_left(times, lo_w) : bisect.bisect_right(times, hi_w)]:
                     out.append((s - w, e - w) if sign == 1 else (w - e, w - s))
     return out
 
@@ -270,9 +274,18 @@ class Clock:
         return (self.high - self.low) / 2
 
     def as_contract(self) -> list[dict]:
-        return [{"input": p, "offset_s": round(self.offset, 6), "low_s": _round(self.low),
-                 "high_s": _round(self.high), "uncertainty_s": _round(self.uncertainty),
-                 "anchors": self.pairs, "reference": self.reference} for p in self.paths]
+        return [
+            {
+                "input": p,
+                "offset_s": round(self.offset, 6),
+                "low_s": _round(self.low),
+                "high_s": _round(self.high),
+                "uncertainty_s": _round(self.uncertainty),
+                "anchors": self.pairs,
+                "reference": self.reference,
+            }
+            for p in self.paths
+        ]
 
 
 def _round(x: float | None) -> float | None:
@@ -289,8 +302,13 @@ def choose(low: float, high: float) -> float:
     return low + STEP if math.isfinite(low) else high - STEP
 
 
-def align(groups: Sequence[tuple[str, ...]], ports: Sequence[int], auto_detect: bool,
-          limits: CaptureLimits | None = None, servers: Sequence[frozenset[str]] = ()) -> list[Clock] | None:
+def align(
+    groups: Sequence[tuple[str, ...]],
+    ports: Sequence[int],
+    auto_detect: bool,
+    limits: CaptureLimits | None = None,
+    servers: Sequence[frozenset[str]] = (),
+) -> list[Clock] | None:
     """Each group's clock, the group with most anchors the reference; None when fewer than two groups
     bound one another (nothing to align). Groups the anchors do not reach keep their clock."""
     if len(groups) < 2:
@@ -339,9 +357,18 @@ def align(groups: Sequence[tuple[str, ...]], ports: Sequence[int], auto_detect: 
     for k, g in enumerate(groups):
         if k in offset:
             low, high = lows[k], highs[k]
-            out.append(Clock(g, offset[k], low if math.isfinite(low) else None,
-                             high if math.isfinite(high) else None, pairs_of[k], k == ref,
-                             tuple(anchors[k].boundaries), servers[k] if servers else frozenset()))
+            out.append(
+                Clock(
+                    g,
+                    offset[k],
+                    low if math.isfinite(low) else None,
+                    high if math.isfinite(high) else None,
+                    pairs_of[k],
+                    k == ref,
+                    tuple(anchors[k].boundaries),
+                    servers[k] if servers else frozenset(),
+                )
+            )
         else:
             out.append(Clock(g, 0.0, None, None, 0))
     return out
@@ -372,8 +399,9 @@ def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
             out.append(f)
             continue
         near = None
-        events = (by_tid.get(f.transactional_id, []) if f.transactional_id is not None else []) + \
-            (by_pid.get(f.producer_id, []) if f.producer_id is not None else [])
+        events = (by_tid.get(f.transactional_id, []) if f.transactional_id is not None else []) + (
+            by_pid.get(f.producer_id, []) if f.producer_id is not None else []
+        )
         for ts, c in events:
             if c is not own and abs(f.ts - ts) <= own.uncertainty + c.uncertainty:
                 near = own.uncertainty + c.uncertainty

@@ -53,33 +53,63 @@ class LiveView:
         if now - t0 >= 1.0:
             self._rate, self._last = (n - n0) / (now - t0), (now, n)
         stats = self.run.stats
-        return LiveSnapshot(iface=self.iface, now=now, elapsed=now - self.started, packets=stats.packets,
-                            kernel_drops=stats.kernel_drops, exchanges=n, per_second=self._rate,
-                            producers=producers, open_transactions=open_txns, findings=findings)
+        return LiveSnapshot(
+            iface=self.iface,
+            now=now,
+            elapsed=now - self.started,
+            packets=stats.packets,
+            kernel_drops=stats.kernel_drops,
+            exchanges=n,
+            per_second=self._rate,
+            producers=producers,
+            open_transactions=open_txns,
+            findings=findings,
+        )
 
     def __rich__(self):
         return live_view(self.snapshot())
 
 
-def live_audit(iface: str, config: EngineConfig, *, console: Console, duration: float | None,
-               count: int | None, write_path: str | None, bpf: str | None, quiet: bool = False,
-               explicit_ports: bool = False, tables: RowSink | None = None) -> AuditResult:
+def live_audit(
+    iface: str,
+    config: EngineConfig,
+    *,
+    console: Console,
+    duration: float | None,
+    count: int | None,
+    write_path: str | None,
+    bpf: str | None,
+    quiet: bool = False,
+    explicit_ports: bool = False,
+    tables: RowSink | None = None,
+) -> AuditResult:
     filter_text = capture_filter(config.ports, explicit_ports, bpf)
-    run = open_live(iface, bpf=filter_text, count=count,
-                    duration=duration, write_path=write_path, limits=config.limits)
-    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon,
-                        tables=tables)
+    run = open_live(
+        iface, bpf=filter_text, count=count, duration=duration, write_path=write_path, limits=config.limits
+    )
+    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon, tables=tables)
     # The handler first: a SIGTERM sent as soon as the line below is read must stop the capture cleanly.
     stop_on_term = _stop_on_sigterm(run)
     try:
         if not quiet:
-            console.print(f"ksniff: capturing on {shown(iface)} ({shown(filter_text, 4096)}); "
-                          "Ctrl-C stops and reports",
-                          markup=False, highlight=False)
+            console.print(
+                f"ksniff: capturing on {shown(iface)} ({shown(filter_text, 4096)}); Ctrl-C stops and reports",
+                markup=False,
+                highlight=False,
+            )
         lock = threading.Lock()
-        with Live(LiveView(run, pipeline, iface, lock), console=console, refresh_per_second=4,
-                  transient=True, redirect_stdout=False, redirect_stderr=False) if (
-                console.is_terminal and not quiet) else _Nothing():
+        with (
+            Live(
+                LiveView(run, pipeline, iface, lock),
+                console=console,
+                refresh_per_second=4,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            if (console.is_terminal and not quiet)
+            else _Nothing()
+        ):
             try:
                 with fewer_collections():
                     for event in run:
@@ -131,4 +161,5 @@ def _stop_on_sigterm(run):
     def restore():
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
+
     return restore

@@ -121,9 +121,14 @@ class Reorder:
 class Pipeline:
     """Decode + reorder + audit + tables over a stream of capture events; shared by audit and live."""
 
-    def __init__(self, config: EngineConfig, on_not_kafka: Callable[[int], None] | None = None,
-                 capture_horizon: Callable[[], float] | None = None, tables: RowSink | None = None,
-                 on_elsewhere: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        on_not_kafka: Callable[[int], None] | None = None,
+        capture_horizon: Callable[[], float] | None = None,
+        tables: RowSink | None = None,
+        on_elsewhere: Callable[[int, int], None] | None = None,
+    ) -> None:
         """`capture_horizon`: the capture room's earliest time still to come (Reassembler.horizon).
         `tables`: where the table rows go as exchanges are released (the exports write them as they come)
         instead of the lists `exchanges` and `batches`, which then stay empty (and `records`, None)."""
@@ -237,14 +242,25 @@ class Pipeline:
         output = self.finish()
         stats = run.stats
         stats.kafka_connections = self.decoder.kafka_connections
-        return AuditResult.of_run(engine, inputs=run.inputs, capture=stats, decode=self.decoder.stats,
-                                  output=output, warnings=list(run.warnings) + self.decoder.warnings(),
-                                  exchanges=self.exchanges, batches=self.batches, records=self.records)
+        return AuditResult.of_run(
+            engine,
+            inputs=run.inputs,
+            capture=stats,
+            decode=self.decoder.stats,
+            output=output,
+            warnings=list(run.warnings) + self.decoder.warnings(),
+            exchanges=self.exchanges,
+            batches=self.batches,
+            records=self.records,
+        )
 
 
-def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
-                progress: Callable[[int, int], None] | None = None, tables: RowSink | None = None
-                ) -> AuditResult:
+def audit_paths(
+    paths: Sequence[str],
+    config: EngineConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    tables: RowSink | None = None,
+) -> AuditResult:
     """Audit capture files or folders in-process. Raises CaptureError for inputs that cannot be read.
 
     The inputs are grouped into capture sets (ksniff.engine.sets), each audited by its own pipeline, one
@@ -256,12 +272,14 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
         raise CaptureError("no capture files given")
     for path in files:  # every input checked before the work starts: an unreadable one is the user's error
         CaptureFile(path).close()
-    planned = capture_sets.plan(files, config.capture_sets, ports=config.ports,
-                                auto_detect=config.auto_detect, limits=config.limits)
+    planned = capture_sets.plan(
+        files, config.capture_sets, ports=config.ports, auto_detect=config.auto_detect, limits=config.limits
+    )
     total = sum(os.path.getsize(f) for f in files)
     done = 0
     results = []
     for cset in planned:
+
         def step(read: int, _total: int, base: int = done) -> None:
             progress(base + read, total)
 
@@ -274,16 +292,25 @@ def audit_paths(paths: Sequence[str], config: EngineConfig | None = None,
     return result
 
 
-def _audit_set(cset: capture_sets.CaptureSet, config: EngineConfig,
-               progress: Callable[[int, int], None] | None, tables: RowSink | None,
-               records_used: int = 0) -> AuditResult:
+def _audit_set(
+    cset: capture_sets.CaptureSet,
+    config: EngineConfig,
+    progress: Callable[[int, int], None] | None,
+    tables: RowSink | None,
+    records_used: int = 0,
+) -> AuditResult:
     """One capture set's run; `records_used`: bytes earlier sets' records already drew from the run's
     decompression budget."""
     run = read_files(list(cset.paths), config.limits)
     if cset.clocks:  # captures of several hosts: each file on the set's time line
         run.offsets = [cset.offset_of(f.path) for f in run.files]
-    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon,
-                        tables=tables, on_elsewhere=run.drop)
+    pipeline = Pipeline(
+        config,
+        on_not_kafka=run.drop,
+        capture_horizon=run.reassembler.horizon,
+        tables=tables,
+        on_elsewhere=run.drop,
+    )
     pipeline.decoder.inflation.run_used = records_used
     with fewer_collections():
         feed = pipeline.feed

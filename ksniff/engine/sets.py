@@ -84,9 +84,13 @@ class CaptureSet:
         return 0.0
 
     def as_contract(self) -> dict:
-        return {"capture_set": self.number, "inputs": list(self.paths), "reasons": list(self.reasons),
-                "cluster_ids": list(self.cluster_ids),
-                "clock_offsets": [row for c in self.clocks for row in c.as_contract()]}
+        return {
+            "capture_set": self.number,
+            "inputs": list(self.paths),
+            "reasons": list(self.reasons),
+            "cluster_ids": list(self.cluster_ids),
+            "clock_offsets": [row for c in self.clocks for row in c.as_contract()],
+        }
 
 
 def scan(path: str) -> FileScan:
@@ -128,13 +132,15 @@ def scan(path: str) -> FileScan:
     return out
 
 
-def identify(scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None = None
-             ) -> None:
+def identify(
+    scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None = None
+) -> None:
     """The cluster the first Metadata or DescribeCluster answer of the file names (into `scan.clusters`),
     looked for in its first `IDENTITY_BYTES` of TCP payload, decoding only those two APIs' bodies."""
     f = CaptureFile(scan.path)
     identity = Identity()
     try:
+
         def head():
             budget = IDENTITY_BYTES
             for seg in f.segments():
@@ -145,8 +151,13 @@ def identify(scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: Ca
                     return
 
         reassembler = Reassembler(limits)
-        decoder = Decoder(ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop,
-                          apis=_naming_apis(), watch_elsewhere=False)
+        decoder = Decoder(
+            ports=ports,
+            auto_detect=auto_detect,
+            on_not_kafka=reassembler.drop,
+            apis=_naming_apis(),
+            watch_elsewhere=False,
+        )
         for event in reassembler.events(head(), finish=False):
             for ex in decoder.feed(event):
                 if ex.__class__ is Exchange and ex.api_name in _NAMING:
@@ -167,8 +178,10 @@ def _naming_apis() -> dict:
     needs those two, and decoding no other body is most of what makes it cheap."""
     from ksniff.decode.apis import ALL_APIS
 
-    return {key: api if api.name in _NAMING else replace(api, extra={**api.extra, "body": "skipped"})
-            for key, api in ALL_APIS.items()}
+    return {
+        key: api if api.name in _NAMING else replace(api, extra={**api.extra, "body": "skipped"})
+        for key, api in ALL_APIS.items()
+    }
 
 
 def _continues(a: FileScan, b: FileScan) -> tuple | None:
@@ -239,8 +252,14 @@ def _name(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092,), auto_detect: bool = True,
-         limits: CaptureLimits | None = None) -> list[CaptureSet]:
+def plan(
+    paths: Sequence[str],
+    mode: str = AUTO,
+    *,
+    ports: Sequence[int] = (9092,),
+    auto_detect: bool = True,
+    limits: CaptureLimits | None = None,
+) -> list[CaptureSet]:
     """The capture sets of `paths` (files, already expanded), in the order of their first file."""
     paths = list(paths)
     if mode not in MODES:
@@ -271,8 +290,9 @@ def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092
     for i, sc in enumerate(scans):
         for key in sc.directions:
             sharing.setdefault(key, []).append(i)
-    candidates = sorted({(a, b) for files in sharing.values()
-                         for x, a in enumerate(files) for b in files[x + 1:]})
+    candidates = sorted(
+        {(a, b) for files in sharing.values() for x, a in enumerate(files) for b in files[x + 1 :]}
+    )
     del sharing
     for i, j in candidates:
         if _continues(scans[i], scans[j]) is not None:
@@ -292,21 +312,29 @@ def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092
                 break
     named = [i for i, sc in enumerate(scans) if sc.clusters]
     for x, i in enumerate(named):
-        for j in named[x + 1:]:
+        for j in named[x + 1 :]:
             if root(i) == root(j):
                 continue
             cid = _same_cluster(scans[i], scans[j])
             if cid is not None:
-                join(i, j, f"{_name(scans[j].path)} and {_name(scans[i].path)} name cluster {cid!r} at "
-                           "overlapping times")
+                join(
+                    i,
+                    j,
+                    f"{_name(scans[j].path)} and {_name(scans[i].path)} name cluster {cid!r} at "
+                    "overlapping times",
+                )
     for i, sc in enumerate(scans):
         for j in named:
             if root(i) == root(j):
                 continue
             cid = _to_brokers_of(sc, scans[j])
             if cid is not None:
-                join(j, i, f"{_name(sc.path)} connects only to brokers that {_name(scans[j].path)} names for "
-                           f"cluster {cid!r}, at overlapping times")
+                join(
+                    j,
+                    i,
+                    f"{_name(sc.path)} connects only to brokers that {_name(scans[j].path)} names for "
+                    f"cluster {cid!r}, at overlapping times",
+                )
                 break
     groups: dict[int, list[int]] = {}
     for i in range(len(paths)):
@@ -316,9 +344,12 @@ def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092
         why = [r for m in members for r in reasons.get(m, ())]
         if not why:
             named = sorted({c for m in members for c in scans[m].clusters})
-            why = [f"no other input shares its cluster ({', '.join(map(repr, named))}) while it ran, "
-                   "nor a TCP connection" if named else
-                   "no cluster identity seen and no TCP connection shared with another input"]
+            why = [
+                f"no other input shares its cluster ({', '.join(map(repr, named))}) while it ran, "
+                "nor a TCP connection"
+                if named
+                else "no cluster identity seen and no TCP connection shared with another input"
+            ]
         ids = tuple(dict.fromkeys(c for m in members for c in scans[m].clusters))
         clocks: dict[int, list[str]] = {}
         for m in members:
@@ -328,6 +359,7 @@ def plan(paths: Sequence[str], mode: str = AUTO, *, ports: Sequence[int] = (9092
             index = {p: k for k, p in enumerate(paths)}
             served = [frozenset().union(*(scans[index[p]].servers for p in g)) for g in clocks.values()]
             aligned = align([tuple(g) for g in clocks.values()], ports, auto_detect, limits, served)
-        sets.append(CaptureSet(number, tuple(paths[m] for m in members), tuple(why), ids,
-                               tuple(aligned or ())))
+        sets.append(
+            CaptureSet(number, tuple(paths[m] for m in members), tuple(why), ids, tuple(aligned or ()))
+        )
     return sets

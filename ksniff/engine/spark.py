@@ -141,10 +141,23 @@ class SparkAudit:
             return df.orderBy(F.col("start_ts").asc_nulls_last(), "transactional_id", "producer_id")
         if table in _DRIVER_TABLES:
             return df.orderBy("order")
-        rank = (F.when(F.col("severity") == "critical", 0).when(F.col("severity") == "warning", 1)
-                .when(F.col("severity") == "info", 2).otherwise(3))
-        return df.orderBy(F.col("ts").asc_nulls_last(), rank, "kind", "transactional_id", "producer_id",
-                          "topic", "partition", "group", "message")
+        rank = (
+            F.when(F.col("severity") == "critical", 0)
+            .when(F.col("severity") == "warning", 1)
+            .when(F.col("severity") == "info", 2)
+            .otherwise(3)
+        )
+        return df.orderBy(
+            F.col("ts").asc_nulls_last(),
+            rank,
+            "kind",
+            "transactional_id",
+            "producer_id",
+            "topic",
+            "partition",
+            "group",
+            "message",
+        )
 
     def rows(self, table: str, where=None) -> list[dict]:
         """Rows of a table collected to the driver, in export order (`where`: a Column filter)."""
@@ -180,12 +193,14 @@ class SparkAudit:
             frames = dict(self._tables)
             for table in ("exchanges", "batches", "records"):
                 if frames.get(table) is not None:
-                    frames[table] = frames[table].mapInArrow(tasks.keep_rows(keep, table),
-                                                             tasks.table_ddl(table, order=True))
+                    frames[table] = frames[table].mapInArrow(
+                        tasks.keep_rows(keep, table), tasks.table_ddl(table, order=True)
+                    )
             for table in ("transactions", "findings"):
                 batch = tasks.summary_batch(table, kept)
-                frames[table] = self.spark.createDataFrame(pa.Table.from_batches([batch]),
-                                                           tasks.table_ddl(table))
+                frames[table] = self.spark.createDataFrame(
+                    pa.Table.from_batches([batch]), tasks.table_ddl(table)
+                )
             replace(self, _tables=frames).write(csv_dir=csv_dir, parquet_dir=parquet_dir)
             return
         tables = [t for t in TABLES if self._tables.get(t) is not None]
@@ -215,8 +230,14 @@ def audit_spark(spark: Any, paths: str | Sequence[str], config: EngineConfig | N
     return _run(session, paths, config or EngineConfig())
 
 
-def audit_paths_spark(paths: Sequence[str], config: EngineConfig | None = None, master: str | None = None,
-                      *, spark: Any = None, conf: Sequence[tuple[str, str]] = ()) -> AuditResult:
+def audit_paths_spark(
+    paths: Sequence[str],
+    config: EngineConfig | None = None,
+    master: str | None = None,
+    *,
+    spark: Any = None,
+    conf: Sequence[tuple[str, str]] = (),
+) -> AuditResult:
     """The whole result with its table rows collected to the driver (the pandas API's, the tests'):
     only for results that fit in memory. `spark`: an existing SparkSession (left running)."""
     config = config or EngineConfig()
@@ -234,9 +255,17 @@ def audit_paths_spark(paths: Sequence[str], config: EngineConfig | None = None, 
             run.close()
 
 
-def run_spark(paths: Sequence[str], config: EngineConfig, *, master: str | None = None,
-              conf: Sequence[tuple[str, str]] = (), csv_dir: str | None = None,
-              parquet_dir: str | None = None, producer: str | None = None, keep=None) -> AuditResult:
+def run_spark(
+    paths: Sequence[str],
+    config: EngineConfig,
+    *,
+    master: str | None = None,
+    conf: Sequence[tuple[str, str]] = (),
+    csv_dir: str | None = None,
+    parquet_dir: str | None = None,
+    producer: str | None = None,
+    keep=None,
+) -> AuditResult:
     """The CLI's run: the audit, the exports written by the executors, and the summary with the rows of
     `producer` only (its timeline) collected. Any failure is one line: CaptureError (an input),
     ReportError (an export), SparkUnavailable (Spark itself)."""
@@ -322,8 +351,13 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
         raise CaptureError("no capture files given")
     uris = [p if is_uri(p) else os.path.abspath(p) for p in paths]
     try:
-        listed = (spark.read.format("binaryFile").option("recursiveFileLookup", "true").load(uris)
-                  .select("path", "length").collect())
+        listed = (
+            spark.read.format("binaryFile")
+            .option("recursiveFileLookup", "true")
+            .load(uris)
+            .select("path", "length")
+            .collect()
+        )
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
         raise CaptureError(_listing_error(exc, paths, uris)) from None
     wanted = [_norm(u) for u in uris]
@@ -336,7 +370,7 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
                 by_arg[i].append(("", row["path"], row["length"], False))
                 break
             if here.startswith(base.rstrip("/") + "/"):
-                by_arg[i].append((here[len(base.rstrip("/")) + 1:], row["path"], row["length"], True))
+                by_arg[i].append((here[len(base.rstrip("/")) + 1 :], row["path"], row["length"], True))
                 break
         else:  # a glob: the files it matched, as Spark names them
             stray.append((row["path"], row["path"], row["length"], False))
@@ -347,8 +381,11 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
                 raise CaptureError(f"{arg}: empty file")
             raise CaptureError(f"{arg}: no pcap or pcapng files in this folder")
         for rel, uri, length, folder in sorted(found, key=lambda f: _walk_key(f[0])):
-            shown = arg if not folder else (os.path.join(arg, rel) if not is_uri(arg)
-                                            else arg.rstrip("/") + "/" + rel)
+            shown = (
+                arg
+                if not folder
+                else (os.path.join(arg, rel) if not is_uri(arg) else arg.rstrip("/") + "/" + rel)
+            )
             inputs.append(_Input(len(inputs), shown, uri, length, folder, i))
     for shown, uri, length, folder in sorted(stray):
         inputs.append(_Input(len(inputs), shown, uri, length, folder, len(paths)))
@@ -419,9 +456,11 @@ def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit
             ids = identity.cluster_ids
             cluster = ids[0] if len(ids) == 1 else None
             for table in ("transactions", "findings", "producers"):
-                run._tables[table] = (run._tables[table]
-                                      .withColumn("capture_set", F.lit(cset.number).cast("bigint"))
-                                      .withColumn("cluster", F.lit(cluster).cast("string")))
+                run._tables[table] = (
+                    run._tables[table]
+                    .withColumn("capture_set", F.lit(cset.number).cast("bigint"))
+                    .withColumn("cluster", F.lit(cluster).cast("string"))
+                )
             runs.append(run)
         for i, arg in enumerate(paths):
             if i not in found and any(x.arg == i for x in inputs):
@@ -454,13 +493,15 @@ def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit
     from ksniff.engine import spark_tasks as tasks
 
     for table in _DRIVER_TABLES:
-        frames[table] = spark.createDataFrame(pa.Table.from_batches([tasks.summary_batch(table, summary)]),
-                                              tasks.table_ddl(table))
+        frames[table] = spark.createDataFrame(
+            pa.Table.from_batches([tasks.summary_batch(table, summary)]), tasks.table_ddl(table)
+        )
     return SparkAudit(spark, summary, frames, [df for r in runs for df in r._cached])
 
 
-def _plan(inputs: list[_Input], paths: list[str], config: EngineConfig
-          ) -> tuple[list[tuple[capture_sets.CaptureSet, list[_Input]]], list[str], int]:
+def _plan(
+    inputs: list[_Input], paths: list[str], config: EngineConfig
+) -> tuple[list[tuple[capture_sets.CaptureSet, list[_Input]]], list[str], int]:
     """The capture sets, each with its inputs; the warnings and count of files left out of folders.
     Inputs this machine can open (paths, `file:` URIs) are planned as the local engine plans them: the
     driver sniffs each folder's files and, with several inputs, walks them once (ksniff.engine.sets).
@@ -479,8 +520,13 @@ def _plan(inputs: list[_Input], paths: list[str], config: EngineConfig
         if not kept:
             raise CaptureError("no capture files given")
         by_path = {local[i.file]: i for i in kept}
-        planned = capture_sets.plan([local[i.file] for i in kept], mode, ports=config.ports,
-                                    auto_detect=config.auto_detect, limits=config.limits)
+        planned = capture_sets.plan(
+            [local[i.file] for i in kept],
+            mode,
+            ports=config.ports,
+            auto_detect=config.auto_detect,
+            limits=config.limits,
+        )
         out = []
         for c in planned:
             members = [by_path[p] for p in c.paths]
@@ -490,15 +536,28 @@ def _plan(inputs: list[_Input], paths: list[str], config: EngineConfig
             out.append((replace(c, paths=tuple(i.path for i in members), clocks=clocks), members))
         return out, warnings, skipped
     if mode == capture_sets.SEPARATE and len(inputs) > 1:
-        return ([(capture_sets.CaptureSet(n, (i.path,), ("--separate: one set per input",)), [i])
-                 for n, i in enumerate(inputs, start=1)], [], 0)
-    why = ("one input" if len(inputs) == 1 else "--merge: every input in one set"
-           if mode == capture_sets.MERGE else "inputs on a remote file system are audited as one set")
+        return (
+            [
+                (capture_sets.CaptureSet(n, (i.path,), ("--separate: one set per input",)), [i])
+                for n, i in enumerate(inputs, start=1)
+            ],
+            [],
+            0,
+        )
+    why = (
+        "one input"
+        if len(inputs) == 1
+        else "--merge: every input in one set"
+        if mode == capture_sets.MERGE
+        else "inputs on a remote file system are audited as one set"
+    )
     warnings = []
     if mode == capture_sets.AUTO and len(inputs) > 1:
-        warnings.append(f"capture sets are not identified among inputs on a remote file system: the "
-                        f"{len(inputs)} files are audited as one capture set (--separate audits each file "
-                        "on its own)")
+        warnings.append(
+            f"capture sets are not identified among inputs on a remote file system: the "
+            f"{len(inputs)} files are audited as one capture set (--separate audits each file "
+            "on its own)"
+        )
     return [(capture_sets.CaptureSet(1, tuple(i.path for i in inputs), (why,)), inputs)], warnings, 0
 
 
@@ -545,8 +604,15 @@ def _run_set(session: Session, inputs: list[_Input], config: EngineConfig) -> _S
         raise
 
 
-def _stages(session: Session, inputs: list[_Input], config: EngineConfig, spark: Any, partitions: int,
-            total: int, cached: list) -> _Staged | list:
+def _stages(
+    session: Session,
+    inputs: list[_Input],
+    config: EngineConfig,
+    spark: Any,
+    partitions: int,
+    total: int,
+    cached: list,
+) -> _Staged | list:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -558,8 +624,10 @@ def _stages(session: Session, inputs: list[_Input], config: EngineConfig, spark:
     try:
         # One pass over stage 1's rows: the files' summaries and each partition's distinct packet times.
         summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
-        metas = sorted((pickle.loads(b) for b in summaries.column("meta").to_pylist() if b is not None),
-                       key=lambda m: m.file)
+        metas = sorted(
+            (pickle.loads(b) for b in summaries.column("meta").to_pylist() if b is not None),
+            key=lambda m: m.file,
+        )
         metas, left_out = _check_inputs(metas)
         if not metas:
             return left_out
@@ -569,10 +637,12 @@ def _stages(session: Session, inputs: list[_Input], config: EngineConfig, spark:
         end = tasks.RunEnd(end_ts, tasks.sweep_ticks(pms, every))
 
         # Stage 2: per flow, in the merge's order.
-        events = (segments.repartition(partitions, "flow")
-                  .sortWithinPartitions("flow", "pm", "file", "idx")
-                  .mapInArrow(tasks.decode(config, end), tasks.EVENTS_DDL)
-                  .persist(StorageLevel.MEMORY_AND_DISK))
+        events = (
+            segments.repartition(partitions, "flow")
+            .sortWithinPartitions("flow", "pm", "file", "idx")
+            .mapInArrow(tasks.decode(config, end), tasks.EVENTS_DDL)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
         cached.append(events)
         small = events.filter(~F.col("kind").isin(tasks.KEYED, tasks.TABLE)).toArrow().to_pylist()
     finally:
@@ -594,15 +664,18 @@ def _stages(session: Session, inputs: list[_Input], config: EngineConfig, spark:
 
     # Stage 3: per group of producer keys, in audit order, with the context events.
     group_table = spark.createDataFrame(sorted(group_of.items()) or [("", "")], "key string, group string")
-    outputs = (events.filter(F.col("kind") == tasks.KEYED)
-               .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf))
-                           .otherwise(F.col("rel")))
-               .join(F.broadcast(group_table), "key")
-               .repartition(partitions, "group")
-               .sortWithinPartitions("group", *tasks.ORDER_COLUMNS)
-               .mapInArrow(tasks.fold(config, end, context, conns,
-                                      {g: frozenset(k) for g, k in groups.items()}), tasks.OUTPUTS_DDL)
-               .persist(StorageLevel.MEMORY_AND_DISK))
+    outputs = (
+        events.filter(F.col("kind") == tasks.KEYED)
+        .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf)).otherwise(F.col("rel")))
+        .join(F.broadcast(group_table), "key")
+        .repartition(partitions, "group")
+        .sortWithinPartitions("group", *tasks.ORDER_COLUMNS)
+        .mapInArrow(
+            tasks.fold(config, end, context, conns, {g: frozenset(k) for g, k in groups.items()}),
+            tasks.OUTPUTS_DDL,
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
     cached.append(outputs)
     audited = [pickle.loads(b) for b in outputs.select("blob").toArrow().column(0).to_pylist()]
     # The CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs, which read
@@ -614,8 +687,19 @@ def _stages(session: Session, inputs: list[_Input], config: EngineConfig, spark:
     probe = None
     if config.keep_records:
         probe = _probe_records(events.filter(F.col("kind") == tasks.TABLE), config)
-    return _Staged(metas, left_out, stats, conns, last_event, _identity(by_kind.get(tasks.IDENTITY, []),
-                   last_event), events, outputs, output, gaps, probe)
+    return _Staged(
+        metas,
+        left_out,
+        stats,
+        conns,
+        last_event,
+        _identity(by_kind.get(tasks.IDENTITY, []), last_event),
+        events,
+        outputs,
+        output,
+        gaps,
+        probe,
+    )
 
 
 def _finish_set(spark: Any, staged: _Staged, config: EngineConfig, records_used: int) -> SparkAudit:
@@ -634,8 +718,9 @@ def _finish_set(spark: Any, staged: _Staged, config: EngineConfig, records_used:
         cut = _records_budget(staged.probe, config, staged.last_event, records, records_used)
     capture, decode, warnings = _totals(metas, staged.stats, config, records)
     inputs_info = [InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in metas]
-    summary = AuditResult.of_run("spark", inputs=inputs_info, capture=capture, decode=decode,
-                                 output=staged.output, warnings=warnings)
+    summary = AuditResult.of_run(
+        "spark", inputs=inputs_info, capture=capture, decode=decode, output=staged.output, warnings=warnings
+    )
 
     frames: dict[str, Any] = {}
     for table in ("exchanges", "batches", "records"):
@@ -681,15 +766,22 @@ def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int):
     parts = []
     if local:
         bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)))
-        parts.append(spark.range(0, len(bins), 1, numPartitions=len(bins))
-                     .mapInArrow(_extract(bins), tasks.SEGMENTS_DDL))
+        parts.append(
+            spark.range(0, len(bins), 1, numPartitions=len(bins)).mapInArrow(
+                _extract(bins), tasks.SEGMENTS_DDL
+            )
+        )
     if remote:
-        listing = spark.createDataFrame([(i.file, i.path, i.uri, i.folder) for i in remote],
-                                        "file int, shown string, uri string, folder boolean")
-        content = (spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content"))
-        rows = (content.join(listing, content["path"] == listing["uri"])
-                .select("file", listing["shown"].alias("path"), "uri", "folder", "content")
-                .repartition(min(len(remote), 4 * parallelism)))
+        listing = spark.createDataFrame(
+            [(i.file, i.path, i.uri, i.folder) for i in remote],
+            "file int, shown string, uri string, folder boolean",
+        )
+        content = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
+        rows = (
+            content.join(listing, content["path"] == listing["uri"])
+            .select("file", listing["shown"].alias("path"), "uri", "folder", "content")
+            .repartition(min(len(remote), 4 * parallelism))
+        )
         parts.append(rows.mapInArrow(tasks.extract, tasks.SEGMENTS_DDL))
     out = parts[0]
     for part in parts[1:]:
@@ -732,10 +824,15 @@ def _extract(bins: list[list[_Input]]):
         for batch in batches:
             for b in batch.column(0).to_pylist():
                 listing = pa.RecordBatch.from_pydict(
-                    {"file": [r[0] for r in rows[b]], "path": [r[1] for r in rows[b]],
-                     "uri": [r[2] for r in rows[b]], "folder": [r[3] for r in rows[b]],
-                     "offset": [r[4] for r in rows[b]],
-                     "content": pa.nulls(len(rows[b]), pa.binary())})
+                    {
+                        "file": [r[0] for r in rows[b]],
+                        "path": [r[1] for r in rows[b]],
+                        "uri": [r[2] for r in rows[b]],
+                        "folder": [r[3] for r in rows[b]],
+                        "offset": [r[4] for r in rows[b]],
+                        "content": pa.nulls(len(rows[b]), pa.binary()),
+                    }
+                )
                 yield from tasks.extract(iter([listing]))
 
     return run
@@ -754,15 +851,25 @@ def _probe_records(table_rows: Any, config: EngineConfig) -> tuple[Any, dict]:
 
     from ksniff.engine import spark_tasks as tasks
 
-    probe = (table_rows.mapInArrow(tasks.record_probe(config.max_records_batch), tasks.PROBE_DDL)
-             .persist(StorageLevel.MEMORY_AND_DISK))
-    agg = probe.agg(F.max("need").alias("need"), F.max("request_need").alias("request_need"),
-                    F.sum("used").alias("used"), F.count("*").alias("batches")).first().asDict()
+    probe = table_rows.mapInArrow(tasks.record_probe(config.max_records_batch), tasks.PROBE_DDL).persist(
+        StorageLevel.MEMORY_AND_DISK
+    )
+    agg = (
+        probe.agg(
+            F.max("need").alias("need"),
+            F.max("request_need").alias("request_need"),
+            F.sum("used").alias("used"),
+            F.count("*").alias("batches"),
+        )
+        .first()
+        .asDict()
+    )
     return probe, agg
 
 
-def _records_budget(probed: tuple[Any, dict], config: EngineConfig, last_event: float, stats: DecodeStats,
-                    records_used: int) -> frozenset[tuple]:
+def _records_budget(
+    probed: tuple[Any, dict], config: EngineConfig, last_event: float, stats: DecodeStats, records_used: int
+) -> frozenset[tuple]:
     """The --records decompression caps as the local engine applies them (ksniff.decode.records.Inflation):
     the executors decompress every batch under the per-batch cap (spark_tasks.record_probe); the request
     and run caps depend on what came before in audit order, so the driver replays the budget over the
@@ -775,16 +882,24 @@ def _records_budget(probed: tuple[Any, dict], config: EngineConfig, last_event: 
     try:
         if not agg["batches"]:
             return frozenset()
-        if (agg["need"] <= config.max_records_batch and agg["request_need"] <= config.max_records_request
-                and records_used + agg["used"] + agg["need"] <= config.max_records_run):
+        if (
+            agg["need"] <= config.max_records_batch
+            and agg["request_need"] <= config.max_records_request
+            and records_used + agg["used"] + agg["need"] <= config.max_records_run
+        ):
             stats.records_inflated_bytes += agg["used"]
             return frozenset()
         rows = probe.toArrow().to_pylist()
     finally:
         probe.unpersist()
     names = tasks.ORDER_COLUMNS
-    rows.sort(key=lambda r: (math.inf if r["rel"] > last_event else r["rel"], *(r[c] for c in names[1:]),
-                             r["batch"]))
+    rows.sort(
+        key=lambda r: (
+            math.inf if r["rel"] > last_event else r["rel"],
+            *(r[c] for c in names[1:]),
+            r["batch"],
+        )
+    )
     inflation = Inflation(stats, config.max_records_batch, config.max_records_request, config.max_records_run)
     inflation.run_used = records_used
     cut = set()
@@ -803,8 +918,9 @@ def _records_budget(probed: tuple[Any, dict], config: EngineConfig, last_event: 
     return frozenset(cut)
 
 
-def _totals(metas: list, stats: list, config: EngineConfig, records: DecodeStats | None = None
-            ) -> tuple[CaptureStats, DecodeStats, list[str]]:
+def _totals(
+    metas: list, stats: list, config: EngineConfig, records: DecodeStats | None = None
+) -> tuple[CaptureStats, DecodeStats, list[str]]:
     """The run's counters: the files' walks (stage 1) plus every flow's reassembler and decoder (stage 2)
     and `records`, what the --records budget inflated and cut."""
     capture = CaptureStats()
@@ -823,19 +939,32 @@ def _totals(metas: list, stats: list, config: EngineConfig, records: DecodeStats
         add_counters(decode, records)
     warnings.extend(reassembler.warnings())
     warnings.extend(truncation_warnings(capture))
-    warnings.extend(limit_warnings(
-        decode, config.max_frame, config.max_in_flight, max_in_flight_total=config.max_in_flight_total,
-        max_partial_total=config.max_partial_total,
-        records_caps=(config.max_records_batch, config.max_records_request, config.max_records_run)))
-    per_flow = [flag for flag, name in (("--max-connections", "max_connections"),
-                                        ("--max-buffer-total", "max_buffer_total"),
-                                        ("--max-in-flight-total", "max_in_flight_total"),
-                                        ("--max-partial-total", "max_partial_total"))
-                if getattr(config, name) != getattr(_DEFAULTS, name)]
+    warnings.extend(
+        limit_warnings(
+            decode,
+            config.max_frame,
+            config.max_in_flight,
+            max_in_flight_total=config.max_in_flight_total,
+            max_partial_total=config.max_partial_total,
+            records_caps=(config.max_records_batch, config.max_records_request, config.max_records_run),
+        )
+    )
+    per_flow = [
+        flag
+        for flag, name in (
+            ("--max-connections", "max_connections"),
+            ("--max-buffer-total", "max_buffer_total"),
+            ("--max-in-flight-total", "max_in_flight_total"),
+            ("--max-partial-total", "max_partial_total"),
+        )
+        if getattr(config, name) != getattr(_DEFAULTS, name)
+    ]
     if per_flow:
-        warnings.append(f"{' and '.join(per_flow)} cap one process's memory: the Spark engine applies "
-                        f"{'them' if len(per_flow) > 1 else 'it'} to each flow's task, where "
-                        f"{'they do' if len(per_flow) > 1 else 'it does'} not bind as in one process")
+        warnings.append(
+            f"{' and '.join(per_flow)} cap one process's memory: the Spark engine applies "
+            f"{'them' if len(per_flow) > 1 else 'it'} to each flow's task, where "
+            f"{'they do' if len(per_flow) > 1 else 'it does'} not bind as in one process"
+        )
     return capture, decode, warnings
 
 
@@ -875,7 +1004,14 @@ def _write_csv(run: SparkAudit, directory: str, tables: list[str]) -> None:
 
     for table in tables:
         function, ddl = csv_cells(table)
-        (run.sorted(table).mapInArrow(function, ddl).write.mode("overwrite")
-         .option("header", True).option("escape", '"').option("ignoreLeadingWhiteSpace", False)
-         .option("ignoreTrailingWhiteSpace", False).option("lineSep", "\n")
-         .csv(_target(directory, f"{table}.csv")))
+        (
+            run.sorted(table)
+            .mapInArrow(function, ddl)
+            .write.mode("overwrite")
+            .option("header", True)
+            .option("escape", '"')
+            .option("ignoreLeadingWhiteSpace", False)
+            .option("ignoreTrailingWhiteSpace", False)
+            .option("lineSep", "\n")
+            .csv(_target(directory, f"{table}.csv"))
+        )

@@ -40,8 +40,9 @@ def is_connect(master: str | None) -> bool:
 
 
 def is_local(master: str | None) -> bool:
-    return bool(master) and (master == "local" or master.startswith("local[")
-                             or master.startswith("local-cluster["))
+    return bool(master) and (
+        master == "local" or master.startswith("local[") or master.startswith("local-cluster[")
+    )
 
 
 def check_available(master: str | None) -> None:
@@ -50,8 +51,9 @@ def check_available(master: str | None) -> None:
         raise SparkUnavailable("the Spark engine needs pyspark: pip install 'ksniff[spark]'")
     if is_connect(master):
         if importlib.util.find_spec("grpc") is None:
-            raise SparkUnavailable("Spark Connect (sc://) needs pyspark's connect extras: "
-                                   "pip install 'ksniff[spark-connect]'")
+            raise SparkUnavailable(
+                "Spark Connect (sc://) needs pyspark's connect extras: pip install 'ksniff[spark-connect]'"
+            )
         return
     if not os.environ.get("PYSPARK_GATEWAY_PORT") and java_binary() is None:  # spark-submit has a JVM
         raise SparkUnavailable("the Spark engine needs Java 17 or newer (set JAVA_HOME or put java on PATH)")
@@ -99,8 +101,9 @@ _CHECKED: set[str] = set()  # applications whose executors passed the probe
 class Session:
     """A SparkSession for one run: started with `start()`, stopped (if we started it) with `stop()`."""
 
-    def __init__(self, master: str | None = None, conf: Sequence[tuple[str, str]] = (),
-                 spark: Any = None) -> None:
+    def __init__(
+        self, master: str | None = None, conf: Sequence[tuple[str, str]] = (), spark: Any = None
+    ) -> None:
         self.master = master
         self.conf = list(conf)
         self.spark = spark
@@ -161,8 +164,9 @@ class Session:
             spark = builder.getOrCreate()
             spark.addArtifacts(package_zip(self._workdir), pyfile=True)
         except Exception as exc:
-            raise SparkUnavailable(f"could not reach Spark Connect at {self.master}: "
-                                   f"{_one_line(exc)}") from None
+            raise SparkUnavailable(
+                f"could not reach Spark Connect at {self.master}: {_one_line(exc)}"
+            ) from None
         return spark
 
     def _check_executors(self) -> None:
@@ -174,11 +178,15 @@ class Session:
         try:
             problems = [p for p in sc.parallelize([0], 1).mapPartitions(_probe).collect() if p]
         except Exception as exc:
-            raise SparkUnavailable(f"the executors cannot run Python tasks: {_one_line(exc)} "
-                                   "(set spark.pyspark.python to a Python 3.10+ with pyarrow)") from None
+            raise SparkUnavailable(
+                f"the executors cannot run Python tasks: {_one_line(exc)} "
+                "(set spark.pyspark.python to a Python 3.10+ with pyarrow)"
+            ) from None
         if problems:
-            raise SparkUnavailable(f"{problems[0]} (set spark.pyspark.python to a Python with ksniff's "
-                                   "dependencies, see the README's Spark section)")
+            raise SparkUnavailable(
+                f"{problems[0]} (set spark.pyspark.python to a Python with ksniff's "
+                "dependencies, see the README's Spark section)"
+            )
         _CHECKED.add(sc.applicationId)
 
     @property

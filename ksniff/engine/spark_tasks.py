@@ -56,31 +56,59 @@ BATCH_ROWS = 16_384
 def dumps(obj) -> bytes:
     return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
+
 INF = math.inf
 
 # Row kinds leaving stage 2.
 KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, FILE_META, LINK, IDENTITY = 0, 1, 2, 3, 4, 5, 6, 7
 LOG = 8  # exchanges the partition logs read (ksniff.audit.keys.is_log_event): for the CONTEXT_KEY group
 
-SEGMENTS = pa.schema([
-    ("flow", pa.binary()), ("pm", pa.float64()), ("file", pa.int32()), ("idx", pa.int64()),
-    ("ts", pa.float64()), ("src", pa.binary()), ("sport", pa.int32()), ("dst", pa.binary()),
-    ("dport", pa.int32()), ("seq", pa.int64()), ("ack", pa.int64()), ("flags", pa.int32()),
-    ("payload", pa.binary()), ("cut", pa.int64()), ("fpm", pa.float64()), ("fidx", pa.int64()),
-    ("meta", pa.binary()),
-])
-SEGMENTS_DDL = ("flow binary, pm double, file int, idx long, ts double, src binary, sport int, dst binary, "
-                "dport int, seq long, ack long, flags int, payload binary, cut long, fpm double, fidx long, "
-                "meta binary")
+SEGMENTS = pa.schema(
+    [
+        ("flow", pa.binary()),
+        ("pm", pa.float64()),
+        ("file", pa.int32()),
+        ("idx", pa.int64()),
+        ("ts", pa.float64()),
+        ("src", pa.binary()),
+        ("sport", pa.int32()),
+        ("dst", pa.binary()),
+        ("dport", pa.int32()),
+        ("seq", pa.int64()),
+        ("ack", pa.int64()),
+        ("flags", pa.int32()),
+        ("payload", pa.binary()),
+        ("cut", pa.int64()),
+        ("fpm", pa.float64()),
+        ("fidx", pa.int64()),
+        ("meta", pa.binary()),
+    ]
+)
+SEGMENTS_DDL = (
+    "flow binary, pm double, file int, idx long, ts double, src binary, sport int, dst binary, "
+    "dport int, seq long, ack long, flags int, payload binary, cut long, fpm double, fidx long, "
+    "meta binary"
+)
 
 # Stage 2's rows. `rel`, `ets` and (`phase`, `ppm`, `pfile`, `pidx`, `n`) make the audit order key.
-EVENTS = pa.schema([
-    ("kind", pa.int8()), ("key", pa.string()), ("rel", pa.float64()), ("ets", pa.float64()),
-    ("phase", pa.int8()), ("ppm", pa.float64()), ("pfile", pa.int32()), ("pidx", pa.int64()),
-    ("n", pa.int64()), ("blob", pa.binary()),
-])
-EVENTS_DDL = ("kind tinyint, key string, rel double, ets double, phase tinyint, ppm double, pfile int, "
-              "pidx long, n long, blob binary")
+EVENTS = pa.schema(
+    [
+        ("kind", pa.int8()),
+        ("key", pa.string()),
+        ("rel", pa.float64()),
+        ("ets", pa.float64()),
+        ("phase", pa.int8()),
+        ("ppm", pa.float64()),
+        ("pfile", pa.int32()),
+        ("pidx", pa.int64()),
+        ("n", pa.int64()),
+        ("blob", pa.binary()),
+    ]
+)
+EVENTS_DDL = (
+    "kind tinyint, key string, rel double, ets double, phase tinyint, ppm double, pfile int, "
+    "pidx long, n long, blob binary"
+)
 ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "n")
 
 OUTPUTS_DDL = "key string, blob binary"
@@ -163,8 +191,9 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             yield from _extract_input(file, path, uri, folder, contents[i].as_py, offsets[i])
 
 
-def _extract_input(file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0
-                   ) -> Iterator[pa.RecordBatch]:
+def _extract_input(
+    file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0
+) -> Iterator[pa.RecordBatch]:
     import tempfile
 
     where = local_path(uri)
@@ -194,8 +223,9 @@ def _extract_input(file: int, path: str, uri: str, folder: bool, content, offset
 
 
 def _failed(file: int, path: str, error: str, skipped: bool) -> FileMeta:
-    return FileMeta(file, path, "", [], 0, 0, 0, 0, 0, None, None, None, [], None if skipped else error,
-                    skipped)
+    return FileMeta(
+        file, path, "", [], 0, 0, 0, 0, 0, None, None, None, [], None if skipped else error, skipped
+    )
 
 
 def _meta_batch(meta: FileMeta) -> pa.RecordBatch:
@@ -204,8 +234,9 @@ def _meta_batch(meta: FileMeta) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(row, schema=SEGMENTS)
 
 
-def _extract_file(file: int, path: str, capture: CaptureFile, offset: float = 0.0
-                  ) -> Iterator[pa.RecordBatch]:
+def _extract_file(
+    file: int, path: str, capture: CaptureFile, offset: float = 0.0
+) -> Iterator[pa.RecordBatch]:
     """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock)."""
     cols: dict[str, list] = {name: [] for name in SEGMENTS.names}
     pm = -INF
@@ -217,8 +248,25 @@ def _extract_file(file: int, path: str, capture: CaptureFile, offset: float = 0.
     idx = 0
     # Once per segment: one list per column, appended to through bound methods, made into one Arrow
     # batch per BATCH_ROWS segments (column by column, not row by row).
-    (flows, pms, files, idxs, tss, srcs, sports, dsts, dports, seqs, acks, flagss, payloads, cuts, fpms,
-     fidxs, metas) = (cols[name] for name in SEGMENTS.names)
+    (
+        flows,
+        pms,
+        files,
+        idxs,
+        tss,
+        srcs,
+        sports,
+        dsts,
+        dports,
+        seqs,
+        acks,
+        flagss,
+        payloads,
+        cuts,
+        fpms,
+        fidxs,
+        metas,
+    ) = (cols[name] for name in SEGMENTS.names)
     walk = capture.segments()
     if offset:
         walk = ((s[0] + offset, *s[1:]) for s in walk)
@@ -260,16 +308,33 @@ def _extract_file(file: int, path: str, capture: CaptureFile, offset: float = 0.
     if pms:
         yield _segment_batch(cols, file)
     c = capture.counts
-    yield _meta_batch(FileMeta(file, path, capture.format, list(capture.linktypes), capture.size, c.packets,
-                               c.non_tcp, c.fragments, c.cut_short, c.first_ts, c.last_ts,
-                               pm if idx else None, list(capture.warnings)))
+    yield _meta_batch(
+        FileMeta(
+            file,
+            path,
+            capture.format,
+            list(capture.linktypes),
+            capture.size,
+            c.packets,
+            c.non_tcp,
+            c.fragments,
+            c.cut_short,
+            c.first_ts,
+            c.last_ts,
+            pm if idx else None,
+            list(capture.warnings),
+        )
+    )
 
 
 def _segment_batch(cols: dict[str, list], file: int) -> pa.RecordBatch:
     n = len(cols["pm"])
-    arrays = [pa.array(cols[name], type=f.type) if name not in ("file", "meta")
-              else (pa.array([file] * n, type=f.type) if name == "file" else pa.nulls(n, type=f.type))
-              for name, f in zip(SEGMENTS.names, SEGMENTS, strict=True)]
+    arrays = [
+        pa.array(cols[name], type=f.type)
+        if name not in ("file", "meta")
+        else (pa.array([file] * n, type=f.type) if name == "file" else pa.nulls(n, type=f.type))
+        for name, f in zip(SEGMENTS.names, SEGMENTS, strict=True)
+    ]
     return pa.RecordBatch.from_arrays(arrays, schema=SEGMENTS)
 
 
@@ -358,8 +423,25 @@ class _Flow:
         reassembler would have cut this flow's pending chunk because another flow emitted something,
         cut it too, at that other segment's position."""
         reassembler = self.reassembler
-        for (_flow, pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload, cut, fpm, fidx,
-             _meta) in rows:
+        for (
+            _flow,
+            pm,
+            file,
+            idx,
+            ts,
+            src,
+            sport,
+            dst,
+            dport,
+            seq,
+            ack,
+            flags,
+            payload,
+            cut,
+            fpm,
+            fidx,
+            _meta,
+        ) in rows:
             if fpm is not None:
                 self.position = (fpm, file, fidx)
                 reassembler.flush()
@@ -475,8 +557,10 @@ def summarize(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         if len(pm):
             parts.append(np.unique(pm))
     times = np.unique(np.concatenate(parts)).tobytes() if parts else None
-    yield pa.RecordBatch.from_pydict({"meta": [*metas, None], "times": [None] * len(metas) + [times]},
-                                     schema=pa.schema([("meta", pa.binary()), ("times", pa.binary())]))
+    yield pa.RecordBatch.from_pydict(
+        {"meta": [*metas, None], "times": [None] * len(metas) + [times]},
+        schema=pa.schema([("meta", pa.binary()), ("times", pa.binary())]),
+    )
 
 
 def merge_times(blobs) -> list[float]:
@@ -513,8 +597,13 @@ def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
     return event
 
 
-def fold(config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]], conns: dict[int, int],
-         groups: dict[str, frozenset[str]]):
+def fold(
+    config: EngineConfig,
+    end: RunEnd,
+    context: list[tuple[tuple, bytes]],
+    conns: dict[int, int],
+    groups: dict[str, frozenset[str]],
+):
     """mapInArrow over KEYED rows sorted by (group, order): one fold per group of keys over its events
     and the context events, merged in audit order; each group's AuditOutput pickled."""
 
@@ -528,14 +617,16 @@ def fold(config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]], 
                 auditor.feed(event)
             names.append(group)
             blobs.append(dumps(auditor.finish(end.last_event)))
-        yield pa.RecordBatch.from_pydict({"key": names, "blob": blobs},
-                                         schema=pa.schema([("key", pa.string()), ("blob", pa.binary())]))
+        yield pa.RecordBatch.from_pydict(
+            {"key": names, "blob": blobs}, schema=pa.schema([("key", pa.string()), ("blob", pa.binary())])
+        )
 
     return run
 
 
-def _once(events: Iterator[tuple[tuple, bytes]], conns: dict[int, int]
-          ) -> Iterator[tuple[tuple, DecodeEvent]]:
+def _once(
+    events: Iterator[tuple[tuple, bytes]], conns: dict[int, int]
+) -> Iterator[tuple[tuple, DecodeEvent]]:
     """A group's events, each once: an event of several keys of the group came once per key."""
     previous = None
     for order, blob in events:
@@ -546,18 +637,21 @@ def _once(events: Iterator[tuple[tuple, bytes]], conns: dict[int, int]
 
 def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tuple[tuple, bytes]]]]:
     """Rows sorted by (group, order) as one iterator per group, streamed."""
+
     def rows() -> Iterator[tuple[str, tuple, bytes]]:
         for batch in batches:
             orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
-            yield from zip(batch.column("group").to_pylist(), orders, batch.column("blob").to_pylist(),
-                           strict=True)
+            yield from zip(
+                batch.column("group").to_pylist(), orders, batch.column("blob").to_pylist(), strict=True
+            )
 
     for group, rows_of_group in itertools.groupby(rows(), key=lambda row: row[0]):
         yield group, ((order, blob) for _group, order, blob in rows_of_group)
 
 
-def context_output(config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]],
-                   conns: dict[int, int]):
+def context_output(
+    config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]], conns: dict[int, int]
+):
     """The CONTEXT_KEY group: the capture gaps, which belong to no producer, and the partition logs
     (`context` then holds the LOG rows too, in audit order)."""
     auditor = Auditor(config.audit_config(), key=CONTEXT_KEY)
@@ -573,10 +667,12 @@ _ARROW_TYPES = {"float64": pa.float64(), "Int64": pa.int64(), "boolean": pa.bool
 # Each exported row keeps the place of its exchange in the audit order (and of itself within the
 # exchange), so a writer can give the rows in exactly the local engine's order.
 ROW_ORDER = (*ORDER_COLUMNS, "sub")
-PRODUCERS_DDL = ("transactional_id string, producer_id bigint, epochs array<bigint>, clients array<string>, "
-                 "client_ids array<string>, batches bigint, records bigint, "
-                 "transactions struct<commit: bigint, abort: bigint, open: bigint, unknown: bigint>, "
-                 "capture_set bigint, cluster string")
+PRODUCERS_DDL = (
+    "transactional_id string, producer_id bigint, epochs array<bigint>, clients array<string>, "
+    "client_ids array<string>, batches bigint, records bigint, "
+    "transactions struct<commit: bigint, abort: bigint, open: bigint, unknown: bigint>, "
+    "capture_set bigint, cluster string"
+)
 
 
 def table_ddl(table: str, order: bool = False) -> str:
@@ -584,8 +680,12 @@ def table_ddl(table: str, order: bool = False) -> str:
 
     columns = [f"`{name}` {_SPARK_TYPES[dtype]}" for name, dtype in SCHEMAS[table].items()]
     if order:
-        columns += [f"`{name}` {'bigint' if name in ('pfile', 'pidx', 'n', 'sub') else 'double'}"
-                    if name != "phase" else "`phase` tinyint" for name in ROW_ORDER]
+        columns += [
+            f"`{name}` {'bigint' if name in ('pfile', 'pidx', 'n', 'sub') else 'double'}"
+            if name != "phase"
+            else "`phase` tinyint"
+            for name in ROW_ORDER
+        ]
     return ", ".join(columns)
 
 
@@ -594,8 +694,13 @@ def _table_schema(table: str, order: bool) -> pa.Schema:
 
     fields = [pa.field(name, _ARROW_TYPES[dtype]) for name, dtype in SCHEMAS[table].items()]
     if order:
-        kinds = {"phase": pa.int8(), "pfile": pa.int64(), "pidx": pa.int64(), "n": pa.int64(),
-                 "sub": pa.int64()}
+        kinds = {
+            "phase": pa.int8(),
+            "pfile": pa.int64(),
+            "pidx": pa.int64(),
+            "n": pa.int64(),
+            "sub": pa.int64(),
+        }
         fields += [pa.field(name, kinds.get(name, pa.float64())) for name in ROW_ORDER]
     return pa.schema(fields)
 
@@ -610,20 +715,24 @@ def _cell(value, dtype: str):
     return value
 
 
-def _arrow_rows(rows: list[dict], table: str, schema: pa.Schema, extra: dict[str, list] | None = None
-                ) -> pa.RecordBatch:
+def _arrow_rows(
+    rows: list[dict], table: str, schema: pa.Schema, extra: dict[str, list] | None = None
+) -> pa.RecordBatch:
     from ksniff.report.tables import SCHEMAS
 
-    arrays = [pa.array([_cell(r[name], dtype) for r in rows], type=_ARROW_TYPES[dtype])
-              for name, dtype in SCHEMAS[table].items()]
+    arrays = [
+        pa.array([_cell(r[name], dtype) for r in rows], type=_ARROW_TYPES[dtype])
+        for name, dtype in SCHEMAS[table].items()
+    ]
     for f in schema:
         if extra is not None and f.name in extra:
             arrays.append(pa.array(extra[f.name], type=f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def table_rows(table: str, conns: dict[int, int], per_batch: int = 64 << 20,
-               cut: frozenset[tuple] = frozenset()):
+def table_rows(
+    table: str, conns: dict[int, int], per_batch: int = 64 << 20, cut: frozenset[tuple] = frozenset()
+):
     """mapInArrow over TABLE rows (pickled exchanges): the rows of `exchanges`, `batches` or `records`,
     with the exchange's connection number as the local engine gives it, and their audit-order columns.
     `records`: each batch decompressed under the per-batch cap, except the batches in `cut` (audit order
@@ -638,8 +747,9 @@ def table_rows(table: str, conns: dict[int, int], per_batch: int = 64 << 20,
         if table == "batches":
             return [batch_row(b) for b in ex.batches]
         inflation = Inflation(DecodeStats(by_api={}), per_batch, _UNCAPPED, _UNCAPPED)
-        return [r for i, b in enumerate(ex.batches) if (*order, i) not in cut
-                for r in record_rows(b, inflation)]
+        return [
+            r for i, b in enumerate(ex.batches) if (*order, i) not in cut for r in record_rows(b, inflation)
+        ]
 
     schema = _table_schema(table, order=True)
 
@@ -666,8 +776,10 @@ def table_rows(table: str, conns: dict[int, int], per_batch: int = 64 << 20,
 # -- the --records decompression budget ---------------------------------------------------------------------
 
 _UNCAPPED = 1 << 62
-PROBE_DDL = ("rel double, ets double, phase tinyint, ppm double, pfile int, pidx long, n long, batch long, "
-             "need double, used long, request_need double")
+PROBE_DDL = (
+    "rel double, ets double, phase tinyint, ppm double, pfile int, pidx long, n long, batch long, "
+    "need double, used long, request_need double"
+)
 
 
 def record_probe(per_batch: int):
@@ -727,9 +839,15 @@ def record_probe(per_batch: int):
     return run
 
 
-_PROBE_SCHEMA = pa.schema([*(f for f in EVENTS if f.name in ORDER_COLUMNS), pa.field("batch", pa.int64()),
-                           pa.field("need", pa.float64()), pa.field("used", pa.int64()),
-                           pa.field("request_need", pa.float64())])
+_PROBE_SCHEMA = pa.schema(
+    [
+        *(f for f in EVENTS if f.name in ORDER_COLUMNS),
+        pa.field("batch", pa.int64()),
+        pa.field("need", pa.float64()),
+        pa.field("used", pa.int64()),
+        pa.field("request_need", pa.float64()),
+    ]
+)
 
 
 def output_rows(table: str):
@@ -751,19 +869,33 @@ def output_batch(table: str, outputs, finding_row=None, transaction_row=None) ->
         return pa.RecordBatch.from_pylist(rows, schema=PRODUCERS_SCHEMA)
     if finding_row is None:
         from ksniff.report.tables import finding_row, transaction_row
-    rows = ([transaction_row(t) for o in outputs for t in o.transactions] if table == "transactions"
-            else [finding_row(f) for o in outputs for f in o.findings])
+    rows = (
+        [transaction_row(t) for o in outputs for t in o.transactions]
+        if table == "transactions"
+        else [finding_row(f) for o in outputs for f in o.findings]
+    )
     return _arrow_rows(rows, table, _table_schema(table, order=False))
 
 
-PRODUCERS_SCHEMA = pa.schema([
-    ("transactional_id", pa.string()), ("producer_id", pa.int64()), ("epochs", pa.list_(pa.int64())),
-    ("clients", pa.list_(pa.string())), ("client_ids", pa.list_(pa.string())), ("batches", pa.int64()),
-    ("records", pa.int64()),
-    ("transactions", pa.struct([("commit", pa.int64()), ("abort", pa.int64()), ("open", pa.int64()),
-                                ("unknown", pa.int64())])),
-    ("capture_set", pa.int64()), ("cluster", pa.string()),
-])
+PRODUCERS_SCHEMA = pa.schema(
+    [
+        ("transactional_id", pa.string()),
+        ("producer_id", pa.int64()),
+        ("epochs", pa.list_(pa.int64())),
+        ("clients", pa.list_(pa.string())),
+        ("client_ids", pa.list_(pa.string())),
+        ("batches", pa.int64()),
+        ("records", pa.int64()),
+        (
+            "transactions",
+            pa.struct(
+                [("commit", pa.int64()), ("abort", pa.int64()), ("open", pa.int64()), ("unknown", pa.int64())]
+            ),
+        ),
+        ("capture_set", pa.int64()),
+        ("cluster", pa.string()),
+    ]
+)
 
 
 def csv_cells(table: str):
@@ -808,6 +940,9 @@ def summary_batch(table: str, result) -> pa.RecordBatch:
     elif table == "partition_log":
         rows = partition_log_rows(result.partitions)
     else:
-        rows = ([transaction_row(t) for t in result.transactions] if table == "transactions"
-                else [finding_row(f) for f in result.findings])
+        rows = (
+            [transaction_row(t) for t in result.transactions]
+            if table == "transactions"
+            else [finding_row(f) for f in result.findings]
+        )
     return _arrow_rows(rows, table, _table_schema(table, order=False))

@@ -15,8 +15,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
 
-__all__ = ["ReportError", "atomic_file", "create_temporary", "ensure_dir", "ensure_parent", "reason",
-           "unlink_quietly", "write_atomically"]
+__all__ = [
+    "ReportError",
+    "atomic_file",
+    "create_temporary",
+    "ensure_dir",
+    "ensure_parent",
+    "reason",
+    "unlink_quietly",
+    "write_atomically",
+]
 
 
 class ReportError(Exception):
@@ -72,7 +80,7 @@ def _remove_orphans(directory: str, name: str) -> None:
         return  # the export itself will say what is wrong with the folder
     now = time.time()
     for entry in entries:
-        middle = entry.name[len(prefix):-len(".tmp")]
+        middle = entry.name[len(prefix) : -len(".tmp")]
         pid, dash, _token = middle.partition("-")
         try:
             if dash and pid.isdigit():

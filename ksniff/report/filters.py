@@ -40,8 +40,9 @@ def parse_time(text: str) -> float:
     try:
         moment = datetime.fromisoformat(iso)
     except ValueError:
-        raise FilterError(f"not a time: {text!r} (give epoch seconds or ISO-8601, e.g. "
-                          "2026-11-21T08:03:05Z)") from None
+        raise FilterError(
+            f"not a time: {text!r} (give epoch seconds or ISO-8601, e.g. 2026-11-21T08:03:05Z)"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
@@ -57,8 +58,13 @@ class ResultFilter:
 
     @property
     def active(self) -> bool:
-        return bool(self.severity or self.kinds or self.since is not None or self.until is not None
-                    or self.transactional_ids)
+        return bool(
+            self.severity
+            or self.kinds
+            or self.since is not None
+            or self.until is not None
+            or self.transactional_ids
+        )
 
     def as_contract(self) -> dict[str, Any]:
         """The JSON document's `filters`: what was asked, empty when nothing was."""

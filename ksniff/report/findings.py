@@ -30,88 +30,88 @@ SEVERITY_MEANING = {
 # One line per finding kind: what to do about it. Kinds the audit adds later simply have no advice.
 ADVICE: dict[str, str] = {
     "sequence_gap": "Records between the expected and the received sequence were never written: look for "
-                    "expired batches (delivery.timeout.ms) or OUT_OF_ORDER_SEQUENCE_NUMBER in the producer's "
-                    "log and re-send the missing range from its source.",
+    "expired batches (delivery.timeout.ms) or OUT_OF_ORDER_SEQUENCE_NUMBER in the producer's "
+    "log and re-send the missing range from its source.",
     "sequence_duplicate": "A batch was sent twice: harmless if the broker refused it "
-                          "(DUPLICATE_SEQUENCE_NUMBER); if it accepted it, consumers read duplicates - check "
-                          "that enable.idempotence is on and that no two instances share a producer id.",
+    "(DUPLICATE_SEQUENCE_NUMBER); if it accepted it, consumers read duplicates - check "
+    "that enable.idempotence is on and that no two instances share a producer id.",
     "epoch_regression": "An instance kept using an older epoch: make sure only one process runs per "
-                        "transactional.id, and that a restarted instance's predecessor is really stopped.",
+    "transactional.id, and that a restarted instance's predecessor is really stopped.",
     "producer_fenced": "Two instances used the same transactional.id (or one restarted): give each live "
-                       "instance its own stable transactional.id, and close a producer on "
-                       "ProducerFencedException instead of retrying with it.",
+    "instance its own stable transactional.id, and close a producer on "
+    "ProducerFencedException instead of retrying with it.",
     "zombie_write_accepted": "A fenced instance still wrote: its records may be duplicated or visible to "
-                             "consumers; stop the instance at that address, check the partitions downstream, "
-                             "and prefer brokers with KIP-890 transaction verification.",
+    "consumers; stop the instance at that address, check the partitions downstream, "
+    "and prefer brokers with KIP-890 transaction verification.",
     "hanging_transaction": "An open transaction holds back read_committed consumers (the LSO) on its "
-                           "partitions: if its producer is gone, end it with `kafka-transactions.sh "
-                           "find-hanging` then `abort`; lower transaction.timeout.ms if it is very long.",
+    "partitions: if its producer is gone, end it with `kafka-transactions.sh "
+    "find-hanging` then `abort`; lower transaction.timeout.ms if it is very long.",
     "capture_gap": "The capture lost bytes, so findings on that connection are unverified: capture with a "
-                   "bigger buffer (tcpdump -B), full packets (-s 0) and a port filter, ideally on the "
-                   "broker host.",
+    "bigger buffer (tcpdump -B), full packets (-s 0) and a port filter, ideally on the "
+    "broker host.",
     "sequence_out_of_order": "The broker and the producer disagree on sequence numbers, usually after a "
-                             "retry of an expired batch: an idempotent producer must reset and a "
-                             "transactional one abort; keep max.in.flight.requests.per.connection <= 5.",
+    "retry of an expired batch: an idempotent producer must reset and a "
+    "transactional one abort; keep max.in.flight.requests.per.connection <= 5.",
     "write_to_unregistered_partition": "A transactional write went to a partition never added with "
-                                       "AddPartitionsToTxn: brokers without KIP-890 verification accept it "
-                                       "and the partition may hang; upgrade the client, or look for a "
-                                       "capture gap before the write.",
+    "AddPartitionsToTxn: brokers without KIP-890 verification accept it "
+    "and the partition may hang; upgrade the client, or look for a "
+    "capture gap before the write.",
     "txn_offset_commit_unregistered_group": "A transaction committed offsets for a group it never added "
-                                            "with AddOffsetsToTxn, so they may not commit atomically with "
-                                            "its writes: check how the client calls "
-                                            "sendOffsetsToTransaction, or look for a capture gap.",
+    "with AddOffsetsToTxn, so they may not commit atomically with "
+    "its writes: check how the client calls "
+    "sendOffsetsToTransaction, or look for a capture gap.",
     "end_txn_without_transaction": "EndTxn came with no transaction open, typically a commit or abort "
-                                   "retried after a timeout: harmless if the broker refused it; otherwise "
-                                   "check the client's error handling around commitTransaction.",
+    "retried after a timeout: harmless if the broker refused it; otherwise "
+    "check the client's error handling around commitTransaction.",
     "unanswered_request": "The broker never answered (connection closed or capture ended): check the "
-                          "broker's log at that time and request.timeout.ms, or whether the capture "
-                          "stopped early.",
+    "broker's log at that time and request.timeout.ms, or whether the capture "
+    "stopped early.",
     "write_outside_transaction": "A transactional producer wrote while no transaction was open (before "
-                                 "AddPartitionsToTxn or after EndTxn): the records escape any commit or "
-                                 "abort; upgrade the client, or look for a capture gap before the write.",
+    "AddPartitionsToTxn or after EndTxn): the records escape any commit or "
+    "abort; upgrade the client, or look for a capture gap before the write.",
     "offset_commit_backwards": "A consumer group committed an offset below its previous one: its consumers "
-                               "will re-read records; look for a zombie group member, a rebalance, or a "
-                               "manual offset reset at that time.",
+    "will re-read records; look for a zombie group member, a rebalance, or a "
+    "manual offset reset at that time.",
     "markers_disagree": "The coordinator wrote markers opposite to the EndTxn it accepted: read_committed "
-                        "consumers see that transaction the other way round; compare the coordinator's and "
-                        "the partition leaders' logs for that producer id and treat the data as suspect.",
+    "consumers see that transaction the other way round; compare the coordinator's and "
+    "the partition leaders' logs for that producer id and treat the data as suspect.",
     "transaction_ended_after_timeout": "The broker accepted the end of a transaction after its own "
-                                       "timeout: Kafka's coordinator would have aborted it; check the "
-                                       "broker's timeout enforcement and the producer's "
-                                       "transaction.timeout.ms against how long it really takes.",
+    "timeout: Kafka's coordinator would have aborted it; check the "
+    "broker's timeout enforcement and the producer's "
+    "transaction.timeout.ms against how long it really takes.",
     "aborted_read": "A read_committed consumer got records of an aborted transaction with no aborted-"
-                    "transaction entry to skip them: it handed them out. The broker does not honour "
-                    "read_committed (check its version and transaction support); reprocess what that "
-                    "consumer wrote downstream from those offsets.",
+    "transaction entry to skip them: it handed them out. The broker does not honour "
+    "read_committed (check its version and transaction support); reprocess what that "
+    "consumer wrote downstream from those offsets.",
     "uncommitted_read": "A read_committed consumer got records before their transaction ended: the broker's "
-                        "last stable offset did not hold it back. Data was not lost, but isolation was "
-                        "broken; check the broker's read_committed support.",
+    "last stable offset did not hold it back. Data was not lost, but isolation was "
+    "broken; check the broker's read_committed support.",
     "lost_write": "An acknowledged batch is not at its offset when read back: check the broker's log, "
-                  "unclean leader elections (unclean.leader.election.enable) and acks; the producer believes "
-                  "it was written.",
+    "unclean leader elections (unclean.leader.election.enable) and acks; the producer believes "
+    "it was written.",
     "duplicate_write": "The same producer sequence range sits at two offsets: consumers read it twice. The "
-                       "broker failed to deduplicate a retry; check its idempotence support and the "
-                       "producer's retries around that time.",
+    "broker failed to deduplicate a retry; check its idempotence support and the "
+    "producer's retries around that time.",
     "torn_transaction": "A Produce of a transaction landed after its EndTxn was answered, so it belongs to "
-                        "the next transaction or none: use a client and broker with transaction version 2 "
-                        "(KIP-890), whose epoch bump refuses such late writes.",
+    "the next transaction or none: use a client and broker with transaction version 2 "
+    "(KIP-890), whose epoch bump refuses such late writes.",
     "offset_commit_past_end": "A group committed an offset past the end of the log: the records later "
-                              "written below it will be skipped by the group. Look for a bad manual commit "
-                              "or offset reset in the application.",
+    "written below it will be skipped by the group. Look for a bad manual commit "
+    "or offset reset in the application.",
     "fetch_position_backwards": "A consumer asked again from an offset it had already read, with no reset "
-                                "or seek answer in between: it processes records again; look for a "
-                                "rebalance or a seek in the application.",
+    "or seek answer in between: it processes records again; look for a "
+    "rebalance or a seek in the application.",
     "fetch_position_skip": "A consumer asked from past what it had been given, with no reset or seek "
-                           "answer in between: it never saw the records in between; look for a seek in "
-                           "the application or a client bug.",
+    "answer in between: it never saw the records in between; look for a seek in "
+    "the application or a client bug.",
     "idempotence_not_in_effect": "The client asked for idempotence but the broker refused its "
-                                 "InitProducerId, and it wrote anyway with producer id -1: a retried batch "
-                                 "can be written twice. Make the client fail on that error (Sarama 1.22 "
-                                 "ignores it), check the broker supports the client's InitProducerId "
-                                 "version, and look for duplicates downstream.",
+    "InitProducerId, and it wrote anyway with producer id -1: a retried batch "
+    "can be written twice. Make the client fail on that error (Sarama 1.22 "
+    "ignores it), check the broker supports the client's InitProducerId "
+    "version, and look for duplicates downstream.",
     "hanging_partition": "The partition's last stable offset is held by a transaction nobody ends: "
-                         "read_committed consumers get nothing past it. Abort it (kafka-transactions.sh "
-                         "find-hanging, then abort), and check why the coordinator did not time it out.",
+    "read_committed consumers get nothing past it. Abort it (kafka-transactions.sh "
+    "find-hanging, then abort), and check why the coordinator did not time it out.",
 }
 
 FINDINGS_SHOWN = {"critical": 50, "warning": 15, "info": 10}
@@ -127,15 +127,16 @@ def findings_view(findings: Sequence[Finding], *, verbose: bool = False) -> Rend
         of_severity = [f for f in findings if f.severity == severity]
         groups = fold_findings(of_severity)
         folded = f" in {plural(len(groups), 'group')}" if len(groups) < len(of_severity) else ""
-        title = Text(f"{severity.upper()} ({len(of_severity):,}{folded})",
-                     style=SEVERITY_STYLE.get(severity, "bold"))
+        title = Text(
+            f"{severity.upper()} ({len(of_severity):,}{folded})", style=SEVERITY_STYLE.get(severity, "bold")
+        )
         title.append(f"  {SEVERITY_MEANING.get(severity, '')}", style="dim")
         parts.append(title)
         limit = None if verbose else FINDINGS_SHOWN.get(severity, 10)
         listed = groups[:limit]
         parts += [finding_block(g.first, verbose=verbose, times=g.times) for g in listed]
         if len(groups) > len(listed):
-            hidden = sum(g.count for g in groups[len(listed):])
+            hidden = sum(g.count for g in groups[len(listed) :])
             parts.append(more(hidden, f"{severity} finding", "--verbose or --json"))
         parts.append(Text(""))
     parts.append(advice(findings))
@@ -146,8 +147,9 @@ def counts_table(findings: Sequence[Finding]) -> Table:
     """How many findings of each kind at each severity; the most severe kinds first."""
     severities = _severities_present(findings)
     counts = Counter((f.kind, f.severity) for f in findings)
-    kinds = sorted({f.kind for f in findings},
-                   key=lambda k: tuple(-counts.get((k, s), 0) for s in severities) + (k,))
+    kinds = sorted(
+        {f.kind for f in findings}, key=lambda k: tuple(-counts.get((k, s), 0) for s in severities) + (k,)
+    )
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("Kind")
     for s in severities:
@@ -268,8 +270,9 @@ def _evidence_item(key: str, value: Any) -> str:
 
 
 def advice(findings: Sequence[Finding]) -> RenderableType:
-    kinds = list(dict.fromkeys(f.kind for s in _severities_present(findings) for f in findings
-                               if f.severity == s))
+    kinds = list(
+        dict.fromkeys(f.kind for s in _severities_present(findings) for f in findings if f.severity == s)
+    )
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True, style="bold")
     table.add_column(overflow="fold")

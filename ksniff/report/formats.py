@@ -32,8 +32,18 @@ from ksniff.report.stream import write_tables
 if TYPE_CHECKING:
     from ksniff.result import AuditResult
 
-__all__ = ["FORMATS", "STDOUT", "OutputFormat", "ReportError", "json_text", "write_csv", "write_json",
-           "write_html", "write_outputs", "write_parquet"]
+__all__ = [
+    "FORMATS",
+    "STDOUT",
+    "OutputFormat",
+    "ReportError",
+    "json_text",
+    "write_csv",
+    "write_json",
+    "write_html",
+    "write_outputs",
+    "write_parquet",
+]
 
 STDOUT = "-"
 
@@ -117,8 +127,9 @@ class HtmlFormat:
         write_atomically(target, lambda fh: fh.write(text))
 
 
-FORMATS: dict[str, OutputFormat] = {f.name: f for f in (JsonFormat(), CsvFormat(), ParquetFormat(),
-                                                        HtmlFormat())}
+FORMATS: dict[str, OutputFormat] = {
+    f.name: f for f in (JsonFormat(), CsvFormat(), ParquetFormat(), HtmlFormat())
+}
 
 
 def write_json(result: AuditResult, path: str) -> None:
@@ -137,8 +148,13 @@ def write_html(result: AuditResult, path: str) -> None:
     FORMATS["html"].write(result, path)
 
 
-def write_outputs(result: AuditResult, *, json_path: str | None = None, csv_dir: str | None = None,
-                  parquet_dir: str | None = None) -> None:
+def write_outputs(
+    result: AuditResult,
+    *,
+    json_path: str | None = None,
+    csv_dir: str | None = None,
+    parquet_dir: str | None = None,
+) -> None:
     """Writes every export asked for, in the order the CLI documents them."""
     for name, target in (("json", json_path), ("csv", csv_dir), ("parquet", parquet_dir)):
         if target:

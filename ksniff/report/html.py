@@ -75,15 +75,20 @@ def html_report(result: AuditResult) -> str:
     anchors = {finding_cause(g.first): f"f-{i}" for i, g in enumerate(groups[:FINDINGS_LISTED])}
     stories = transactional_stories(result.producers, result.transactions, result.findings)
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>ksniff report: {_t(_title(result), 120)}</title><style>{STYLE}</style></head><body>",
         f"<h1>ksniff report</h1>{_summary(result, groups)}",
-        "<h2>Timeline per transactional id</h2>", _legend(),
+        "<h2>Timeline per transactional id</h2>",
+        _legend(),
         _timelines(result, stories, anchors),
-        "<h2>Findings</h2>", _findings(groups),
-        "<h2>Transactional ids</h2>", _stories_table(stories),
-        "<h2>Transactions</h2>", _transactions_table(result.transactions),
+        "<h2>Findings</h2>",
+        _findings(groups),
+        "<h2>Transactional ids</h2>",
+        _stories_table(stories),
+        "<h2>Transactions</h2>",
+        _transactions_table(result.transactions),
         f"<script>{SCRIPT}</script></body></html>",
     ]
     return "\n".join(parts)
@@ -98,15 +103,36 @@ def _summary(result: AuditResult, groups: list[FindingGroup]) -> str:
     severities = {s: sum(1 for f in result.findings if f.severity == s) for s in SEVERITIES}
     rows = [
         ("ksniff", html_escape(f"{result.version}, engine {result.engine}")),
-        ("Inputs", "<br>".join(f'<span class="id">{_t(i.path, 4096)}</span> ({html_escape(i.format)}, '
-                               f"{plural(i.packets, 'packet')})" for i in result.inputs[:20]) or "none"),
+        (
+            "Inputs",
+            "<br>".join(
+                f'<span class="id">{_t(i.path, 4096)}</span> ({html_escape(i.format)}, '
+                f"{plural(i.packets, 'packet')})"
+                for i in result.inputs[:20]
+            )
+            or "none",
+        ),
         ("Capture", html_escape(span(cap.first_ts, cap.last_ts))),
-        ("Traffic", html_escape(f"{plural(cap.connections, 'connection')} ({cap.kafka_connections:,} Kafka), "
-                                f"{plural(dec.exchanges, 'exchange')}")),
-        ("Gaps", html_escape(f"{plural(cap.gaps, 'gap')}, {cap.gap_bytes:,} bytes missing" if cap.gaps else
-                             "none: every Kafka byte was captured")),
-        ("Findings", " ".join(f'<span class="{s}">{n:,} {s}</span>' for s, n in severities.items())
-         + html_escape(f" ({plural(len(groups), 'group')} after folding repeats)")),
+        (
+            "Traffic",
+            html_escape(
+                f"{plural(cap.connections, 'connection')} ({cap.kafka_connections:,} Kafka), "
+                f"{plural(dec.exchanges, 'exchange')}"
+            ),
+        ),
+        (
+            "Gaps",
+            html_escape(
+                f"{plural(cap.gaps, 'gap')}, {cap.gap_bytes:,} bytes missing"
+                if cap.gaps
+                else "none: every Kafka byte was captured"
+            ),
+        ),
+        (
+            "Findings",
+            " ".join(f'<span class="{s}">{n:,} {s}</span>' for s, n in severities.items())
+            + html_escape(f" ({plural(len(groups), 'group')} after folding repeats)"),
+        ),
     ]
     rows += [("Warning", _t(w, 1000)) for w in result.warnings[:20]]
     return "<table>" + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows) + "</table>"
@@ -114,10 +140,14 @@ def _summary(result: AuditResult, groups: list[FindingGroup]) -> str:
 
 def _legend() -> str:
     items = [f'<span style="background:{c}"></span>{o}' for o, c in OUTCOME_COLOUR.items()]
-    items += [f'<span style="background:{c};border-radius:6px"></span>{s} finding'
-              for s, c in SEVERITY_COLOUR.items()]
-    return ('<p class="legend">' + "".join(items) + ' <span style="border-left:2px dashed #555;width:0">'
-            "</span>takeover. Click a marker for its evidence.</p>")
+    items += [
+        f'<span style="background:{c};border-radius:6px"></span>{s} finding'
+        for s, c in SEVERITY_COLOUR.items()
+    ]
+    return (
+        '<p class="legend">' + "".join(items) + ' <span style="border-left:2px dashed #555;width:0">'
+        "</span>takeover. Click a marker for its evidence.</p>"
+    )
 
 
 class _Scale:
@@ -126,7 +156,8 @@ class _Scale:
 
     def x(self, ts: float) -> float:
         return LEFT + (min(max(ts, self.first), self.first + self.width) - self.first) / self.width * (
-            WIDTH - LEFT - RIGHT)
+            WIDTH - LEFT - RIGHT
+        )
 
 
 def _timelines(result: AuditResult, stories: list[TransactionalStory], anchors: dict[tuple, str]) -> str:
@@ -153,23 +184,35 @@ def _timelines(result: AuditResult, stories: list[TransactionalStory], anchors: 
         out.append(f'<h3 class="id">{_t(story.transactional_id)}</h3>')
         out.append(_story_svg(story, txns, findings, _Scale(min(times), max(times)), max(times), anchors))
     if len(stories) > IDS_DRAWN:
-        out.append(f'<p class="note">{len(stories) - IDS_DRAWN:,} more transactional ids are in the '
-                   "tables below and in --json.</p>")
+        out.append(
+            f'<p class="note">{len(stories) - IDS_DRAWN:,} more transactional ids are in the '
+            "tables below and in --json.</p>"
+        )
     return "\n".join(out)
 
 
-def _story_svg(story: TransactionalStory, txns: list[Transaction], findings: list[Finding], scale: _Scale,
-               end: float, anchors: dict[tuple, str]) -> str:
+def _story_svg(
+    story: TransactionalStory,
+    txns: list[Transaction],
+    findings: list[Finding],
+    scale: _Scale,
+    end: float,
+    anchors: dict[tuple, str],
+) -> str:
     lanes = {inst: i for i, inst in enumerate(story.instances)} or {(None, None): 0}
     height = 24 + LANE * len(lanes) + 4
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
-           f'width="{WIDTH}" height="{height}" role="img">']
+    svg = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+        f'width="{WIDTH}" height="{height}" role="img">'
+    ]
     ticks = _ticks(scale)
     for i, ts in enumerate(ticks):
         x = scale.x(ts)
         anchor = "start" if i == 0 else "end" if i == len(ticks) - 1 else "middle"
-        svg.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="14" y2="{height}" stroke="#eee"/>'
-                   f'<text x="{x:.1f}" y="11" text-anchor="{anchor}">{html_escape(clock(ts))}</text>')
+        svg.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="14" y2="{height}" stroke="#eee"/>'
+            f'<text x="{x:.1f}" y="11" text-anchor="{anchor}">{html_escape(clock(ts))}</text>'
+        )
     for (pid, epoch), row in lanes.items():
         y = 18 + row * LANE
         label = "-" if pid is None else f"pid {pid} epoch {epoch}"
@@ -177,26 +220,36 @@ def _story_svg(story: TransactionalStory, txns: list[Transaction], findings: lis
     for t in txns[:BARS_DRAWN]:
         row = lanes.get((t.producer_id, t.producer_epoch), 0)
         x1, x2 = scale.x(t.start_ts), scale.x(t.end_ts if t.end_ts is not None else end)
-        tip = (f"{t.outcome}: {clock(t.start_ts)}, "
-               f"{duration((t.end_ts or end) - t.start_ts)}, {plural(t.records, 'record')}")
-        svg.append(f'<rect x="{x1:.1f}" y="{18 + row * LANE + 3}" width="{max(x2 - x1, 2):.1f}" '
-                   f'height="{LANE - 6}" fill="{OUTCOME_COLOUR.get(t.outcome, "#9e9e9e")}" rx="2">'
-                   f"<title>{html_escape(tip)}</title></rect>")
+        tip = (
+            f"{t.outcome}: {clock(t.start_ts)}, "
+            f"{duration((t.end_ts or end) - t.start_ts)}, {plural(t.records, 'record')}"
+        )
+        svg.append(
+            f'<rect x="{x1:.1f}" y="{18 + row * LANE + 3}" width="{max(x2 - x1, 2):.1f}" '
+            f'height="{LANE - 6}" fill="{OUTCOME_COLOUR.get(t.outcome, "#9e9e9e")}" rx="2">'
+            f"<title>{html_escape(tip)}</title></rect>"
+        )
     for f in story.takeovers:
         x = scale.x(f.ts)
-        svg.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="16" y2="{height - 2}" stroke="#555" '
-                   f'stroke-dasharray="4 3"><title>{html_escape(_takeover_text(f))}</title></line>')
+        svg.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="16" y2="{height - 2}" stroke="#555" '
+            f'stroke-dasharray="4 3"><title>{html_escape(_takeover_text(f))}</title></line>'
+        )
     for f in findings:
         row = lanes.get((f.producer_id, f.producer_epoch), 0)
         cx, cy = scale.x(f.ts), 18 + row * LANE + LANE / 2
         colour = SEVERITY_COLOUR.get(f.severity, "#555")
-        circle = (f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{colour}">'
-                  f"<title>{html_escape(f'{f.severity} {f.kind} at {clock(f.ts)}')}</title></circle>")
+        circle = (
+            f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="6" fill="{colour}">'
+            f"<title>{html_escape(f'{f.severity} {f.kind} at {clock(f.ts)}')}</title></circle>"
+        )
         anchor = anchors.get(finding_cause(f))
         svg.append(f'<a href="#{anchor}" class="finding">{circle}</a>' if anchor else circle)
     if len(txns) > BARS_DRAWN:
-        svg.append(f'<text x="{WIDTH - RIGHT}" y="{height - 2}" text-anchor="end">'
-                   f"{len(txns) - BARS_DRAWN:,} more transactions not drawn</text>")
+        svg.append(
+            f'<text x="{WIDTH - RIGHT}" y="{height - 2}" text-anchor="end">'
+            f"{len(txns) - BARS_DRAWN:,} more transactions not drawn</text>"
+        )
     svg.append("</svg>")
     return "".join(svg)
 
@@ -204,8 +257,10 @@ def _story_svg(story: TransactionalStory, txns: list[Transaction], findings: lis
 def _takeover_text(f: Finding) -> str:
     ev = f.evidence
     by = " ".join(str(x) for x in (ev.get("client"), ev.get("client_id")) if x)
-    return (f"{clock(f.ts)} takeover: pid {f.producer_id} epoch {f.producer_epoch} -> pid "
-            f"{ev.get('new_producer_id')} epoch {ev.get('new_epoch')} by {shown(by)}")
+    return (
+        f"{clock(f.ts)} takeover: pid {f.producer_id} epoch {f.producer_epoch} -> pid "
+        f"{ev.get('new_producer_id')} epoch {ev.get('new_epoch')} by {shown(by)}"
+    )
 
 
 def _ticks(scale: _Scale, count: int = 6) -> list[float]:
@@ -217,22 +272,34 @@ def _findings(groups: list[FindingGroup]) -> str:
         return "<p>No findings.</p>"
     out = []
     order = {s: i for i, s in enumerate(SEVERITIES)}
-    listed = sorted(enumerate(groups[:FINDINGS_LISTED]), key=lambda ig: (order.get(ig[1].first.severity, 9),
-                                                                         ig[1].first.ts))
+    listed = sorted(
+        enumerate(groups[:FINDINGS_LISTED]),
+        key=lambda ig: (order.get(ig[1].first.severity, 9), ig[1].first.ts),
+    )
     for i, g in listed:
         f = g.first
-        who = " ".join(x for x in (_t(f.transactional_id) if f.transactional_id else "",
-                                   f"pid {f.producer_id}" if f.producer_id is not None else "",
-                                   f"epoch {f.producer_epoch}" if f.producer_epoch is not None else "") if x)
-        times = (f" &times;{g.count:,}, {html_escape(clock(g.times[0]))} to {html_escape(clock(g.times[-1]))}"
-                 if g.count > 1 else "")
+        who = " ".join(
+            x
+            for x in (
+                _t(f.transactional_id) if f.transactional_id else "",
+                f"pid {f.producer_id}" if f.producer_id is not None else "",
+                f"epoch {f.producer_epoch}" if f.producer_epoch is not None else "",
+            )
+            if x
+        )
+        times = (
+            f" &times;{g.count:,}, {html_escape(clock(g.times[0]))} to {html_escape(clock(g.times[-1]))}"
+            if g.count > 1
+            else ""
+        )
         evidence = json.dumps(f.evidence, indent=2, sort_keys=True, default=json_default)
         out.append(
             f'<details id="f-{i}"><summary><span class="{html_escape(f.severity)}">'
             f"{html_escape(f.severity.upper())}</span> {html_escape(clock(f.ts))} <b>{html_escape(f.kind)}"
             f'</b> <span class="id">{who}</span>{times}</summary>'
             f"<p>{html_escape(neutral(finding_message(f)))}</p>"
-            f"<pre>{_t(evidence, 20_000)}</pre></details>")
+            f"<pre>{_t(evidence, 20_000)}</pre></details>"
+        )
     if len(groups) > FINDINGS_LISTED:
         out.append(f'<p class="note">{len(groups) - FINDINGS_LISTED:,} more in --json.</p>')
     return "\n".join(out)
@@ -246,10 +313,14 @@ def _stories_table(stories: Sequence[TransactionalStory]) -> str:
         instances = " &rarr; ".join(f"{pid}/{epoch}" for pid, epoch in s.instances[:50])
         outcomes = ", ".join(f"{n:,} {o}" for o, n in s.outcomes.items())
         severities = ", ".join(f'<span class="{k}">{n:,} {k}</span>' for k, n in s.severities.items())
-        rows.append(f'<tr><td class="id">{_t(s.transactional_id)}</td><td>{instances}</td>'
-                    f"<td>{len(s.takeovers):,}</td><td>{html_escape(outcomes)}</td><td>{severities}</td></tr>")
-    return ("<table><tr><th>Transactional id</th><th>Instances (pid/epoch)</th><th>Takeovers</th>"
-            "<th>Transactions</th><th>Findings</th></tr>" + "".join(rows) + "</table>")
+        rows.append(
+            f'<tr><td class="id">{_t(s.transactional_id)}</td><td>{instances}</td>'
+            f"<td>{len(s.takeovers):,}</td><td>{html_escape(outcomes)}</td><td>{severities}</td></tr>"
+        )
+    return (
+        "<table><tr><th>Transactional id</th><th>Instances (pid/epoch)</th><th>Takeovers</th>"
+        "<th>Transactions</th><th>Findings</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _transactions_table(transactions: Sequence[Transaction]) -> str:
@@ -258,13 +329,21 @@ def _transactions_table(transactions: Sequence[Transaction]) -> str:
     rows = []
     for t in transactions[:TRANSACTIONS_LISTED]:
         took = "" if t.end_ts is None else duration(t.end_ts - t.start_ts)
-        parts = ", ".join(_t(p) for p in t.partitions[:5]) + (f" +{len(t.partitions) - 5}"
-                                                             if len(t.partitions) > 5 else "")
-        rows.append(f"<tr><td>{html_escape(clock(t.start_ts))}</td><td class=\"id\">{_t(t.transactional_id)}"
-                    f"</td><td>{t.producer_id}/{t.producer_epoch}</td><td>{html_escape(took)}</td>"
-                    f'<td style="color:{OUTCOME_COLOUR.get(t.outcome, "#555")}">{html_escape(t.outcome)}</td>'
-                    f'<td class="id">{parts}</td><td class="n">{t.records:,}</td></tr>')
-    more = "" if len(transactions) <= TRANSACTIONS_LISTED else (
-        f'<p class="note">{len(transactions) - TRANSACTIONS_LISTED:,} more in --csv or --json.</p>')
-    return ("<table><tr><th>Start</th><th>Transactional id</th><th>Pid/epoch</th><th>Duration</th>"
-            "<th>Outcome</th><th>Partitions</th><th>Records</th></tr>" + "".join(rows) + "</table>" + more)
+        parts = ", ".join(_t(p) for p in t.partitions[:5]) + (
+            f" +{len(t.partitions) - 5}" if len(t.partitions) > 5 else ""
+        )
+        rows.append(
+            f'<tr><td>{html_escape(clock(t.start_ts))}</td><td class="id">{_t(t.transactional_id)}'
+            f"</td><td>{t.producer_id}/{t.producer_epoch}</td><td>{html_escape(took)}</td>"
+            f'<td style="color:{OUTCOME_COLOUR.get(t.outcome, "#555")}">{html_escape(t.outcome)}</td>'
+            f'<td class="id">{parts}</td><td class="n">{t.records:,}</td></tr>'
+        )
+    more = (
+        ""
+        if len(transactions) <= TRANSACTIONS_LISTED
+        else (f'<p class="note">{len(transactions) - TRANSACTIONS_LISTED:,} more in --csv or --json.</p>')
+    )
+    return (
+        "<table><tr><th>Start</th><th>Transactional id</th><th>Pid/epoch</th><th>Duration</th>"
+        "<th>Outcome</th><th>Partitions</th><th>Records</th></tr>" + "".join(rows) + "</table>" + more
+    )

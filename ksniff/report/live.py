@@ -54,8 +54,13 @@ def live_view(s: LiveSnapshot) -> RenderableType:
 
 def open_panel(open_transactions: Sequence[tuple[Transaction, int]], now: float) -> RenderableType:
     """Open transactions, oldest first, with their age on the wall clock and their timeout."""
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False, title_justify="left",
-                  title=Text("Open transactions (oldest first)", style="bold"))
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+        title_justify="left",
+        title=Text("Open transactions (oldest first)", style="bold"),
+    )
     table.add_column("Transactional id", overflow="ellipsis", no_wrap=True, ratio=1)
     table.add_column("Pid/epoch", no_wrap=True)
     table.add_column("Open for", justify="right", no_wrap=True)
@@ -65,11 +70,15 @@ def open_panel(open_transactions: Sequence[tuple[Transaction, int]], now: float)
     for t, timeout_ms in listed:
         age = max(0.0, now - t.start_ts)
         late = age * 1000 > timeout_ms
-        table.add_row(Text(shown(t.transactional_id)), f"{t.producer_id}/{t.producer_epoch}",
-                      Text(duration(age), style="yellow" if late else ""),
-                      Text(duration(timeout_ms / 1000) + (" passed" if late else ""),
-                           style="yellow" if late else "dim"),
-                      f"{t.records:,}")
+        table.add_row(
+            Text(shown(t.transactional_id)),
+            f"{t.producer_id}/{t.producer_epoch}",
+            Text(duration(age), style="yellow" if late else ""),
+            Text(
+                duration(timeout_ms / 1000) + (" passed" if late else ""), style="yellow" if late else "dim"
+            ),
+            f"{t.records:,}",
+        )
     if len(open_transactions) > len(listed):
         hidden = len(open_transactions) - len(listed)
         return Group(table, more(hidden, "open transaction", "the final report"))

@@ -77,8 +77,11 @@ def partition_name(p: PartitionSummary, with_set: bool) -> str:
 
 
 def partition_view(
-    p: PartitionSummary, findings: Sequence[Finding], *, limit: int | None = LOG_ROWS_SHOWN,
-    with_set: bool = False
+    p: PartitionSummary,
+    findings: Sequence[Finding],
+    *,
+    limit: int | None = LOG_ROWS_SHOWN,
+    with_set: bool = False,
 ) -> RenderableType:
     """One partition: its log in offset order, its producers, its readers, its findings."""
     head = Text.assemble(
@@ -134,8 +137,13 @@ def partition_view(
             _n(r["first_offset"]),
             _n(r["next_offset"]),
         )
-    mine = [f for f in findings if f.topic == p.topic and f.partition == p.partition
-            and (f.capture_set is None or p.capture_set is None or f.capture_set == p.capture_set)]
+    mine = [
+        f
+        for f in findings
+        if f.topic == p.topic
+        and f.partition == p.partition
+        and (f.capture_set is None or p.capture_set is None or f.capture_set == p.capture_set)
+    ]
     notes = Table(title="Findings on it", title_justify="left", show_edge=False, pad_edge=False)
     for name in ("severity", "kind", "message"):
         notes.add_column(name)

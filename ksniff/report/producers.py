@@ -35,8 +35,14 @@ def producers_table(producers: Sequence[ProducerSummary], *, verbose: bool = Fal
     table.add_column("Transactions", overflow="fold")
     listed = producers if verbose else producers[:PRODUCERS_SHOWN]
     for p in listed:
-        table.add_row(_producer_cell(p), Text(ranges(p.epochs)), _clients_cell(p, verbose),
-                      f"{p.batches:,}", f"{p.records:,}", _outcomes_cell(p))
+        table.add_row(
+            _producer_cell(p),
+            Text(ranges(p.epochs)),
+            _clients_cell(p, verbose),
+            f"{p.batches:,}",
+            f"{p.records:,}",
+            _outcomes_cell(p),
+        )
     if len(producers) > len(listed):
         return Group(table, more(len(producers) - len(listed), "producer"))
     return table
@@ -67,8 +73,12 @@ def _clients_cell(p: ProducerSummary, verbose: bool) -> Text:
 
 
 def _outcomes_cell(p: ProducerSummary) -> Text:
-    counts = [(p.commit, "committed", ""), (p.abort, "aborted", "yellow"), (p.open, "open", "yellow"),
-              (p.unknown, "unknown", "dim")]
+    counts = [
+        (p.commit, "committed", ""),
+        (p.abort, "aborted", "yellow"),
+        (p.open, "open", "yellow"),
+        (p.unknown, "unknown", "dim"),
+    ]
     text = Text()
     for n, word, style in counts:
         if n:
@@ -100,8 +110,9 @@ class TransactionalStory:
         return (-s["critical"], -s["warning"], -len(self.takeovers), self.transactional_id)
 
 
-def transactional_stories(producers: Sequence[ProducerSummary], transactions: Sequence[Transaction],
-                          findings: Sequence[Finding]) -> list[TransactionalStory]:
+def transactional_stories(
+    producers: Sequence[ProducerSummary], transactions: Sequence[Transaction], findings: Sequence[Finding]
+) -> list[TransactionalStory]:
     stories: dict[str, TransactionalStory] = {}
 
     def story(txn_id: str) -> TransactionalStory:
@@ -146,8 +157,13 @@ def transactional_stories(producers: Sequence[ProducerSummary], transactions: Se
     return sorted(stories.values(), key=lambda s: s.weight)
 
 
-def stories_table(producers: Sequence[ProducerSummary], transactions: Sequence[Transaction],
-                  findings: Sequence[Finding], *, verbose: bool = False) -> RenderableType:
+def stories_table(
+    producers: Sequence[ProducerSummary],
+    transactions: Sequence[Transaction],
+    findings: Sequence[Finding],
+    *,
+    verbose: bool = False,
+) -> RenderableType:
     """One row per transactional id: its instances in order, the takeovers, outcomes and findings."""
     stories = transactional_stories(producers, transactions, findings)
     if not stories:
@@ -160,9 +176,13 @@ def stories_table(producers: Sequence[ProducerSummary], transactions: Sequence[T
     table.add_column("Findings", overflow="fold")
     listed = stories if verbose else stories[:STORIES_SHOWN]
     for s in listed:
-        table.add_row(Text(shown(s.transactional_id)), _instances_cell(s, verbose),
-                      _takeovers_cell(s, verbose), _counts_cell(s.outcomes, _OUTCOME_WORDS),
-                      _counts_cell(s.severities, _SEVERITY_WORDS))
+        table.add_row(
+            Text(shown(s.transactional_id)),
+            _instances_cell(s, verbose),
+            _takeovers_cell(s, verbose),
+            _counts_cell(s.outcomes, _OUTCOME_WORDS),
+            _counts_cell(s.severities, _SEVERITY_WORDS),
+        )
     if len(stories) > len(listed):
         return Group(table, more(len(stories) - len(listed), "transactional id"))
     return table
@@ -171,7 +191,7 @@ def stories_table(producers: Sequence[ProducerSummary], transactions: Sequence[T
 def _instances_cell(s: TransactionalStory, verbose: bool) -> Text:
     steps = [f"{pid}/{epoch}" for pid, epoch in s.instances]
     if not verbose and len(steps) > INSTANCES_SHOWN:
-        head, tail = steps[:INSTANCES_SHOWN // 2], steps[-(INSTANCES_SHOWN // 2 - 1):]
+        head, tail = steps[: INSTANCES_SHOWN // 2], steps[-(INSTANCES_SHOWN // 2 - 1) :]
         steps = [*head, f"... {len(steps) - len(head) - len(tail)} more", *tail]
     return Text(" -> ".join(steps) or "-")
 
@@ -184,8 +204,10 @@ def _takeovers_cell(s: TransactionalStory, verbose: bool) -> Text:
     for f in listed:
         ev = f.evidence
         by = " ".join(shown(x) for x in (ev.get("client"), ev.get("client_id")) if x)
-        line = (f"{clock(f.ts)} {f.producer_id}/{f.producer_epoch} -> {ev.get('new_producer_id')}/"
-                f"{ev.get('new_epoch')}")
+        line = (
+            f"{clock(f.ts)} {f.producer_id}/{f.producer_epoch} -> {ev.get('new_producer_id')}/"
+            f"{ev.get('new_epoch')}"
+        )
         text.append(("\n" if text else "") + line)
         if by:
             text.append(f" by {by}", style="dim")
@@ -194,10 +216,17 @@ def _takeovers_cell(s: TransactionalStory, verbose: bool) -> Text:
     return text
 
 
-_OUTCOME_WORDS = [("commit", "committed", ""), ("abort", "aborted", "yellow"), ("open", "open", "yellow"),
-                  ("unknown", "unknown", "dim")]
-_SEVERITY_WORDS = [("critical", "critical", "bold red"), ("warning", "warning", "yellow"),
-                   ("info", "info", "cyan")]
+_OUTCOME_WORDS = [
+    ("commit", "committed", ""),
+    ("abort", "aborted", "yellow"),
+    ("open", "open", "yellow"),
+    ("unknown", "unknown", "dim"),
+]
+_SEVERITY_WORDS = [
+    ("critical", "critical", "bold red"),
+    ("warning", "warning", "yellow"),
+    ("info", "info", "cyan"),
+]
 
 
 def _counts_cell(counts: Counter, words: list[tuple[str, str, str]]) -> Text:

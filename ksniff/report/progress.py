@@ -19,9 +19,15 @@ class ByteProgress:
     def __init__(self, console: Console, total_bytes: int | None, description: str = "reading") -> None:
         self._progress: Progress | None = None
         if console.is_terminal:
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                                      TransferSpeedColumn(), TimeRemainingColumn(), console=console,
-                                      transient=True)
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=console,
+                transient=True,
+            )
             self._task = self._progress.add_task(description, total=total_bytes or None)
             self._progress.start()
 

@@ -196,8 +196,12 @@ def _csv_cells(table: str) -> list[tuple[str, str, Any]]:
 
 # Arrow type, pandas_type and numpy_type (pandas' Parquet metadata) of each dtype of tables.SCHEMAS. Time
 # columns are UTC timestamps in microseconds, as `tables.with_datetimes` makes them.
-_ARROW_TYPES = {"float64": ("float64", "float64", "float64"), "Int64": ("int64", "int64", "Int64"),
-                "boolean": ("bool_", "bool", "boolean"), "string": ("string", "unicode", "string")}
+_ARROW_TYPES = {
+    "float64": ("float64", "float64", "float64"),
+    "Int64": ("int64", "int64", "Int64"),
+    "boolean": ("bool_", "bool", "boolean"),
+    "string": ("string", "unicode", "string"),
+}
 
 
 def arrow_schema(table: str):
@@ -209,15 +213,35 @@ def arrow_schema(table: str):
     for name, dtype in tables.SCHEMAS[table].items():
         if name in tables.TIME_COLUMNS[table]:
             fields.append(pa.field(name, pa.timestamp("us", tz="UTC")))
-            columns.append({"name": name, "field_name": name, "pandas_type": "datetimetz",
-                            "numpy_type": "datetime64[us]", "metadata": {"timezone": "UTC"}})
+            columns.append(
+                {
+                    "name": name,
+                    "field_name": name,
+                    "pandas_type": "datetimetz",
+                    "numpy_type": "datetime64[us]",
+                    "metadata": {"timezone": "UTC"},
+                }
+            )
             continue
         arrow, pandas_type, numpy_type = _ARROW_TYPES[dtype]
         fields.append(pa.field(name, getattr(pa, arrow)()))
-        columns.append({"name": name, "field_name": name, "pandas_type": pandas_type,
-                        "numpy_type": numpy_type, "metadata": None})
-    meta = {"index_columns": [], "column_indexes": [], "columns": columns, "attributes": {},
-            "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": _pandas_version()}
+        columns.append(
+            {
+                "name": name,
+                "field_name": name,
+                "pandas_type": pandas_type,
+                "numpy_type": numpy_type,
+                "metadata": None,
+            }
+        )
+    meta = {
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": columns,
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": _pandas_version(),
+    }
     return pa.schema(fields, metadata={"pandas": json.dumps(meta)})
 
 
@@ -247,8 +271,9 @@ def _line_function(cells: list[tuple[str, str, Any]]):
     for i, (_name, column, cell) in enumerate(cells):
         namespace[f"_cell{i}"] = cell
         parts.append(f"_cell{i}(row[{column!r}])")
-    return define(f"def line(row):\n    return ({', '.join(parts)},)\n", "line", namespace,
-                  "<ksniff CSV row>")
+    return define(
+        f"def line(row):\n    return ({', '.join(parts)},)\n", "line", namespace, "<ksniff CSV row>"
+    )
 
 
 class _ParquetTable(_TableFile):
@@ -256,7 +281,7 @@ class _ParquetTable(_TableFile):
 
     def _open(self, fd: int) -> IO:
         self.schema = self.writer = None  # at the first chunk: pyarrow (and the pandas it loads) costs
-        return os.fdopen(fd, "wb")        # 100 MiB, which a run with fewer rows than a chunk never needs
+        return os.fdopen(fd, "wb")  # 100 MiB, which a run with fewer rows than a chunk never needs
 
     def _write(self, rows: list[dict[str, Any]]) -> None:
         import pyarrow as pa
@@ -312,8 +337,9 @@ class TableExport:
     Use as a context manager: leaving the block by an exception removes the temporary files.
     """
 
-    def __init__(self, *, csv_dir: str | None = None, parquet_dir: str | None = None,
-                 records: bool = False) -> None:
+    def __init__(
+        self, *, csv_dir: str | None = None, parquet_dir: str | None = None, records: bool = False
+    ) -> None:
         self._files: list[_TableFile] = []
         self._streamed: dict[str, list[_TableFile]] = {}
         self._buffers: dict[str, list[dict[str, Any]]] = {}
@@ -339,8 +365,9 @@ class TableExport:
                 raise ReportError(f"cannot write {path}: {reason(err)}") from err
             self._files.append(f)
             self._streamed.setdefault(table, []).append(f)
-        self._stale += [os.path.join(directory, f"{table}.{kind}") for table in tables.SCHEMAS
-                        if table not in names]
+        self._stale += [
+            os.path.join(directory, f"{table}.{kind}") for table in tables.SCHEMAS if table not in names
+        ]
 
     def __enter__(self) -> TableExport:
         return self
@@ -378,10 +405,12 @@ class TableExport:
             self._flush(table)
         if self._files:
             try:
-                at_end = {"transactions": [tables.transaction_row(t) for t in result.transactions],
-                          "findings": [tables.finding_row(f) for f in result.findings],
-                          "partitions": tables.partition_rows(result.partitions),
-                          "partition_log": tables.partition_log_rows(result.partitions)}
+                at_end = {
+                    "transactions": [tables.transaction_row(t) for t in result.transactions],
+                    "findings": [tables.finding_row(f) for f in result.findings],
+                    "partitions": tables.partition_rows(result.partitions),
+                    "partition_log": tables.partition_log_rows(result.partitions),
+                }
             except (TypeError, ValueError) as err:
                 raise ReportError(f"cannot build the tables: {err}") from err
             for table, rows in at_end.items():
@@ -414,5 +443,5 @@ def write_tables(result: AuditResult, *, csv_dir: str | None = None, parquet_dir
     with TableExport(csv_dir=csv_dir, parquet_dir=parquet_dir, records=result.records is not None) as out:
         for table, rows in streamed.items():
             for start in range(0, len(rows), CHUNK_ROWS):
-                out.add(table, rows[start:start + CHUNK_ROWS])
+                out.add(table, rows[start : start + CHUNK_ROWS])
         out.finish(result)

@@ -33,8 +33,10 @@ def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
         grid.add_row("Clocks", _clocks_text(result))
     cap, dec = result.capture, result.decode
     grid.add_row("Capture", Text(span(cap.first_ts, cap.last_ts)))
-    traffic = (f"{plural(cap.packets, 'packet')}, {plural(cap.tcp_segments, 'TCP segment')}, "
-               f"{plural(cap.connections, 'connection')} ({cap.kafka_connections:,} Kafka)")
+    traffic = (
+        f"{plural(cap.packets, 'packet')}, {plural(cap.tcp_segments, 'TCP segment')}, "
+        f"{plural(cap.connections, 'connection')} ({cap.kafka_connections:,} Kafka)"
+    )
     grid.add_row("Traffic", Text(traffic))
     grid.add_row("Decoded", _decode_text(result))
     grid.add_row("Gaps", _gaps_text(result))
@@ -91,9 +93,11 @@ def _clusters_text(result: AuditResult) -> Text:
     for c in result.clusters:
         brokers = ", ".join(f"{b['node_id']} at {shown(b['host'], 200)}:{b['port']}" for b in c["brokers"])
         name = "unnamed" if c["id"] is None else shown(c["id"], 200)
-        lines.append(f"{name} (set {c['capture_set']}): {plural(len(c['brokers']), 'broker')}"
-                     + (f" ({brokers})" if brokers else "")
-                     + f", {plural(len(c['connections']), 'broker address', 'broker addresses')} reached")
+        lines.append(
+            f"{name} (set {c['capture_set']}): {plural(len(c['brokers']), 'broker')}"
+            + (f" ({brokers})" if brokers else "")
+            + f", {plural(len(c['connections']), 'broker address', 'broker addresses')} reached"
+        )
     return Text("\n".join(lines))
 
 
@@ -101,9 +105,10 @@ def _inputs_text(result: AuditResult, verbose: bool) -> Text:
     if not result.inputs:
         return Text("none")
     listed = result.inputs if verbose else result.inputs[:INPUTS_SHOWN]
-    lines = [f"{shown(i.path, 4096)} ({i.format}, {i.linktype}, {plural(i.packets, 'packet')}, "
-             f"{size(i.bytes)})"
-             for i in listed]
+    lines = [
+        f"{shown(i.path, 4096)} ({i.format}, {i.linktype}, {plural(i.packets, 'packet')}, {size(i.bytes)})"
+        for i in listed
+    ]
     text = Text("\n".join(lines))
     if len(result.inputs) > len(listed):
         text.append("\n")
@@ -113,12 +118,15 @@ def _inputs_text(result: AuditResult, verbose: bool) -> Text:
 
 def _decode_text(result: AuditResult) -> Text:
     dec = result.decode
-    text = Text(f"{plural(dec.requests, 'request')}, {plural(dec.responses, 'response')}, "
-                f"{plural(dec.exchanges, 'exchange')}")
+    text = Text(
+        f"{plural(dec.requests, 'request')}, {plural(dec.responses, 'response')}, "
+        f"{plural(dec.exchanges, 'exchange')}"
+    )
     unmatched = dec.unmatched_requests + dec.unmatched_responses
     if unmatched:
-        text.append(f"; {dec.unmatched_requests:,} unanswered, {dec.unmatched_responses:,} unmatched "
-                    "responses")
+        text.append(
+            f"; {dec.unmatched_requests:,} unanswered, {dec.unmatched_responses:,} unmatched responses"
+        )
     text.append("; ")
     text.append(plural(dec.errors, "decode error"), style="red" if dec.errors else "")
     if dec.undecoded_bodies:
@@ -135,8 +143,10 @@ def _gaps_text(result: AuditResult) -> Text:
     cap = result.capture
     if not cap.gaps:
         return Text("none: every Kafka byte was captured", style="green")
-    return Text(f"{plural(cap.gaps, 'gap')}, {size(cap.gap_bytes)} missing; what rests on them is "
-                "unverified", style="yellow")
+    return Text(
+        f"{plural(cap.gaps, 'gap')}, {size(cap.gap_bytes)} missing; what rests on them is unverified",
+        style="yellow",
+    )
 
 
 def _limits_text(result: AuditResult) -> Text:
@@ -158,8 +168,13 @@ def api_table(result: AuditResult) -> Table:
     for name in ("Requests", "Responses", "Exchanges"):
         table.add_column(name, justify="right")
     for name, counts in sorted((result.decode.by_api or {}).items()):
-        table.add_row(Text(shown(name)), Text(ranges(counts.versions or ())), f"{counts.requests:,}",
-                      f"{counts.responses:,}", f"{counts.exchanges:,}")
+        table.add_row(
+            Text(shown(name)),
+            Text(ranges(counts.versions or ())),
+            f"{counts.requests:,}",
+            f"{counts.responses:,}",
+            f"{counts.exchanges:,}",
+        )
     return table
 
 
@@ -178,8 +193,9 @@ def verdict_line(result: AuditResult) -> Text:
         text.append(f" ({counts['critical']:,} critical, {counts['warning']:,} warning)")
     reasons = summary["unverified_because"]
     if reasons:
-        text.append(("; unverified: " if verdict == "findings" else ": ") + "; ".join(reasons),
-                    style="yellow")
+        text.append(
+            ("; unverified: " if verdict == "findings" else ": ") + "; ".join(reasons), style="yellow"
+        )
     if result.filters:
         text.append(" (filtered: --json has what was kept)", style="dim")
     return text
@@ -197,11 +213,16 @@ NOT_DECODED_SHOWN = 4
 
 def _not_decoded(dec) -> str:
     """Which APIs' bodies were not decoded and why, most first (the JSON's by_api[...].not_decoded)."""
-    items = [(n, name, reason) for name, c in (dec.by_api or {}).items()
-             for reason, n in c.not_decoded_contract().items()]
+    items = [
+        (n, name, reason)
+        for name, c in (dec.by_api or {}).items()
+        for reason, n in c.not_decoded_contract().items()
+    ]
     items.sort(key=lambda item: (-item[0], item[1]))
-    text = ", ".join(f"{shown(name)} {n:,} ({NOT_DECODED_WHY.get(reason, reason)})"
-                     for n, name, reason in items[:NOT_DECODED_SHOWN])
+    text = ", ".join(
+        f"{shown(name)} {n:,} ({NOT_DECODED_WHY.get(reason, reason)})"
+        for n, name, reason in items[:NOT_DECODED_SHOWN]
+    )
     if len(items) > NOT_DECODED_SHOWN:
         text += f", {len(items) - NOT_DECODED_SHOWN:,} more in --json"
     return text or "see --json"

@@ -202,8 +202,15 @@ TRANSACTION_COLUMNS = tuple(TRANSACTION_SCHEMA)
 FINDING_COLUMNS = tuple(FINDING_SCHEMA)
 
 # The column each table is sorted by, and every column holding epoch seconds.
-SORT_COLUMN = {"exchanges": "ts", "batches": "ts", "transactions": "start_ts", "findings": "ts",
-               "records": "ts", "partitions": "order", "partition_log": "order"}
+SORT_COLUMN = {
+    "exchanges": "ts",
+    "batches": "ts",
+    "transactions": "start_ts",
+    "findings": "ts",
+    "records": "ts",
+    "partitions": "order",
+    "partition_log": "order",
+}
 TIME_COLUMNS = {
     "exchanges": ("ts", "response_ts"),
     "batches": ("ts", "response_ts"),
@@ -213,6 +220,7 @@ TIME_COLUMNS = {
     "partitions": (),
     "partition_log": (),
 }
+
 
 def transaction_row(t: Transaction) -> dict[str, Any]:
     return {
@@ -237,8 +245,11 @@ def partition_rows(partitions: Iterable[Any]) -> list[dict[str, Any]]:
     """The `partitions` table: one row per topic-partition (PartitionSummary)."""
     rows = []
     for n, p in enumerate(partitions):
-        row = {name: getattr(p, name, None) for name in PARTITION_SCHEMA if name not in (
-            "order", "producers", "readers")}
+        row = {
+            name: getattr(p, name, None)
+            for name in PARTITION_SCHEMA
+            if name not in ("order", "producers", "readers")
+        }
         row.update(order=n, producers=to_json_text(list(p.producers)), readers=to_json_text(list(p.readers)))
         rows.append(row)
     return rows
@@ -250,8 +261,13 @@ def partition_log_rows(partitions: Iterable[Any]) -> list[dict[str, Any]]:
     for p in partitions:
         for b in p.log:
             row = {name: b.get(name) for name in PARTITION_LOG_SCHEMA}
-            row.update(order=len(rows), topic=p.topic, partition=p.partition, capture_set=p.capture_set,
-                       cluster=p.cluster)
+            row.update(
+                order=len(rows),
+                topic=p.topic,
+                partition=p.partition,
+                capture_set=p.capture_set,
+                cluster=p.cluster,
+            )
             rows.append(row)
     return rows
 

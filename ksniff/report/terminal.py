@@ -26,9 +26,16 @@ if TYPE_CHECKING:
     from ksniff.result import AuditResult
 
 
-def render_report(console: Console, result: AuditResult, *, quiet: bool = False, verbose: bool = False,
-                  producer: str | None = None, report: bool = True, topic_partition: str | None = None
-                  ) -> None:
+def render_report(
+    console: Console,
+    result: AuditResult,
+    *,
+    quiet: bool = False,
+    verbose: bool = False,
+    producer: str | None = None,
+    report: bool = True,
+    topic_partition: str | None = None,
+) -> None:
     """Prints the report: header, transactional ids, producers, transactions, findings (quiet: findings
     only), the verdict, then the timeline of `producer` when one was asked for (without `report`: the
     timeline alone, with the verdict)."""
@@ -48,8 +55,11 @@ def render_report(console: Console, result: AuditResult, *, quiet: bool = False,
         console.print(producers_table(result.producers, verbose=verbose))
         console.print()
         console.print(section("Transactions"))
-        console.print(transactions_summary(result.transactions, result.findings, result.capture.last_ts,
-                                           verbose=verbose))
+        console.print(
+            transactions_summary(
+                result.transactions, result.findings, result.capture.last_ts, verbose=verbose
+            )
+        )
         console.print()
         read = [p for p in result.partitions if p.fetch_answers]
         if read:  # partitions consumers read: what they were given, beside what was written
@@ -67,13 +77,20 @@ def render_report(console: Console, result: AuditResult, *, quiet: bool = False,
         if not found:
             names = dict.fromkeys(f"{q.topic}-{q.partition}" for q in result.partitions)
             known = ", ".join(shown(name) for name in list(names)[:20])
-            console.print(Text(f"No partition {shown(topic_partition)} in the capture"
-                               + (f"; known: {known}" if known else ".")))
+            console.print(
+                Text(
+                    f"No partition {shown(topic_partition)} in the capture"
+                    + (f"; known: {known}" if known else ".")
+                )
+            )
         for n, p in enumerate(found):  # one log per capture set that has this partition
             if n:
                 console.print()
-            console.print(partition_view(p, result.findings, limit=None if verbose else LOG_ROWS_SHOWN,
-                                         with_set=len(found) > 1))
+            console.print(
+                partition_view(
+                    p, result.findings, limit=None if verbose else LOG_ROWS_SHOWN, with_set=len(found) > 1
+                )
+            )
     if producer:
         console.print()
         console.print(section(f"Producer {shown(producer)}"))

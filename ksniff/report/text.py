@@ -28,8 +28,10 @@ SHOWN_MESSAGE_CHARS = 1000  # of one sentence that quotes identifiers (a finding
 # C0 and DEL, C1, the Arabic letter mark, zero-width and direction marks, line/paragraph separators, bidi
 # embeddings/overrides/isolates, invisible operators, the byte order mark, interlinear annotations, lone
 # surrogates (file names from os.fsdecode) and the invisible tag characters.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
-                     "\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]")
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
+    "\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]"
+)
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -72,6 +74,7 @@ def shown_message(message: str, quoted: Iterable[Any] = (), limit: int = SHOWN_M
 
 # ---- how values read: times, sizes, counts ----------------------------------------------------------------
 # Times are UTC time of day with milliseconds; the report's header gives the date once.
+
 
 def _utc(ts: float) -> datetime | None:
     """The calendar time, or None for a time no calendar holds (a capture may carry any 64-bit time)."""

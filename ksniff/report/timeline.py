@@ -23,9 +23,14 @@ if TYPE_CHECKING:
 TIMELINE_ROWS = 1000
 
 
-def producer_timeline(result: AuditResult, producer: str, exchanges: Sequence[dict] | None = None,
-                      batches: Sequence[dict] | None = None, *, limit: int | None = TIMELINE_ROWS
-                      ) -> RenderableType:
+def producer_timeline(
+    result: AuditResult,
+    producer: str,
+    exchanges: Sequence[dict] | None = None,
+    batches: Sequence[dict] | None = None,
+    *,
+    limit: int | None = TIMELINE_ROWS,
+) -> RenderableType:
     """`--producer ID`: every request/response of one producer, its findings inline where they happened.
 
     `producer` is a transactional id or a producer id. `exchanges` and `batches` are rows of
@@ -73,8 +78,9 @@ def no_such_producer(result: AuditResult, producer: str, exchanges: Sequence[dic
         return text
     # Only ids of a plausible length are compared: difflib's cost grows with the product of the lengths.
     candidates = [t for t in txn_ids if len(t) <= CLOSE_MATCH_CHARS] + [str(p) for p in pids]
-    close = difflib.get_close_matches(producer[:CLOSE_MATCH_CHARS], candidates[:CLOSE_MATCH_IDS],
-                                      n=KNOWN_IDS_SHOWN, cutoff=0.5)
+    close = difflib.get_close_matches(
+        producer[:CLOSE_MATCH_CHARS], candidates[:CLOSE_MATCH_IDS], n=KNOWN_IDS_SHOWN, cutoff=0.5
+    )
     if close:
         text.append("\nClosest: " + ", ".join(shown(c) for c in close))
         return text
@@ -117,8 +123,9 @@ class ProducerMatch:
         return self.take(row.get("transactional_id"), row.get("producer_id"))
 
 
-def resolve_producer(result: AuditResult, producer: str, exchanges: Sequence[dict] = ()
-                     ) -> tuple[set[str], set[int]]:
+def resolve_producer(
+    result: AuditResult, producer: str, exchanges: Sequence[dict] = ()
+) -> tuple[set[str], set[int]]:
     """The transactional ids and producer ids `producer` stands for, as seen in the result's producers,
     transactions and `exchanges` rows; two empty sets when nothing matches."""
     match = ProducerMatch(producer)
@@ -179,12 +186,16 @@ def _mine(row: dict, txn_ids: set[str], pids: set[int]) -> bool:
     return row.get("transactional_id") in txn_ids or row.get("producer_id") in pids
 
 
-def _timeline_rows(exchanges: Sequence[dict], batches: Sequence[dict], txn_ids: set[str],
-                   pids: set[int]) -> list[dict]:
+def _timeline_rows(
+    exchanges: Sequence[dict], batches: Sequence[dict], txn_ids: set[str], pids: set[int]
+) -> list[dict]:
     my_batches = [dict(b, api="Produce", kind="batch") for b in batches if _mine(b, txn_ids, pids)]
     with_batches = {(b["conn"], b["correlation_id"]) for b in my_batches}
-    my_exchanges = [dict(e, kind="exchange") for e in exchanges if _mine(e, txn_ids, pids)
-                    and (e.get("conn"), e.get("correlation_id")) not in with_batches]
+    my_exchanges = [
+        dict(e, kind="exchange")
+        for e in exchanges
+        if _mine(e, txn_ids, pids) and (e.get("conn"), e.get("correlation_id")) not in with_batches
+    ]
     return sorted(my_exchanges + my_batches, key=lambda r: r["ts"])
 
 
@@ -269,16 +280,18 @@ def _outcome(row: dict) -> Text:
     return text
 
 
-def _timeline_body(rows: list[dict], findings: list[Finding], instances: dict, limit: int | None
-                   ) -> list[RenderableType]:
+def _timeline_body(
+    rows: list[dict], findings: list[Finding], instances: dict, limit: int | None
+) -> list[RenderableType]:
     """Rows in chunks between findings; every chunk shares fixed column widths, so they read as one
     table with the findings set in where they happened (rich tables have no cells spanning columns)."""
     listed = rows if limit is None else rows[:limit]
     cells = [_timeline_cells(r, instances) for r in listed]
     widths = [max([len(title)] + [c[i].cell_len for c in cells]) for i, title in enumerate(TIMELINE_COLUMNS)]
     widths[3] = min(widths[3], 24)  # long topic names fold rather than push Outcome off the screen
-    events = sorted([(r["ts"], 0, i) for i, r in enumerate(listed)] + [(f.ts, 1, j) for j, f in
-                                                                        enumerate(findings)])
+    events = sorted(
+        [(r["ts"], 0, i) for i, r in enumerate(listed)] + [(f.ts, 1, j) for j, f in enumerate(findings)]
+    )
     parts: list[RenderableType] = []
     chunk: list[list[Text]] = []
     for _, is_finding, index in events:
@@ -302,8 +315,13 @@ def _timeline_table(chunk: list[list[Text]], widths: list[int], *, header: bool)
     for title, width in zip(TIMELINE_COLUMNS, widths, strict=True):
         # Outcome takes what is left and wraps; fixing its width too could push the table past the screen.
         fixed = title != "Outcome"
-        table.add_column(title, min_width=width if fixed else None, max_width=width if fixed else None,
-                         overflow="fold", no_wrap=title in ("Time", "#", "Seq"))
+        table.add_column(
+            title,
+            min_width=width if fixed else None,
+            max_width=width if fixed else None,
+            overflow="fold",
+            no_wrap=title in ("Time", "#", "Seq"),
+        )
     for cells in chunk:
         table.add_row(*cells)
     return table

@@ -24,8 +24,13 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
     return sorted_values[rank - 1]
 
 
-def transactions_summary(transactions: Sequence[Transaction], findings: Sequence[Finding] = (),
-                         capture_end: float | None = None, *, verbose: bool = False) -> RenderableType:
+def transactions_summary(
+    transactions: Sequence[Transaction],
+    findings: Sequence[Finding] = (),
+    capture_end: float | None = None,
+    *,
+    verbose: bool = False,
+) -> RenderableType:
     """Counts by outcome, durations of the ended ones, the slowest, and those still open at the end."""
     if not transactions:
         return Text("No transaction seen.", style="dim")
@@ -33,12 +38,19 @@ def transactions_summary(transactions: Sequence[Transaction], findings: Sequence
     ended = sorted((t for t in transactions if t.end_ts is not None), key=lambda t: t.end_ts - t.start_ts)
     if ended:
         times = [t.end_ts - t.start_ts for t in ended]
-        parts.append(Text(f"Durations of the {plural(len(ended), 'ended one')}: p50 "
-                          f"{duration(percentile(times, 50))}, p95 {duration(percentile(times, 95))}, "
-                          f"max {duration(times[-1])}"))
+        parts.append(
+            Text(
+                f"Durations of the {plural(len(ended), 'ended one')}: p50 "
+                f"{duration(percentile(times, 50))}, p95 {duration(percentile(times, 95))}, "
+                f"max {duration(times[-1])}"
+            )
+        )
         slowest = ended[::-1][: None if verbose else SLOWEST_SHOWN]
-        parts += [Text(""), Text("Slowest", style="bold"),
-                  _txn_table(slowest, "Duration", lambda t: t.end_ts)]
+        parts += [
+            Text(""),
+            Text("Slowest", style="bold"),
+            _txn_table(slowest, "Duration", lambda t: t.end_ts),
+        ]
     still_open = [t for t in transactions if t.outcome == "open"]
     if still_open:
         parts += [Text(""), *_open_part(still_open, findings, capture_end, verbose)]
@@ -56,8 +68,9 @@ def _outcome_counts(transactions: Sequence[Transaction]) -> Text:
     return text
 
 
-def _open_part(still_open: list[Transaction], findings: Sequence[Finding], capture_end: float | None,
-               verbose: bool) -> list[RenderableType]:
+def _open_part(
+    still_open: list[Transaction], findings: Sequence[Finding], capture_end: float | None, verbose: bool
+) -> list[RenderableType]:
     hanging = {(f.transactional_id, f.producer_epoch) for f in findings if f.kind == "hanging_transaction"}
     end = capture_end if capture_end is not None else max(t.start_ts for t in still_open)
     still_open.sort(key=lambda t: t.start_ts)
@@ -66,8 +79,12 @@ def _open_part(still_open: list[Transaction], findings: Sequence[Finding], captu
     n_hanging = sum((t.transactional_id, t.producer_epoch) in hanging for t in still_open)
     if n_hanging:
         title.append(f" ({n_hanging:,} hanging: past their timeout)", style="yellow")
-    table = _txn_table(listed, "Open for", lambda t: end,
-                       lambda t: "HANGING" if (t.transactional_id, t.producer_epoch) in hanging else "open")
+    table = _txn_table(
+        listed,
+        "Open for",
+        lambda t: end,
+        lambda t: "HANGING" if (t.transactional_id, t.producer_epoch) in hanging else "open",
+    )
     parts: list[RenderableType] = [title, table]
     if len(still_open) > len(listed):
         parts.append(more(len(still_open) - len(listed), "open transaction"))
@@ -94,9 +111,15 @@ def _txn_table(txns: Sequence[Transaction], time_title: str, end_of, outcome_of=
     for t in txns:
         outcome = outcome_of(t) if outcome_of else t.outcome
         style = "yellow" if outcome in ("HANGING", "abort") else ""
-        table.add_row(clock(t.start_ts), Text(shown(t.transactional_id)), _pid_epoch(t),
-                      duration(end_of(t) - t.start_ts),
-                      Text(outcome, style=style), _partitions_text(t.partitions), f"{t.records:,}")
+        table.add_row(
+            clock(t.start_ts),
+            Text(shown(t.transactional_id)),
+            _pid_epoch(t),
+            duration(end_of(t) - t.start_ts),
+            Text(outcome, style=style),
+            _partitions_text(t.partitions),
+            f"{t.records:,}",
+        )
     return table
 
 

@@ -78,4 +78,5 @@ def test_the_fold_is_deterministic():
         wire.produce("t", 7, 0, [("orders", 0, 8, 5, 0, 9)])
         out = wire.finish(after=100)
         return out.producers, out.transactions, out.findings
+
     assert run() == run()

@@ -49,8 +49,10 @@ def matches(finding, wanted: dict) -> bool:
     """Kind and severity exactly; where the expectation names an id, topic or partition, that too."""
     if (finding.kind, finding.severity) != (wanted["kind"], wanted["severity"]):
         return False
-    return all(wanted.get(k) is None or getattr(finding, k) == wanted[k]
-               for k in ("transactional_id", "producer_id", "topic", "partition", "group"))
+    return all(
+        wanted.get(k) is None or getattr(finding, k) == wanted[k]
+        for k in ("transactional_id", "producer_id", "topic", "partition", "group")
+    )
 
 
 def names(paths: list[Path]) -> list[str]:
@@ -96,8 +98,12 @@ def test_records_produced(case):
 @pytest.mark.parametrize("kind", [k.value for k in FindingKind])
 def test_every_finding_kind_is_produced_by_the_corpus(kind: str):
     """Some capture expects each kind, and the audit finds it there at the expected severity."""
-    expecting = [(name, w) for name in names(EXPECTS)
-                 for w in load(PCAPS / f"{name}.expect.json")["findings"] if w["kind"] == kind]
+    expecting = [
+        (name, w)
+        for name in names(EXPECTS)
+        for w in load(PCAPS / f"{name}.expect.json")["findings"]
+        if w["kind"] == kind
+    ]
     assert expecting, f"no capture in tests/pcaps expects {kind}: record a scenario for it"
     assert any(any(matches(f, w) for f in audit(name).findings) for name, w in expecting)
 

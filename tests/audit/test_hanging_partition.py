@@ -25,7 +25,11 @@ def test_held_partition_names_the_transaction_that_holds_it():
     assert (f.severity, f.topic, f.partition, f.transactional_id) == ("warning", "stuck", 0, "tx-stuck")
     e = f.evidence
     assert (e["last_stable_offset"], e["high_watermark"], e["timeout_ms"], e["timeout_from"]) == (
-        0, 4, 1000, "InitProducerId")
+        0,
+        4,
+        1000,
+        "InitProducerId",
+    )
     assert e["held_until_ts"] - e["held_since_ts"] > 3.0 and e["fetch_answers"] > 10
     assert e["read_committed_readers"] == ["corpus-stuck-reader"]
 

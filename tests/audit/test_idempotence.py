@@ -53,8 +53,12 @@ def test_the_idempotent_client_is_flagged_once_and_the_ordinary_one_never():
     ev = f.evidence
     assert f.severity == "warning" and f.producer_id is None and f.transactional_id is None
     assert ev["client_id"] == IDEMPOTENT["client_id"] != PLAIN["client_id"]
-    assert (ev["init_api"], ev["init_error"], ev["init_error_code"], ev["init_producer_id"]) == \
-        ("InitProducerId v0", answer["error"], answer["error_code"], answer["producer_id"])
+    assert (ev["init_api"], ev["init_error"], ev["init_error_code"], ev["init_producer_id"]) == (
+        "InitProducerId v0",
+        answer["error"],
+        answer["error_code"],
+        answer["producer_id"],
+    )
     assert (ev["producer_id"], ev["acks"], ev["broker_error"]) == (-1, -1, "NONE")
     assert (f.topic, f.partition) == (EXPECT["findings"][0]["topic"], EXPECT["findings"][0]["partition"])
     assert ev["init_ts"] <= ev["write_ts"] == f.ts
@@ -70,13 +74,18 @@ def _init(e) -> bool:
 def test_without_the_answer_or_with_a_producer_id_granted_nothing_is_said():
     evs = events()
     # The answer not captured: what the client was told is unknown.
-    unanswered = [dataclasses.replace(e, response=None, response_ts=None, status="unanswered") if _init(e)
-                  else e for e in evs]
+    unanswered = [
+        dataclasses.replace(e, response=None, response_ts=None, status="unanswered") if _init(e) else e
+        for e in evs
+    ]
     assert audit(unanswered) == []
     # The same client granted a producer id before its writes (the answer as a broker that accepts it).
-    granted = [dataclasses.replace(e, response=e.response._replace(error_code=0, producer_id=7,
-                                                                   producer_epoch=0)) if _init(e)
-               else e for e in evs]
+    granted = [
+        dataclasses.replace(e, response=e.response._replace(error_code=0, producer_id=7, producer_epoch=0))
+        if _init(e)
+        else e
+        for e in evs
+    ]
     assert audit(granted) == []
     # No InitProducerId at all: both Sarama producers are then ordinary ones.
     assert audit([e for e in evs if not _init(e)]) == []

@@ -56,7 +56,9 @@ def test_the_zombie_accepted_is_critical(wire: Wire):
     # The broker committed the zombie's transaction: it counts, under the zombie's epoch.
     out = wire.finish()
     assert [(t.outcome, t.producer_epoch, t.partitions) for t in out.transactions] == [
-        ("commit", 0, ("orders-0",)), ("commit", 0, ("orders-1", "orders-2"))]
+        ("commit", 0, ("orders-0",)),
+        ("commit", 0, ("orders-1", "orders-2")),
+    ]
 
 
 def test_a_new_producer_id_supersedes_the_old_one(wire: Wire):
@@ -67,8 +69,9 @@ def test_a_new_producer_id_supersedes_the_old_one(wire: Wire):
 
 def test_one_fenced_finding_per_rejected_request(wire: Wire):
     takeover(wire)
-    got = wire.produce(T, 7, 0, [("orders", 1, 0, 2, PRODUCER_FENCED, None),
-                                 ("orders", 2, 0, 2, PRODUCER_FENCED, None)])
+    got = wire.produce(
+        T, 7, 0, [("orders", 1, 0, 2, PRODUCER_FENCED, None), ("orders", 2, 0, 2, PRODUCER_FENCED, None)]
+    )
     assert wire.kinds(got) == [STALE_REJECTED, ("producer_fenced", "warning")]
 
 
@@ -124,4 +127,5 @@ def test_a_zombie_transaction_left_open_is_judged_like_any_other(wire: Wire):
     out = wire.finish(after=120)
     assert [(t.outcome, t.producer_epoch) for t in out.transactions] == [("commit", 0), ("open", 0)]
     assert [(f.kind, f.severity) for f in out.findings if f.kind == "hanging_transaction"] == [
-        ("hanging_transaction", "warning")]
+        ("hanging_transaction", "warning")
+    ]

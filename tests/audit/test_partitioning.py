@@ -61,8 +61,14 @@ def test_partitioned_run_equals_the_single_fold():
     assert split.findings == single.findings
     assert split.producers == single.producers
     kinds = {f.kind for f in single.findings}
-    assert {"sequence_gap", "producer_fenced", "hanging_transaction", "capture_gap",
-            "offset_commit_backwards", "unanswered_request"} <= kinds
+    assert {
+        "sequence_gap",
+        "producer_fenced",
+        "hanging_transaction",
+        "capture_gap",
+        "offset_commit_backwards",
+        "unanswered_request",
+    } <= kinds
 
 
 def test_producer_keys():

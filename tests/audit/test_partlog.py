@@ -43,12 +43,16 @@ def test_open_when_read_only_on_the_mock():
     # tansu holds read_committed fetches at the LSO until txn 4 ends; the mock reports the end of the log
     # as the LSO while it is open and hands its records out
     def open_reads(name):
-        return {(f.evidence["client_id"], f.partition) for f in audit(name).findings
-                if f.kind == "aborted_read" and f.evidence["open_when_read"]}
+        return {
+            (f.evidence["client_id"], f.partition)
+            for f in audit(name).findings
+            if f.kind == "aborted_read" and f.evidence["open_when_read"]
+        }
 
     assert open_reads("consume_tansu") == set()
-    assert open_reads("consume_mock") == {(c, p) for c in ("corpus-rc-confluent", "corpus-rc-aiokafka")
-                                          for p in (0, 1)}
+    assert open_reads("consume_mock") == {
+        (c, p) for c in ("corpus-rc-confluent", "corpus-rc-aiokafka") for p in (0, 1)
+    }
 
 
 @pytest.mark.parametrize("name", ["consume_tansu", "consume_mock"])
@@ -58,9 +62,16 @@ def test_the_log_as_seen(name):
         p = parts[("reads", partition)]
         kinds = [(row["first_offset"], row["kind"], row["outcome"]) for row in p.log]
         # 4 transactions of 2 records, each followed by its marker
-        assert kinds == [(0, "transactional", "commit"), (2, "COMMIT", None), (3, "transactional", "abort"),
-                         (5, "ABORT", None), (6, "transactional", "commit"), (8, "COMMIT", None),
-                         (9, "transactional", "abort"), (11, "ABORT", None)]
+        assert kinds == [
+            (0, "transactional", "commit"),
+            (2, "COMMIT", None),
+            (3, "transactional", "abort"),
+            (5, "ABORT", None),
+            (6, "transactional", "commit"),
+            (8, "COMMIT", None),
+            (9, "transactional", "abort"),
+            (11, "ABORT", None),
+        ]
         assert all(row["acked"] for row in p.log if row["kind"] == "transactional")
         assert (p.acked_batches, p.acked_records, p.commit_markers, p.abort_markers) == (4, 8, 2, 2)
         assert p.high_watermark == p.end_offset == 12

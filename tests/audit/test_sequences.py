@@ -31,7 +31,11 @@ def test_gap_accepted_is_critical_and_rejected_a_warning(wire: Wire):
     assert wire.kinds(got) == [("sequence_gap", "warning")]
     ev = got[0].evidence
     assert (ev["expected_sequence"], ev["got_sequence"], ev["missing"], ev["broker_error"]) == (
-        5, 8, 3, "OUT_OF_ORDER_SEQUENCE_NUMBER")
+        5,
+        8,
+        3,
+        "OUT_OF_ORDER_SEQUENCE_NUMBER",
+    )
     # Rejected batches do not move the expected sequence.
     assert wire.produce(None, P, 0, [("events", 0, 5, 3, 0, 5)]) == []
     got = wire.produce(None, P, 0, [("events", 0, 10, 2, 0, 8)])

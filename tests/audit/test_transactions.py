@@ -10,12 +10,14 @@ from ksniff.audit.txn import ALLOWED, ILLEGAL, Trigger, TxnState
 T = "orders-txn"
 
 
-def committed(wire: Wire, pid: int = 7, epoch: int = 0, seq: int = 0, commit: bool = True,
-              parts=(("orders", 0),)) -> None:
+def committed(
+    wire: Wire, pid: int = 7, epoch: int = 0, seq: int = 0, commit: bool = True, parts=(("orders", 0),)
+) -> None:
     """A transaction writing 5 records to each partition, the first starting at `seq`, others at 0."""
     wire.add_partitions(T, pid, epoch, list(parts))
-    wire.produce(T, pid, epoch, [(t, p, seq if i == 0 else 0, 5, 0, 100 + seq)
-                                 for i, (t, p) in enumerate(parts)])
+    wire.produce(
+        T, pid, epoch, [(t, p, seq if i == 0 else 0, 5, 0, 100 + seq) for i, (t, p) in enumerate(parts)]
+    )
     wire.end_txn(T, pid, epoch, commit=commit)
 
 
@@ -268,7 +270,11 @@ def test_hanging_transaction_uses_the_producers_timeout(wire: Wire):
     out = wire.finish(after=11)
     (hanging,) = out.findings
     assert (hanging.kind, hanging.severity, hanging.topic, hanging.partition) == (
-        "hanging_transaction", "warning", "orders", 0)
+        "hanging_transaction",
+        "warning",
+        "orders",
+        0,
+    )
     assert hanging.evidence["timeout_ms"] == 10_000
     assert outcomes(out) == ["open"]
     assert out.producers[0].open == 1
@@ -304,17 +310,51 @@ def test_add_partitions_batch_from_a_broker(wire: Wire):
     """v4+ batches name several transactions; verify-only entries add nothing."""
     wire.init("a", 1, 0)
     wire.init("b", 2, 0)
-    wire.send("AddPartitionsToTxn", 4, {"transactions": [
-        {"transactional_id": "a", "producer_id": 1, "producer_epoch": 0, "verify_only": False,
-         "topics": [{"name": "t", "partitions": [0]}]},
-        {"transactional_id": "b", "producer_id": 2, "producer_epoch": 0, "verify_only": True,
-         "topics": [{"name": "t", "partitions": [1]}]}]},
-        {"error_code": 0, "results_by_transaction": [
-            {"transactional_id": "a", "topic_results": [
-                {"name": "t", "results_by_partition": [{"partition_index": 0, "partition_error_code": 0}]}]},
-            {"transactional_id": "b", "topic_results": [
-                {"name": "t", "results_by_partition": [{"partition_index": 1, "partition_error_code": 0}]}]},
-        ]})
+    wire.send(
+        "AddPartitionsToTxn",
+        4,
+        {
+            "transactions": [
+                {
+                    "transactional_id": "a",
+                    "producer_id": 1,
+                    "producer_epoch": 0,
+                    "verify_only": False,
+                    "topics": [{"name": "t", "partitions": [0]}],
+                },
+                {
+                    "transactional_id": "b",
+                    "producer_id": 2,
+                    "producer_epoch": 0,
+                    "verify_only": True,
+                    "topics": [{"name": "t", "partitions": [1]}],
+                },
+            ]
+        },
+        {
+            "error_code": 0,
+            "results_by_transaction": [
+                {
+                    "transactional_id": "a",
+                    "topic_results": [
+                        {
+                            "name": "t",
+                            "results_by_partition": [{"partition_index": 0, "partition_error_code": 0}],
+                        }
+                    ],
+                },
+                {
+                    "transactional_id": "b",
+                    "topic_results": [
+                        {
+                            "name": "t",
+                            "results_by_partition": [{"partition_index": 1, "partition_error_code": 0}],
+                        }
+                    ],
+                },
+            ],
+        },
+    )
     out = wire.finish()
     assert [(t.transactional_id, t.partitions) for t in out.transactions] == [("a", ("t-0",))]
 
@@ -322,6 +362,7 @@ def test_add_partitions_batch_from_a_broker(wire: Wire):
 # WriteTxnMarkers is inter-broker traffic that no broker available here produces (Tansu and librdkafka's
 # mock keep markers internal): these exchanges are built from Kafka's protocol facts (WriteTxnMarkers v1,
 # coordinator to partition leader), as the corpus README says.
+
 
 def test_markers_that_contradict_the_accepted_end_txn_are_critical(wire: Wire):
     wire.init(T, 7, 0)

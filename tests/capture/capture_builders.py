@@ -9,20 +9,54 @@ from collections.abc import Iterable, Sequence
 FLAG_BITS = {"F": 0x01, "S": 0x02, "R": 0x04, "P": 0x08, "A": 0x10}
 
 
-def tcp(sport: int, dport: int, seq: int, ack: int = 0, flags: str = "A", payload: bytes = b"",
-        options: bytes = b"") -> bytes:
+def tcp(
+    sport: int,
+    dport: int,
+    seq: int,
+    ack: int = 0,
+    flags: str = "A",
+    payload: bytes = b"",
+    options: bytes = b"",
+) -> bytes:
     bits = sum(FLAG_BITS[c] for c in flags)
     doff = (20 + len(options)) // 4
-    return struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, doff << 4, bits,
-                       65535, 0, 0) + options + payload
+    return (
+        struct.pack(
+            "!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, doff << 4, bits, 65535, 0, 0
+        )
+        + options
+        + payload
+    )
 
 
-def ipv4(src: str, dst: str, l4: bytes, proto: int = 6, options: bytes = b"", frag: int = 0,
-         total: int | None = None) -> bytes:
+def ipv4(
+    src: str,
+    dst: str,
+    l4: bytes,
+    proto: int = 6,
+    options: bytes = b"",
+    frag: int = 0,
+    total: int | None = None,
+) -> bytes:
     ihl = (20 + len(options)) // 4
     length = 20 + len(options) + len(l4) if total is None else total
-    return struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, length, 1, frag, 64, proto, 0,
-                       ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(dst).packed) + options + l4
+    return (
+        struct.pack(
+            "!BBHHHBBH4s4s",
+            0x40 | ihl,
+            0,
+            length,
+            1,
+            frag,
+            64,
+            proto,
+            0,
+            ipaddress.IPv4Address(src).packed,
+            ipaddress.IPv4Address(dst).packed,
+        )
+        + options
+        + l4
+    )
 
 
 def ipv6(src: str, dst: str, l4: bytes, ext: Sequence[tuple[int, bytes]] = (), proto: int = 6) -> bytes:
@@ -37,8 +71,19 @@ def ipv6(src: str, dst: str, l4: bytes, ext: Sequence[tuple[int, bytes]] = (), p
             raw = body.ljust(((len(body) + 2 + 7) // 8) * 8 - 2, b"\0")
             chain += struct.pack("!BB", nxt, (len(raw) + 2) // 8 - 1) + raw
     first = types[0]
-    return struct.pack("!IHBB16s16s", 0x60000000, len(chain) + len(l4), first, 64,
-                       ipaddress.IPv6Address(src).packed, ipaddress.IPv6Address(dst).packed) + chain + l4
+    return (
+        struct.pack(
+            "!IHBB16s16s",
+            0x60000000,
+            len(chain) + len(l4),
+            first,
+            64,
+            ipaddress.IPv6Address(src).packed,
+            ipaddress.IPv6Address(dst).packed,
+        )
+        + chain
+        + l4
+    )
 
 
 def ethernet(ip: bytes, vlans: Sequence[int] = (), tpid: int = 0x8100) -> bytes:
@@ -77,8 +122,9 @@ LINKS = {  # name -> (linktype, framing)
 Packet = tuple[float, bytes] | tuple[float, bytes, int]  # (ts, frame[, original length])
 
 
-def pcap_bytes(packets: Iterable[Packet], linktype: int = 1, order: str = "<", nsec: bool = False,
-               snaplen: int = 262144) -> bytes:
+def pcap_bytes(
+    packets: Iterable[Packet], linktype: int = 1, order: str = "<", nsec: bool = False, snaplen: int = 262144
+) -> bytes:
     magic = 0xA1B23C4D if nsec else 0xA1B2C3D4
     out = [struct.pack(order + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype)]
     scale = 1_000_000_000 if nsec else 1_000_000
@@ -100,8 +146,12 @@ def _option(order: str, code: int, value: bytes) -> bytes:
     return struct.pack(order + "HH", code, len(value)) + value + b"\0" * (-len(value) % 4)
 
 
-def pcapng_section(interfaces: Sequence[tuple[int, int | None]], packets: Iterable[tuple],
-                   order: str = "<", extra_blocks: bool = True) -> bytes:
+def pcapng_section(
+    interfaces: Sequence[tuple[int, int | None]],
+    packets: Iterable[tuple],
+    order: str = "<",
+    extra_blocks: bool = True,
+) -> bytes:
     """One section. `interfaces`: (linktype, if_tsresol byte or None); `packets`: (iface, ts, frame) for
     EPBs or ("spb", frame) for simple packet blocks. Adds blocks a reader must skip when `extra_blocks`."""
     out = [_block(order, 0x0A0D0D0A, struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0, -1))]
@@ -134,8 +184,13 @@ def pcapng_section(interfaces: Sequence[tuple[int, int | None]], packets: Iterab
 class Flow:
     """A TCP conversation with sequence numbers tracked, producing raw IP packets."""
 
-    def __init__(self, client: tuple[str, int] = ("10.0.0.1", 40000),
-                 server: tuple[str, int] = ("10.0.0.2", 9092), isn_c: int = 1000, isn_s: int = 5000) -> None:
+    def __init__(
+        self,
+        client: tuple[str, int] = ("10.0.0.1", 40000),
+        server: tuple[str, int] = ("10.0.0.2", 9092),
+        isn_c: int = 1000,
+        isn_s: int = 5000,
+    ) -> None:
         self.client, self.server = client, server
         self.seq = {True: isn_c, False: isn_s}  # next sequence number per direction (True: client)
         self.v6 = ":" in client[0]
@@ -144,8 +199,9 @@ class Flow:
         a, b = (self.client, self.server) if from_client else (self.server, self.client)
         return (ipv6 if self.v6 else ipv4)(a[0], b[0], l4)
 
-    def raw(self, from_client: bool, seq: int, flags: str = "PA", payload: bytes = b"",
-            ack: int | None = None) -> bytes:
+    def raw(
+        self, from_client: bool, seq: int, flags: str = "PA", payload: bytes = b"", ack: int | None = None
+    ) -> bytes:
         """A segment with an explicit sequence number (no tracking)."""
         a, b = (self.client, self.server) if from_client else (self.server, self.client)
         ack = self.seq[not from_client] if ack is None else ack
@@ -172,11 +228,11 @@ def run_file(path, limits=None):
     return list(run), run
 
 
-def write_ip_packets(path, ip_packets: Sequence[bytes], link: str = "EN10MB", start: float = 1000.0,
-                     step: float = 0.001) -> None:
+def write_ip_packets(
+    path, ip_packets: Sequence[bytes], link: str = "EN10MB", start: float = 1000.0, step: float = 0.001
+) -> None:
     linktype, frame = LINKS[link]
-    path.write_bytes(pcap_bytes([(start + i * step, frame(p)) for i, p in enumerate(ip_packets)],
-                                linktype))
+    path.write_bytes(pcap_bytes([(start + i * step, frame(p)) for i, p in enumerate(ip_packets)], linktype))
 
 
 def streams(events) -> dict[tuple[int, bool], bytes]:

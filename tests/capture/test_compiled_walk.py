@@ -130,7 +130,7 @@ def test_truncated_and_corrupt_files_identical(walks, tmp_path, cut):
     assert fast == pure and fast[2] and "truncated" in fast[2][0]
     corrupt = bytearray(data)
     at = 24 + 16 * 5 + sum(len(r[1]) for r in recs[:5]) + 8  # the sixth record's captured length
-    corrupt[at:at + 4] = b"\xff\xff\xff\x7f"
+    corrupt[at : at + 4] = b"\xff\xff\xff\x7f"
     (tmp_path / "corrupt.pcap").write_bytes(bytes(corrupt))
     fast, pure = walks(lambda: walk(tmp_path / "corrupt.pcap"))
     assert fast == pure and fast[1][0] == 5
@@ -190,7 +190,7 @@ def test_pcapng_sections_interfaces_and_shapes_identical(walks, tmp_path, order)
         if seen == 20:
             break
         at += blen
-    path.write_bytes(data[:at + 4] + struct.pack(order + "I", 13) + data[at + 8:])
+    path.write_bytes(data[: at + 4] + struct.pack(order + "I", 13) + data[at + 8 :])
     fast, pure = walks(lambda: walk(path))
     assert fast == pure and fast[2]
 

@@ -22,11 +22,43 @@ pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="needs ts
 def tshark_directions(path: Path) -> dict[tuple[str, str], int]:
     """Bytes covered by TCP payloads per (sender, receiver), retransmitted ranges counted once."""
     out = subprocess.run(
-        ["tshark", "-r", str(path), "-Y", "tcp", "-T", "fields", "-E", "separator=|",
-         "-o", "tcp.relative_sequence_numbers:FALSE", "-o", "tcp.desegment_tcp_streams:FALSE",
-         "-e", "tcp.stream", "-e", "ip.src", "-e", "ipv6.src", "-e", "tcp.srcport", "-e", "ip.dst",
-         "-e", "ipv6.dst", "-e", "tcp.dstport", "-e", "tcp.seq", "-e", "tcp.len"],
-        capture_output=True, text=True, check=True).stdout
+        [
+            "tshark",
+            "-r",
+            str(path),
+            "-Y",
+            "tcp",
+            "-T",
+            "fields",
+            "-E",
+            "separator=|",
+            "-o",
+            "tcp.relative_sequence_numbers:FALSE",
+            "-o",
+            "tcp.desegment_tcp_streams:FALSE",
+            "-e",
+            "tcp.stream",
+            "-e",
+            "ip.src",
+            "-e",
+            "ipv6.src",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "ip.dst",
+            "-e",
+            "ipv6.dst",
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "tcp.seq",
+            "-e",
+            "tcp.len",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     ranges: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
     for line in out.splitlines():
         stream, s4, s6, sport, d4, d6, dport, seq, length = line.split("|")
@@ -83,8 +115,12 @@ def test_reassembled_bytes_match_tshark(path):
 
 
 def tshark_count(path: Path, display_filter: str) -> int:
-    out = subprocess.run(["tshark", "-r", str(path), "-Y", display_filter, "-T", "fields",
-                          "-e", "frame.number"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["tshark", "-r", str(path), "-Y", display_filter, "-T", "fields", "-e", "frame.number"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return len(out.split())
 
 

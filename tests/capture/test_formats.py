@@ -36,8 +36,13 @@ EXPECTED = {(1, True): b"request", (1, False): b"response"}
 @pytest.mark.parametrize("nsec", [False, True])
 def test_pcap_byte_orders_and_resolutions(tmp_path, order, nsec):
     path = tmp_path / "x.pcap"
-    path.write_bytes(pcap_bytes([(1700000000.123456 + i, ethernet(p)) for i, p in enumerate(conversation())],
-                                order=order, nsec=nsec))
+    path.write_bytes(
+        pcap_bytes(
+            [(1700000000.123456 + i, ethernet(p)) for i, p in enumerate(conversation())],
+            order=order,
+            nsec=nsec,
+        )
+    )
     events, run = run_file(path)
     assert streams(events) == EXPECTED
     assert events[0].ts == pytest.approx(1700000000.123456, abs=1e-6)
@@ -47,13 +52,15 @@ def test_pcap_byte_orders_and_resolutions(tmp_path, order, nsec):
 
 def test_pcapng_sections_interfaces_resolutions_and_skipped_blocks(tmp_path):
     pkts = conversation()
-    section1 = pcapng_section([(1, None), (276, 9)], [(0, 100.5, ethernet(pkts[0])),
-                                                      (1, 101.25, sll2(pkts[1]))], order="<")
-    section2 = pcapng_section([(101, 0x80 | 20), (1, 3)],
-                              [(1, 102.0, ethernet(pkts[2])), (0, 103.0, pkts[3]),
-                               (1, 104.0, ethernet(pkts[4]))] + [(0, 105.0 + i, p) for i, p in
-                                                                 enumerate(pkts[5:])],
-                              order=">")
+    section1 = pcapng_section(
+        [(1, None), (276, 9)], [(0, 100.5, ethernet(pkts[0])), (1, 101.25, sll2(pkts[1]))], order="<"
+    )
+    section2 = pcapng_section(
+        [(101, 0x80 | 20), (1, 3)],
+        [(1, 102.0, ethernet(pkts[2])), (0, 103.0, pkts[3]), (1, 104.0, ethernet(pkts[4]))]
+        + [(0, 105.0 + i, p) for i, p in enumerate(pkts[5:])],
+        order=">",
+    )
     path = tmp_path / "x.pcapng"
     path.write_bytes(section1 + section2)
     events, run = run_file(path)
@@ -77,13 +84,16 @@ def test_pcapng_simple_packet_blocks(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("editcap") is None, reason="needs editcap")
-@pytest.mark.parametrize(("encap", "framing", "name"), [
-    ("ether", ethernet, "EN10MB"),
-    ("rawip", lambda ip: ip, "RAW"),
-    ("linux-sll", sll, "LINUX_SLL"),
-    ("linux-sll2", sll2, "LINUX_SLL2"),
-    ("null", null, "NULL"),
-])
+@pytest.mark.parametrize(
+    ("encap", "framing", "name"),
+    [
+        ("ether", ethernet, "EN10MB"),
+        ("rawip", lambda ip: ip, "RAW"),
+        ("linux-sll", sll, "LINUX_SLL"),
+        ("linux-sll2", sll2, "LINUX_SLL2"),
+        ("null", null, "NULL"),
+    ],
+)
 def test_files_converted_by_editcap(tmp_path, encap, framing, name):
     # editcap -T relabels frames without rewriting them, so the frames are written in the target framing.
     src = tmp_path / "src.pcap"
@@ -113,8 +123,9 @@ def test_gzip_stream_larger_than_one_window(tmp_path, monkeypatch):
     f = Flow()
     pkts = f.handshake() + [f.send(True, bytes([i % 251]) * 700) for i in range(200)]
     path = tmp_path / "big.pcapng.gz"
-    path.write_bytes(gzip.compress(pcapng_section([(1, None)], [(0, 1.0 + i, ethernet(p))
-                                                                for i, p in enumerate(pkts)])))
+    path.write_bytes(
+        gzip.compress(pcapng_section([(1, None)], [(0, 1.0 + i, ethernet(p)) for i, p in enumerate(pkts)]))
+    )
     events, run = run_file(path)
     assert streams(events)[(1, True)] == b"".join(bytes([i % 251]) * 700 for i in range(200))
     assert not run.warnings
@@ -136,7 +147,8 @@ def test_folder_recursive_and_files_merged_by_time(tmp_path):
     one = pcap_bytes([(10.0 + 2 * i, ethernet(p)) for i, p in enumerate(a_pkts)])
     (tmp_path / "sub" / "one.pcap").write_bytes(one)
     (tmp_path / "sub" / "deeper" / "two.cap").write_bytes(
-        pcapng_section([(1, None)], [(0, 11.0 + 2 * i, ethernet(p)) for i, p in enumerate(b_pkts)]))
+        pcapng_section([(1, None)], [(0, 11.0 + 2 * i, ethernet(p)) for i, p in enumerate(b_pkts)])
+    )
     (tmp_path / "sub" / "notes.expect.json").write_text("{}")
     run = read_files([str(tmp_path / "sub")])
     events = list(run)
@@ -159,12 +171,15 @@ def test_iter_segments_gives_flat_tuples(tmp_path):
     assert bytes(payload) == b"request" and flags & 0x18 == 0x18 and ts == 4.0
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (b"", "empty file"),
-    (b"hello, this is text and not a capture\n", "not a pcap or pcapng file"),
-    (b"\xd4\xc3\xb2", "not a pcap or pcapng file"),
-    (bytes(range(256)) * 4, "not a pcap or pcapng file"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty file"),
+        (b"hello, this is text and not a capture\n", "not a pcap or pcapng file"),
+        (b"\xd4\xc3\xb2", "not a pcap or pcapng file"),
+        (bytes(range(256)) * 4, "not a pcap or pcapng file"),
+    ],
+)
 def test_bad_files_raise_one_line(tmp_path, content, message):
     path = tmp_path / "bad.pcap"
     path.write_bytes(content)
@@ -245,7 +260,7 @@ def test_corrupt_record_length_ends_the_file_with_a_warning(tmp_path):
     frames = [(1.0 + i, ethernet(p)) for i, p in enumerate(conversation())]
     data = bytearray(pcap_bytes(frames))
     second = 24 + 16 + len(frames[0][1])
-    data[second + 8:second + 12] = (0x7FFFFFFF).to_bytes(4, "little")  # caplen of the second record
+    data[second + 8 : second + 12] = (0x7FFFFFFF).to_bytes(4, "little")  # caplen of the second record
     path = tmp_path / "corrupt.pcap"
     path.write_bytes(bytes(data))
     _, run = run_file(path)

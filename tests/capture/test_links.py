@@ -50,17 +50,25 @@ def test_vlan_and_qinq(tmp_path, vlans, tpid):
 def test_ipv4_options_and_tcp_options(tmp_path):
     opts = b"\x94\x04\0\0" + b"\x01" * 4  # router alert + NOPs
     tcp_opts = b"\x02\x04\x05\xb4\x01\x01\x04\x02"  # MSS, NOP, NOP, SACK permitted
-    pkts = [ipv4("10.0.0.1", "10.0.0.2", tcp(1, 2, 100, 0, "S", options=tcp_opts), options=opts),
-            ipv4("10.0.0.1", "10.0.0.2", tcp(1, 2, 101, 1, "PA", b"data", tcp_opts), options=opts)]
+    pkts = [
+        ipv4("10.0.0.1", "10.0.0.2", tcp(1, 2, 100, 0, "S", options=tcp_opts), options=opts),
+        ipv4("10.0.0.1", "10.0.0.2", tcp(1, 2, 101, 1, "PA", b"data", tcp_opts), options=opts),
+    ]
     events, _ = write(tmp_path, [ethernet(p) for p in pkts])
     assert streams(events) == {(1, True): b"data"}
 
 
 def test_ipv6_extension_headers(tmp_path):
-    ext = [(0, b"\x01\x04\0\0\0\0"), (60, b"\x01\x04\0\0\0\0"), (43, b"\0\0\0\0\0\0"),
-           (44, b"\0\0\0\0\0\x07")]  # the fragment header says offset 0, no more fragments: atomic
-    pkts = [ipv6("fd00::1", "fd00::2", tcp(1, 2, 100, 0, "S"), ext),
-            ipv6("fd00::1", "fd00::2", tcp(1, 2, 101, 1, "PA", b"data"), ext)]
+    ext = [
+        (0, b"\x01\x04\0\0\0\0"),
+        (60, b"\x01\x04\0\0\0\0"),
+        (43, b"\0\0\0\0\0\0"),
+        (44, b"\0\0\0\0\0\x07"),
+    ]  # the fragment header says offset 0, no more fragments: atomic
+    pkts = [
+        ipv6("fd00::1", "fd00::2", tcp(1, 2, 100, 0, "S"), ext),
+        ipv6("fd00::1", "fd00::2", tcp(1, 2, 101, 1, "PA", b"data"), ext),
+    ]
     events, run = write(tmp_path, [ethernet(p) for p in pkts])
     assert streams(events) == {(1, True): b"data"}
     assert run.stats.ip_fragments == 0
@@ -68,9 +76,11 @@ def test_ipv6_extension_headers(tmp_path):
 
 def test_fragments_are_counted(tmp_path):
     l4 = tcp(1, 2, 100, 0, "PA", b"x" * 64)
-    frags = [ipv4("10.0.0.1", "10.0.0.2", l4[:40], frag=0x2000),  # more fragments
-             ipv4("10.0.0.1", "10.0.0.2", l4[40:], frag=5),  # offset 40 bytes
-             ipv6("fd00::1", "fd00::2", l4[:40], [(44, b"\0\x01\0\0\0\x07")])]
+    frags = [
+        ipv4("10.0.0.1", "10.0.0.2", l4[:40], frag=0x2000),  # more fragments
+        ipv4("10.0.0.1", "10.0.0.2", l4[40:], frag=5),  # offset 40 bytes
+        ipv6("fd00::1", "fd00::2", l4[:40], [(44, b"\0\x01\0\0\0\x07")]),
+    ]
     events, run = write(tmp_path, [ethernet(p) for p in frags])
     assert run.stats.ip_fragments == 3
     assert run.stats.tcp_segments == 0

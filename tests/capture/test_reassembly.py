@@ -134,8 +134,11 @@ def test_peer_ack_past_a_hole_releases_the_request_before_the_response(tmp_path)
     first, _lost, buffered = f.send(True, b"REQ1"), f.send(True, b"REQ2"), f.send(True, b"REQ3")
     response = f.send(False, b"RESP2")  # its ACK covers REQ2 and REQ3
     events, _ = read(tmp_path, hs + [first, buffered, response])
-    order = [(e.from_src, e.data) if isinstance(e, StreamChunk) else "gap"
-             for e in events if isinstance(e, StreamChunk | StreamGap)]
+    order = [
+        (e.from_src, e.data) if isinstance(e, StreamChunk) else "gap"
+        for e in events
+        if isinstance(e, StreamChunk | StreamGap)
+    ]
     assert order == [(True, b"REQ1"), "gap", (True, b"REQ3"), (False, b"RESP2")]
 
 

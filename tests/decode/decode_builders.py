@@ -21,13 +21,27 @@ from ksniff.capture.events import ConnectionClosed, ConnectionOpened, Endpoint, 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
-def record_batch(producer_id: int = 1000, epoch: int = 0, sequence: int = 0, records: int = 2, *,
-                 codec: str = "none", transactional: bool = True, value_size: int = 10,
-                 base_offset: int = 0) -> bytes:
+def record_batch(
+    producer_id: int = 1000,
+    epoch: int = 0,
+    sequence: int = 0,
+    records: int = 2,
+    *,
+    codec: str = "none",
+    transactional: bool = True,
+    value_size: int = 10,
+    base_offset: int = 0,
+) -> bytes:
     """One magic-2 batch built by kafka-python's record encoder (what a real client writes)."""
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=CODECS[codec], is_transactional=transactional,
-                                  producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
-                                  batch_size=1 << 30)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=CODECS[codec],
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        batch_size=1 << 30,
+    )
     for i in range(records):
         value = bytes([65 + i % 26]) * value_size
         b.append(i, timestamp=1_700_000_000_000 + i, key=b"key-%d" % i, value=value, headers=[("h", b"x")])
@@ -43,8 +57,14 @@ def frame(message, version: int, correlation_id: int, client_id: str | None = "k
     return bytes(message.encode(header=True, framed=True))
 
 
-def produce_request(version: int = 9, *, transactional_id: str | None = "tx-1", acks: int = -1,
-                    partitions: dict[tuple[str, int], list[bytes]] | None = None, topic_ids=None):
+def produce_request(
+    version: int = 9,
+    *,
+    transactional_id: str | None = "tx-1",
+    acks: int = -1,
+    partitions: dict[tuple[str, int], list[bytes]] | None = None,
+    topic_ids=None,
+):
     """A ProduceRequest; `partitions` maps (topic, partition) to the batches written there."""
     partitions = partitions or {("orders", 0): [record_batch()]}
     T = ProduceRequest.TopicProduceData
@@ -58,12 +78,14 @@ def produce_request(version: int = 9, *, transactional_id: str | None = "tx-1", 
             data.append(T(topic_id=(topic_ids or {})[topic], partition_data=parts))
         else:
             data.append(T(name=topic, partition_data=parts))
-    return ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=30000, topic_data=data,
-                          version=version)
+    return ProduceRequest(
+        transactional_id=transactional_id, acks=acks, timeout_ms=30000, topic_data=data, version=version
+    )
 
 
-def produce_response(version: int = 9, answers: dict[tuple[str, int], tuple[int, int]] | None = None,
-                     topic_ids=None):
+def produce_response(
+    version: int = 9, answers: dict[tuple[str, int], tuple[int, int]] | None = None, topic_ids=None
+):
     """A ProduceResponse; `answers` maps (topic, partition) to (error_code, base_offset)."""
     answers = answers or {("orders", 0): (0, 100)}
     R = ProduceResponse.TopicProduceResponse
@@ -80,24 +102,47 @@ def produce_response(version: int = 9, answers: dict[tuple[str, int], tuple[int,
     return ProduceResponse(responses=data, throttle_time_ms=0, version=version)
 
 
-def fetch_request(version: int = 12, *, isolation_level: int = 1,
-                  offsets: dict[tuple[str, int], int] | None = None, topic_ids=None,
-                  session_id: int = 0, session_epoch: int = -1):
+def fetch_request(
+    version: int = 12,
+    *,
+    isolation_level: int = 1,
+    offsets: dict[tuple[str, int], int] | None = None,
+    topic_ids=None,
+    session_id: int = 0,
+    session_epoch: int = -1,
+):
     """A consumer's FetchRequest; `offsets` maps (topic, partition) to the offset asked from."""
     offsets = offsets if offsets is not None else {("orders", 0): 0}
     T = FetchRequest.FetchTopic
     P = T.FetchPartition
     topics: dict[str, list] = {}
     for (topic, part), offset in offsets.items():
-        topics.setdefault(topic, []).append(P(partition=part, current_leader_epoch=0, fetch_offset=offset,
-                                              last_fetched_epoch=-1, log_start_offset=-1,
-                                              partition_max_bytes=1 << 20))
-    data = [T(topic_id=(topic_ids or {})[t], partitions=ps) if version >= 13 else T(topic=t, partitions=ps)
-            for t, ps in topics.items()]
-    fields = dict(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=50 << 20,
-                  isolation_level=isolation_level, session_id=session_id, session_epoch=session_epoch,
-                  topics=data, forgotten_topics_data=[],
-                  rack_id="")
+        topics.setdefault(topic, []).append(
+            P(
+                partition=part,
+                current_leader_epoch=0,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=1 << 20,
+            )
+        )
+    data = [
+        T(topic_id=(topic_ids or {})[t], partitions=ps) if version >= 13 else T(topic=t, partitions=ps)
+        for t, ps in topics.items()
+    ]
+    fields = dict(
+        replica_id=-1,
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=50 << 20,
+        isolation_level=isolation_level,
+        session_id=session_id,
+        session_epoch=session_epoch,
+        topics=data,
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     if version >= 15:
         fields.pop("replica_id")
     return FetchRequest(**fields, version=version)
@@ -113,19 +158,30 @@ def fetch_response(version: int = 12, partitions: dict[tuple[str, int], dict] | 
     topics: dict[str, list] = {}
     for (topic, part), f in partitions.items():
         aborted = f.get("aborted", [])
-        topics.setdefault(topic, []).append(P(
-            partition_index=part, error_code=f.get("error", 0), high_watermark=f.get("high_watermark", 10),
-            last_stable_offset=f.get("last_stable_offset", 10), log_start_offset=f.get("log_start_offset", 0),
-            aborted_transactions=None if aborted is None else [A(producer_id=p, first_offset=o)
-                                                               for p, o in aborted],
-            preferred_read_replica=-1, records=f.get("records", b"")))
-    data = [R(topic_id=(topic_ids or {})[t], partitions=ps) if version >= 13 else R(topic=t, partitions=ps)
-            for t, ps in topics.items()]
+        topics.setdefault(topic, []).append(
+            P(
+                partition_index=part,
+                error_code=f.get("error", 0),
+                high_watermark=f.get("high_watermark", 10),
+                last_stable_offset=f.get("last_stable_offset", 10),
+                log_start_offset=f.get("log_start_offset", 0),
+                aborted_transactions=None
+                if aborted is None
+                else [A(producer_id=p, first_offset=o) for p, o in aborted],
+                preferred_read_replica=-1,
+                records=f.get("records", b""),
+            )
+        )
+    data = [
+        R(topic_id=(topic_ids or {})[t], partitions=ps) if version >= 13 else R(topic=t, partitions=ps)
+        for t, ps in topics.items()
+    ]
     return FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=data, version=version)
 
 
-def control_batch(producer_id: int, epoch: int, commit: bool, base_offset: int, coordinator_epoch: int = 0
-                  ) -> bytes:
+def control_batch(
+    producer_id: int, epoch: int, commit: bool, base_offset: int, coordinator_epoch: int = 0
+) -> bytes:
     """A transaction marker as a broker writes it: a control batch of one record, key (version, type),
     value (version, coordinator epoch)."""
     import struct
@@ -147,18 +203,25 @@ def control_batch(producer_id: int, epoch: int, commit: bool, base_offset: int, 
 
 
 def init_producer_id(version: int = 4, transactional_id: str | None = "tx-1"):
-    return InitProducerIdRequest(transactional_id=transactional_id, transaction_timeout_ms=60000,
-                                 producer_id=-1, producer_epoch=-1, version=version)
+    return InitProducerIdRequest(
+        transactional_id=transactional_id,
+        transaction_timeout_ms=60000,
+        producer_id=-1,
+        producer_epoch=-1,
+        version=version,
+    )
 
 
 def init_producer_id_response(version: int = 4, producer_id: int = 1000, epoch: int = 0, error: int = 0):
-    return InitProducerIdResponse(throttle_time_ms=0, error_code=error, producer_id=producer_id,
-                                  producer_epoch=epoch, version=version)
+    return InitProducerIdResponse(
+        throttle_time_ms=0, error_code=error, producer_id=producer_id, producer_epoch=epoch, version=version
+    )
 
 
 def end_txn(version: int = 3, commit: bool = True):
-    return EndTxnRequest(transactional_id="tx-1", producer_id=1000, producer_epoch=0, committed=commit,
-                         version=version)
+    return EndTxnRequest(
+        transactional_id="tx-1", producer_id=1000, producer_epoch=0, committed=commit, version=version
+    )
 
 
 def end_txn_response(version: int = 3, error: int = 0):
@@ -171,15 +234,26 @@ def api_versions(version: int = 3):
 
 def api_versions_response(version: int = 3):
     K = ApiVersionsResponse.ApiVersion
-    return ApiVersionsResponse(error_code=0, api_keys=[K(api_key=0, min_version=0, max_version=11)],
-                               throttle_time_ms=0, version=version)
+    return ApiVersionsResponse(
+        error_code=0,
+        api_keys=[K(api_key=0, min_version=0, max_version=11)],
+        throttle_time_ms=0,
+        version=version,
+    )
 
 
 def metadata_response(version: int, topics: dict[str, object]):
     T = MetadataResponse.MetadataResponseTopic
-    return MetadataResponse(throttle_time_ms=0, brokers=[], cluster_id="c", controller_id=1,
-                            topics=[T(error_code=0, name=n, topic_id=i, is_internal=False, partitions=[])
-                                    for n, i in topics.items()], version=version)
+    return MetadataResponse(
+        throttle_time_ms=0,
+        brokers=[],
+        cluster_id="c",
+        controller_id=1,
+        topics=[
+            T(error_code=0, name=n, topic_id=i, is_internal=False, partitions=[]) for n, i in topics.items()
+        ],
+        version=version,
+    )
 
 
 CLIENT = Endpoint("10.0.0.1", 50000)

@@ -16,8 +16,16 @@ from decode_builders import record_batch
 
 from ksniff.decode.schema import Api, Array, Field, Primitive
 
-_FIXED = {"bool": "?", "int8": "b", "int16": "h", "uint16": "H", "int32": "i", "uint32": "I", "int64": "q",
-          "float64": "d"}
+_FIXED = {
+    "bool": "?",
+    "int8": "b",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "float64": "d",
+}
 _BITS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16, "uint32": 32}
 
 
@@ -65,8 +73,10 @@ class Encoder:
         if isinstance(t, Array):
             if null:
                 return self.length(-1, "i") if not self.flexible else b"\x00"
-            items = [self.value(f, t.of, element=True) if isinstance(t.of, Primitive) else self.struct(t.of)
-                     for _ in range(2)]
+            items = [
+                self.value(f, t.of, element=True) if isinstance(t.of, Primitive) else self.struct(t.of)
+                for _ in range(2)
+            ]
             return self.length(2, "i") + b"".join(items)
         if isinstance(t, tuple):
             if f.nullable.contains(self.version) and not element:

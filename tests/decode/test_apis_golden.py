@@ -32,10 +32,20 @@ def carr(items: list[bytes]) -> bytes:
     return uvarint(len(items) + 1) + b"".join(items)
 
 
-def i8(n): return struct.pack(">b", n)
-def i16(n): return struct.pack(">h", n)
-def i32(n): return struct.pack(">i", n)
-def i64(n): return struct.pack(">q", n)
+def i8(n):
+    return struct.pack(">b", n)
+
+
+def i16(n):
+    return struct.pack(">h", n)
+
+
+def i32(n):
+    return struct.pack(">i", n)
+
+
+def i64(n):
+    return struct.pack(">q", n)
 
 
 NO_TAGS = b"\x00"
@@ -64,8 +74,9 @@ def test_add_partitions_to_txn_v3_single_transaction():
     assert (req.v3_and_below_transactional_id, req.v3_and_below_producer_id) == ("txn-b", 9)
     assert req.transactions == ()
     part = i32(1) + i16(48) + NO_TAGS
-    resp = decode("AddPartitionsToTxn", 3, False, i32(0) + carr([cstr("orders") + carr([part]) + NO_TAGS])
-                  + NO_TAGS)
+    resp = decode(
+        "AddPartitionsToTxn", 3, False, i32(0) + carr([cstr("orders") + carr([part]) + NO_TAGS]) + NO_TAGS
+    )
     assert resp.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 48
 
 
@@ -78,8 +89,12 @@ def test_end_txn_v5_returns_the_next_producer_id_and_epoch():
 
 def test_init_producer_id_v5_bump():
     req = decode("InitProducerId", 5, True, cstr("txn-a") + i32(60000) + i64(4242) + i16(7) + NO_TAGS)
-    assert (req.transactional_id, req.transaction_timeout_ms, req.producer_id, req.producer_epoch) == \
-        ("txn-a", 60000, 4242, 7)
+    assert (req.transactional_id, req.transaction_timeout_ms, req.producer_id, req.producer_epoch) == (
+        "txn-a",
+        60000,
+        4242,
+        7,
+    )
     v0 = decode("InitProducerId", 0, True, i16(-1) + i32(100))
     assert (v0.transactional_id, v0.producer_id, v0.producer_epoch) == (None, -1, -1)
 
@@ -87,12 +102,20 @@ def test_init_producer_id_v5_bump():
 def test_produce_v12_transactional_and_v13_topic_ids():
     topic_id = uuid.UUID("11111111-2222-3333-4444-555555555555")
     part = i32(2) + b"\x00" + NO_TAGS  # null records keep this about the envelope
-    v13 = decode("Produce", 13, True, cstr("txn-a") + i16(-1) + i32(30000)
-                 + carr([topic_id.bytes + carr([part]) + NO_TAGS]) + NO_TAGS)
+    v13 = decode(
+        "Produce",
+        13,
+        True,
+        cstr("txn-a") + i16(-1) + i32(30000) + carr([topic_id.bytes + carr([part]) + NO_TAGS]) + NO_TAGS,
+    )
     assert (v13.transactional_id, v13.acks) == ("txn-a", -1)
     assert v13.topic_data[0].topic_id == topic_id and v13.topic_data[0].name == ""
-    v12 = decode("Produce", 12, True, cstr(None) + i16(1) + i32(30000)
-                 + carr([cstr("orders") + carr([part]) + NO_TAGS]) + NO_TAGS)
+    v12 = decode(
+        "Produce",
+        12,
+        True,
+        cstr(None) + i16(1) + i32(30000) + carr([cstr("orders") + carr([part]) + NO_TAGS]) + NO_TAGS,
+    )
     assert v12.transactional_id is None and v12.topic_data[0].name == "orders"
 
 
@@ -115,28 +138,60 @@ def test_produce_v10_response_current_leader_tag():
 
 def test_txn_offset_commit_v5():
     part = i32(0) + i64(99) + i32(-1) + cstr(None) + NO_TAGS
-    body = (cstr("txn-a") + cstr("group-1") + i64(4242) + i16(7) + i32(3) + cstr("member-1") + cstr(None)
-            + carr([cstr("orders") + carr([part]) + NO_TAGS]) + NO_TAGS)
+    body = (
+        cstr("txn-a")
+        + cstr("group-1")
+        + i64(4242)
+        + i16(7)
+        + i32(3)
+        + cstr("member-1")
+        + cstr(None)
+        + carr([cstr("orders") + carr([part]) + NO_TAGS])
+        + NO_TAGS
+    )
     req = decode("TxnOffsetCommit", 5, True, body)
-    assert (req.transactional_id, req.group_id, req.producer_id, req.generation_id) == \
-        ("txn-a", "group-1", 4242, 3)
+    assert (req.transactional_id, req.group_id, req.producer_id, req.generation_id) == (
+        "txn-a",
+        "group-1",
+        4242,
+        3,
+    )
     assert req.topics[0].partitions[0].committed_offset == 99
 
 
 def test_write_txn_markers_v2():
-    marker = (i64(4242) + i16(7) + b"\x01" + carr([cstr("orders") + carr([i32(0)]) + NO_TAGS]) + i32(5)
-              + i8(2) + NO_TAGS)
+    marker = (
+        i64(4242)
+        + i16(7)
+        + b"\x01"
+        + carr([cstr("orders") + carr([i32(0)]) + NO_TAGS])
+        + i32(5)
+        + i8(2)
+        + NO_TAGS
+    )
     req = decode("WriteTxnMarkers", 2, True, carr([marker]) + NO_TAGS)
     m = req.markers[0]
-    assert (m.producer_id, m.producer_epoch, m.transaction_result, m.coordinator_epoch,
-            m.transaction_version) == (4242, 7, True, 5, 2)
+    assert (
+        m.producer_id,
+        m.producer_epoch,
+        m.transaction_result,
+        m.coordinator_epoch,
+        m.transaction_version,
+    ) == (4242, 7, True, 5, 2)
 
 
 def test_api_versions_v4_finalized_transaction_version():
     feature = cstr("transaction.version") + i16(2) + i16(2) + NO_TAGS
     epoch, finalized = i64(12), carr([feature])
-    tags = (uvarint(2) + uvarint(1) + uvarint(len(epoch)) + epoch
-            + uvarint(2) + uvarint(len(finalized)) + finalized)
+    tags = (
+        uvarint(2)
+        + uvarint(1)
+        + uvarint(len(epoch))
+        + epoch
+        + uvarint(2)
+        + uvarint(len(finalized))
+        + finalized
+    )
     body = i16(0) + carr([i16(0) + i16(0) + i16(13) + NO_TAGS]) + i32(0) + tags
     resp = decode("ApiVersions", 4, False, body)
     assert resp.finalized_features_epoch == 12

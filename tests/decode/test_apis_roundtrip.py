@@ -27,8 +27,15 @@ INT_BITS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16, "uin
 
 
 def _record_batch(producer_id: int, epoch: int, sequence: int) -> bytes:
-    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 16, transactional=True,
-                                   producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+    builder = MemoryRecordsBuilder(
+        magic=2,
+        compression_type=0,
+        batch_size=1 << 16,
+        transactional=True,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+    )
     builder.append(1_700_000_000_000, b"k", b"v", [])
     builder.append(1_700_000_000_001, None, b"w", [])
     builder.close()
@@ -102,8 +109,9 @@ def _check(decoded: Any, expected: dict[str, Any], fields: tuple[Field, ...], wh
         elif t.name == "records":
             (batch,) = got
             producer_id = int.from_bytes(want[43:51], "big", signed=True)  # the batch header's field
-            assert (batch.producer_id, batch.records_count, batch.transactional) == (producer_id, 2, True), \
+            assert (batch.producer_id, batch.records_count, batch.transactional) == (producer_id, 2, True), (
                 here
+            )
         elif f.secret:
             assert got == len(want), here
         else:
@@ -131,16 +139,18 @@ def _message_classes() -> dict[tuple[int, bool], type[ApiMessage]]:
 MESSAGES = _message_classes()
 
 
-def _kp_build(cls, fields: tuple[Field, ...], data: dict[str, Any], version: int, flexible: bool,
-              top: bool = True):
+def _kp_build(
+    cls, fields: tuple[Field, ...], data: dict[str, Any], version: int, flexible: bool, top: bool = True
+):
     """A kafka-python message (or nested data object) from a dict of our field names.
 
     Fields are matched by wire position, not by name: kafka-python renames a few (Metadata's
     topic_authorized_operations is its authorized_operations), and the layout is what is under test.
     """
     ours = [f for f in fields if f.name in data]
-    theirs = [f for f in cls._struct.fields.values()
-              if f.for_version_q(version) and (f._tag is None or flexible)]
+    theirs = [
+        f for f in cls._struct.fields.values() if f.for_version_q(version) and (f._tag is None or flexible)
+    ]
     assert len(ours) == len(theirs), (cls.__name__, [f.name for f in ours], [f.name for f in theirs])
     kwargs = {}
     for mine, field in zip(ours, theirs, strict=True):
@@ -160,8 +170,13 @@ def _kp_build(cls, fields: tuple[Field, ...], data: dict[str, Any], version: int
 
 
 CASES = [
-    pytest.param(api, v, is_request, nulls, id=f"{api.name}-v{v}-{'req' if is_request else 'resp'}"
-                 + ("-nulls" if nulls else ""))
+    pytest.param(
+        api,
+        v,
+        is_request,
+        nulls,
+        id=f"{api.name}-v{v}-{'req' if is_request else 'resp'}" + ("-nulls" if nulls else ""),
+    )
     for api in FULL_BODY
     for v in range(api.valid.low, api.valid.high + 1)
     for is_request in (True, False)
@@ -210,11 +225,16 @@ LEGACY_BUGS = {
     ("aiokafka.protocol", 2, True, 5): _EPOCH_BUG,
 }
 LEGACY_CASES = [
-    pytest.param(package, BY_KEY[key], version, is_request,
-                 id=f"{package.split('.')[0]}-{BY_KEY[key].name}-v{version}-"
-                    f"{'req' if is_request else 'resp'}",
-                 marks=[pytest.mark.xfail(reason=bug, strict=True)]
-                 if (bug := LEGACY_BUGS.get((package, key, is_request, version))) else [])
+    pytest.param(
+        package,
+        BY_KEY[key],
+        version,
+        is_request,
+        id=f"{package.split('.')[0]}-{BY_KEY[key].name}-v{version}-{'req' if is_request else 'resp'}",
+        marks=[pytest.mark.xfail(reason=bug, strict=True)]
+        if (bug := LEGACY_BUGS.get((package, key, is_request, version)))
+        else [],
+    )
     for package, classes in LEGACY.items()
     for (key, is_request, version) in sorted(classes)
     if key in BY_KEY and BY_KEY[key].valid.contains(version)

@@ -121,16 +121,34 @@ def test_only_api_versions_answers_with_header_v0():
     assert [a.name for a in ALL_APIS.values() if a.response_header_v0] == ["ApiVersions"]
 
 
-@pytest.mark.parametrize("name, valid, flexible", [
-    ("Produce", "0-13", "9+"), ("Fetch", "0-18", "12+"), ("ListOffsets", "0-11", "6+"),
-    ("Metadata", "0-13", "9+"), ("OffsetCommit", "0-10", "8+"), ("OffsetFetch", "0-10", "6+"),
-    ("FindCoordinator", "0-6", "3+"), ("JoinGroup", "0-9", "6+"), ("Heartbeat", "0-4", "4+"),
-    ("LeaveGroup", "0-5", "4+"), ("SyncGroup", "0-5", "4+"), ("SaslHandshake", "0-1", "none"),
-    ("ApiVersions", "0-4", "3+"), ("SaslAuthenticate", "0-2", "2+"), ("InitProducerId", "0-6", "2+"),
-    ("AddPartitionsToTxn", "0-5", "3+"), ("AddOffsetsToTxn", "0-4", "3+"), ("EndTxn", "0-5", "3+"),
-    ("WriteTxnMarkers", "0-2", "1+"), ("TxnOffsetCommit", "0-5", "3+"), ("DescribeProducers", "0", "0+"),
-    ("DescribeTransactions", "0", "0+"), ("ListTransactions", "0-2", "0+"),
-])
+@pytest.mark.parametrize(
+    "name, valid, flexible",
+    [
+        ("Produce", "0-13", "9+"),
+        ("Fetch", "0-18", "12+"),
+        ("ListOffsets", "0-11", "6+"),
+        ("Metadata", "0-13", "9+"),
+        ("OffsetCommit", "0-10", "8+"),
+        ("OffsetFetch", "0-10", "6+"),
+        ("FindCoordinator", "0-6", "3+"),
+        ("JoinGroup", "0-9", "6+"),
+        ("Heartbeat", "0-4", "4+"),
+        ("LeaveGroup", "0-5", "4+"),
+        ("SyncGroup", "0-5", "4+"),
+        ("SaslHandshake", "0-1", "none"),
+        ("ApiVersions", "0-4", "3+"),
+        ("SaslAuthenticate", "0-2", "2+"),
+        ("InitProducerId", "0-6", "2+"),
+        ("AddPartitionsToTxn", "0-5", "3+"),
+        ("AddOffsetsToTxn", "0-4", "3+"),
+        ("EndTxn", "0-5", "3+"),
+        ("WriteTxnMarkers", "0-2", "1+"),
+        ("TxnOffsetCommit", "0-5", "3+"),
+        ("DescribeProducers", "0", "0+"),
+        ("DescribeTransactions", "0", "0+"),
+        ("ListTransactions", "0-2", "0+"),
+    ],
+)
 def test_versions_of_the_audited_apis(name, valid, flexible):
     api = BY_NAME[name]
     assert (str(api.valid), str(api.flexible)) == (valid, flexible)
@@ -145,24 +163,27 @@ def _field(api: Api, direction: str, dotted: str) -> Field:
     return next(f for f in fields if f.name == last)
 
 
-@pytest.mark.parametrize("api, direction, field, versions, default", [
-    ("Produce", "request", "transactional_id", "3+", None),
-    ("Produce", "response", "throttle_time_ms", "1+", 0),
-    ("Produce", "response", "responses.partition_responses.log_start_offset", "5+", -1),
-    ("Produce", "response", "responses.partition_responses.log_append_time_ms", "2+", -1),
-    ("InitProducerId", "request", "producer_id", "3+", -1),
-    ("InitProducerId", "request", "producer_epoch", "3+", -1),
-    ("InitProducerId", "response", "ongoing_txn_producer_id", "6+", -1),
-    ("EndTxn", "response", "producer_id", "5+", -1),
-    ("EndTxn", "response", "producer_epoch", "5+", -1),
-    ("AddPartitionsToTxn", "request", "v3_and_below_transactional_id", "0-3", None),
-    ("AddPartitionsToTxn", "request", "transactions.verify_only", "4+", False),
-    ("TxnOffsetCommit", "request", "generation_id", "3+", -1),
-    ("WriteTxnMarkers", "request", "markers.transaction_version", "2+", 0),
-    ("Fetch", "response", "responses.partitions.last_stable_offset", "4+", -1),
-    ("Fetch", "request", "isolation_level", "4+", 0),
-    ("ApiVersions", "response", "finalized_features_epoch", "3+", -1),
-])
+@pytest.mark.parametrize(
+    "api, direction, field, versions, default",
+    [
+        ("Produce", "request", "transactional_id", "3+", None),
+        ("Produce", "response", "throttle_time_ms", "1+", 0),
+        ("Produce", "response", "responses.partition_responses.log_start_offset", "5+", -1),
+        ("Produce", "response", "responses.partition_responses.log_append_time_ms", "2+", -1),
+        ("InitProducerId", "request", "producer_id", "3+", -1),
+        ("InitProducerId", "request", "producer_epoch", "3+", -1),
+        ("InitProducerId", "response", "ongoing_txn_producer_id", "6+", -1),
+        ("EndTxn", "response", "producer_id", "5+", -1),
+        ("EndTxn", "response", "producer_epoch", "5+", -1),
+        ("AddPartitionsToTxn", "request", "v3_and_below_transactional_id", "0-3", None),
+        ("AddPartitionsToTxn", "request", "transactions.verify_only", "4+", False),
+        ("TxnOffsetCommit", "request", "generation_id", "3+", -1),
+        ("WriteTxnMarkers", "request", "markers.transaction_version", "2+", 0),
+        ("Fetch", "response", "responses.partitions.last_stable_offset", "4+", -1),
+        ("Fetch", "request", "isolation_level", "4+", 0),
+        ("ApiVersions", "response", "finalized_features_epoch", "3+", -1),
+    ],
+)
 def test_audit_relevant_fields(api, direction, field, versions, default):
     f = _field(BY_NAME[api], direction, field)
     assert str(f.versions) == versions
@@ -175,13 +196,25 @@ def test_sasl_secrets_are_marked():
     assert _field(auth, "response", "auth_bytes").secret
 
 
-@pytest.mark.parametrize("code, name", [
-    (-1, "UNKNOWN_SERVER_ERROR"), (0, "NONE"), (15, "COORDINATOR_NOT_AVAILABLE"),
-    (45, "OUT_OF_ORDER_SEQUENCE_NUMBER"), (46, "DUPLICATE_SEQUENCE_NUMBER"), (47, "INVALID_PRODUCER_EPOCH"),
-    (48, "INVALID_TXN_STATE"), (49, "INVALID_PRODUCER_ID_MAPPING"), (50, "INVALID_TRANSACTION_TIMEOUT"),
-    (51, "CONCURRENT_TRANSACTIONS"), (53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),
-    (59, "UNKNOWN_PRODUCER_ID"), (90, "PRODUCER_FENCED"), (120, "TRANSACTION_ABORTABLE"),
-])
+@pytest.mark.parametrize(
+    "code, name",
+    [
+        (-1, "UNKNOWN_SERVER_ERROR"),
+        (0, "NONE"),
+        (15, "COORDINATOR_NOT_AVAILABLE"),
+        (45, "OUT_OF_ORDER_SEQUENCE_NUMBER"),
+        (46, "DUPLICATE_SEQUENCE_NUMBER"),
+        (47, "INVALID_PRODUCER_EPOCH"),
+        (48, "INVALID_TXN_STATE"),
+        (49, "INVALID_PRODUCER_ID_MAPPING"),
+        (50, "INVALID_TRANSACTION_TIMEOUT"),
+        (51, "CONCURRENT_TRANSACTIONS"),
+        (53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"),
+        (59, "UNKNOWN_PRODUCER_ID"),
+        (90, "PRODUCER_FENCED"),
+        (120, "TRANSACTION_ABORTABLE"),
+    ],
+)
 def test_error_names(code, name):
     assert error_name(code) == name
 

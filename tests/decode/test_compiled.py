@@ -85,12 +85,20 @@ def test_equal_on_real_client_produce(version):
     import uuid
 
     ids = {"orders": uuid.UUID(int=5)}
-    req = frame(produce_request(version, transactional_id="tx" if version >= 3 else None,
-                                partitions={("orders", 0): batches}, topic_ids=ids), version, 1)
+    req = frame(
+        produce_request(
+            version,
+            transactional_id="tx" if version >= 3 else None,
+            partitions={("orders", 0): batches},
+            topic_ids=ids,
+        ),
+        version,
+        1,
+    )
     resp = frame(produce_response(version, topic_ids=ids), version, 1)
     flexible = produce.flexible.contains(version)
-    req_body = req[4 + 10 + len("ksniff-test") + (1 if flexible else 0):]
-    resp_body = resp[8 + (1 if flexible else 0):]
+    req_body = req[4 + 10 + len("ksniff-test") + (1 if flexible else 0) :]
+    resp_body = resp[8 + (1 if flexible else 0) :]
     for is_request, body in ((True, req_body), (False, resp_body)):
         (ka, a), (kb, b) = both(produce, version, is_request, body)
         assert ka == kb == "ok" and a == b

@@ -36,17 +36,22 @@ def exchanges(events) -> list[Exchange]:
 def test_request_response_pairing_and_names():
     s = Stream()
     dec = Decoder()
-    out = run(dec, [
-        s.opened(),
-        s.send(frame(api_versions(3), 3, 1)),
-        s.send(frame(api_versions_response(3), 3, 1), from_src=False),
-        s.send(frame(init_producer_id(4), 4, 2)),
-        s.send(frame(init_producer_id_response(4, producer_id=77, epoch=3), 4, 2), from_src=False),
-        s.closed(),
-    ])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(frame(api_versions(3), 3, 1)),
+            s.send(frame(api_versions_response(3), 3, 1), from_src=False),
+            s.send(frame(init_producer_id(4), 4, 2)),
+            s.send(frame(init_producer_id_response(4, producer_id=77, epoch=3), 4, 2), from_src=False),
+            s.closed(),
+        ],
+    )
     ex = exchanges(out)
     assert [(e.api_name, e.api_version, e.correlation_id, e.status) for e in ex] == [
-        ("ApiVersions", 3, 1, "ok"), ("InitProducerId", 4, 2, "ok")]
+        ("ApiVersions", 3, 1, "ok"),
+        ("InitProducerId", 4, 2, "ok"),
+    ]
     assert ex[0].response.api_keys[0].max_version == 11
     assert ex[1].request.transactional_id == "tx-1"
     assert (ex[1].response.producer_id, ex[1].response.producer_epoch) == (77, 3)
@@ -57,27 +62,42 @@ def test_request_response_pairing_and_names():
     assert dec.kafka_connections == 1
     c = dec.stats.as_contract()
     assert (c["requests"], c["responses"], c["exchanges"]) == (2, 2, 2)
-    assert c["by_api"]["InitProducerId"] == {"requests": 1, "responses": 1, "exchanges": 1, "versions": [4],
-                                           "not_decoded": {}}
+    assert c["by_api"]["InitProducerId"] == {
+        "requests": 1,
+        "responses": 1,
+        "exchanges": 1,
+        "versions": [4],
+        "not_decoded": {},
+    }
 
 
 @pytest.mark.parametrize("version", range(3, 14))
 def test_produce_batches_carry_the_brokers_answer(version):
     tid = uuid.uuid4()
-    parts = {("orders", 0): [record_batch(sequence=0, records=2), record_batch(sequence=2, records=3)],
-             ("orders", 1): [record_batch(sequence=0, records=1)]}
+    parts = {
+        ("orders", 0): [record_batch(sequence=0, records=2), record_batch(sequence=2, records=3)],
+        ("orders", 1): [record_batch(sequence=0, records=1)],
+    }
     answers = {("orders", 0): (0, 500), ("orders", 1): (47, -1)}
     ids = {"orders": tid}
     s = Stream()
     dec = Decoder()
     dec.topic_names[tid] = "orders"  # v13+ names topics by id (test_topic_ids_learnt_from_metadata)
-    ex = exchanges(run(dec, [
-        s.opened(),
-        s.send(frame(produce_request(version, partitions=parts, topic_ids=ids), version, 5)),
-        s.send(frame(produce_response(version, answers, topic_ids=ids), version, 5), from_src=False)]))
+    ex = exchanges(
+        run(
+            dec,
+            [
+                s.opened(),
+                s.send(frame(produce_request(version, partitions=parts, topic_ids=ids), version, 5)),
+                s.send(frame(produce_response(version, answers, topic_ids=ids), version, 5), from_src=False),
+            ],
+        )
+    )
     assert len(ex) == 1 and ex[0].status == "ok"
-    rows = [(b.topic, b.partition, b.header.base_sequence, b.header.records_count, b.error_code,
-             b.base_offset) for b in ex[0].batches]
+    rows = [
+        (b.topic, b.partition, b.header.base_sequence, b.header.records_count, b.error_code, b.base_offset)
+        for b in ex[0].batches
+    ]
     assert rows == [("orders", 0, 0, 2, 0, 500), ("orders", 0, 2, 3, 0, 502), ("orders", 1, 0, 1, 47, None)]
     batches = ex[0].batches
     assert all(b.header.crc_ok and b.header.transactional for b in batches)
@@ -91,11 +111,22 @@ def test_topic_ids_learnt_from_metadata():
     s = Stream()
     dec = Decoder()
     req = MetadataRequest(topics=None, allow_auto_topic_creation=False, version=12)
-    run(dec, [s.opened(), s.send(frame(req, 12, 1)),
-              s.send(frame(metadata_response(12, {"orders": tid}), 12, 1), from_src=False)])
+    run(
+        dec,
+        [
+            s.opened(),
+            s.send(frame(req, 12, 1)),
+            s.send(frame(metadata_response(12, {"orders": tid}), 12, 1), from_src=False),
+        ],
+    )
     assert dec.topic_name(tid) == "orders"
-    out = run(dec, [s.send(frame(produce_request(13, topic_ids={"orders": tid}), 13, 2)),
-                    s.send(frame(produce_response(13, topic_ids={"orders": tid}), 13, 2), from_src=False)])
+    out = run(
+        dec,
+        [
+            s.send(frame(produce_request(13, topic_ids={"orders": tid}), 13, 2)),
+            s.send(frame(produce_response(13, topic_ids={"orders": tid}), 13, 2), from_src=False),
+        ],
+    )
     assert exchanges(out)[0].batches[0].topic == "orders"
     unknown = uuid.uuid4()
     out = run(dec, [s.send(frame(produce_request(13, topic_ids={"orders": unknown}), 13, 3))])
@@ -107,11 +138,16 @@ def test_pipelined_requests_pair_in_order():
     s = Stream()
     dec = Decoder()
     reqs = [s.send(frame(produce_request(9, acks=1), 9, cid)) for cid in (10, 11, 12)]
-    resps = [s.send(frame(produce_response(9, {("orders", 0): (0, cid)}), 9, cid), from_src=False)
-             for cid in (10, 11, 12)]
+    resps = [
+        s.send(frame(produce_response(9, {("orders", 0): (0, cid)}), 9, cid), from_src=False)
+        for cid in (10, 11, 12)
+    ]
     ex = exchanges(run(dec, [s.opened(), *reqs, *resps]))
     assert [(e.correlation_id, e.status, e.batches[0].base_offset) for e in ex] == [
-        (10, "ok", 10), (11, "ok", 11), (12, "ok", 12)]
+        (10, "ok", 10),
+        (11, "ok", 11),
+        (12, "ok", 12),
+    ]
 
 
 def test_acks_zero_has_no_response():
@@ -139,8 +175,15 @@ def test_unanswered_on_close_and_at_end():
 def test_skipped_response_makes_earlier_requests_unanswered():
     s = Stream()
     dec = Decoder()
-    out = run(dec, [s.opened(), s.send(frame(end_txn(3), 3, 1)), s.send(frame(end_txn(3), 3, 2)),
-                    s.send(frame(end_txn_response(3), 3, 2), from_src=False)])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(frame(end_txn(3), 3, 1)),
+            s.send(frame(end_txn(3), 3, 2)),
+            s.send(frame(end_txn_response(3), 3, 2), from_src=False),
+        ],
+    )
     assert [(e.correlation_id, e.status) for e in exchanges(out)] == [(1, "unanswered"), (2, "ok")]
 
 
@@ -170,23 +213,35 @@ def test_header_only_api_is_counted_and_skipped():
 
     s = Stream()
     dec = Decoder()
-    out = run(dec, [s.opened(), s.send(frame(ListGroupsRequest(version=4), 4, 1)),
-                    s.send(frame(ListGroupsResponse(error_code=0, groups=[], version=4), 4, 1),
-                           from_src=False)])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(frame(ListGroupsRequest(version=4), 4, 1)),
+            s.send(frame(ListGroupsResponse(error_code=0, groups=[], version=4), 4, 1), from_src=False),
+        ],
+    )
     (ex,) = exchanges(out)
     assert (ex.api_name, ex.status, ex.decode_error, ex.request) == ("ListGroups", "ok", "skipped_api", None)
 
 
 def test_frames_split_at_every_byte_boundary():
-    payload = (frame(init_producer_id(4), 4, 1) + frame(produce_request(9), 9, 2))
+    payload = frame(init_producer_id(4), 4, 1) + frame(produce_request(9), 9, 2)
     answer = frame(init_producer_id_response(4), 4, 1) + frame(produce_response(9), 9, 2)
     for cut in range(1, len(payload)):
         answer_cut = cut % len(answer)
         s = Stream()
         dec = Decoder()
-        out = run(dec, [s.opened(), s.send(payload[:cut]), s.send(payload[cut:]),
-                        s.send(answer[:answer_cut], from_src=False),
-                        s.send(answer[answer_cut:], from_src=False)])
+        out = run(
+            dec,
+            [
+                s.opened(),
+                s.send(payload[:cut]),
+                s.send(payload[cut:]),
+                s.send(answer[:answer_cut], from_src=False),
+                s.send(answer[answer_cut:], from_src=False),
+            ],
+        )
         ex = exchanges(out)
         assert [(e.api_name, e.status) for e in ex] == [("InitProducerId", "ok"), ("Produce", "ok")], cut
         assert ex[1].batches[0].header.crc_ok
@@ -196,8 +251,14 @@ def test_byte_by_byte():
     payload = frame(produce_request(9), 9, 2)
     s = Stream()
     dec = Decoder()
-    out = run(dec, [s.opened(), *[s.send(payload[i:i + 1]) for i in range(len(payload))],
-                    s.send(frame(produce_response(9), 9, 2), from_src=False)])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            *[s.send(payload[i : i + 1]) for i in range(len(payload))],
+            s.send(frame(produce_response(9), 9, 2), from_src=False),
+        ],
+    )
     assert [e.status for e in exchanges(out)] == ["ok"]
 
 
@@ -207,13 +268,19 @@ def test_gap_resynchronises_and_marks_unverified():
     first = frame(produce_request(9), 9, 1)
     lost = frame(produce_request(9), 9, 2)
     after = frame(produce_request(9), 9, 3)
-    out = run(dec, [
-        s.opened(),
-        s.send(first), s.send(frame(produce_response(9), 9, 1), from_src=False),
-        s.send(lost[:30]), s.gap(len(lost) - 60), s.send(lost[-30:] + after),
-        s.send(frame(produce_response(9), 9, 2), from_src=False),
-        s.send(frame(produce_response(9), 9, 3), from_src=False),
-    ])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(first),
+            s.send(frame(produce_response(9), 9, 1), from_src=False),
+            s.send(lost[:30]),
+            s.gap(len(lost) - 60),
+            s.send(lost[-30:] + after),
+            s.send(frame(produce_response(9), 9, 2), from_src=False),
+            s.send(frame(produce_response(9), 9, 3), from_src=False),
+        ],
+    )
     lost_events = [e for e in out if isinstance(e, ConnectionLost)]
     assert [(e.to_broker, e.length) for e in lost_events] == [(True, len(lost) - 60)]
     ex = exchanges(out)
@@ -226,12 +293,21 @@ def test_gap_in_responses():
     s = Stream()
     dec = Decoder()
     r1, r2 = frame(produce_response(9), 9, 1), frame(produce_response(9), 9, 2)
-    out = run(dec, [
-        s.opened(), s.send(frame(produce_request(9), 9, 1)), s.send(frame(produce_request(9), 9, 2)),
-        s.send(r1[:10], from_src=False), s.gap(len(r1) - 10, from_src=False), s.send(r2, from_src=False),
-    ])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(frame(produce_request(9), 9, 1)),
+            s.send(frame(produce_request(9), 9, 2)),
+            s.send(r1[:10], from_src=False),
+            s.gap(len(r1) - 10, from_src=False),
+            s.send(r2, from_src=False),
+        ],
+    )
     assert [(e.correlation_id, e.status, e.unverified) for e in exchanges(out)] == [
-        (1, "unanswered", True), (2, "ok", True)]
+        (1, "unanswered", True),
+        (2, "ok", True),
+    ]
 
 
 def test_mid_stream_start_finds_the_first_whole_frame():
@@ -240,8 +316,14 @@ def test_mid_stream_start_finds_the_first_whole_frame():
     whole = frame(produce_request(9), 9, 7)
     tail = frame(produce_request(9), 9, 6)[-40:]
     resp_tail = frame(produce_response(9), 9, 6)[-9:]
-    out = run(dec, [s.opened(handshake=False), s.send(tail + whole),
-                    s.send(resp_tail + frame(produce_response(9), 9, 7), from_src=False)])
+    out = run(
+        dec,
+        [
+            s.opened(handshake=False),
+            s.send(tail + whole),
+            s.send(resp_tail + frame(produce_response(9), 9, 7), from_src=False),
+        ],
+    )
     assert [(e.correlation_id, e.status) for e in exchanges(out)] == [(7, "ok")]
 
 
@@ -249,8 +331,14 @@ def test_frame_above_cap_is_skipped_without_allocating():
     s = Stream()
     dec = Decoder(max_frame=1 << 16)
     huge = struct.pack(">i", 1 << 30) + b"\x00" * 100
-    out = run(dec, [s.opened(), s.send(huge + frame(end_txn(3), 3, 1)),
-                    s.send(frame(end_txn_response(3), 3, 1), from_src=False)])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(huge + frame(end_txn(3), 3, 1)),
+            s.send(frame(end_txn_response(3), 3, 1), from_src=False),
+        ],
+    )
     assert [(e.api_name, e.status) for e in exchanges(out)] == [("EndTxn", "ok")]
     assert dec.stats.errors >= 1
     conn = dec._conns[1]
@@ -269,8 +357,14 @@ def test_tls_on_a_kafka_port_is_reported_not_decoded():
 def test_auto_detects_kafka_on_another_port():
     s = Stream(src=Endpoint("10.0.0.1", 40000), dst=Endpoint("10.0.0.2", 19092))
     dec = Decoder()
-    out = run(dec, [s.opened(), s.send(frame(init_producer_id(4), 4, 1)),
-                    s.send(frame(init_producer_id_response(4), 4, 1), from_src=False)])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(frame(init_producer_id(4), 4, 1)),
+            s.send(frame(init_producer_id_response(4), 4, 1), from_src=False),
+        ],
+    )
     assert [(e.api_name, e.broker) for e in exchanges(out)] == [("InitProducerId", "10.0.0.2:19092")]
     assert dec.kafka_connections == 1
 
@@ -279,8 +373,14 @@ def test_auto_detection_works_out_the_client_without_handshake():
     # first segment seen is the broker's answer: src is the broker
     s = Stream(src=Endpoint("10.0.0.2", 19092), dst=Endpoint("10.0.0.1", 40000))
     dec = Decoder()
-    out = run(dec, [s.opened(handshake=False), s.send(frame(init_producer_id(4), 4, 1), from_src=False),
-                    s.send(frame(init_producer_id_response(4), 4, 1), from_src=True)])
+    out = run(
+        dec,
+        [
+            s.opened(handshake=False),
+            s.send(frame(init_producer_id(4), 4, 1), from_src=False),
+            s.send(frame(init_producer_id_response(4), 4, 1), from_src=True),
+        ],
+    )
     assert [(e.client, e.broker) for e in exchanges(out)] == [("10.0.0.1:40000", "10.0.0.2:19092")]
 
 
@@ -288,15 +388,24 @@ def test_not_kafka_is_handed_back():
     dropped = []
     s = Stream(src=Endpoint("10.0.0.1", 40000), dst=Endpoint("10.0.0.2", 80))
     dec = Decoder(on_not_kafka=dropped.append)
-    out = run(dec, [s.opened(), s.send(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n"),
-                    s.send(b"HTTP/1.1 200 OK\r\n\r\n", from_src=False)])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n"),
+            s.send(b"HTTP/1.1 200 OK\r\n\r\n", from_src=False),
+        ],
+    )
     assert out == [] and dropped == [1] and dec.kafka_connections == 0
 
 
 def test_no_auto_detection_decodes_nothing_elsewhere_but_counts_what_looks_like_kafka():
     dropped, elsewhere = [], []
-    dec = Decoder(auto_detect=False, on_not_kafka=dropped.append,
-                  on_elsewhere=lambda conn, port: elsewhere.append((conn, port)))
+    dec = Decoder(
+        auto_detect=False,
+        on_not_kafka=dropped.append,
+        on_elsewhere=lambda conn, port: elsewhere.append((conn, port)),
+    )
     s = Stream(src=Endpoint("10.0.0.1", 40000), dst=Endpoint("10.0.0.2", 19092))
     request, response = frame(init_producer_id(4), 4, 1), frame(init_producer_id_response(4), 4, 1)
     assert run(dec, [s.opened(), s.send(request)]) == [] and elsewhere == []  # waits for the answer
@@ -305,8 +414,14 @@ def test_no_auto_detection_decodes_nothing_elsewhere_but_counts_what_looks_like_
     counted = dec.stats.kafka_elsewhere[19092]
     assert (counted.connections, counted.bytes) == (1, len(request) + len(response))
     web = Stream(src=Endpoint("10.0.0.1", 40001), dst=Endpoint("10.0.0.2", 80), conn=2)
-    run(dec, [web.opened(), web.send(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n"),
-              web.send(b"HTTP/1.1 200 OK\r\n\r\n", from_src=False)])
+    run(
+        dec,
+        [
+            web.opened(),
+            web.send(b"GET / HTTP/1.1\r\nHost: example\r\n\r\n"),
+            web.send(b"HTTP/1.1 200 OK\r\n\r\n", from_src=False),
+        ],
+    )
     assert dropped == [2] and list(dec.stats.kafka_elsewhere) == [19092]
 
 
@@ -341,8 +456,11 @@ def test_garbage_is_counted_never_raised_nor_turned_into_findings():
         dec = Decoder()
         events = [s.opened(handshake=rnd.random() < 0.5)]
         for _ in range(5):
-            events.append(s.send(bytes(rnd.getrandbits(8) for _ in range(rnd.randint(1, 200))),
-                                 from_src=rnd.random() < 0.6))
+            events.append(
+                s.send(
+                    bytes(rnd.getrandbits(8) for _ in range(rnd.randint(1, 200))), from_src=rnd.random() < 0.6
+                )
+            )
         events.append(s.closed())
         out = run(dec, events) + dec.finish()
         found = exchanges(out)
@@ -363,21 +481,37 @@ def test_records_kept_only_when_asked():
         s = Stream()
         dec = Decoder(keep_records=keep)
         parts = {("orders", 0): [record_batch(records=2, codec="zstd"), record_batch(sequence=2, records=1)]}
-        (ex,) = exchanges(run(dec, [s.opened(), s.send(frame(produce_request(9, partitions=parts), 9, 1)),
-                                    s.send(frame(produce_response(9), 9, 1), from_src=False)]))
+        (ex,) = exchanges(
+            run(
+                dec,
+                [
+                    s.opened(),
+                    s.send(frame(produce_request(9, partitions=parts), 9, 1)),
+                    s.send(frame(produce_response(9), 9, 1), from_src=False),
+                ],
+            )
+        )
         if not keep:
             assert all(b.records is None for b in ex.batches)
             continue
-        assert [[r.key for r in iter_records(b.records)] for b in ex.batches] == [[b"key-0", b"key-1"],
-                                                                                  [b"key-0"]]
+        assert [[r.key for r in iter_records(b.records)] for b in ex.batches] == [
+            [b"key-0", b"key-1"],
+            [b"key-0"],
+        ]
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
-       st.integers(1, 700), st.booleans())
+@given(
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6),
+    st.integers(1, 700),
+    st.booleans(),
+)
 def test_mutated_real_frames_never_raise(mutations, cut, handshake):
-    stream = bytearray(frame(init_producer_id(4), 4, 1) + frame(produce_request(9), 9, 2)
-                       + frame(produce_request(13, topic_ids={"orders": uuid.UUID(int=1)}), 13, 3))
+    stream = bytearray(
+        frame(init_producer_id(4), 4, 1)
+        + frame(produce_request(9), 9, 2)
+        + frame(produce_request(13, topic_ids={"orders": uuid.UUID(int=1)}), 13, 3)
+    )
     answer = bytearray(frame(init_producer_id_response(4), 4, 1) + frame(produce_response(9), 9, 2))
     for where, value in mutations:
         target = stream if where % 2 else answer
@@ -386,7 +520,7 @@ def test_mutated_real_frames_never_raise(mutations, cut, handshake):
     dec = Decoder()
     events = [s.opened(handshake)]
     for i in range(0, len(stream), cut):
-        events.append(s.send(stream[i:i + cut]))
+        events.append(s.send(stream[i : i + cut]))
     events.append(s.send(answer, from_src=False))
     out = run(dec, events) + dec.finish()
     assert all(isinstance(e, Exchange | ConnectionEnded | ConnectionLost) for e in out)

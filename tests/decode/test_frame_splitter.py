@@ -30,7 +30,7 @@ def test_frames_cut_anywhere_come_out_whole_with_their_times_and_offsets():
     starts = {}  # stream offset of each chunk -> its time
     while pos < len(data):
         n = rng.choice((1, 3, 1448, 65_536, 262_144, 262_144))
-        chunk = data[pos:pos + n]
+        chunk = data[pos : pos + n]
         ts = 1000.0 + chunk_no
         starts[pos] = ts
         out = splitter.feed(chunk, ts, ts, pos)

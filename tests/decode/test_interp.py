@@ -14,7 +14,10 @@ from ksniff.decode.schema import API, ARRAY, BYTES, INT16, INT32, INT64, STRING,
 from ksniff.decode.values import Struct
 
 TOY = API(
-    1000, "Toy", valid="0-3", flexible="2+",
+    1000,
+    "Toy",
+    valid="0-3",
+    flexible="2+",
     request=[
         F("name", STRING, "0+"),
         F("transactional_id", STRING, "1+", nullable="1+"),
@@ -32,8 +35,14 @@ BOTH = [interp.decode_body, compiled.decode_body]
 
 
 def v0_body() -> bytes:
-    return (struct.pack(">h", 3) + b"abc" + struct.pack(">iii", 2, 1, 2) + struct.pack(">ii", 1, 9)
-            + struct.pack(">i", 4) + b"pass")
+    return (
+        struct.pack(">h", 3)
+        + b"abc"
+        + struct.pack(">iii", 2, 1, 2)
+        + struct.pack(">ii", 1, 9)
+        + struct.pack(">i", 4)
+        + b"pass"
+    )
 
 
 @pytest.mark.parametrize("decode", BOTH)
@@ -57,8 +66,19 @@ def test_secrets_are_replaced_by_their_length(decode):
 def test_flexible_version_with_known_and_unknown_tags(decode):
     leader = struct.pack(">ih", 5, 6) + uvarint(0)
     tags = uvarint(2) + uvarint(0) + uvarint(len(leader)) + leader + uvarint(7) + uvarint(2) + b"\xaa\xbb"
-    body = (uvarint(4) + b"abc" + uvarint(0) + struct.pack(">q", 77) + struct.pack(">i", 3)
-            + uvarint(2) + struct.pack(">i", 8) + uvarint(1) + uvarint(2) + b"x" + tags)
+    body = (
+        uvarint(4)
+        + b"abc"
+        + uvarint(0)
+        + struct.pack(">q", 77)
+        + struct.pack(">i", 3)
+        + uvarint(2)
+        + struct.pack(">i", 8)
+        + uvarint(1)
+        + uvarint(2)
+        + b"x"
+        + tags
+    )
     s = decode(TOY, 3, True, body, strict=True)
     got = (s.name, s.transactional_id, s.producer_id, s.count, s.ids, s.secret)
     assert got == ("abc", None, 77, 3, (8,), 1)

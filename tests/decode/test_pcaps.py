@@ -83,8 +83,12 @@ def _has(node, key: str) -> bool:
 
 def tshark_pdus(path: Path, ports: list[int]) -> list[dict]:
     decode_as = [a for p in ports for a in ("-d", f"tcp.port=={p},kafka")]
-    out = subprocess.run(["tshark", "-n", "-r", str(path), *decode_as, "-Y", "kafka", "-T", "json",
-                          "--no-duplicate-keys"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["tshark", "-n", "-r", str(path), *decode_as, "-Y", "kafka", "-T", "json", "--no-duplicate-keys"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     pdus = []
     for packet in json.loads(out) if out.strip() else []:
         layers = packet["_source"]["layers"]
@@ -94,20 +98,24 @@ def tshark_pdus(path: Path, ports: list[int]) -> list[dict]:
             if "kafka.api_key" not in pdu:
                 continue
             is_request = "kafka.request_key" in pdu
-            pdus.append({
-                "request": is_request,
-                "client_port": int(tcp["tcp.srcport"] if is_request else tcp["tcp.dstport"]),
-                "api_key": int(pdu["kafka.api_key"]),
-                "api_version": int(pdu["kafka.api_version"]) if "kafka.api_version" in pdu else None,
-                "correlation_id": int(pdu["kafka.correlation_id"]),
-                "decoded": not (malformed or _has(pdu, "kafka.unsupported_api_version")),
-                # tshark shows a null string as "[ Null ]"
-                "transactional_id": sorted(set(_values(pdu, "kafka.transactional_id")) - {"[ Null ]", ""}),
-                "producer_id": sorted({int(v) for v in _values(pdu, "kafka.producer_id")}),
-                "producer_epoch": sorted({int(v) for v in _values(pdu, "kafka.producer_epoch")}),
-                "base_sequence": sorted({int(v) for v in _values(pdu, "kafka.batch_base_sequence")}),
-                "errors": sorted({int(v) for v in _values(pdu, "kafka.error")}),
-            })
+            pdus.append(
+                {
+                    "request": is_request,
+                    "client_port": int(tcp["tcp.srcport"] if is_request else tcp["tcp.dstport"]),
+                    "api_key": int(pdu["kafka.api_key"]),
+                    "api_version": int(pdu["kafka.api_version"]) if "kafka.api_version" in pdu else None,
+                    "correlation_id": int(pdu["kafka.correlation_id"]),
+                    "decoded": not (malformed or _has(pdu, "kafka.unsupported_api_version")),
+                    # tshark shows a null string as "[ Null ]"
+                    "transactional_id": sorted(
+                        set(_values(pdu, "kafka.transactional_id")) - {"[ Null ]", ""}
+                    ),
+                    "producer_id": sorted({int(v) for v in _values(pdu, "kafka.producer_id")}),
+                    "producer_epoch": sorted({int(v) for v in _values(pdu, "kafka.producer_epoch")}),
+                    "base_sequence": sorted({int(v) for v in _values(pdu, "kafka.batch_base_sequence")}),
+                    "errors": sorted({int(v) for v in _values(pdu, "kafka.error")}),
+                }
+            )
     return pdus
 
 
@@ -136,7 +144,8 @@ def ours(exchanges: list[Exchange]) -> dict:
         port = int(e.client.rsplit(":", 1)[1])
         req = e.request
         view[(port, e.correlation_id, True)] = {
-            "api_key": e.api_key, "api_version": e.api_version,
+            "api_key": e.api_key,
+            "api_version": e.api_version,
             "transactional_id": sorted({v for v in walk(req, "transactional_id", []) if v}),
             "producer_id": sorted(set(walk(req, "producer_id", []))),
             "producer_epoch": sorted(set(walk(req, "producer_epoch", []))),
@@ -167,8 +176,11 @@ def test_against_tshark(path, expect):
         compared["api_key, api_version, correlation_id"] += 1
         if not pdu["decoded"]:
             continue
-        fields = (("transactional_id", "producer_id", "producer_epoch", "base_sequence") if pdu["request"]
-                  else ("errors",))
+        fields = (
+            ("transactional_id", "producer_id", "producer_epoch", "base_sequence")
+            if pdu["request"]
+            else ("errors",)
+        )
         for f in fields:
             theirs = pdu[f]
             if not theirs:

@@ -38,8 +38,11 @@ def structs(value, found: list[Struct]) -> list[Struct]:
     return found
 
 
-@pytest.mark.parametrize("decoder_args", [{}, {"keep_records": True}, {"body_decoder": interp.decode_body}],
-                         ids=["compiled", "records", "interpreter"])
+@pytest.mark.parametrize(
+    "decoder_args",
+    [{}, {"keep_records": True}, {"body_decoder": interp.decode_body}],
+    ids=["compiled", "records", "interpreter"],
+)
 @pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
 def test_every_decoded_event_survives_pickle(path: Path, decoder_args: dict) -> None:
     events = decoded(path, **decoder_args)
@@ -56,15 +59,22 @@ def test_bodies_come_back_as_the_decoders_classes_in_a_fresh_process() -> None:
     path = max(CORPUS, key=lambda p: p.stat().st_size)
     bodies = [e.request for e in decoded(path) if isinstance(e, Exchange) and e.api_name == "Produce"]
     assert bodies
-    check = ("import pickle, sys\n"
-             "from ksniff.decode.values import class_at\n"
-             "bodies = pickle.loads(sys.stdin.buffer.read())\n"
-             "assert all(type(b) is class_at(0, True, ()) for b in bodies)\n"
-             "topics = class_at(0, True, ('topic_data',))\n"
-             "assert all(type(t) is topics for b in bodies for t in b.topic_data)\n"
-             "print(len(bodies), bodies[0].transactional_id)\n")
-    done = subprocess.run([sys.executable, "-c", check], input=pickle.dumps(bodies), capture_output=True,
-                          check=True, cwd=Path(__file__).resolve().parents[2])
+    check = (
+        "import pickle, sys\n"
+        "from ksniff.decode.values import class_at\n"
+        "bodies = pickle.loads(sys.stdin.buffer.read())\n"
+        "assert all(type(b) is class_at(0, True, ()) for b in bodies)\n"
+        "topics = class_at(0, True, ('topic_data',))\n"
+        "assert all(type(t) is topics for b in bodies for t in b.topic_data)\n"
+        "print(len(bodies), bodies[0].transactional_id)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check],
+        input=pickle.dumps(bodies),
+        capture_output=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert done.stdout.split()[0] == str(len(bodies)).encode()
     assert type(bodies[0]) is class_at(0, True, ())
 

@@ -30,11 +30,18 @@ def test_header_layout_is_61_bytes():
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_header_and_records_for_every_codec(codec):
-    raw = record_batch(producer_id=4242, epoch=7, sequence=99, records=5, codec=codec, value_size=300,
-                       base_offset=12)
+    raw = record_batch(
+        producer_id=4242, epoch=7, sequence=99, records=5, codec=codec, value_size=300, base_offset=12
+    )
     (h,) = parse_batches(raw)
     assert (h.base_offset, h.magic, h.producer_id, h.producer_epoch, h.base_sequence, h.records_count) == (
-        12, 2, 4242, 7, 99, 5)
+        12,
+        2,
+        4242,
+        7,
+        99,
+        5,
+    )
     got = (h.codec, h.transactional, h.control, h.crc_ok, h.last_offset_delta)
     assert got == (codec, True, False, True, 4)
     assert h.batch_length == len(raw) - 12
@@ -68,8 +75,11 @@ def test_crc_mismatch_is_reported():
 def test_several_batches_all_read_and_a_cut_one_marked():
     a, b = record_batch(sequence=0, records=2), record_batch(sequence=2, records=4, codec="gzip")
     hs = parse_batches(a + b + a[:70])
-    assert [(h.base_sequence, h.records_count, h.crc_ok) for h in hs] == [(0, 2, True), (2, 4, True),
-                                                                          (0, 2, None)]
+    assert [(h.base_sequence, h.records_count, h.crc_ok) for h in hs] == [
+        (0, 2, True),
+        (2, 4, True),
+        (0, 2, None),
+    ]
     assert parse_batches(a + a[:40]) == parse_batches(a)  # a cut header is not a batch
 
 
@@ -89,8 +99,9 @@ def control_batch(commit: bool, coordinator_epoch: int, producer_id: int = 77, e
     body = b"\x00" + varint(0) + varint(0) + varint(len(key)) + key + varint(len(value)) + value + varint(0)
     record = varint(len(body)) + body
     attributes = TRANSACTIONAL_BIT | CONTROL_BIT
-    header = bytearray(BATCH_HEADER.pack(500, 49 + len(record), 0, 2, 0, attributes, 0, 1, 1, producer_id,
-                                         epoch, -1, 1))
+    header = bytearray(
+        BATCH_HEADER.pack(500, 49 + len(record), 0, 2, 0, attributes, 0, 1, 1, producer_id, epoch, -1, 1)
+    )
     batch = header + record
     struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
     return bytes(batch)
@@ -100,7 +111,12 @@ def control_batch(commit: bool, coordinator_epoch: int, producer_id: int = 77, e
 def test_control_batches(commit, marker):
     (h,) = parse_batches(control_batch(commit, coordinator_epoch=12))
     assert (h.control, h.transactional, h.control_type, h.coordinator_epoch, h.crc_ok) == (
-        True, True, marker, 12, True)
+        True,
+        True,
+        marker,
+        12,
+        True,
+    )
     assert (h.producer_id, h.producer_epoch) == (77, 3)
 
 
@@ -132,12 +148,15 @@ def test_mutated_batches_never_raise(where, value):
         assert h.crc_ok in (True, False, None)
 
 
-@pytest.mark.parametrize("codec, encode", [
-    ("gzip", lambda d: bytes(cramjam.gzip.compress(d))),
-    ("snappy", lambda d: bytes(cramjam.snappy.compress_raw(d))),
-    ("lz4", lambda d: bytes(cramjam.lz4.compress(d))),
-    ("zstd", lambda d: bytes(cramjam.zstd.compress(d))),
-])
+@pytest.mark.parametrize(
+    "codec, encode",
+    [
+        ("gzip", lambda d: bytes(cramjam.gzip.compress(d))),
+        ("snappy", lambda d: bytes(cramjam.snappy.compress_raw(d))),
+        ("lz4", lambda d: bytes(cramjam.lz4.compress(d))),
+        ("zstd", lambda d: bytes(cramjam.zstd.compress(d))),
+    ],
+)
 def test_decompression_is_refused_past_the_cap_and_exact_below(codec, encode):
     data = bytes(1 << 20)  # a megabyte of zeros: a few hundred bytes compressed, a bomb in miniature
     packed = encode(data)

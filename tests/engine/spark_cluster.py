@@ -16,9 +16,13 @@ import urllib.request
 from pathlib import Path
 
 # What every application on the test cluster is given: no UI, loopback only, half the worker.
-APP_CONF = [("spark.ui.enabled", "false"), ("spark.driver.host", "127.0.0.1"),
-            ("spark.driver.bindAddress", "127.0.0.1"), ("spark.cores.max", "2"),
-            ("spark.executor.memory", "512m")]
+APP_CONF = [
+    ("spark.ui.enabled", "false"),
+    ("spark.driver.host", "127.0.0.1"),
+    ("spark.driver.bindAddress", "127.0.0.1"),
+    ("spark.cores.max", "2"),
+    ("spark.executor.memory", "512m"),
+]
 
 
 def _free_port() -> int:
@@ -39,22 +43,52 @@ class StandaloneCluster:
         self.procs: list[subprocess.Popen] = []
 
     def _start(self, name: str, *args: str) -> None:
-        env = dict(os.environ, SPARK_HOME=self.home, SPARK_LOCAL_IP="127.0.0.1",
-                   SPARK_WORKER_DIR=os.path.join(self.workdir, "work"),
-                   SPARK_LOG_DIR=os.path.join(self.workdir, "logs"))
+        env = dict(
+            os.environ,
+            SPARK_HOME=self.home,
+            SPARK_LOCAL_IP="127.0.0.1",
+            SPARK_WORKER_DIR=os.path.join(self.workdir, "work"),
+            SPARK_LOG_DIR=os.path.join(self.workdir, "logs"),
+        )
         log = open(os.path.join(self.workdir, f"{name}.log"), "wb")  # noqa: SIM115 - closed with the process
-        self.procs.append(subprocess.Popen([os.path.join(self.home, "bin", "spark-class"), *args], env=env,
-                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(
+                [os.path.join(self.home, "bin", "spark-class"), *args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
         log.close()
 
     def start(self, timeout: float = 120.0) -> StandaloneCluster:
-        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--webui-port", str(self.ui))
+        self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui),
+        )
         for n in range(self.workers):
-            self._start(f"worker{n}", "org.apache.spark.deploy.worker.Worker", self.url,
-                        "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
-                        "--webui-port", str(_free_port()),
-                        "--work-dir", os.path.join(self.workdir, f"work{n}"))
+            self._start(
+                f"worker{n}",
+                "org.apache.spark.deploy.worker.Worker",
+                self.url,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                str(self.cores),
+                "--memory",
+                self.memory,
+                "--webui-port",
+                str(_free_port()),
+                "--work-dir",
+                os.path.join(self.workdir, f"work{n}"),
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.alive_workers() == self.workers:

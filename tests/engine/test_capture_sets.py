@@ -69,8 +69,11 @@ def test_merge_puts_everything_in_one_producer_id_space() -> None:
 def test_rotated_files_are_one_set(tmp_path: Path) -> None:
     whole = str(PCAPS / "txn_confluent_tansu_mtu1500.pcap")
     packets = audit_paths([whole], CONFIG).capture.packets
-    subprocess.run(["editcap", "-c", str(packets // 2 + 1), whole, str(tmp_path / "rotated.pcap")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["editcap", "-c", str(packets // 2 + 1), whole, str(tmp_path / "rotated.pcap")],
+        check=True,
+        capture_output=True,
+    )
     parts = sorted(str(p) for p in tmp_path.iterdir())
     assert len(parts) == 2
     (only,) = plan(parts)
@@ -88,8 +91,9 @@ def test_rotated_files_join_among_unrelated_ones(tmp_path: Path) -> None:
     if shutil.which("editcap") is None:
         pytest.skip("editcap (Wireshark) is not installed")
     whole = str(PCAPS / "anomalies_tansu.pcap")
-    subprocess.run(["editcap", "-c", "30", whole, str(tmp_path / "rot.pcap")], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["editcap", "-c", "30", whole, str(tmp_path / "rot.pcap")], check=True, capture_output=True
+    )
     parts = sorted(str(p) for p in tmp_path.iterdir())
     assert len(parts) > 2
     other = str(PCAPS / "txn_confluent_tansu.pcap")

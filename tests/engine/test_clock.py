@@ -38,13 +38,17 @@ def per_broker(capture: Path, out: Path, shifts: list[float]) -> dict[str, float
 
 
 def _findings(result) -> Counter:
-    return Counter((f.kind, f.severity, f.transactional_id, f.producer_id)
-                   for f in result.findings if f.severity != "info")
+    return Counter(
+        (f.kind, f.severity, f.transactional_id, f.producer_id)
+        for f in result.findings
+        if f.severity != "info"
+    )
 
 
 def _outcomes(result) -> Counter:
-    return Counter((t.transactional_id, t.producer_id, t.producer_epoch, t.outcome)
-                   for t in result.transactions)
+    return Counter(
+        (t.transactional_id, t.producer_id, t.producer_epoch, t.outcome) for t in result.transactions
+    )
 
 
 @pytest.mark.parametrize("capture", ["txn_confluent_mock.pcap", "txn_aiokafka_mock.pcap"])

@@ -51,8 +51,21 @@ def transactional_story(bootstrap: str) -> None:
 
 
 def start_live(port: int, tmp_path: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "ksniff.cli", "live", "lo", "--port", str(port), "--no-color",
-           "--json", str(tmp_path / "live.json"), "--write", str(tmp_path / "live.pcap"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ksniff.cli",
+        "live",
+        "lo",
+        "--port",
+        str(port),
+        "--no-color",
+        "--json",
+        str(tmp_path / "live.json"),
+        "--write",
+        str(tmp_path / "live.pcap"),
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ready = proc.stderr.readline()  # printed once the capture socket is open
     assert ready.startswith("ksniff: capturing on lo"), ready + proc.stderr.read()
@@ -78,8 +91,12 @@ def test_live_duration_reports_and_keeps_the_capture(tmp_path):
     doc = json.loads((tmp_path / "live.json").read_text())
     check(doc)
     # what --write kept audits to the same transactions
-    again = subprocess.run([sys.executable, "-m", "ksniff.cli", "audit", str(tmp_path / "live.pcap"),
-                            "--json", "-"], capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "-m", "ksniff.cli", "audit", str(tmp_path / "live.pcap"), "--json", "-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     check(json.loads(again.stdout), "pcap")
 
 
@@ -97,7 +114,11 @@ def test_live_sigterm_stops_and_writes_the_final_report(tmp_path):
 
 
 def test_live_on_a_missing_interface_is_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ksniff.cli", "live", "no-such-if0", "--duration", "1"],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ksniff.cli", "live", "no-such-if0", "--duration", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

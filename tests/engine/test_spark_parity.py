@@ -39,13 +39,25 @@ CONFIG = EngineConfig(keep_tables=True)
 # one batch per Produce request: the request cap is the smallest one in REQUEST_CAP. The caps on one
 # process's totals (connections, out-of-order bytes, requests in flight and partial frames of all
 # connections) apply per flow on Spark: the engine says so in a warning, and they are not compared.
-LIMITED = replace(CONFIG, keep_records=True, max_frame=4096, max_in_flight=2, max_buffer_bytes=2048,
-                  max_records_batch=1200, max_records_request=2000, max_records_run=15000)
+LIMITED = replace(
+    CONFIG,
+    keep_records=True,
+    max_frame=4096,
+    max_in_flight=2,
+    max_buffer_bytes=2048,
+    max_records_batch=1200,
+    max_records_request=2000,
+    max_records_run=15000,
+)
 REQUEST_CAP = replace(CONFIG, keep_records=True, max_records_batch=1500, max_records_request=1000)
 # Four capture sets: a consumer's partition logs, records compressed with lz4 and zstd (both judged by the
 # sizes their frames declare), frames past --max-frame-bytes.
-SAMPLE = ("consume_tansu.pcap", "idempotent_lz4_tansu.pcap", "idempotent_zstd_tansu.pcap",
-          "txn_confluent_tansu_mtu1500.pcap")
+SAMPLE = (
+    "consume_tansu.pcap",
+    "idempotent_lz4_tansu.pcap",
+    "idempotent_zstd_tansu.pcap",
+    "txn_confluent_tansu_mtu1500.pcap",
+)
 
 
 @pytest.fixture(scope="module")
@@ -99,16 +111,19 @@ def test_sample_as_file_uri_matches_local(spark, sample: Path) -> None:
     local = audit_paths([str(sample)], CONFIG)
     distributed = audit_paths_spark([sample.as_uri()], CONFIG, spark=spark)
     assert_same(local, distributed, inputs=False)
-    assert [i.path for i in distributed.inputs] == [sample.as_uri() + i.path[len(str(sample)):]
-                                                    for i in local.inputs]
+    assert [i.path for i in distributed.inputs] == [
+        sample.as_uri() + i.path[len(str(sample)) :] for i in local.inputs
+    ]
     assert len(local.capture_sets) == len(SAMPLE)
     assert local.transactions and local.findings and local.partitions  # the comparison compared something
     assert any(p.readers for p in local.partitions)  # a consumer's reads are in the logs
 
 
-@pytest.mark.parametrize("name, config", [("idempotent_lz4_tansu.pcap", REQUEST_CAP),
-                                          ("txn_confluent_tansu_pcapng.pcapng", LIMITED)],
-                         ids=["request-cap", "pcapng-limits"])
+@pytest.mark.parametrize(
+    "name, config",
+    [("idempotent_lz4_tansu.pcap", REQUEST_CAP), ("txn_confluent_tansu_pcapng.pcapng", LIMITED)],
+    ids=["request-cap", "pcapng-limits"],
+)
 def test_one_capture_alone_matches_local(spark, name: str, config: EngineConfig) -> None:
     from ksniff.engine.spark import audit_paths_spark
 
@@ -144,8 +159,15 @@ def test_records_limits_and_exports_on_file_uris(spark, sample: Path, tmp_path: 
     finally:
         run.close()
     assert not (tmp_path / "file:").exists()
-    for table in ("exchanges", "batches", "records", "transactions", "findings", "partitions",
-                  "partition_log"):
+    for table in (
+        "exchanges",
+        "batches",
+        "records",
+        "transactions",
+        "findings",
+        "partitions",
+        "partition_log",
+    ):
         written = pq.read_table(tmp_path / "spark" / f"{table}.parquet")
         expected = pq.read_table(tmp_path / "local" / f"{table}.parquet")
         assert expected.num_rows, table  # every table compared something
@@ -199,8 +221,9 @@ def test_corpus_as_file_uri_matches_local(spark, config: EngineConfig) -> None:
     local = audit_paths([str(PCAPS)], config)
     distributed = audit_paths_spark([PCAPS.as_uri()], config, spark=spark)
     assert_same(local, distributed, inputs=False)
-    assert [i.path for i in distributed.inputs] == [PCAPS.as_uri() + i.path[len(str(PCAPS)):]
-                                                    for i in local.inputs]
+    assert [i.path for i in distributed.inputs] == [
+        PCAPS.as_uri() + i.path[len(str(PCAPS)) :] for i in local.inputs
+    ]
     assert local.transactions and local.findings  # the comparison compared something
     if config is LIMITED:
         assert local.records and local.decode.oversized_frames and local.decode.in_flight_evicted
@@ -223,8 +246,11 @@ def test_rotated_files_match_the_whole_capture(spark, tmp_path: Path) -> None:
     whole = max(CORPUS, key=lambda p: p.stat().st_size)
     packets = audit_paths([str(whole)], CONFIG).capture.packets
     # Like tcpdump -C: the same capture cut into files mid-connection.
-    subprocess.run(["editcap", "-c", str(packets // 2 + 1), str(whole), str(tmp_path / "rotated.pcap")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["editcap", "-c", str(packets // 2 + 1), str(whole), str(tmp_path / "rotated.pcap")],
+        check=True,
+        capture_output=True,
+    )
     parts = sorted(str(p) for p in tmp_path.iterdir())
     assert len(parts) == 2
 
@@ -266,8 +292,14 @@ def test_inputs_that_cannot_be_read_are_the_local_errors(spark, tmp_path: Path) 
 
 def _ksniff(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
-    return subprocess.run([sys.executable, "-m", "ksniff.cli", "audit", *args], capture_output=True,
-                          text=True, cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "ksniff.cli", "audit", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.mark.timeout(900)  # two applications of their own, each starting its JVM
@@ -279,8 +311,11 @@ def test_cli_on_the_cluster(standalone, spark, tmp_path: Path) -> None:
     bad.write_bytes(b"\x00" * 64)
     from spark_cluster import APP_CONF
 
-    conf = [arg for key, value in [*APP_CONF, ("spark.pyspark.python", sys.executable)]
-            for arg in ("--conf", f"{key}={value}")]
+    conf = [
+        arg
+        for key, value in [*APP_CONF, ("spark.pyspark.python", sys.executable)]
+        for arg in ("--conf", f"{key}={value}")
+    ]
     capture = PCAPS / "txn_confluent_tansu_loss.pcap"
     local = _ksniff(str(capture), "--json", str(tmp_path / "local.json"), "--no-color", cwd=tmp_path)
     remote = _ksniff(capture.as_uri(), str(bad), "--master", "local[1]", cwd=tmp_path)
@@ -290,8 +325,18 @@ def test_cli_on_the_cluster(standalone, spark, tmp_path: Path) -> None:
     assert errors == [f"ksniff: error: {bad}: not a pcap or pcapng file"]
 
     out = tmp_path / "out"
-    remote = _ksniff(capture.as_uri(), "--master", standalone.url, *conf, "--json",
-                     str(tmp_path / "spark.json"), "--parquet", out.as_uri(), "--no-color", cwd=tmp_path)
+    remote = _ksniff(
+        capture.as_uri(),
+        "--master",
+        standalone.url,
+        *conf,
+        "--json",
+        str(tmp_path / "spark.json"),
+        "--parquet",
+        out.as_uri(),
+        "--no-color",
+        cwd=tmp_path,
+    )
     assert remote.returncode == local.returncode, remote.stderr
     docs = [json.loads((tmp_path / f"{name}.json").read_text()) for name in ("local", "spark")]
     for doc in docs:
@@ -312,7 +357,8 @@ def test_local_engine_refuses_uri_outputs(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "ksniff: error: s3a://bucket/out: a URI needs the Spark engine (--engine spark); the local engine "
-        "reads and writes local paths"]
+        "reads and writes local paths"
+    ]
     assert not any(tmp_path.iterdir())
 
 

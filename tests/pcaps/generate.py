@@ -35,12 +35,14 @@ from registry import SCENARIOS  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
-    parser.add_argument("--out", type=Path, default=HERE,
-                        help="folder for the captures (default: tests/pcaps)")
+    parser.add_argument(
+        "--out", type=Path, default=HERE, help="folder for the captures (default: tests/pcaps)"
+    )
     args = parser.parse_args(argv)
 
     if args.list:

@@ -24,40 +24,116 @@ from pathlib import Path
 
 # Kafka's own names for its APIs, by API key (the protocol's public numbering).
 API_NAMES = {
-    0: "Produce", 1: "Fetch", 2: "ListOffsets", 3: "Metadata", 4: "LeaderAndIsr", 5: "StopReplica",
-    6: "UpdateMetadata", 7: "ControlledShutdown", 8: "OffsetCommit", 9: "OffsetFetch",
-    10: "FindCoordinator", 11: "JoinGroup", 12: "Heartbeat", 13: "LeaveGroup", 14: "SyncGroup",
-    15: "DescribeGroups", 16: "ListGroups", 17: "SaslHandshake", 18: "ApiVersions", 19: "CreateTopics",
-    20: "DeleteTopics", 21: "DeleteRecords", 22: "InitProducerId", 23: "OffsetForLeaderEpoch",
-    24: "AddPartitionsToTxn", 25: "AddOffsetsToTxn", 26: "EndTxn", 27: "WriteTxnMarkers",
-    28: "TxnOffsetCommit", 29: "DescribeAcls", 30: "CreateAcls", 31: "DeleteAcls", 32: "DescribeConfigs",
-    33: "AlterConfigs", 34: "AlterReplicaLogDirs", 35: "DescribeLogDirs", 36: "SaslAuthenticate",
-    37: "CreatePartitions", 38: "CreateDelegationToken", 39: "RenewDelegationToken",
-    40: "ExpireDelegationToken", 41: "DescribeDelegationToken", 42: "DeleteGroups", 43: "ElectLeaders",
-    44: "IncrementalAlterConfigs", 45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",
-    47: "OffsetDelete", 48: "DescribeClientQuotas", 49: "AlterClientQuotas",
-    50: "DescribeUserScramCredentials", 51: "AlterUserScramCredentials", 55: "DescribeQuorum",
-    57: "UpdateFeatures", 60: "DescribeCluster", 61: "DescribeProducers", 64: "UnregisterBroker",
-    65: "DescribeTransactions", 66: "ListTransactions", 67: "AllocateProducerIds",
-    68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe", 71: "GetTelemetrySubscriptions",
-    72: "PushTelemetry", 74: "ListClientMetricsResources", 75: "DescribeTopicPartitions",
+    0: "Produce",
+    1: "Fetch",
+    2: "ListOffsets",
+    3: "Metadata",
+    4: "LeaderAndIsr",
+    5: "StopReplica",
+    6: "UpdateMetadata",
+    7: "ControlledShutdown",
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    10: "FindCoordinator",
+    11: "JoinGroup",
+    12: "Heartbeat",
+    13: "LeaveGroup",
+    14: "SyncGroup",
+    15: "DescribeGroups",
+    16: "ListGroups",
+    17: "SaslHandshake",
+    18: "ApiVersions",
+    19: "CreateTopics",
+    20: "DeleteTopics",
+    21: "DeleteRecords",
+    22: "InitProducerId",
+    23: "OffsetForLeaderEpoch",
+    24: "AddPartitionsToTxn",
+    25: "AddOffsetsToTxn",
+    26: "EndTxn",
+    27: "WriteTxnMarkers",
+    28: "TxnOffsetCommit",
+    29: "DescribeAcls",
+    30: "CreateAcls",
+    31: "DeleteAcls",
+    32: "DescribeConfigs",
+    33: "AlterConfigs",
+    34: "AlterReplicaLogDirs",
+    35: "DescribeLogDirs",
+    36: "SaslAuthenticate",
+    37: "CreatePartitions",
+    38: "CreateDelegationToken",
+    39: "RenewDelegationToken",
+    40: "ExpireDelegationToken",
+    41: "DescribeDelegationToken",
+    42: "DeleteGroups",
+    43: "ElectLeaders",
+    44: "IncrementalAlterConfigs",
+    45: "AlterPartitionReassignments",
+    46: "ListPartitionReassignments",
+    47: "OffsetDelete",
+    48: "DescribeClientQuotas",
+    49: "AlterClientQuotas",
+    50: "DescribeUserScramCredentials",
+    51: "AlterUserScramCredentials",
+    55: "DescribeQuorum",
+    57: "UpdateFeatures",
+    60: "DescribeCluster",
+    61: "DescribeProducers",
+    64: "UnregisterBroker",
+    65: "DescribeTransactions",
+    66: "ListTransactions",
+    67: "AllocateProducerIds",
+    68: "ConsumerGroupHeartbeat",
+    69: "ConsumerGroupDescribe",
+    71: "GetTelemetrySubscriptions",
+    72: "PushTelemetry",
+    74: "ListClientMetricsResources",
+    75: "DescribeTopicPartitions",
 }
 
 # Kafka error codes the scenarios meet, by the protocol's numbering.
 ERROR_NAMES = {
-    0: "NONE", 3: "UNKNOWN_TOPIC_OR_PARTITION", 6: "NOT_LEADER_OR_FOLLOWER", 15: "COORDINATOR_NOT_AVAILABLE",
-    16: "NOT_COORDINATOR", 45: "OUT_OF_ORDER_SEQUENCE_NUMBER", 46: "DUPLICATE_SEQUENCE_NUMBER",
-    47: "INVALID_PRODUCER_EPOCH", 48: "INVALID_TXN_STATE", 49: "INVALID_PRODUCER_ID_MAPPING",
-    50: "INVALID_TRANSACTION_TIMEOUT", 51: "CONCURRENT_TRANSACTIONS",
+    0: "NONE",
+    3: "UNKNOWN_TOPIC_OR_PARTITION",
+    6: "NOT_LEADER_OR_FOLLOWER",
+    15: "COORDINATOR_NOT_AVAILABLE",
+    16: "NOT_COORDINATOR",
+    45: "OUT_OF_ORDER_SEQUENCE_NUMBER",
+    46: "DUPLICATE_SEQUENCE_NUMBER",
+    47: "INVALID_PRODUCER_EPOCH",
+    48: "INVALID_TXN_STATE",
+    49: "INVALID_PRODUCER_ID_MAPPING",
+    50: "INVALID_TRANSACTION_TIMEOUT",
+    51: "CONCURRENT_TRANSACTIONS",
     53: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-    59: "UNKNOWN_PRODUCER_ID", 90: "PRODUCER_FENCED", 2: "CORRUPT_MESSAGE", 87: "INVALID_RECORD",
-    -1: "UNKNOWN_SERVER_ERROR", 35: "UNSUPPORTED_VERSION", 76: "UNSUPPORTED_COMPRESSION_TYPE",
-    42: "INVALID_REQUEST", 10: "MESSAGE_TOO_LARGE", 25: "UNKNOWN_MEMBER_ID", 27: "REBALANCE_IN_PROGRESS",
+    59: "UNKNOWN_PRODUCER_ID",
+    90: "PRODUCER_FENCED",
+    2: "CORRUPT_MESSAGE",
+    87: "INVALID_RECORD",
+    -1: "UNKNOWN_SERVER_ERROR",
+    35: "UNSUPPORTED_VERSION",
+    76: "UNSUPPORTED_COMPRESSION_TYPE",
+    42: "INVALID_REQUEST",
+    10: "MESSAGE_TOO_LARGE",
+    25: "UNKNOWN_MEMBER_ID",
+    27: "REBALANCE_IN_PROGRESS",
 }
 
 REQUIRED_KEYS = (
-    "capture", "scenario", "broker", "client", "kafka_ports", "transactions", "fenced", "findings",
-    "clean", "records_produced", "exchanges_by_api", "api_versions", "notes",
+    "capture",
+    "scenario",
+    "broker",
+    "client",
+    "kafka_ports",
+    "transactions",
+    "fenced",
+    "findings",
+    "clean",
+    "records_produced",
+    "exchanges_by_api",
+    "api_versions",
+    "notes",
 )
 
 SEVERITIES = ("critical", "warning", "info")
@@ -99,7 +175,8 @@ def wait_for_port(host: str, port: int, timeout: float = 10.0, netns: str | None
         if netns:
             probe = subprocess.run(
                 ["ip", "netns", "exec", netns, "ss", "-Hltn", f"sport = :{port}"],
-                capture_output=True, text=True,
+                capture_output=True,
+                text=True,
             )
             if probe.stdout.strip():
                 return
@@ -129,8 +206,16 @@ def tansu(host: str = "127.0.0.1", port: int | None = None, netns: str | None = 
     """A Tansu broker with in-memory storage; yields its bootstrap address."""
     port = port or free_port(host)
     url = f"tcp://{_url_host(host)}:{port}"
-    cmd = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-           "--storage-engine", "memory://tansu/"]
+    cmd = [
+        tansu_binary(),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
     logfile = tempfile.TemporaryFile()
@@ -191,12 +276,28 @@ def tcpdump(path: Path, ports: list[int], iface: str = LOOPBACK, netns: str | No
     """Capture whole packets to and from `ports` while the block runs."""
     bpf = " or ".join(f"tcp port {p}" for p in ports)
     # --immediate-mode: without it packets can sit in the kernel ring when tcpdump is stopped.
-    cmd = ["tcpdump", "--immediate-mode", "-U", "-B", "32768", "-s", "0", "-n", "-Z", "root", "-i", iface,
-           "-w", str(path), bpf]
+    cmd = [
+        "tcpdump",
+        "--immediate-mode",
+        "-U",
+        "-B",
+        "32768",
+        "-s",
+        "0",
+        "-n",
+        "-Z",
+        "root",
+        "-i",
+        iface,
+        "-w",
+        str(path),
+        bpf,
+    ]
     if netns:
         cmd = ["ip", "netns", "exec", netns, *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         said = []
         while not said or "listening on" not in said[-1]:  # `-i any` first says its link type
@@ -213,8 +314,9 @@ def tcpdump(path: Path, ports: list[int], iface: str = LOOPBACK, netns: str | No
         log(f"tcpdump {path.name}: {stats}")
         if "0 packets dropped by kernel" not in stats:
             raise RuntimeError(f"tcpdump lost packets: {stats}")
-    lost = run(["tshark", "-n", "-r", str(path), "-Y",
-                "tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment"])
+    lost = run(
+        ["tshark", "-n", "-r", str(path), "-Y", "tcp.analysis.lost_segment || tcp.analysis.ack_lost_segment"]
+    )
     if lost.strip():
         raise RuntimeError(f"{path.name} misses segments (tshark: lost_segment); record it again")
 
@@ -268,7 +370,9 @@ def tshark_view(path: Path, ports: list[int]) -> TsharkView:
     decode_as = [a for p in ports for a in ("-d", f"tcp.port=={p},kafka")]
     out = subprocess.run(
         ["tshark", "-n", "-r", str(path), *decode_as, "-Y", "kafka", "-T", "json", "--no-duplicate-keys"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     packets = json.loads(out) if out.strip() else []
     versions: dict[str, set[int]] = defaultdict(set)
@@ -425,8 +529,24 @@ def records_in_produce_frames(path: Path, frames: list[int]) -> int:
 
     total = 0
     for frame in frames:
-        payload = bytes.fromhex(run(["tshark", "-n", "-r", str(path), "-Y", f"frame.number=={frame}",
-                                     "-T", "fields", "-e", "tcp.payload"]).strip().replace(":", ""))
+        payload = bytes.fromhex(
+            run(
+                [
+                    "tshark",
+                    "-n",
+                    "-r",
+                    str(path),
+                    "-Y",
+                    f"frame.number=={frame}",
+                    "-T",
+                    "fields",
+                    "-e",
+                    "tcp.payload",
+                ]
+            )
+            .strip()
+            .replace(":", "")
+        )
         (api_key, version) = struct.unpack_from(">hh", payload, 4)
         if api_key != 0:
             raise ValueError(f"frame {frame} is not a Produce request")

@@ -57,8 +57,13 @@ def first_commit(capture: Path):
             continue
         if e.request.committed and e.response is not None and not e.response.error_code:
             key = (e.request.producer_id, e.request.producer_epoch)
-            later = [x.request_ts for x in events[i:] if isinstance(x, Exchange)
-                     and x.api_name == "AddPartitionsToTxn" and x.request_ts > e.response_ts]
+            later = [
+                x.request_ts
+                for x in events[i:]
+                if isinstance(x, Exchange)
+                and x.api_name == "AddPartitionsToTxn"
+                and x.request_ts > e.response_ts
+            ]
             return e, sorted(added[key]), min(later, default=e.response_ts + 0.01)
     raise RuntimeError("no accepted EndTxn(commit) in the capture")
 
@@ -71,40 +76,74 @@ def frames(pid: int, epoch: int, partitions: list[tuple[str, int]]) -> tuple[byt
     topics: dict[str, list[int]] = {}
     for topic, p in partitions:
         topics.setdefault(topic, []).append(p)
-    request = Req(markers=[Req.WritableTxnMarker(
-        producer_id=pid, producer_epoch=epoch, transaction_result=False, coordinator_epoch=0,
-        topics=[Req.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
-                for t, ps in topics.items()])])
+    request = Req(
+        markers=[
+            Req.WritableTxnMarker(
+                producer_id=pid,
+                producer_epoch=epoch,
+                transaction_result=False,
+                coordinator_epoch=0,
+                topics=[
+                    Req.WritableTxnMarker.WritableTxnMarkerTopic(name=t, partition_indexes=ps)
+                    for t, ps in topics.items()
+                ],
+            )
+        ]
+    )
     request.API_VERSION = 1
     request.with_header(correlation_id=1, client_id=CLIENT_ID)
     R = Resp.WritableTxnMarkerResult
     T = R.WritableTxnMarkerTopicResult
-    response = Resp(markers=[R(producer_id=pid, topics=[
-        T(name=t, partitions=[T.WritableTxnMarkerPartitionResult(partition_index=p, error_code=0)
-                              for p in ps])
-        for t, ps in topics.items()])])
+    response = Resp(
+        markers=[
+            R(
+                producer_id=pid,
+                topics=[
+                    T(
+                        name=t,
+                        partitions=[
+                            T.WritableTxnMarkerPartitionResult(partition_index=p, error_code=0) for p in ps
+                        ],
+                    )
+                    for t, ps in topics.items()
+                ],
+            )
+        ]
+    )
     response.API_VERSION = 1
     response.with_header(correlation_id=1)
     return bytes(request.encode(header=True, framed=True)), bytes(response.encode(header=True, framed=True))
 
 
-def connection(template, leader: tuple[str, int], start: float, step: float, request: bytes, response: bytes
-               ) -> list:
+def connection(
+    template, leader: tuple[str, int], start: float, step: float, request: bytes, response: bytes
+) -> list:
     """A whole TCP connection from SENDER to `leader`, a packet every `step` seconds from `start`:
     handshake, request, answer, close."""
     (cip, cport), (sip, sport) = SENDER, leader
     link = Ether(src=template[Ether].src, dst=template[Ether].dst) if Ether in template else None
     cs, ss = 1_000_000, 2_000_000
     steps = [  # (from the sender?, flags, payload)
-        (True, "S", b""), (False, "SA", b""), (True, "A", b""), (True, "PA", request),
-        (False, "PA", response), (True, "FA", b""), (False, "FA", b""), (True, "A", b""),
+        (True, "S", b""),
+        (False, "SA", b""),
+        (True, "A", b""),
+        (True, "PA", request),
+        (False, "PA", response),
+        (True, "FA", b""),
+        (False, "FA", b""),
+        (True, "A", b""),
     ]
     out = []
     seq = {True: cs, False: ss}
     for i, (mine, flags, payload) in enumerate(steps):
         ip = IP(src=cip, dst=sip) if mine else IP(src=sip, dst=cip)
-        tcp = TCP(sport=cport if mine else sport, dport=sport if mine else cport, flags=flags,
-                  seq=seq[mine], ack=0 if flags == "S" else seq[not mine])
+        tcp = TCP(
+            sport=cport if mine else sport,
+            dport=sport if mine else cport,
+            flags=flags,
+            seq=seq[mine],
+            ack=0 if flags == "S" else seq[not mine],
+        )
         pkt = (link.copy() / ip / tcp / payload) if link is not None else (ip / tcp / payload)
         pkt = pkt.__class__(bytes(pkt))  # lengths and checksums computed now
         pkt.time = start + i * step
@@ -125,8 +164,9 @@ def build(out: Path) -> None:
     # Where Kafka's coordinator writes them: after answering EndTxn, before the producer's next transaction
     # can add a partition (until the markers are written it answers CONCURRENT_TRANSACTIONS).
     window = next_add - end.response_ts
-    added = connection(packets[0], (host, int(port)), end.response_ts + window / 10, window / 12, request,
-                       response)
+    added = connection(
+        packets[0], (host, int(port)), end.response_ts + window / 10, window / 12, request, response
+    )
     packets = sorted(packets + added, key=lambda p: float(p.time))
     relocate(packets, NTH * RELOCATE_SECONDS, NTH * RELOCATE_SEQ)  # beside rewrite.py's captures 1 and 2
     out.mkdir(parents=True, exist_ok=True)
@@ -135,8 +175,10 @@ def build(out: Path) -> None:
     expect["capture"] = f"{NAME}.pcap"
     expect["scenario"] = NAME
     tid = end.request.transactional_id
-    expect["findings"] = [*expect.get("findings", []), {
-        "kind": "markers_disagree", "severity": "critical", "transactional_id": tid, "producer_id": pid}]
+    expect["findings"] = [
+        *expect.get("findings", []),
+        {"kind": "markers_disagree", "severity": "critical", "transactional_id": tid, "producer_id": pid},
+    ]
     expect["requests_by_api"]["WriteTxnMarkers"] = 1
     expect["api_versions"]["WriteTxnMarkers"] = [1]
     expect["notes"] = (
@@ -146,7 +188,8 @@ def build(out: Path) -> None:
         "and before the producer's next AddPartitionsToTxn, writes ABORT "
         f"markers on {', '.join(f'{t}-{p}' for t, p in partitions)} and is answered without error: the "
         "markers contradict the accepted commit (markers_disagree, critical). The rest is as in "
-        f"{SOURCE}: " + expect["notes"])
+        f"{SOURCE}: " + expect["notes"]
+    )
     (out / f"{NAME}.expect.json").write_text(json.dumps(expect, indent=2) + "\n")
     print(f"wrote {NAME}.pcap ({len(added)} packets added) and {NAME}.expect.json")
 

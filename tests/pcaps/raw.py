@@ -24,24 +24,38 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 # Versions that both brokers accept and tshark 4.0 decodes (Produce <= 8, tansu 0.6 answers
 # InitProducerId below v3 with UNKNOWN_SERVER_ERROR; AddPartitionsToTxn <= 1, EndTxn <= 1).
 VERSIONS = {
-    "ApiVersions": 0, "Metadata": 4, "FindCoordinator": 1, "InitProducerId": 3,
-    "AddPartitionsToTxn": 1, "EndTxn": 1, "Produce": 8, "AddOffsetsToTxn": 1, "TxnOffsetCommit": 2,
+    "ApiVersions": 0,
+    "Metadata": 4,
+    "FindCoordinator": 1,
+    "InitProducerId": 3,
+    "AddPartitionsToTxn": 1,
+    "EndTxn": 1,
+    "Produce": 8,
+    "AddOffsetsToTxn": 1,
+    "TxnOffsetCommit": 2,
 }
 
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
 
 
-def record_batch(producer_id: int, epoch: int, base_sequence: int, count: int, transactional: bool,
-                 label: str) -> bytes:
+def record_batch(
+    producer_id: int, epoch: int, base_sequence: int, count: int, transactional: bool, label: str
+) -> bytes:
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=0, is_transactional=transactional, producer_id=producer_id,
-        producer_epoch=epoch, base_sequence=base_sequence, batch_size=1 << 20,
+        magic=2,
+        compression_type=0,
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=base_sequence,
+        batch_size=1 << 20,
     )
     now_ms = int(time.time() * 1000)
     for i in range(count):
-        builder.append(i, timestamp=now_ms, key=f"{label}-{i}".encode(), value=f"{label} record {i}".encode(),
-                       headers=[])
+        builder.append(
+            i, timestamp=now_ms, key=f"{label}-{i}".encode(), value=f"{label} record {i}".encode(), headers=[]
+        )
     return bytes(builder.build())
 
 
@@ -92,8 +106,9 @@ class RawConnection:
         response_class = request.header.get_response_class()
         response = response_class.decode(self._read(size), header=True)
         if response.header.correlation_id != self.correlation_id:
-            raise RuntimeError(f"{api}: correlation id {response.header.correlation_id}, "
-                               f"expected {self.correlation_id}")
+            raise RuntimeError(
+                f"{api}: correlation id {response.header.correlation_id}, expected {self.correlation_id}"
+            )
         return response
 
     # ------------------------------------------------------------------- the requests the scenarios use
@@ -114,47 +129,107 @@ class RawConnection:
         r = self.call(request, "InitProducerId")
         return r.error_code, r.producer_id, r.producer_epoch
 
-    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int, topic: str,
-                       partitions: list[int]) -> list[int]:
-        r = self.call(AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=producer_id,
-            v3_and_below_producer_epoch=epoch,
-            v3_and_below_topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic,
-                                                                                   partitions=partitions)],
-        ), "AddPartitionsToTxn")
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, epoch: int, topic: str, partitions: list[int]
+    ) -> list[int]:
+        r = self.call(
+            AddPartitionsToTxnRequest(
+                v3_and_below_transactional_id=transactional_id,
+                v3_and_below_producer_id=producer_id,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[
+                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=topic, partitions=partitions)
+                ],
+            ),
+            "AddPartitionsToTxn",
+        )
         topics = r.results_by_topic_v3_and_below
         return [p.partition_error_code for t in topics for p in t.results_by_partition]
 
-    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
-                version: int | None = None) -> int:
-        r = self.call(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
-                                    producer_epoch=epoch, committed=commit), "EndTxn", version)
+    def end_txn(
+        self, transactional_id: str, producer_id: int, epoch: int, commit: bool, version: int | None = None
+    ) -> int:
+        r = self.call(
+            EndTxnRequest(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                committed=commit,
+            ),
+            "EndTxn",
+            version,
+        )
         return r.error_code
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> int:
-        r = self.call(AddOffsetsToTxnRequest(transactional_id=transactional_id, producer_id=producer_id,
-                                             producer_epoch=epoch, group_id=group), "AddOffsetsToTxn")
+        r = self.call(
+            AddOffsetsToTxnRequest(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                group_id=group,
+            ),
+            "AddOffsetsToTxn",
+        )
         return r.error_code
 
-    def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int, group: str,
-                          topic: str, offsets: dict[int, int]) -> list[int]:
+    def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group: str,
+        topic: str,
+        offsets: dict[int, int],
+    ) -> list[int]:
         """TxnOffsetCommit (a version below 5: the group must have been added); per-partition errors."""
         part = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
-        r = self.call(TxnOffsetCommitRequest(
-            transactional_id=transactional_id, group_id=group, producer_id=producer_id, producer_epoch=epoch,
-            topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name=topic, partitions=[
-                part(partition_index=p, committed_offset=o, committed_leader_epoch=-1, committed_metadata="")
-                for p, o in sorted(offsets.items())])],
-        ), "TxnOffsetCommit")
+        r = self.call(
+            TxnOffsetCommitRequest(
+                transactional_id=transactional_id,
+                group_id=group,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                topics=[
+                    TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                        name=topic,
+                        partitions=[
+                            part(
+                                partition_index=p,
+                                committed_offset=o,
+                                committed_leader_epoch=-1,
+                                committed_metadata="",
+                            )
+                            for p, o in sorted(offsets.items())
+                        ],
+                    )
+                ],
+            ),
+            "TxnOffsetCommit",
+        )
         return [p.error_code for t in r.topics for p in t.partitions]
 
-    def produce(self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
-                ) -> tuple[int, int]:
+    def produce(
+        self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
+    ) -> tuple[int, int]:
         """Returns (error_code, base_offset) of the one partition written."""
-        r = self.call(ProduceRequest(
-            transactional_id=transactional_id, acks=-1, timeout_ms=10000,
-            topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[
-                ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=batch)])],
-        ), "Produce")
+        r = self.call(
+            ProduceRequest(
+                transactional_id=transactional_id,
+                acks=-1,
+                timeout_ms=10000,
+                topic_data=[
+                    ProduceRequest.TopicProduceData(
+                        name=topic,
+                        partition_data=[
+                            ProduceRequest.TopicProduceData.PartitionProduceData(
+                                index=partition, records=batch
+                            )
+                        ],
+                    )
+                ],
+            ),
+            "Produce",
+        )
         p = r.responses[0].partition_responses[0]
         return p.error_code, p.base_offset

@@ -39,8 +39,14 @@ def duplicate_and_gap(conn: RawConnection, ledger: Ledger) -> None:
 
     err, dup_offset = conn.produce(TOPIC, 0, first)
     deduplicated = err == 0 and dup_offset == offset
-    ledger.answer("duplicate batch, sequence 0-2 again", "Produce", err, base_offset=dup_offset,
-                  original_base_offset=offset, deduplicated=deduplicated)
+    ledger.answer(
+        "duplicate batch, sequence 0-2 again",
+        "Produce",
+        err,
+        base_offset=dup_offset,
+        original_base_offset=offset,
+        deduplicated=deduplicated,
+    )
     written_twice = err == 0 and not deduplicated
     ledger.finding("sequence_duplicate", ACCEPTED_MEANS if written_twice else REJECTED_MEANS, **where)
     ledger.records_produced += 3 if written_twice else 0
@@ -58,13 +64,24 @@ def duplicate_and_gap(conn: RawConnection, ledger: Ledger) -> None:
 def _hung_up(conn: RawConnection, ledger: Ledger, what: str, api: str, **detail: object) -> None:
     ledger.answer(what, api, None, **detail)
     ledger.may_also_find.append({"kind": "unanswered_request", "max_severity": "warning"})
-    ledger.note(f"{ledger.broker} closed the connection instead of answering '{what}' ({api}); "
-                "the client reconnected from a new port.")
+    ledger.note(
+        f"{ledger.broker} closed the connection instead of answering '{what}' ({api}); "
+        "the client reconnected from a new port."
+    )
     conn.reconnect()
 
 
-def _transaction(conn: RawConnection, tid: str, producer_id: int, epoch: int, partition: int, sequence: int,
-                 label: str, ledger: Ledger, what: str) -> tuple[int | None, int | None, int | None]:
+def _transaction(
+    conn: RawConnection,
+    tid: str,
+    producer_id: int,
+    epoch: int,
+    partition: int,
+    sequence: int,
+    label: str,
+    ledger: Ledger,
+    what: str,
+) -> tuple[int | None, int | None, int | None]:
     """AddPartitionsToTxn, one transactional batch of 2 records, EndTxn(commit): the three error codes,
     None where the broker hung up instead of answering."""
     add_err = prod_err = end_err = None
@@ -93,8 +110,9 @@ def stale_epoch(conn: RawConnection, ledger: Ledger) -> None:
     tid = ZOMBIE_TID
     conn.find_coordinator(tid)
     err, old_pid, old_epoch = conn.init_producer_id(tid)
-    ledger.answer("first instance: InitProducerId", "InitProducerId", err, producer_id=old_pid,
-                  epoch=old_epoch)
+    ledger.answer(
+        "first instance: InitProducerId", "InitProducerId", err, producer_id=old_pid, epoch=old_epoch
+    )
     errors = _transaction(conn, tid, old_pid, old_epoch, 1, 0, "zombie-before", ledger, "first instance")
     if any(errors):
         raise RuntimeError(f"{tid}: the first instance's own transaction failed: {errors}")
@@ -102,15 +120,34 @@ def stale_epoch(conn: RawConnection, ledger: Ledger) -> None:
     ledger.records_produced += 2
 
     err, new_pid, new_epoch = conn.init_producer_id(tid)
-    ledger.answer("second instance: InitProducerId (takeover)", "InitProducerId", err, producer_id=new_pid,
-                  epoch=new_epoch)
+    ledger.answer(
+        "second instance: InitProducerId (takeover)",
+        "InitProducerId",
+        err,
+        producer_id=new_pid,
+        epoch=new_epoch,
+    )
     same_pid = new_pid == old_pid
-    ledger.note(f"{ledger.broker} answered the takeover of {tid} with "
-                + (f"the same producer id and epoch {old_epoch} -> {new_epoch}." if same_pid
-                   else f"a new producer id ({old_pid} -> {new_pid}, epoch {new_epoch})."))
+    ledger.note(
+        f"{ledger.broker} answered the takeover of {tid} with "
+        + (
+            f"the same producer id and epoch {old_epoch} -> {new_epoch}."
+            if same_pid
+            else f"a new producer id ({old_pid} -> {new_pid}, epoch {new_epoch})."
+        )
+    )
 
-    add_err, prod_err, end_err = _transaction(conn, tid, old_pid, old_epoch, 1, 2, "zombie-after", ledger,
-                                              "first instance after the takeover (stale epoch)")
+    add_err, prod_err, end_err = _transaction(
+        conn,
+        tid,
+        old_pid,
+        old_epoch,
+        1,
+        2,
+        "zombie-after",
+        ledger,
+        "first instance after the takeover (stale epoch)",
+    )
     where = {"transactional_id": tid, "producer_id": old_pid, "topic": None, "partition": None}
     rejected = [e for e in (add_err, prod_err, end_err) if e != 0]
     if same_pid:
@@ -144,19 +181,26 @@ def hanging(conn: RawConnection, ledger: Ledger) -> None:
     tid = HANG_TID
     conn.find_coordinator(tid)
     err, pid, epoch = conn.init_producer_id(tid, timeout_ms=HANG_TIMEOUT_MS)
-    ledger.answer(f"InitProducerId with TransactionTimeoutMs={HANG_TIMEOUT_MS}", "InitProducerId", err,
-                  producer_id=pid, epoch=epoch)
+    ledger.answer(
+        f"InitProducerId with TransactionTimeoutMs={HANG_TIMEOUT_MS}",
+        "InitProducerId",
+        err,
+        producer_id=pid,
+        epoch=epoch,
+    )
     added = conn.add_partitions(tid, pid, epoch, TOPIC, [0])
-    ledger.answer("hanging transaction: AddPartitionsToTxn", "AddPartitionsToTxn",
-                  next((e for e in added if e), 0))
+    ledger.answer(
+        "hanging transaction: AddPartitionsToTxn", "AddPartitionsToTxn", next((e for e in added if e), 0)
+    )
     err, offset = conn.produce(TOPIC, 0, record_batch(pid, epoch, 0, 2, True, "hang"), transactional_id=tid)
     ledger.answer("hanging transaction: Produce", "Produce", err, base_offset=offset)
     if err:
         raise RuntimeError(f"{tid}: the write was rejected: {error_name(err)}")
     ledger.records_produced += 2
     ledger.txn(tid, "open")
-    ledger.finding("hanging_transaction", "warning", transactional_id=tid, producer_id=pid, topic=TOPIC,
-                   partition=0)
+    ledger.finding(
+        "hanging_transaction", "warning", transactional_id=tid, producer_id=pid, topic=TOPIC, partition=0
+    )
     time.sleep(HANG_WAIT_S)
     conn.metadata([TOPIC])  # traffic after the deadline, so the capture visibly runs past it
 
@@ -194,7 +238,7 @@ def record(out: Path, name: str, broker: str) -> None:
                 wrong_traffic(host, int(port), ledger)
     else:
         with mock_cluster(1) as cluster:
-            (host, port), = cluster.brokers.values()
+            ((host, port),) = cluster.brokers.values()
             ports = [port]
             with tcpdump(capture, ports):
                 wrong_traffic(host, port, ledger)
@@ -202,8 +246,11 @@ def record(out: Path, name: str, broker: str) -> None:
     write_expectations(ledger, capture, ports)
 
 
-@scenario("anomalies_tansu", "skipped sequence, duplicate batch, stale epoch after fencing, hanging "
-          "transaction, over a plain socket to tansu")
+@scenario(
+    "anomalies_tansu",
+    "skipped sequence, duplicate batch, stale epoch after fencing, hanging "
+    "transaction, over a plain socket to tansu",
+)
 def anomalies_tansu(out: Path) -> None:
     record(out, "anomalies_tansu", "tansu")
 

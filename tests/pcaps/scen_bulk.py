@@ -23,15 +23,22 @@ def bulk(bootstrap: str, codec: str, ledger: Ledger) -> None:
     def on_delivery(err, msg) -> None:
         (acked if err is None else failed).append(err or msg.offset())
 
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "enable.idempotence": True, "compression.type": codec,
-        "linger.ms": 20, "batch.num.messages": 30, "client.id": f"corpus-bulk-{codec}",
-    })
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "compression.type": codec,
+            "linger.ms": 20,
+            "batch.num.messages": 30,
+            "client.id": f"corpus-bulk-{codec}",
+        }
+    )
     for i in range(RECORDS):
         # Repetitive values so that compression has something to do.
         value = f"reading {i:05d} sensor=alpha status=ok status=ok status=ok".encode()
-        producer.produce(TOPIC, value, f"k{i % 16}".encode(), partition=i % PARTITIONS,
-                         on_delivery=on_delivery)
+        producer.produce(
+            TOPIC, value, f"k{i % 16}".encode(), partition=i % PARTITIONS, on_delivery=on_delivery
+        )
         if i % 60 == 59:
             producer.flush(15)  # a few rounds of batches per partition, so sequences advance
     producer.flush(15)
@@ -44,9 +51,11 @@ def record_codec(out: Path, codec: str) -> None:
     name = f"idempotent_{codec}_tansu"
     capture = out / f"{name}.pcap"
     ledger = Ledger(name, "tansu", "confluent-kafka")
-    ledger.note(f"Idempotent (non-transactional) producer, compression {codec}, {RECORDS} records over "
-                f"{PARTITIONS} partitions of '{TOPIC}', flushed every 60 records so that each partition "
-                "gets several batches with advancing sequences. Nothing wrong happens: the audit is clean.")
+    ledger.note(
+        f"Idempotent (non-transactional) producer, compression {codec}, {RECORDS} records over "
+        f"{PARTITIONS} partitions of '{TOPIC}', flushed every 60 records so that each partition "
+        "gets several batches with advancing sequences. Nothing wrong happens: the audit is clean."
+    )
     ledger.extra["compression"] = codec
     with tansu() as bootstrap:
         clients.create_topics(bootstrap, {TOPIC: PARTITIONS})
@@ -76,11 +85,13 @@ def two_ports(out: Path) -> None:
     name = "two_ports_tansu"
     capture = out / f"{name}.pcap"
     ledger = Ledger(name, "tansu", "confluent-kafka")
-    ledger.note(f"Two tansu brokers on two ports; an idempotent producer writes {TWO_PORTS_RECORDS} records "
-                f"over {PARTITIONS} partitions of 'bulk-a' to the first, then another {TWO_PORTS_RECORDS} to "
-                "'bulk-b' on the second (each broker gives its producer id 1). Nothing wrong happens: "
-                "audited on both ports (or with auto-detection) it is clean; with -p naming one port, the "
-                "other port's connections are Kafka not audited.")
+    ledger.note(
+        f"Two tansu brokers on two ports; an idempotent producer writes {TWO_PORTS_RECORDS} records "
+        f"over {PARTITIONS} partitions of 'bulk-a' to the first, then another {TWO_PORTS_RECORDS} to "
+        "'bulk-b' on the second (each broker gives its producer id 1). Nothing wrong happens: "
+        "audited on both ports (or with auto-detection) it is clean; with -p naming one port, the "
+        "other port's connections are Kafka not audited."
+    )
     with tansu() as first, tansu() as second:
         ports = [int(b.rsplit(":", 1)[1]) for b in (first, second)]
         for bootstrap, topic in ((first, "bulk-a"), (second, "bulk-b")):
@@ -101,11 +112,17 @@ def _small_bulk(bootstrap: str, topic: str, client_id: str, ledger: Ledger) -> N
     def on_delivery(err, msg) -> None:
         (acked if err is None else failed).append(err or msg.offset())
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20,
-                         "client.id": client_id})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20, "client.id": client_id}
+    )
     for i in range(TWO_PORTS_RECORDS):
-        producer.produce(topic, f"reading {i:05d}".encode(), f"k{i % 16}".encode(), partition=i % PARTITIONS,
-                         on_delivery=on_delivery)
+        producer.produce(
+            topic,
+            f"reading {i:05d}".encode(),
+            f"k{i % 16}".encode(),
+            partition=i % PARTITIONS,
+            on_delivery=on_delivery,
+        )
     producer.flush(15)
     if failed:
         raise RuntimeError(f"{client_id}: the broker rejected {len(failed)} records: {failed[0]}")

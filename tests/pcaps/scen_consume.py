@@ -57,8 +57,14 @@ def txn_of(raw: bytes) -> int:
 def producer_story(bootstrap: str, ledger: Ledger, tid: str):
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
-                  "client.id": "corpus-reads-producer", "linger.ms": 0})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": tid,
+            "client.id": "corpus-reads-producer",
+            "linger.ms": 0,
+        }
+    )
     p.init_transactions(15)
     for txn in (1, 2, 3, 4):
         p.begin_transaction()
@@ -89,16 +95,24 @@ class Log:
 
     def add_round(self, got: list[tuple[int, int, bytes]]) -> None:
         self.rounds.append(got)
-        log(f"{self.name} ({self.isolation}) round {len(self.rounds)}: "
-            f"{[(p, o, v.decode()) for p, o, v in got]}")
+        log(
+            f"{self.name} ({self.isolation}) round {len(self.rounds)}: "
+            f"{[(p, o, v.decode()) for p, o, v in got]}"
+        )
 
 
 def confluent_consumer(bootstrap: str, name: str, isolation: str, group: str | None = None):
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    conf = {"bootstrap.servers": bootstrap, "group.id": group or f"{name}-unused", "client.id": name,
-            "isolation.level": isolation, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 100}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group or f"{name}-unused",
+        "client.id": name,
+        "isolation.level": isolation,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+    }
     c = Consumer({**conf, **GROUP_TIMING} if group else conf)
     if group:
         c.subscribe([TOPIC])
@@ -120,9 +134,15 @@ def confluent_round(c) -> list[tuple[int, int, bytes]]:
 def kafka_python_consumer(bootstrap: str, name: str):
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(bootstrap_servers=bootstrap, client_id=name, isolation_level="read_committed",
-                      enable_auto_commit=False, auto_offset_reset="earliest", fetch_max_wait_ms=100,
-                      group_id=None)
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        client_id=name,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=100,
+        group_id=None,
+    )
     c.assign([TopicPartition(TOPIC, p) for p in PARTITIONS])
     c.seek_to_beginning()
     return c
@@ -145,10 +165,16 @@ class AiokafkaReader:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         async def start():
-            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=name,
-                                 isolation_level="read_committed", enable_auto_commit=False,
-                                 auto_offset_reset="earliest", fetch_max_wait_ms=100, group_id=None,
-                                 check_crcs=False)  # it refuses the mock's control batches otherwise
+            c = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap,
+                client_id=name,
+                isolation_level="read_committed",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                fetch_max_wait_ms=100,
+                group_id=None,
+                check_crcs=False,
+            )  # it refuses the mock's control batches otherwise
             await c.start()
             c.assign([TopicPartition(TOPIC, p) for p in PARTITIONS])
             await c.seek_to_beginning()
@@ -221,8 +247,10 @@ def expect_from_logs(logs: list[Log], ledger: Ledger, tid: str) -> None:
                     wanted = {"kind": "aborted_read", "severity": "critical", **where}
                     if wanted not in ledger.findings:
                         ledger.findings.append(wanted)
-        delivered[lg.name] = {"isolation": lg.isolation,
-                              "rounds": [[[p, o, v.decode()] for p, o, v in got] for got in lg.rounds]}
+        delivered[lg.name] = {
+            "isolation": lg.isolation,
+            "rounds": [[[p, o, v.decode()] for p, o, v in got] for got in lg.rounds],
+        }
     ledger.extra["delivered"] = delivered
 
 
@@ -238,9 +266,17 @@ def record(out: Path, broker: str) -> None:
         "(round 2). Consumers: read_committed confluent-kafka, read_uncommitted confluent-kafka (group "
         f"member, commits offset {AHEAD} on partition 0 past the end of the log, accepted), read_committed "
         f"{second}. `delivered` is each consumer's own log of the records it handed to the application; "
-        "expectations come from it.")
-    ledger.findings.append({"kind": "offset_commit_past_end", "severity": "critical", "group": GROUP,
-                            "topic": TOPIC, "partition": 0})
+        "expectations come from it."
+    )
+    ledger.findings.append(
+        {
+            "kind": "offset_commit_past_end",
+            "severity": "critical",
+            "group": GROUP,
+            "topic": TOPIC,
+            "partition": 0,
+        }
+    )
     if broker == "tansu":
         with tansu() as bootstrap:
             clients.create_topics(bootstrap, {TOPIC: len(PARTITIONS)})
@@ -258,14 +294,19 @@ def record(out: Path, broker: str) -> None:
     write_expectations(ledger, capture, ports)
 
 
-@scenario("consume_tansu", "read_committed and read_uncommitted consumers while a transactional producer "
-          "commits and aborts; a group commits past the end of the log; tansu")
+@scenario(
+    "consume_tansu",
+    "read_committed and read_uncommitted consumers while a transactional producer "
+    "commits and aborts; a group commits past the end of the log; tansu",
+)
 def consume_tansu(out: Path) -> None:
     record(out, "tansu")
 
 
-@scenario("consume_mock", "the same against librdkafka's mock cluster (1 broker), aiokafka as the second "
-          "read_committed consumer")
+@scenario(
+    "consume_mock",
+    "the same against librdkafka's mock cluster (1 broker), aiokafka as the second read_committed consumer",
+)
 def consume_mock(out: Path) -> None:
     record(out, "librdkafka-mock")
 
@@ -274,8 +315,14 @@ def uncommitted_story(bootstrap: str, ledger: Ledger, tid: str) -> list[Log]:
     """One transaction left open while a read_committed consumer reads, then committed."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid,
-                  "client.id": "corpus-uncommitted-producer", "linger.ms": 0})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": tid,
+            "client.id": "corpus-uncommitted-producer",
+            "linger.ms": 0,
+        }
+    )
     p.init_transactions(15)
     p.begin_transaction()
     for part in PARTITIONS:
@@ -294,8 +341,11 @@ def uncommitted_story(bootstrap: str, ledger: Ledger, tid: str) -> list[Log]:
     return [lg]
 
 
-@scenario("uncommitted_mock", "a read_committed consumer given a transaction's records while it is open "
-          "(the mock's LSO is the end of the log), committed afterwards")
+@scenario(
+    "uncommitted_mock",
+    "a read_committed consumer given a transaction's records while it is open "
+    "(the mock's LSO is the end of the log), committed afterwards",
+)
 def uncommitted_mock(out: Path) -> None:
     name, tid = "uncommitted_mock", "tx-uncommitted-mock"
     capture = out / f"{name}.pcap"
@@ -303,7 +353,8 @@ def uncommitted_mock(out: Path) -> None:
     ledger.note(
         f"Transactional producer {tid} (confluent-kafka) writes {PER_PARTITION} records to each partition of "
         f"'{TOPIC}' and leaves its transaction open; a read_committed consumer reads (round 1); the "
-        "transaction commits; the consumer reads on (round 2). `delivered` is the consumer's own log.")
+        "transaction commits; the consumer reads on (round 2). `delivered` is the consumer's own log."
+    )
     with mock_cluster(1) as cluster:
         ports = cluster.ports
         with tcpdump(capture, ports):
@@ -311,6 +362,11 @@ def uncommitted_mock(out: Path) -> None:
     early = {part for part, _o, _v in logs[0].rounds[0]}
     for part in sorted(early):
         ledger.finding("uncommitted_read", "warning", transactional_id=tid, topic=TOPIC, partition=part)
-    ledger.extra["delivered"] = {lg.name: {"isolation": lg.isolation, "rounds": [
-        [[p, o, v.decode()] for p, o, v in got] for got in lg.rounds]} for lg in logs}
+    ledger.extra["delivered"] = {
+        lg.name: {
+            "isolation": lg.isolation,
+            "rounds": [[[p, o, v.decode()] for p, o, v in got] for got in lg.rounds],
+        }
+        for lg in logs
+    }
     write_expectations(ledger, capture, ports)

@@ -39,11 +39,17 @@ def consume_transform_produce(bootstrap: str, ledger: Ledger) -> None:
         raise RuntimeError("seed records not acknowledged")
     ledger.records_produced += SEED
 
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": CTP_GROUP, "isolation.level": "read_committed",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": "corpus-ctp-consumer",
-        **GROUP_TIMING,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": CTP_GROUP,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "client.id": "corpus-ctp-consumer",
+            **GROUP_TIMING,
+        }
+    )
     consumer.subscribe([SOURCE])
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": TID, "client.id": "corpus-ctp"})
     producer.init_transactions(15)
@@ -59,19 +65,28 @@ def consume_transform_produce(bootstrap: str, ledger: Ledger) -> None:
         ledger.records_produced += len(batch)
     consumer.close()
 
-    plain = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": PLAIN_GROUP, "isolation.level": "read_committed",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest", "client.id": "corpus-plain-consumer",
-        **GROUP_TIMING,
-    })
+    plain = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": PLAIN_GROUP,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "client.id": "corpus-plain-consumer",
+            **GROUP_TIMING,
+        }
+    )
     plain.subscribe([SINK])
     for msg in _consume(plain, SEED):
         plain.commit(message=msg, asynchronous=False)
     plain.close()
 
 
-@scenario("ctp_confluent_tansu", "consume-transform-produce (read_committed group, "
-          "send_offsets_to_transaction) and a plain group committing offsets; confluent-kafka on tansu")
+@scenario(
+    "ctp_confluent_tansu",
+    "consume-transform-produce (read_committed group, "
+    "send_offsets_to_transaction) and a plain group committing offsets; confluent-kafka on tansu",
+)
 def ctp_confluent_tansu(out: Path) -> None:
     name = "ctp_confluent_tansu"
     capture = out / f"{name}.pcap"
@@ -84,8 +99,10 @@ def ctp_confluent_tansu(out: Path) -> None:
         f"group '{PLAIN_GROUP}' reads '{SINK}' and commits each offset synchronously (OffsetCommit). "
         "records_produced = seeded + transformed."
     )
-    ledger.extra["groups"] = {CTP_GROUP: {"transactional_id": TID, "offsets_via": "TxnOffsetCommit"},
-                              PLAIN_GROUP: {"transactional_id": None, "offsets_via": "OffsetCommit"}}
+    ledger.extra["groups"] = {
+        CTP_GROUP: {"transactional_id": TID, "offsets_via": "TxnOffsetCommit"},
+        PLAIN_GROUP: {"transactional_id": None, "offsets_via": "OffsetCommit"},
+    }
     with tansu() as bootstrap:
         clients.create_topics(bootstrap, {SOURCE: 2, SINK: 2})
         ports = [int(bootstrap.rsplit(":", 1)[1])]

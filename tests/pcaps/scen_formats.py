@@ -63,8 +63,9 @@ def pcapng(out: Path) -> None:
 def sll2(out: Path) -> None:
     name = "txn_confluent_tansu_sll2"
     ledger, ports = _story(out, name, port=9092, iface="any")
-    linktype = run(["tshark", "-r", str(out / f"{name}.pcap"), "-c", "1", "-T", "fields",
-                    "-e", "frame.encap_type"])
+    linktype = run(
+        ["tshark", "-r", str(out / f"{name}.pcap"), "-c", "1", "-T", "fields", "-e", "frame.encap_type"]
+    )
     log(f"{name}: link type code {linktype.strip()}")
 
 
@@ -96,8 +97,9 @@ def loss(out: Path) -> None:
         ledger.records_produced -= lost_records
         ledger.transactions[scen_txn.TID]["abort"] -= 1
         ledger.txn(scen_txn.TID, "unknown")
-        ledger.finding("capture_gap", "info", transactional_id=None, producer_id=None, topic=None,
-                       partition=None)
+        ledger.finding(
+            "capture_gap", "info", transactional_id=None, producer_id=None, topic=None, partition=None
+        )
         ledger.may_also_find.append({"kind": "sequence_gap", "max_severity": "warning"})
         ledger.may_also_find.append({"kind": "unanswered_request", "max_severity": "warning"})
         ledger.extra["deleted_frames"] = [produce, end]
@@ -157,8 +159,27 @@ def veth_pair() -> Iterator[tuple[str, str, str, str]]:
             run(["ip", "-n", ns, "link", "set", dev, "mtu", "1500", "up"])
             run(["ip", "-n", ns, "link", "set", "lo", "up"])
             # No segmentation or checksum offload: the capture holds the segments as they are on a wire.
-            run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off",
-                 "tx", "off", "rx", "off"])
+            run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "ethtool",
+                    "-K",
+                    dev,
+                    "tso",
+                    "off",
+                    "gso",
+                    "off",
+                    "gro",
+                    "off",
+                    "tx",
+                    "off",
+                    "rx",
+                    "off",
+                ]
+            )
         yield ns_b, dev_b, ns_c, dev_c
     finally:
         for ns in created:
@@ -170,8 +191,11 @@ def _client(ns: str, *args: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120).stdout
 
 
-@scenario("txn_confluent_tansu_mtu1500", "the story between two network namespaces over veth, MTU 1500, "
-          "3 KB records, offloads off", needs_netns=True)
+@scenario(
+    "txn_confluent_tansu_mtu1500",
+    "the story between two network namespaces over veth, MTU 1500, 3 KB records, offloads off",
+    needs_netns=True,
+)
 def mtu1500(out: Path) -> None:
     name = "txn_confluent_tansu_mtu1500"
     capture = out / f"{name}.pcap"
@@ -181,15 +205,26 @@ def mtu1500(out: Path) -> None:
         with tansu(f"{NET}.1", port, netns=ns_b) as bootstrap:
             _client(ns_c, "confluent", bootstrap, scen_txn.TOPIC, scen_txn.TID, "--create-only")
             with tcpdump(capture, [port], dev_b, netns=ns_b):
-                told = json.loads(_client(ns_c, "confluent", bootstrap, scen_txn.TOPIC, scen_txn.TID,
-                                          "--value-size", str(MTU_VALUE_SIZE)))
+                told = json.loads(
+                    _client(
+                        ns_c,
+                        "confluent",
+                        bootstrap,
+                        scen_txn.TOPIC,
+                        scen_txn.TID,
+                        "--value-size",
+                        str(MTU_VALUE_SIZE),
+                    )
+                )
     for tid, counts in told["transactions"].items():
         for outcome, n in counts.items():
             ledger.transactions[tid][outcome] += n
     ledger.records_produced = told["records_produced"]
     ledger.extra["mtu"] = 1500
-    ledger.note(f"Broker at {NET}.1 in one namespace, client at {NET}.2 in another, joined by a veth pair "
-                f"with MTU 1500 and offloads off; record values are {MTU_VALUE_SIZE} bytes, so requests and "
-                "responses span several TCP segments. Captured on the broker's side of the pair.")
+    ledger.note(
+        f"Broker at {NET}.1 in one namespace, client at {NET}.2 in another, joined by a veth pair "
+        f"with MTU 1500 and offloads off; record values are {MTU_VALUE_SIZE} bytes, so requests and "
+        "responses span several TCP segments. Captured on the broker's side of the pair."
+    )
     scen_txn.settle_fence(ledger, capture, [port], told["zombie_error"])
     write_expectations(ledger, capture, [port])

@@ -34,8 +34,13 @@ def abandon(host: str, port: int, ledger: Ledger) -> int:
         conn.metadata([TOPIC])
         conn.find_coordinator(TID)
         err, pid, epoch = conn.init_producer_id(TID, timeout_ms=TIMEOUT_MS)
-        ledger.answer(f"{TID}: InitProducerId (transaction timeout {TIMEOUT_MS} ms)", "InitProducerId", err,
-                      producer_id=pid, epoch=epoch)
+        ledger.answer(
+            f"{TID}: InitProducerId (transaction timeout {TIMEOUT_MS} ms)",
+            "InitProducerId",
+            err,
+            producer_id=pid,
+            epoch=epoch,
+        )
         (err,) = conn.add_partitions(TID, pid, epoch, TOPIC, [0])
         ledger.answer(f"{TID}: AddPartitionsToTxn {TOPIC}-0", "AddPartitionsToTxn", err)
         batch = record_batch(pid, epoch, 0, 2, True, "stuck")
@@ -45,8 +50,9 @@ def abandon(host: str, port: int, ledger: Ledger) -> int:
         err, idem, idem_epoch = conn.init_producer_id(None)
         ledger.answer("an idempotent producer: InitProducerId", "InitProducerId", err, producer_id=idem)
         err, offset = conn.produce(TOPIC, 0, record_batch(idem, idem_epoch, 0, 2, False, "after"))
-        ledger.answer("the idempotent producer writes two records after them", "Produce", err,
-                      base_offset=offset)
+        ledger.answer(
+            "the idempotent producer writes two records after them", "Produce", err, base_offset=offset
+        )
         ledger.records_produced += 2
         ledger.txn(TID, "open")
         return pid
@@ -55,8 +61,16 @@ def abandon(host: str, port: int, ledger: Ledger) -> int:
 def read_committed(bootstrap: str, ledger: Ledger) -> list[tuple[int, bytes]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g-stuck", "isolation.level": "read_committed",
-                  "enable.auto.commit": False, "client.id": "corpus-stuck-reader", "fetch.wait.max.ms": 200})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "g-stuck",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "client.id": "corpus-stuck-reader",
+            "fetch.wait.max.ms": 200,
+        }
+    )
     c.assign([TopicPartition(TOPIC, 0, 0)])
     got = []
     end = time.time() + READ_S
@@ -65,8 +79,10 @@ def read_committed(bootstrap: str, ledger: Ledger) -> list[tuple[int, bytes]]:
         if m is not None and not m.error():
             got.append((m.offset(), m.value()))
     c.close()
-    ledger.note(f"the read_committed consumer was given {len(got)} records in {READ_S:.0f} s: "
-                + (", ".join(f"{o}: {v.decode()}" for o, v in got) or "none"))
+    ledger.note(
+        f"the read_committed consumer was given {len(got)} records in {READ_S:.0f} s: "
+        + (", ".join(f"{o}: {v.decode()}" for o, v in got) or "none")
+    )
     return got
 
 
@@ -92,8 +108,9 @@ def record(out: Path, broker: str) -> None:
     write_expectations(ledger, capture, [port])
 
 
-@scenario("hanging_tansu", "a transaction abandoned past its 1 s timeout, read by a read_committed consumer; "
-          "tansu")
+@scenario(
+    "hanging_tansu", "a transaction abandoned past its 1 s timeout, read by a read_committed consumer; tansu"
+)
 def hanging_tansu(out: Path) -> None:
     record(out, "tansu")
 

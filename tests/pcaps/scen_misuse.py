@@ -32,7 +32,12 @@ TOPIC = "misuse"
 REJECTED_MEANS = "warning"  # the broker caught it
 ACCEPTED_MEANS = "critical"  # the broker let it through
 UNREG_TID, OUTSIDE_TID, OFFSETS_TID, HANGUP_TID, EMPTY_TID = (
-    "tx-unregistered", "tx-outside", "tx-offsets", "tx-hangup", "tx-empty-end")
+    "tx-unregistered",
+    "tx-outside",
+    "tx-offsets",
+    "tx-hangup",
+    "tx-empty-end",
+)
 GROUP_ADDED, GROUP_NOT_ADDED = "g-added", "g-not-added"
 MOCK_UNSUPPORTED_END_TXN = 3  # the mock answers EndTxn v0-1 and hangs up on anything newer
 
@@ -54,20 +59,31 @@ def init(conn: RawConnection, tid: str, ledger: Ledger) -> tuple[int, int]:
     return pid, epoch
 
 
-def add_partition(conn: RawConnection, tid: str, pid: int, epoch: int, partition: int,
-                  ledger: Ledger) -> None:
+def add_partition(
+    conn: RawConnection, tid: str, pid: int, epoch: int, partition: int, ledger: Ledger
+) -> None:
     err = first_error(conn.add_partitions(tid, pid, epoch, TOPIC, [partition]))
     ledger.answer(f"{tid}: AddPartitionsToTxn {TOPIC}-{partition}", "AddPartitionsToTxn", err)
     if err:
         raise RuntimeError(f"{tid}: AddPartitionsToTxn answered {error_name(err)}")
 
 
-def write(conn: RawConnection, tid: str | None, pid: int, epoch: int, partition: int, sequence: int,
-          count: int, ledger: Ledger, what: str) -> int:
+def write(
+    conn: RawConnection,
+    tid: str | None,
+    pid: int,
+    epoch: int,
+    partition: int,
+    sequence: int,
+    count: int,
+    ledger: Ledger,
+    what: str,
+) -> int:
     batch = record_batch(pid, epoch, sequence, count, tid is not None, (tid or "idem") + f"-{partition}")
     err, offset = conn.produce(TOPIC, partition, batch, transactional_id=tid)
-    ledger.answer(what, "Produce", err, partition=partition, base_sequence=sequence, records=count,
-                  base_offset=offset)
+    ledger.answer(
+        what, "Produce", err, partition=partition, base_sequence=sequence, records=count, base_offset=offset
+    )
     ledger.records_produced += 0 if err else count
     return err
 
@@ -88,8 +104,14 @@ def out_of_order(conn: RawConnection, ledger: Ledger) -> None:
     write(conn, None, pid, epoch, 0, 0, 3, ledger, "in-order batch, sequence 0-2")
     write(conn, None, pid, epoch, 0, 3, 3, ledger, "in-order batch, sequence 3-5")
     err = write(conn, None, pid, epoch, 0, 4, 4, ledger, "overlapping batch, sequence 4-7 (6 expected)")
-    ledger.finding("sequence_out_of_order", severity(err), transactional_id=None, producer_id=pid,
-                   topic=TOPIC, partition=0)
+    ledger.finding(
+        "sequence_out_of_order",
+        severity(err),
+        transactional_id=None,
+        producer_id=pid,
+        topic=TOPIC,
+        partition=0,
+    )
 
 
 def unregistered_partition(conn: RawConnection, ledger: Ledger) -> None:
@@ -99,8 +121,14 @@ def unregistered_partition(conn: RawConnection, ledger: Ledger) -> None:
     add_partition(conn, tid, pid, epoch, 0, ledger)
     write(conn, tid, pid, epoch, 0, 0, 2, ledger, f"{tid}: write to the added {TOPIC}-0")
     err = write(conn, tid, pid, epoch, 1, 0, 2, ledger, f"{tid}: write to {TOPIC}-1, never added")
-    ledger.finding("write_to_unregistered_partition", severity(err), transactional_id=tid, producer_id=pid,
-                   topic=TOPIC, partition=1)
+    ledger.finding(
+        "write_to_unregistered_partition",
+        severity(err),
+        transactional_id=tid,
+        producer_id=pid,
+        topic=TOPIC,
+        partition=1,
+    )
     if end(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit)"):
         raise RuntimeError(f"{tid}: the commit was rejected")
     ledger.txn(tid, "commit")
@@ -111,11 +139,19 @@ def outside_transaction(conn: RawConnection, ledger: Ledger) -> None:
     tid = OUTSIDE_TID
     pid, epoch = init(conn, tid, ledger)
     err = write(conn, tid, pid, epoch, 0, 0, 2, ledger, f"{tid}: transactional write, no transaction open")
-    ledger.finding("write_outside_transaction", severity(err), transactional_id=tid, producer_id=pid,
-                   topic=TOPIC, partition=0)
+    ledger.finding(
+        "write_outside_transaction",
+        severity(err),
+        transactional_id=tid,
+        producer_id=pid,
+        topic=TOPIC,
+        partition=0,
+    )
     if err == 0:
-        ledger.note(f"{ledger.broker} wrote {tid}'s transactional batch although no transaction was open; "
-                    "nothing ever commits or aborts it.")
+        ledger.note(
+            f"{ledger.broker} wrote {tid}'s transactional batch although no transaction was open; "
+            "nothing ever commits or aborts it."
+        )
 
 
 def unregistered_group(conn: RawConnection, ledger: Ledger) -> None:
@@ -132,8 +168,15 @@ def unregistered_group(conn: RawConnection, ledger: Ledger) -> None:
         conn.find_coordinator(group, key_type=0)
         err = first_error(conn.txn_offset_commit(tid, pid, epoch, group, TOPIC, {1: 5}))
         ledger.answer(f"{tid}: TxnOffsetCommit for {group}", "TxnOffsetCommit", err, group=group)
-    ledger.finding("txn_offset_commit_unregistered_group", severity(err), transactional_id=tid,
-                   producer_id=pid, topic=None, partition=None, group=GROUP_NOT_ADDED)
+    ledger.finding(
+        "txn_offset_commit_unregistered_group",
+        severity(err),
+        transactional_id=tid,
+        producer_id=pid,
+        topic=None,
+        partition=None,
+        group=GROUP_NOT_ADDED,
+    )
     if end(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit)"):
         raise RuntimeError(f"{tid}: the commit was rejected")
     ledger.txn(tid, "commit")
@@ -141,10 +184,13 @@ def unregistered_group(conn: RawConnection, ledger: Ledger) -> None:
 
 def _hung_up(conn: RawConnection, ledger: Ledger, what: str, api: str, tid: str, pid: int) -> None:
     ledger.answer(what, api, None)
-    ledger.finding("unanswered_request", "warning", transactional_id=tid, producer_id=None, topic=None,
-                   partition=None)
-    ledger.note(f"{ledger.broker} closed the connection instead of answering '{what}'; the client "
-                "reconnected from a new port.")
+    ledger.finding(
+        "unanswered_request", "warning", transactional_id=tid, producer_id=None, topic=None, partition=None
+    )
+    ledger.note(
+        f"{ledger.broker} closed the connection instead of answering '{what}'; the client "
+        "reconnected from a new port."
+    )
     conn.reconnect()
 
 
@@ -167,8 +213,9 @@ def hang_up_tansu(conn: RawConnection, ledger: Ledger) -> None:
         _hung_up(conn, ledger, what, "EndTxn", tid, pid)
         err = None
     else:
-        raise RuntimeError(f"{tid}: tansu answered the zombie's EndTxn ({error_name(err)}) instead of "
-                           "hanging up")
+        raise RuntimeError(
+            f"{tid}: tansu answered the zombie's EndTxn ({error_name(err)}) instead of hanging up"
+        )
     if new_pid == pid:
         ledger.finding("epoch_regression", REJECTED_MEANS, **where)  # no answer: the broker did not accept it
     add_partition(conn, tid, new_pid, new_epoch, 1, ledger)
@@ -216,8 +263,14 @@ def end_without_transaction(host: str, port: int, ledger: Ledger) -> None:
         end(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit) with no transaction")
         # The broker acknowledged (or refused) a commit it had no transaction for. Nothing was written,
         # so no data can be lost or duplicated: a warning whatever the answer, never critical.
-        ledger.finding("end_txn_without_transaction", "warning", transactional_id=tid, producer_id=pid,
-                       topic=None, partition=None)
+        ledger.finding(
+            "end_txn_without_transaction",
+            "warning",
+            transactional_id=tid,
+            producer_id=pid,
+            topic=None,
+            partition=None,
+        )
 
 
 # --------------------------------------------------------------------------- recording
@@ -236,7 +289,7 @@ def _against(broker: str, topics: dict[str, int]):
         else:
             with mock_cluster(1) as cluster:
                 # The mock creates a topic when a client first asks for it (its CreateTopics times out).
-                (host, port), = cluster.brokers.values()
+                ((host, port),) = cluster.brokers.values()
                 yield host, port
 
     return run()
@@ -273,20 +326,42 @@ MISUSE_NOTES = (
 )
 
 
-@scenario("misuse_tansu", "overlapping sequences, unregistered partition and group, transactional write "
-          "outside a transaction, a hang-up (fenced EndTxn), over a plain socket to tansu")
+@scenario(
+    "misuse_tansu",
+    "overlapping sequences, unregistered partition and group, transactional write "
+    "outside a transaction, a hang-up (fenced EndTxn), over a plain socket to tansu",
+)
 def misuse_tansu(out: Path) -> None:
-    record_raw(out, "misuse_tansu", "tansu", misuse, MISUSE_NOTES + (
-        f" tansu: {HANGUP_TID} commits, a second InitProducerId takes the id over, the first instance's "
-        "EndTxn(commit) with its old epoch makes tansu close the connection; the second instance commits."))
+    record_raw(
+        out,
+        "misuse_tansu",
+        "tansu",
+        misuse,
+        MISUSE_NOTES
+        + (
+            f" tansu: {HANGUP_TID} commits, a second InitProducerId takes the id over, the first instance's "
+            "EndTxn(commit) with its old epoch makes tansu close the connection; the second instance commits."
+        ),
+    )
 
 
-@scenario("misuse_mock", "the same misuse to librdkafka's mock cluster (1 broker); the hang-up is an "
-          "EndTxn version the mock does not support")
+@scenario(
+    "misuse_mock",
+    "the same misuse to librdkafka's mock cluster (1 broker); the hang-up is an "
+    "EndTxn version the mock does not support",
+)
 def misuse_mock(out: Path) -> None:
-    record_raw(out, "misuse_mock", "mock", misuse, MISUSE_NOTES + (
-        f" librdkafka-mock: {HANGUP_TID} writes, sends EndTxn v{MOCK_UNSUPPORTED_END_TXN}(commit), which "
-        "the mock does not support: it closes the connection; the client sends EndTxn v1 on a new one."))
+    record_raw(
+        out,
+        "misuse_mock",
+        "mock",
+        misuse,
+        MISUSE_NOTES
+        + (
+            f" librdkafka-mock: {HANGUP_TID} writes, sends EndTxn v{MOCK_UNSUPPORTED_END_TXN}(commit), which "
+            "the mock does not support: it closes the connection; the client sends EndTxn v1 on a new one."
+        ),
+    )
 
 
 ENDTXN_NOTES = (
@@ -338,8 +413,14 @@ def commit_back_kafka_python(bootstrap: str, ledger: Ledger) -> int:
     from kafka.errors import KafkaError
 
     tp = TopicPartition(OFFSETS_TOPIC, 0)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=OFFSETS_GROUP, client_id="corpus-offsets",
-                             enable_auto_commit=False, auto_offset_reset="earliest", **GROUP_TIMING)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=OFFSETS_GROUP,
+        client_id="corpus-offsets",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **GROUP_TIMING,
+    )
     err = -1
     try:
         consumer.subscribe([OFFSETS_TOPIC])
@@ -348,8 +429,10 @@ def commit_back_kafka_python(bootstrap: str, ledger: Ledger) -> int:
             got += sum(len(v) for v in consumer.poll(timeout_ms=500).values())
         if got < SEED:
             raise RuntimeError(f"consumed {got} of {SEED} records")
-        for what, offset in ((f"commit the position after {SEED} records", SEED),
-                             (f"seek back to {SEEK_BACK_TO}, commit the position", SEEK_BACK_TO)):
+        for what, offset in (
+            (f"commit the position after {SEED} records", SEED),
+            (f"seek back to {SEEK_BACK_TO}, commit the position", SEEK_BACK_TO),
+        ):
             if offset != consumer.position(tp):
                 consumer.seek(tp, offset)
             try:
@@ -370,9 +453,15 @@ def commit_back_confluent(bootstrap: str, ledger: Ledger) -> int:
     the mock's answer to its ApiVersions probe)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": OFFSETS_GROUP,
-                         "client.id": "corpus-offsets", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": OFFSETS_GROUP,
+            "client.id": "corpus-offsets",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     err = -1
     try:
         consumer.subscribe([OFFSETS_TOPIC])
@@ -382,8 +471,10 @@ def commit_back_confluent(bootstrap: str, ledger: Ledger) -> int:
             got += msg is not None and msg.error() is None
         if got < SEED:
             raise RuntimeError(f"consumed {got} of {SEED} records")
-        for what, offset in ((f"commit the position after {SEED} records", SEED),
-                             (f"seek back to {SEEK_BACK_TO}, commit offset {SEEK_BACK_TO}", SEEK_BACK_TO)):
+        for what, offset in (
+            (f"commit the position after {SEED} records", SEED),
+            (f"seek back to {SEEK_BACK_TO}, commit offset {SEEK_BACK_TO}", SEEK_BACK_TO),
+        ):
             try:
                 done = consumer.commit(offsets=[TopicPartition(OFFSETS_TOPIC, 0, offset)], asynchronous=False)
                 err = next((tp.error.code() for tp in done if tp.error is not None), 0)
@@ -413,15 +504,26 @@ def record_offsets(out: Path, name: str, broker: str, client: str) -> None:
         seed(bootstrap)
         with tcpdump(capture, [port]):
             err = (commit_back_kafka_python if client == "kafka-python" else commit_back_confluent)(
-                bootstrap, ledger)
-    ledger.finding("offset_commit_backwards", severity(err), transactional_id=None, producer_id=None,
-                   topic=OFFSETS_TOPIC, partition=0, group=OFFSETS_GROUP)
+                bootstrap, ledger
+            )
+    ledger.finding(
+        "offset_commit_backwards",
+        severity(err),
+        transactional_id=None,
+        producer_id=None,
+        topic=OFFSETS_TOPIC,
+        partition=0,
+        group=OFFSETS_GROUP,
+    )
     if err == 0:
-        ledger.note(f"{ledger.broker} accepted the commit that moved the group's offset back: the group "
-                    f"will read records {SEEK_BACK_TO}-{SEED - 1} again (accepted -> critical).")
+        ledger.note(
+            f"{ledger.broker} accepted the commit that moved the group's offset back: the group "
+            f"will read records {SEEK_BACK_TO}-{SEED - 1} again (accepted -> critical)."
+        )
     else:
-        ledger.note(f"{ledger.broker} rejected the backwards commit with {error_name(err)} "
-                    "(rejected -> warning).")
+        ledger.note(
+            f"{ledger.broker} rejected the backwards commit with {error_name(err)} (rejected -> warning)."
+        )
     if broker == "mock":
         ledger.note("The mock cluster's keeper client may also appear on the broker port.")
     write_expectations(ledger, capture, [port])
@@ -432,7 +534,9 @@ def offsets_back_tansu(out: Path) -> None:
     record_offsets(out, "offsets_back_tansu", "tansu", "kafka-python")
 
 
-@scenario("offsets_back_mock", "the same backwards commit with confluent-kafka to librdkafka's mock cluster "
-          "(1 broker)")
+@scenario(
+    "offsets_back_mock",
+    "the same backwards commit with confluent-kafka to librdkafka's mock cluster (1 broker)",
+)
 def offsets_back_mock(out: Path) -> None:
     record_offsets(out, "offsets_back_mock", "mock", "confluent-kafka")

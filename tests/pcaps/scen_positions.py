@@ -24,20 +24,40 @@ def fetch(conn: RawConnection, offset: int, max_bytes: int) -> tuple[int, int | 
     """(error code, one past the last whole batch's last offset) of a Fetch of partition 0."""
     FT = FetchRequest.FetchTopic
     request = FetchRequest(
-        replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=max_bytes, isolation_level=1, session_id=0,
-        session_epoch=-1, topics=[FT(topic=TOPIC, partitions=[FT.FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
-            partition_max_bytes=max_bytes)])], forgotten_topics_data=[], rack_id="")
+        replica_id=-1,
+        max_wait_ms=100,
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FT(
+                topic=TOPIC,
+                partitions=[
+                    FT.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        log_start_offset=-1,
+                        partition_max_bytes=max_bytes,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
     response = conn.call(request, "Fetch", FETCH_VERSION)
     part = response.responses[0].partitions[0]
     records = part.records or b""
     end, pos = None, 0
     while pos + 61 <= len(records):
-        base = int.from_bytes(records[pos:pos + 8], "big", signed=True)
-        length = int.from_bytes(records[pos + 8:pos + 12], "big", signed=True)
+        base = int.from_bytes(records[pos : pos + 8], "big", signed=True)
+        length = int.from_bytes(records[pos + 8 : pos + 12], "big", signed=True)
         if pos + 12 + length > len(records):
             break
-        delta = int.from_bytes(records[pos + 23:pos + 27], "big", signed=True)
+        delta = int.from_bytes(records[pos + 23 : pos + 27], "big", signed=True)
         end = base + delta + 1
         pos += 12 + length
     return part.error_code, end

@@ -52,8 +52,10 @@ def settle_fence(ledger: Ledger, capture: Path, ports: list[int], zombie_error: 
     (old_pid, old_epoch), (new_pid, new_epoch) = view.producer_ids[:2]
     same_pid = old_pid == new_pid
     ledger.extra["takeover"] = {"same_producer_id": same_pid, "epochs": [old_epoch, new_epoch]}
-    ledger.note(f"{ledger.broker} answered the takeover with "
-                + ("the same producer id and a bumped epoch." if same_pid else "a new producer id."))
+    ledger.note(
+        f"{ledger.broker} answered the takeover with "
+        + ("the same producer id and a bumped epoch." if same_pid else "a new producer id.")
+    )
     ledger.finding("producer_fenced", "info", **where)  # the takeover itself
     if not zombie_error:
         # The broker let the old instance write and commit after the takeover.
@@ -61,9 +63,11 @@ def settle_fence(ledger: Ledger, capture: Path, ports: list[int], zombie_error: 
         if same_pid:
             ledger.finding("epoch_regression", "critical", **where)
         ledger.finding("zombie_write_accepted", "critical", **where)
-        ledger.note("The broker did NOT fence the first instance: its AddPartitionsToTxn, Produce and "
-                    "EndTxn(commit) after the takeover all succeeded (counted as a commit of "
-                    f"{TID} and in records_produced).")
+        ledger.note(
+            "The broker did NOT fence the first instance: its AddPartitionsToTxn, Produce and "
+            "EndTxn(commit) after the takeover all succeeded (counted as a commit of "
+            f"{TID} and in records_produced)."
+        )
         return
     wire = [e for api in ("AddPartitionsToTxn", "Produce", "EndTxn") for e in view.errors.get(api, []) if e]
     broker_error = error_name(wire[0]) if wire else CLIENT_FENCE_ERRORS.get(zombie_error, zombie_error)
@@ -76,9 +80,16 @@ def settle_fence(ledger: Ledger, capture: Path, ports: list[int], zombie_error: 
     ledger.note(f"The broker answered the zombie with {broker_error} (read from {source}).")
 
 
-def record_story(out: Path, name: str, client: str, story: Callable, broker: str = "tansu",
-                 port: int | None = None, host: str = "127.0.0.1", iface: str = LOOPBACK
-                 ) -> tuple[Ledger, list[int]]:
+def record_story(
+    out: Path,
+    name: str,
+    client: str,
+    story: Callable,
+    broker: str = "tansu",
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    iface: str = LOOPBACK,
+) -> tuple[Ledger, list[int]]:
     capture = out / f"{name}.pcap"
     ledger = story_ledger(name, broker, client)
     if broker == "tansu":
@@ -98,8 +109,9 @@ def record_story(out: Path, name: str, client: str, story: Callable, broker: str
     return ledger, ports
 
 
-@scenario("txn_confluent_tansu",
-          "confluent-kafka transactions (commit, abort, commit), fencing, zombie; tansu:9092")
+@scenario(
+    "txn_confluent_tansu", "confluent-kafka transactions (commit, abort, commit), fencing, zombie; tansu:9092"
+)
 def txn_confluent_tansu(out: Path) -> None:
     record_story(out, "txn_confluent_tansu", "confluent-kafka", clients.confluent_story, port=9092)
 
@@ -117,5 +129,6 @@ def txn_aiokafka_mock(out: Path) -> None:
 
 @scenario("txn_confluent_mock", "the same story with confluent-kafka on librdkafka's 3-broker mock cluster")
 def txn_confluent_mock(out: Path) -> None:
-    record_story(out, "txn_confluent_mock", "confluent-kafka", clients.confluent_story,
-                 broker="librdkafka-mock")
+    record_story(
+        out, "txn_confluent_mock", "confluent-kafka", clients.confluent_story, broker="librdkafka-mock"
+    )

@@ -15,28 +15,58 @@ EXPECTATIONS = sorted(HERE.glob("*.expect.json"))
 MAX_BYTES = 1_000_000
 
 REQUIRED = {
-    "capture": str, "scenario": str, "broker": str, "client": str, "kafka_ports": list,
-    "transactions": dict, "fenced": list, "findings": list, "clean": bool, "records_produced": int,
-    "exchanges_by_api": dict, "api_versions": dict, "notes": str,
+    "capture": str,
+    "scenario": str,
+    "broker": str,
+    "client": str,
+    "kafka_ports": list,
+    "transactions": dict,
+    "fenced": list,
+    "findings": list,
+    "clean": bool,
+    "records_produced": int,
+    "exchanges_by_api": dict,
+    "api_versions": dict,
+    "notes": str,
 }
 BROKERS = {"tansu", "librdkafka-mock"}
 OUTCOMES = {"commit", "abort", "open", "unknown"}
-KINDS = {"sequence_gap", "sequence_duplicate", "epoch_regression", "producer_fenced", "zombie_write_accepted",
-         "hanging_transaction", "capture_gap"}
+KINDS = {
+    "sequence_gap",
+    "sequence_duplicate",
+    "epoch_regression",
+    "producer_fenced",
+    "zombie_write_accepted",
+    "hanging_transaction",
+    "capture_gap",
+}
 # Kinds the audit room added beyond the contract's table ("more may be added"); the misuse, endtxn_empty
 # and offsets_back captures expect them.
-EXTRA_KINDS = {"sequence_out_of_order", "write_to_unregistered_partition", "write_outside_transaction",
-               "txn_offset_commit_unregistered_group", "end_txn_without_transaction", "unanswered_request",
-               "offset_commit_backwards", "transaction_ended_after_timeout",
-               # what consumers were given (ksniff.audit.partlog): the consume_* and rewritten captures
-               "aborted_read", "uncommitted_read", "lost_write", "duplicate_write", "torn_transaction",
-               "offset_commit_past_end", "fetch_position_backwards", "fetch_position_skip",
-               # sarama_idempotent_tansu (ksniff.audit.idempotence)
-               "idempotence_not_in_effect",
-               # hanging_tansu (ksniff.audit.partlog)
-               "hanging_partition",
-               # markers_tansu (WriteTxnMarkers built from the protocol facts: tests/pcaps/markers.py)
-               "markers_disagree"}
+EXTRA_KINDS = {
+    "sequence_out_of_order",
+    "write_to_unregistered_partition",
+    "write_outside_transaction",
+    "txn_offset_commit_unregistered_group",
+    "end_txn_without_transaction",
+    "unanswered_request",
+    "offset_commit_backwards",
+    "transaction_ended_after_timeout",
+    # what consumers were given (ksniff.audit.partlog): the consume_* and rewritten captures
+    "aborted_read",
+    "uncommitted_read",
+    "lost_write",
+    "duplicate_write",
+    "torn_transaction",
+    "offset_commit_past_end",
+    "fetch_position_backwards",
+    "fetch_position_skip",
+    # sarama_idempotent_tansu (ksniff.audit.idempotence)
+    "idempotence_not_in_effect",
+    # hanging_tansu (ksniff.audit.partlog)
+    "hanging_partition",
+    # markers_tansu (WriteTxnMarkers built from the protocol facts: tests/pcaps/markers.py)
+    "markers_disagree",
+}
 SEVERITIES = {"critical", "warning", "info"}
 
 
@@ -64,8 +94,9 @@ def test_capture_exists_small_and_readable(expect) -> None:
     packets = rdpcap(str(capture))
     assert len(packets) > 10
     ports = set(doc["kafka_ports"])
-    assert any(TCP in p and {p[TCP].sport, p[TCP].dport} & ports for p in packets), \
+    assert any(TCP in p and {p[TCP].sport, p[TCP].dport} & ports for p in packets), (
         "no TCP traffic on the Kafka ports"
+    )
 
 
 def test_expectations_have_the_documented_shape(expect) -> None:

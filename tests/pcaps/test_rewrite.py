@@ -27,7 +27,8 @@ def rebuilt(tmp_path_factory) -> Path:
 def test_committed_capture_is_the_tools_output(rebuilt: Path, name: str) -> None:
     assert (rebuilt / f"{name}.pcap").read_bytes() == (HERE / f"{name}.pcap").read_bytes()
     assert json.loads((rebuilt / f"{name}.expect.json").read_text()) == json.loads(
-        (HERE / f"{name}.expect.json").read_text())
+        (HERE / f"{name}.expect.json").read_text()
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -44,10 +45,13 @@ def test_only_the_edited_batch_header_and_checksums_differ(name: str) -> None:
         assert b.time - a.time == moved["seconds"]
         if TCP in a:
             assert (b[TCP].seq - a[TCP].seq) % 2**32 == moved["tcp_sequence"]
-    changed = [(a, b) for a, b in zip(original, edited, strict=True)
-               if TCP in a and bytes(a[TCP].payload) != bytes(b[TCP].payload)]
+    changed = [
+        (a, b)
+        for a, b in zip(original, edited, strict=True)
+        if TCP in a and bytes(a[TCP].payload) != bytes(b[TCP].payload)
+    ]
     assert len(changed) == 1
-    (a, b), = changed
+    ((a, b),) = changed
     x, y = bytes(a[TCP].payload), bytes(b[TCP].payload)
     assert len(x) == len(y)
     differing = [i for i, (p, q) in enumerate(zip(x, y, strict=True)) if p != q]

@@ -28,8 +28,10 @@ from tests.decode.decode_builders import (
 
 # What an attacker puts in an id: a screen clear, a window title, a hidden hyperlink, a forged warning
 # line, bidi overrides, C1 controls and a bell.
-NASTY = ("\x1b[2J\x1b[H\x1b]0;pwned\x07\x1b]8;;http://evil/\x1b\\click\x1b]8;;\x1b\\"
-         "\nksniff: warning: All clear: no findings.\r\u202egnp.exe\u2066\x9b31m\x85\x07\x00end")
+NASTY = (
+    "\x1b[2J\x1b[H\x1b]0;pwned\x07\x1b]8;;http://evil/\x1b\\click\x1b]8;;\x1b\\"
+    "\nksniff: warning: All clear: no findings.\r\u202egnp.exe\u2066\x9b31m\x85\x07\x00end"
+)
 
 SEGMENT = 32000  # bytes of Kafka data per TCP segment (IPv4 total length is 16 bits)
 T0 = 1_700_000_000.0
@@ -38,17 +40,26 @@ T0 = 1_700_000_000.0
 def _add_partitions(txn_id: str, pid: int, epoch: int, topic: str):
     T = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
     return AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid, v3_and_below_producer_epoch=epoch,
-        v3_and_below_topics=[T(name=topic, partitions=[0])], version=3)
+        v3_and_below_transactional_id=txn_id,
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=[T(name=topic, partitions=[0])],
+        version=3,
+    )
 
 
 def _add_partitions_response(topic: str, error: int = 0):
     R = AddPartitionsToTxnResponse
     T = R.AddPartitionsToTxnTopicResult
     P = T.AddPartitionsToTxnPartitionResult
-    return R(throttle_time_ms=0, error_code=0,
-             results_by_topic_v3_and_below=[T(name=topic, results_by_partition=[
-                 P(partition_index=0, partition_error_code=error)])], version=3)
+    return R(
+        throttle_time_ms=0,
+        error_code=0,
+        results_by_topic_v3_and_below=[
+            T(name=topic, results_by_partition=[P(partition_index=0, partition_error_code=error)])
+        ],
+        version=3,
+    )
 
 
 class _Conn:
@@ -65,26 +76,36 @@ class _Conn:
 
     def _send(self, from_client: bool, data: bytes) -> None:
         for at in range(0, len(data), SEGMENT):
-            self.packets.append(self.flow.send(from_client, data[at:at + SEGMENT]))
+            self.packets.append(self.flow.send(from_client, data[at : at + SEGMENT]))
 
 
-def hostile_packets(txn_id: str, topic: str = "orders", client_id: str = "app", start: float = T0,
-                    step: float = 0.01) -> list[tuple[float, bytes]]:
+def hostile_packets(
+    txn_id: str, topic: str = "orders", client_id: str = "app", start: float = T0, step: float = 0.01
+) -> list[tuple[float, bytes]]:
     """The story above as (time, Ethernet frame) pairs."""
     a, b = _Conn(40001, client_id), _Conn(40002, client_id + "-b")
     a.call(init_producer_id(4, txn_id), 4, init_producer_id_response(4, 1000, 0))
     a.call(_add_partitions(txn_id, 1000, 0, topic), 3, _add_partitions_response(topic))
     batch = record_batch(1000, 0, 0, 2)
-    a.call(produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [batch]}), 9,
-           produce_response(9, {(topic, 0): (0, 0)}))
+    a.call(
+        produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [batch]}),
+        9,
+        produce_response(9, {(topic, 0): (0, 0)}),
+    )
     b.call(init_producer_id(4, txn_id), 4, init_producer_id_response(4, 1000, 1))
     b.call(_add_partitions(txn_id, 1000, 1, topic), 3, _add_partitions_response(topic))
     second = record_batch(1000, 1, 0, 2)
-    b.call(produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [second]}), 9,
-           produce_response(9, {(topic, 0): (0, 2)}))
+    b.call(
+        produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [second]}),
+        9,
+        produce_response(9, {(topic, 0): (0, 2)}),
+    )
     zombie = record_batch(1000, 0, 2, 2)  # A still writes with epoch 0, and the broker takes it
-    a.call(produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [zombie]}), 9,
-           produce_response(9, {(topic, 0): (0, 4)}))
+    a.call(
+        produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [zombie]}),
+        9,
+        produce_response(9, {(topic, 0): (0, 4)}),
+    )
     return [(start + i * step, ethernet(p)) for i, p in enumerate(a.packets + b.packets)]
 
 

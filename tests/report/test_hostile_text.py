@@ -27,8 +27,9 @@ PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
 
 # Anything that can act on a terminal or hide text; a newline is the only control character a report may
 # hold (its own line ends).
-RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff"
-                 "\ud800-\udfff]")
+RAW = re.compile(
+    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ud800-\udfff]"
+)
 
 TXN_ID = "txn" + NASTY
 TOPIC = "t" + NASTY
@@ -45,13 +46,23 @@ def hostile(tmp_path_factory) -> Path:
     return hostile_capture(tmp_path_factory.mktemp("hostile") / "h.pcap", TXN_ID, TOPIC, CLIENT_ID)
 
 
-@pytest.mark.parametrize("raw, visible", [
-    ("\x1b[2J", "\\x1b[2J"), ("a\nb", "a\\nb"), ("\r", "\\r"), ("\t", "\\t"),
-    ("\x00\x07\x7f", "\\x00\\x07\\x7f"),
-    ("\x9b31m\x85", "\\x9b31m\\x85"), ("\u202egnp.exe", "\\u202egnp.exe"), ("\u2066\u2069", "\\u2066\\u2069"),
-    ("\u200b\ufeff", "\\u200b\\ufeff"), ("\udcff", "\\udcff"), ("\U000e0041", "\\U000e0041"),
-    ("orders-txn é ü 日本", "orders-txn é ü 日本"),
-])
+@pytest.mark.parametrize(
+    "raw, visible",
+    [
+        ("\x1b[2J", "\\x1b[2J"),
+        ("a\nb", "a\\nb"),
+        ("\r", "\\r"),
+        ("\t", "\\t"),
+        ("\x00\x07\x7f", "\\x00\\x07\\x7f"),
+        ("\x9b31m\x85", "\\x9b31m\\x85"),
+        ("\u202egnp.exe", "\\u202egnp.exe"),
+        ("\u2066\u2069", "\\u2066\\u2069"),
+        ("\u200b\ufeff", "\\u200b\\ufeff"),
+        ("\udcff", "\\udcff"),
+        ("\U000e0041", "\\U000e0041"),
+        ("orders-txn é ü 日本", "orders-txn é ü 日本"),
+    ],
+)
 def test_escape_makes_every_control_visible(raw, visible):
     assert escape(raw) == visible
 
@@ -169,8 +180,18 @@ def test_rendering_time_is_linear_in_the_id(long_id_results, kw):
 @pytest.mark.parametrize("start, tsresol", [(1e13, None), (9e18, 0x80)])
 def test_timestamps_past_the_calendar_never_crash_an_output(tmp_path, start, tsresol):
     capture = far_future_capture(tmp_path / "future.pcapng", start, tsresol)
-    r = cli_process("audit", capture, "--csv", tmp_path / "csv", "--parquet", tmp_path / "pq", "--json",
-                    tmp_path / "out.json", "-P", "orders-txn")
+    r = cli_process(
+        "audit",
+        capture,
+        "--csv",
+        tmp_path / "csv",
+        "--parquet",
+        tmp_path / "pq",
+        "--json",
+        tmp_path / "out.json",
+        "-P",
+        "orders-txn",
+    )
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and r.stderr == ""
     assert f"@{start:.6g}s" in r.stdout  # seconds, where no calendar time exists
@@ -189,23 +210,34 @@ ENV = {"PYTHONPATH": str(REPO), "NO_COLOR": "1", "PATH": "/usr/bin:/bin"}
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
-@pytest.mark.parametrize("args, what", [(("--json", "-"), "the JSON document"), ((), "the report"),
-                                        (("-q",), "the report")])
+@pytest.mark.parametrize(
+    "args, what", [(("--json", "-"), "the JSON document"), ((), "the report"), (("-q",), "the report")]
+)
 def test_a_full_stdout_is_one_line_and_exit_2(args, what):
     with open("/dev/full", "w") as full:
-        r = subprocess.run([sys.executable, "-m", "ksniff.cli", "audit", str(FINDINGS_CAPTURE), *args,
-                            "--exit-zero"], stdout=full, stderr=subprocess.PIPE, text=True, env=ENV,
-                           timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "ksniff.cli", "audit", str(FINDINGS_CAPTURE), *args, "--exit-zero"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+            timeout=120,
+        )
     assert_one_line_error(r.returncode, "", r.stderr, f"cannot write {what} to standard output")
     assert "No space left on device" in r.stderr
 
 
-@pytest.mark.parametrize("args, code", [((), 1), (("--exit-zero",), 0), (("--json", "-"), 1),
-                                        (("--json", "-", "--exit-zero"), 0)])
+@pytest.mark.parametrize(
+    "args, code", [((), 1), (("--exit-zero",), 0), (("--json", "-"), 1), (("--json", "-", "--exit-zero"), 0)]
+)
 def test_a_closed_pipe_is_not_an_error(args, code):
     """`ksniff audit ... | head -1`: the reader goes away; the exit code is still the audit's."""
-    proc = subprocess.Popen([sys.executable, "-m", "ksniff.cli", "audit", str(FINDINGS_CAPTURE), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ksniff.cli", "audit", str(FINDINGS_CAPTURE), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
     proc.stdout.close()  # before ksniff writes anything: its first write meets a closed pipe
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == code, stderr
@@ -218,8 +250,9 @@ def test_a_closed_pipe_is_not_an_error(args, code):
 def test_head_dash_1_in_a_real_shell():
     """The pipeline's status (pipefail) is ksniff's own: 0 with --exit-zero, 1 without."""
     for flag, code in (("--exit-zero", 0), ("", 1)):
-        command = (f"set -o pipefail; {sys.executable} -m ksniff.cli audit {FINDINGS_CAPTURE} -v {flag} "
-                   "| head -1")
+        command = (
+            f"set -o pipefail; {sys.executable} -m ksniff.cli audit {FINDINGS_CAPTURE} -v {flag} | head -1"
+        )
         r = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=ENV, timeout=120)
         assert r.returncode == code, r.stderr
         assert r.stdout.startswith("ksniff") and len(r.stdout.splitlines()) == 1

@@ -40,12 +40,16 @@ def test_report_without_producer_is_a_usage_error():
 def test_severity_and_kind_filter_the_json_and_the_csv_alike(tmp_path):
     whole = document(ANOMALIES)
     assert {f["severity"] for f in whole["findings"]} == {"warning", "info"}
-    doc = document(ANOMALIES, "--severity", "warning", "--kind", "producer_fenced,epoch_regression",
-                   "--csv", tmp_path)
+    doc = document(
+        ANOMALIES, "--severity", "warning", "--kind", "producer_fenced,epoch_regression", "--csv", tmp_path
+    )
     kept = [(f["kind"], f["severity"]) for f in doc["findings"]]
     assert kept and set(kept) <= {("producer_fenced", "warning"), ("epoch_regression", "warning")}
-    assert len(kept) == sum(1 for f in whole["findings"] if f["severity"] == "warning"
-                            and f["kind"] in ("producer_fenced", "epoch_regression"))
+    assert len(kept) == sum(
+        1
+        for f in whole["findings"]
+        if f["severity"] == "warning" and f["kind"] in ("producer_fenced", "epoch_regression")
+    )
     assert doc["filters"] == {"severity": "warning", "kinds": ["epoch_regression", "producer_fenced"]}
     with open(tmp_path / "findings.csv", newline="") as fh:
         assert [(r["kind"], r["severity"]) for r in csv.DictReader(fh)] == kept
@@ -55,16 +59,19 @@ def test_a_transactional_id_and_a_time_window_filter_everything(tmp_path):
     whole = document(ANOMALIES)
     zombie = [t for t in whole["transactions"] if t["transactional_id"] == "tx-zombie"]
     since, until = zombie[0]["start_ts"], zombie[-1]["end_ts"]
-    doc = document(ANOMALIES, "-t", "tx-zombie", "--since", f"{since}", "--until", f"{until}",
-                   "--csv", tmp_path)
+    doc = document(
+        ANOMALIES, "-t", "tx-zombie", "--since", f"{since}", "--until", f"{until}", "--csv", tmp_path
+    )
     assert {p["transactional_id"] for p in doc["producers"]} == {"tx-zombie"}
     assert [t["start_ts"] for t in doc["transactions"]] == [t["start_ts"] for t in zombie]
-    assert doc["findings"] and all(f["transactional_id"] == "tx-zombie" and since <= f["ts"] <= until
-                                   for f in doc["findings"])
+    assert doc["findings"] and all(
+        f["transactional_id"] == "tx-zombie" and since <= f["ts"] <= until for f in doc["findings"]
+    )
     with open(tmp_path / "exchanges.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert rows and all(r["transactional_id"] == "tx-zombie" and since <= float(r["ts"]) <= until
-                        for r in rows)
+    assert rows and all(
+        r["transactional_id"] == "tx-zombie" and since <= float(r["ts"]) <= until for r in rows
+    )
 
 
 def test_since_takes_iso_8601_and_a_bad_time_is_one_line():
@@ -125,14 +132,18 @@ def test_a_named_port_with_no_kafka_anywhere_says_nothing_was_audited(tmp_path):
     from tests.capture.capture_builders import Flow, ethernet, pcap_bytes
 
     web = Flow(client=("10.0.0.1", 40001), server=("10.0.0.2", 8080))
-    exchange = [web.send(True, b"GET / HTTP/1.1\r\nHost: shop\r\n\r\n"),
-                web.send(False, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")]
+    exchange = [
+        web.send(True, b"GET / HTTP/1.1\r\nHost: shop\r\n\r\n"),
+        web.send(False, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+    ]
     packets = web.handshake() + exchange + web.close()
     path = tmp_path / "web.pcap"
     path.write_bytes(pcap_bytes([(1_700_000_000.0 + i * 0.01, ethernet(p)) for i, p in enumerate(packets)]))
     r = cli("audit", path, "-p", "9092")
-    assert "ksniff: warning: no Kafka traffic on port 9092, nor on any other port: nothing was audited" \
+    assert (
+        "ksniff: warning: no Kafka traffic on port 9092, nor on any other port: nothing was audited"
         in r.stderr
+    )
     doc = document(path, "-p", "9092")
     assert doc["capture"]["kafka_elsewhere"] == [] and doc["summary"]["verdict"] == "unverified"
 
@@ -146,11 +157,14 @@ def test_kafka_elsewhere_is_the_same_on_the_spark_engine():
     assert local and spark["capture"]["kafka_elsewhere"] == local
 
 
-@pytest.mark.parametrize("capture, verdict", [
-    ("idempotent_none_tansu.pcap", "clean"),
-    ("anomalies_tansu.pcap", "findings"),
-    ("txn_confluent_tansu_loss.pcap", "findings"),
-])
+@pytest.mark.parametrize(
+    "capture, verdict",
+    [
+        ("idempotent_none_tansu.pcap", "clean"),
+        ("anomalies_tansu.pcap", "findings"),
+        ("txn_confluent_tansu_loss.pcap", "findings"),
+    ],
+)
 def test_the_json_summary_tells_clean_from_findings_and_says_what_was_not_seen(capture, verdict):
     summary = document(PCAPS / capture)["summary"]
     assert summary["verdict"] == verdict

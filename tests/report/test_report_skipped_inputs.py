@@ -26,8 +26,9 @@ def _incident(tmp_path: Path, others: int) -> Path:
 
 def _audit(tmp_path: Path, *inputs: Path):
     out = tmp_path / "r.json"
-    run = CliRunner().invoke(main, ["audit", *map(str, inputs), "--json", str(out), "--exit-zero", "-q",
-                                    "--no-color"])
+    run = CliRunner().invoke(
+        main, ["audit", *map(str, inputs), "--json", str(out), "--exit-zero", "-q", "--no-color"]
+    )
     assert run.exit_code == 0, run.output
     warnings = [line for line in run.output.splitlines() if line.startswith("ksniff: warning:")]
     return warnings, json.loads(out.read_text())

@@ -45,7 +45,11 @@ def test_commit_and_abort_and_the_fenced_add_partitions_are_told_apart():
     lines = timeline("txn_confluent_tansu.pcap", "tx-A")
     rows = steps(lines)
     assert [r for r in rows if r.startswith("EndTxn")] == [
-        "EndTxn commit 0 ok", "EndTxn abort 0 ok", "EndTxn commit 0 ok", "EndTxn commit 1 ok"]
+        "EndTxn commit 0 ok",
+        "EndTxn abort 0 ok",
+        "EndTxn commit 0 ok",
+        "EndTxn commit 1 ok",
+    ]
     # The zombie's AddPartitionsToTxn, refused per partition, is a row of its own with the partition.
     assert "AddPartitionsToTxn txn-out-0 0 PRODUCER_FENCED on txn-out-0" in rows
     assert "AddPartitionsToTxn txn-out-0, txn-out-1 1 ok" in rows
@@ -66,15 +70,18 @@ def test_exchange_rows_carry_the_ids_the_request_carries_and_every_answer(tmp_pa
     assert {row["worst_error"] for row in rows} == {"NONE", "PRODUCER_FENCED"}
 
 
-@pytest.mark.parametrize("asked, expected", [
-    ("tx-zombi", ["Closest: tx-zombie"]),
-    ("nosuch", ["Transactional ids: tx-hang, tx-zombie", "Producer ids: 1, 2, 3"]),
-])
+@pytest.mark.parametrize(
+    "asked, expected",
+    [
+        ("tx-zombi", ["Closest: tx-zombie"]),
+        ("nosuch", ["Transactional ids: tx-hang, tx-zombie", "Producer ids: 1, 2, 3"]),
+    ],
+)
 def test_an_unknown_producer_lists_the_closest_or_the_known_ids(asked, expected):
     r = cli("audit", PCAPS / "anomalies_tansu.pcap", "-q", "-P", asked, "--exit-zero")
     lines = r.stdout.splitlines()
     at = lines.index(f"No producer matches '{asked}'.")
-    assert lines[at + 1:at + 1 + len(expected)] == expected
+    assert lines[at + 1 : at + 1 + len(expected)] == expected
 
 
 def test_the_story_of_a_transactional_id_across_its_instances():

@@ -50,29 +50,47 @@ def _stream_csv(result, tmp_path, monkeypatch, chunk: int) -> dict[str, str]:
 @pytest.mark.parametrize("chunk", [1, 3, 4096])
 def test_chunked_csv_is_what_pandas_wrote(result, tmp_path, monkeypatch, chunk):
     written = _stream_csv(result, tmp_path, monkeypatch, chunk)
-    expected = {"exchanges": _pandas_csv(result.exchanges, "exchanges"),
-                "batches": _pandas_csv(result.batches, "batches"),
-                "transactions": _pandas_csv([tables.transaction_row(t) for t in result.transactions],
-                                            "transactions"),
-                "findings": _pandas_csv([tables.finding_row(f) for f in result.findings], "findings"),
-                "partitions": _pandas_csv(tables.partition_rows(result.partitions), "partitions"),
-                "partition_log": _pandas_csv(tables.partition_log_rows(result.partitions), "partition_log")}
+    expected = {
+        "exchanges": _pandas_csv(result.exchanges, "exchanges"),
+        "batches": _pandas_csv(result.batches, "batches"),
+        "transactions": _pandas_csv([tables.transaction_row(t) for t in result.transactions], "transactions"),
+        "findings": _pandas_csv([tables.finding_row(f) for f in result.findings], "findings"),
+        "partitions": _pandas_csv(tables.partition_rows(result.partitions), "partitions"),
+        "partition_log": _pandas_csv(tables.partition_log_rows(result.partitions), "partition_log"),
+    }
     assert written == expected
 
 
 def test_cells_match_pandas_on_awkward_values():
     rng = random.Random(7)
-    floats = [None, math.nan, 0.0, 1.5, 1e-05, 0.0001, 1e16, 123456789012345.67, 1714564802.156,
-              1714564802.0000005, *(rng.uniform(1.6e9, 1.8e9) for _ in range(200)),
-              *(rng.uniform(0, 1e4) for _ in range(200))]
+    floats = [
+        None,
+        math.nan,
+        0.0,
+        1.5,
+        1e-05,
+        0.0001,
+        1e16,
+        123456789012345.67,
+        1714564802.156,
+        1714564802.0000005,
+        *(rng.uniform(1.6e9, 1.8e9) for _ in range(200)),
+        *(rng.uniform(0, 1e4) for _ in range(200)),
+    ]
     texts = [None, "", "a,b", 'say "hi"', "two\nlines", "ünïcode", " lead", "x\r\ny"]
     rows = []
     for i, f in enumerate(floats):
         row = dict.fromkeys(tables.EXCHANGE_SCHEMA)
         when = None if f is None or f != f else T0 + f % 1e5
-        row.update(ts=T0 + i, response_ts=when, latency_ms=f,
-                   conn=None if i % 3 == 0 else i, client=texts[i % len(texts)],
-                   unverified=(None, True, False)[i % 3], api=texts[(i + 3) % len(texts)])
+        row.update(
+            ts=T0 + i,
+            response_ts=when,
+            latency_ms=f,
+            conn=None if i % 3 == 0 else i,
+            client=texts[i % len(texts)],
+            unverified=(None, True, False)[i % 3],
+            api=texts[(i + 3) % len(texts)],
+        )
         rows.append(row)
     buf = io.StringIO()
     import csv
@@ -115,8 +133,10 @@ def test_a_late_row_still_lands_in_time_order(result, tmp_path, monkeypatch, kin
 def test_an_interrupted_run_leaves_no_file(result, tmp_path):
     (tmp_path / "csv").mkdir()
     (tmp_path / "csv" / "exchanges.csv").write_text("the previous export\n")
-    with pytest.raises(KeyboardInterrupt), TableExport(csv_dir=str(tmp_path / "csv"),
-                                                      parquet_dir=str(tmp_path / "pq")) as out:
+    with (
+        pytest.raises(KeyboardInterrupt),
+        TableExport(csv_dir=str(tmp_path / "csv"), parquet_dir=str(tmp_path / "pq")) as out,
+    ):
         out.add("exchanges", result.exchanges * 3000)  # past a chunk: data already on disk
         raise KeyboardInterrupt
     assert os.listdir(tmp_path / "csv") == ["exchanges.csv"]
@@ -138,8 +158,14 @@ def test_producer_rows_give_the_same_timeline(result, producer):
     keep = ProducerRows(producer)
     for row in result.exchanges:
         keep.add("exchanges", [row])
-        keep.add("batches", [b for b in result.batches if (b["conn"], b["correlation_id"]) == (
-            row["conn"], row["correlation_id"])])
+        keep.add(
+            "batches",
+            [
+                b
+                for b in result.batches
+                if (b["conn"], b["correlation_id"]) == (row["conn"], row["correlation_id"])
+            ],
+        )
     whole = producer_timeline(result, producer, limit=None)
     kept = producer_timeline(result, producer, keep.exchanges, keep.batches, limit=None)
     from rich.console import Console
@@ -159,8 +185,9 @@ def test_arrow_schema_is_the_one_pandas_gives(table):
 
     import pyarrow as pa
 
-    theirs = pa.Table.from_pandas(tables.with_datetimes(tables.frame([], table), table),
-                                  preserve_index=False).schema
+    theirs = pa.Table.from_pandas(
+        tables.with_datetimes(tables.frame([], table), table), preserve_index=False
+    ).schema
     ours = stream.arrow_schema(table)
     assert ours.equals(theirs, check_metadata=False)
     assert json.loads(ours.metadata[b"pandas"]) == json.loads(theirs.metadata[b"pandas"])

@@ -67,9 +67,15 @@ def test_every_engine_result_sorts_rows_by_request_time(exchanges):
     """Exchanges complete in response order; AuditResult.of_run, which every engine ends with, sorts."""
     late_first = list(reversed(exchanges))
     result = AuditResult.of_run(
-        "local", inputs=[], capture=CaptureStats(), decode=DecodeStats(), output=AuditOutput((), (), ()),
-        warnings=[], exchanges=[exchange_row(e) for e in late_first],
-        batches=[batch_row(b) for e in late_first for b in e.batches])
+        "local",
+        inputs=[],
+        capture=CaptureStats(),
+        decode=DecodeStats(),
+        output=AuditOutput((), (), ()),
+        warnings=[],
+        exchanges=[exchange_row(e) for e in late_first],
+        batches=[batch_row(b) for e in late_first for b in e.batches],
+    )
     ex_rows, batch_rows = result.exchanges, result.batches
     assert len(ex_rows) == len(exchanges)
     assert len(batch_rows) == sum(len(e.batches) for e in exchanges)

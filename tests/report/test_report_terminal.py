@@ -41,14 +41,17 @@ def assert_fits(text: str) -> None:
     assert not too_wide, too_wide
 
 
-@pytest.mark.parametrize("name, build", [
-    ("header", lambda r: header(r)),
-    ("producers", lambda r: producers_table(r.producers)),
-    ("transactions", lambda r: transactions_summary(r.transactions, r.findings, r.capture.last_ts)),
-    ("findings", lambda r: findings_view(r.findings)),
-    ("timeline_orders_txn", lambda r: producer_timeline(r, "orders-txn")),
-    ("timeline_pid_5002", lambda r: producer_timeline(r, "5002")),
-])
+@pytest.mark.parametrize(
+    "name, build",
+    [
+        ("header", lambda r: header(r)),
+        ("producers", lambda r: producers_table(r.producers)),
+        ("transactions", lambda r: transactions_summary(r.transactions, r.findings, r.capture.last_ts)),
+        ("findings", lambda r: findings_view(r.findings)),
+        ("timeline_orders_txn", lambda r: producer_timeline(r, "orders-txn")),
+        ("timeline_pid_5002", lambda r: producer_timeline(r, "5002")),
+    ],
+)
 def test_renderable_snapshots(result, snapshot, name, build):
     text = render(build(result))
     assert_fits(text)
@@ -87,7 +90,7 @@ def test_every_contract_kind_has_advice():
 
 def test_advice_is_shown_once_per_kind_present(result):
     text = render(findings_view(result.findings))
-    advice = text[text.index("What to do"):]
+    advice = text[text.index("What to do") :]
     assert advice.count("producer_fenced") == 1
     assert "offset_commit_backwards" not in advice
 
@@ -120,15 +123,46 @@ def test_wire_values_are_never_rich_markup(result):
 
 def test_long_names_still_fit_in_80_columns(result):
     long_txn = "payments-settlement-service-eu-west-1-transactional-producer-instance-0042"
-    result.producers.append(ProducerSummary(long_txn, 9_999_999_999, tuple(range(40)),
-                                            tuple(f"10.1.2.{i}:5{i:04d}" for i in range(9)),
-                                            ("a-very-long-client-id-for-a-producer",), 123_456, 9_876_543,
-                                            1000, 2, 3, 4))
-    result.transactions.append(Transaction(long_txn, 9_999_999_999, 7, result.transactions[0].start_ts, None,
-                                           "open", tuple(f"{long_txn}-topic-{i}" for i in range(5)), 12, ()))
-    result.findings.append(Finding("sequence_gap", "critical", result.findings[0].ts, "x " * 80,
-                                   transactional_id=long_txn, topic=long_txn, partition=11,
-                                   evidence={"expected": 1, "base_sequence": 9}))
+    result.producers.append(
+        ProducerSummary(
+            long_txn,
+            9_999_999_999,
+            tuple(range(40)),
+            tuple(f"10.1.2.{i}:5{i:04d}" for i in range(9)),
+            ("a-very-long-client-id-for-a-producer",),
+            123_456,
+            9_876_543,
+            1000,
+            2,
+            3,
+            4,
+        )
+    )
+    result.transactions.append(
+        Transaction(
+            long_txn,
+            9_999_999_999,
+            7,
+            result.transactions[0].start_ts,
+            None,
+            "open",
+            tuple(f"{long_txn}-topic-{i}" for i in range(5)),
+            12,
+            (),
+        )
+    )
+    result.findings.append(
+        Finding(
+            "sequence_gap",
+            "critical",
+            result.findings[0].ts,
+            "x " * 80,
+            transactional_id=long_txn,
+            topic=long_txn,
+            partition=11,
+            evidence={"expected": 1, "base_sequence": 9},
+        )
+    )
     assert_fits(report(result, verbose=True, producer=long_txn))
 
 
@@ -171,8 +205,9 @@ def test_a_storm_of_repeats_is_one_finding_with_its_count_and_times(result):
     assert f"49 times, {report_text.clock(storm[0].ts)} to {report_text.clock(storm[-1].ts)}" in text
 
 
-@pytest.mark.parametrize("seconds, text", [(0.0123, "12 ms"), (1.5, "1.50 s"), (65, "1m 05s"),
-                                           (7322, "2h 02m")])
+@pytest.mark.parametrize(
+    "seconds, text", [(0.0123, "12 ms"), (1.5, "1.50 s"), (65, "1m 05s"), (7322, "2h 02m")]
+)
 def test_duration(seconds, text):
     assert report_text.duration(seconds) == text
 
@@ -180,7 +215,8 @@ def test_duration(seconds, text):
 def test_clock_span_and_ranges():
     assert report_text.clock(1714564800.1234) == "12:00:00.123"
     assert report_text.span(1714607999.0, 1714608001.0) == (
-        "2024-05-01 23:59:59.000 -> 2024-05-02 00:00:01.000 UTC (2.00 s)")
+        "2024-05-01 23:59:59.000 -> 2024-05-02 00:00:01.000 UTC (2.00 s)"
+    )
     assert report_text.ranges([5, 0, 1, 2, 7, 8]) == "0-2, 5, 7-8"
 
 

@@ -19,9 +19,11 @@ def one_byte_out_of_order(n: int, order: str = "ascending") -> list[tuple]:
     """A connection whose first data byte is missing and whose next `n` bytes come as 1-byte segments,
     ascending, descending, interleaved (even offsets, then odd) or shuffled (a fixed permutation). Then the
     missing byte arrives and everything can be delivered."""
-    head = [(0.0, CLIENT, 40000, SERVER, 9092, 999, 0, SYN, b""),
-            (0.0, SERVER, 9092, CLIENT, 40000, 4999, 1000, SYN | ACK, b""),
-            (0.0, CLIENT, 40000, SERVER, 9092, 1000, 5000, ACK, b"")]
+    head = [
+        (0.0, CLIENT, 40000, SERVER, 9092, 999, 0, SYN, b""),
+        (0.0, SERVER, 9092, CLIENT, 40000, 4999, 1000, SYN | ACK, b""),
+        (0.0, CLIENT, 40000, SERVER, 9092, 1000, 5000, ACK, b""),
+    ]
     idx = list(range(1, n + 1))
     if order == "descending":
         idx.reverse()
@@ -60,5 +62,5 @@ def resync_bait(size: int, frame: int | None = None) -> bytes:
 def mid_stream_pcap(client_bytes: bytes, segment: int = 1448) -> bytes:
     """One connection to port 9092 seen from the middle (no handshake), carrying `client_bytes`."""
     flow = Flow()
-    packets = [flow.send(True, client_bytes[i:i + segment]) for i in range(0, len(client_bytes), segment)]
+    packets = [flow.send(True, client_bytes[i : i + segment]) for i in range(0, len(client_bytes), segment)]
     return pcap_bytes([(1000 + i * 1e-4, ethernet(p)) for i, p in enumerate(packets)])

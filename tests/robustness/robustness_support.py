@@ -21,10 +21,25 @@ PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
 REPO = PCAPS.parents[1]
 
 CONTRACT_KEYS = {"version", "inputs", "capture", "decode", "producers", "transactions", "findings"}
-CAPTURE_KEYS = {"packets", "tcp_segments", "connections", "kafka_connections", "gaps", "gap_bytes",
-                "first_ts", "last_ts"}
-DECODE_KEYS = {"requests", "responses", "exchanges", "unmatched_requests", "unmatched_responses", "errors",
-               "by_api"}
+CAPTURE_KEYS = {
+    "packets",
+    "tcp_segments",
+    "connections",
+    "kafka_connections",
+    "gaps",
+    "gap_bytes",
+    "first_ts",
+    "last_ts",
+}
+DECODE_KEYS = {
+    "requests",
+    "responses",
+    "exchanges",
+    "unmatched_requests",
+    "unmatched_responses",
+    "errors",
+    "by_api",
+}
 
 
 def fuzz_examples(default: int) -> int:
@@ -51,8 +66,9 @@ def cli(*args: str, env: dict | None = None) -> Result:
     return CliRunner().invoke(main, [str(a) for a in args], env=env, catch_exceptions=True)
 
 
-def cli_process(*args: str, timeout: float = 120, user: str | None = None,
-                **kw) -> subprocess.CompletedProcess:
+def cli_process(
+    *args: str, timeout: float = 120, user: str | None = None, **kw
+) -> subprocess.CompletedProcess:
     """The CLI in a real interpreter (what a shell script sees), optionally as an unprivileged user."""
     cmd = [sys.executable, "-m", "ksniff.cli", *map(str, args)]
     if user is not None:
@@ -107,7 +123,9 @@ def kafka_frames(capture: Path) -> list[Direction]:
     out = []
     for (conn, from_src), data in streams.items():
         splitter = FrameSplitter(min_size=4)
-        frames = [bytes(data[f.offset:f.offset + 4 + len(f.payload)])
-                  for f in splitter.feed(bytes(data), 0.0, 0.0)]
+        frames = [
+            bytes(data[f.offset : f.offset + 4 + len(f.payload)])
+            for f in splitter.feed(bytes(data), 0.0, 0.0)
+        ]
         out.append(Direction(from_src == client_is_src[conn], frames))
     return out

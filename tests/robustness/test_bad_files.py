@@ -31,17 +31,23 @@ def one_line_error(path, mentions: str) -> None:
     assert str(path) in r.stderr
 
 
-@pytest.mark.parametrize("name, content, mentions", [
-    ("empty.pcap", b"", "empty file"),
-    ("random.pcap", bytes(range(256)) * 20, "not a pcap or pcapng file"),
-    ("notes.pcap", b"This is a text file, not a capture.\n" * 10, "not a pcap or pcapng file"),
-    ("wrong-magic.pcap", b"\xde\xad\xbe\xef" + STORY.read_bytes()[4:], "not a pcap or pcapng file"),
-    ("short-header.pcap", STORY.read_bytes()[:10], "truncated pcap header"),
-    ("bad-link.pcap", STORY.read_bytes()[:20] + struct.pack("<I", 147) + STORY.read_bytes()[24:],
-     "unsupported link type 147"),
-    ("bad-pcapng.pcapng", b"\x0a\x0d\x0d\x0a" + b"\0" * 20, "pcapng"),
-    ("tiny.pcap.gz", gzip.compress(STORY.read_bytes())[:15], "not a pcap or pcapng file"),
-])
+@pytest.mark.parametrize(
+    "name, content, mentions",
+    [
+        ("empty.pcap", b"", "empty file"),
+        ("random.pcap", bytes(range(256)) * 20, "not a pcap or pcapng file"),
+        ("notes.pcap", b"This is a text file, not a capture.\n" * 10, "not a pcap or pcapng file"),
+        ("wrong-magic.pcap", b"\xde\xad\xbe\xef" + STORY.read_bytes()[4:], "not a pcap or pcapng file"),
+        ("short-header.pcap", STORY.read_bytes()[:10], "truncated pcap header"),
+        (
+            "bad-link.pcap",
+            STORY.read_bytes()[:20] + struct.pack("<I", 147) + STORY.read_bytes()[24:],
+            "unsupported link type 147",
+        ),
+        ("bad-pcapng.pcapng", b"\x0a\x0d\x0d\x0a" + b"\0" * 20, "pcapng"),
+        ("tiny.pcap.gz", gzip.compress(STORY.read_bytes())[:15], "not a pcap or pcapng file"),
+    ],
+)
 def test_unreadable_content_exits_2_with_one_line(tmp_path, name, content, mentions):
     path = tmp_path / name
     path.write_bytes(content)
@@ -154,7 +160,7 @@ def test_snaplen_cut_packets(tmp_path):
 
 def test_corrupt_record_length_keeps_what_came_before(tmp_path):
     data = bytearray(STORY.read_bytes())
-    data[24 + 8:24 + 12] = struct.pack("<I", 0x7FFFFFF0)  # the first record claims ~2 GB
+    data[24 + 8 : 24 + 12] = struct.pack("<I", 0x7FFFFFF0)  # the first record claims ~2 GB
     path = tmp_path / "corrupt.pcap"
     path.write_bytes(bytes(data))
     code, doc, stderr = partial(path)
@@ -166,8 +172,18 @@ def test_partial_results_reach_every_export(tmp_path):
     data = STORY.read_bytes()
     path = tmp_path / "cut.pcap"
     path.write_bytes(data[: len(data) * 2 // 3])
-    r = cli("audit", path, "--json", tmp_path / "o.json", "--csv", tmp_path / "csv", "--parquet",
-            tmp_path / "pq", "--no-color", "--exit-zero")
+    r = cli(
+        "audit",
+        path,
+        "--json",
+        tmp_path / "o.json",
+        "--csv",
+        tmp_path / "csv",
+        "--parquet",
+        tmp_path / "pq",
+        "--no-color",
+        "--exit-zero",
+    )
     assert r.exit_code == 0, r.output
     check_document(json.loads((tmp_path / "o.json").read_text()))
     for table in ("exchanges", "batches", "transactions", "findings"):

@@ -20,8 +20,9 @@ from robustness_support import PCAPS, check_document, cli, expectations
 from ksniff.decode import Decoder
 from ksniff.decode.events import ConnectionLost, Exchange
 
-pytestmark = pytest.mark.skipif(not (shutil.which("tshark") and shutil.which("editcap")),
-                                reason="needs tshark and editcap")
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("tshark") and shutil.which("editcap")), reason="needs tshark and editcap"
+)
 
 STORY = PCAPS / "txn_confluent_tansu.pcap"
 PRODUCE, ADD_PARTITIONS, END_TXN = 0, 24, 26
@@ -30,9 +31,27 @@ PRODUCE, ADD_PARTITIONS, END_TXN = 0, 24, 26
 def requests_by_api(capture: Path) -> dict[int, list[int]]:
     """Frame numbers of the requests of each API key, as tshark reads the capture."""
     port = expectations(capture)["kafka_ports"][0]
-    out = subprocess.run(["tshark", "-n", "-r", str(capture), "-d", f"tcp.port=={port},kafka", "-Y",
-                          f"kafka && tcp.dstport=={port}", "-T", "fields", "-e", "frame.number", "-e",
-                          "kafka.api_key"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "tshark",
+            "-n",
+            "-r",
+            str(capture),
+            "-d",
+            f"tcp.port=={port},kafka",
+            "-Y",
+            f"kafka && tcp.dstport=={port}",
+            "-T",
+            "fields",
+            "-e",
+            "frame.number",
+            "-e",
+            "kafka.api_key",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     found: dict[int, list[int]] = {}
     for line in out.splitlines():
         number, keys = line.split("\t")
@@ -54,8 +73,9 @@ def audit(path: Path, tmp_path: Path) -> dict:
 def derive(tmp_path: Path, name: str, frames: str, keep: bool = False) -> Path:
     """A copy of the story without the frames (`editcap -d` style), or with only them (`keep`)."""
     target = tmp_path / name
-    subprocess.run(["editcap", "-F", "pcap", *(["-r"] if keep else []), str(STORY), str(target), frames],
-                   check=True)
+    subprocess.run(
+        ["editcap", "-F", "pcap", *(["-r"] if keep else []), str(STORY), str(target), frames], check=True
+    )
     return target
 
 
@@ -146,9 +166,12 @@ def test_gap_before_a_ported_connections_first_bytes():
     s = Stream()
     dec = Decoder()
     lost = frame(init_producer_id(4), 4, 1)
-    events = [s.opened(handshake=True), s.gap(len(lost) + 3),
-              s.send(b"tail" + frame(end_txn(3), 3, 2)),
-              s.send(frame(end_txn_response(3), 3, 2), from_src=False)]
+    events = [
+        s.opened(handshake=True),
+        s.gap(len(lost) + 3),
+        s.send(b"tail" + frame(end_txn(3), 3, 2)),
+        s.send(frame(end_txn_response(3), 3, 2), from_src=False),
+    ]
     out = run(dec, events) + dec.finish()
     assert [type(e) for e in out if isinstance(e, ConnectionLost)] == [ConnectionLost]
     (ex,) = [e for e in out if isinstance(e, Exchange)]

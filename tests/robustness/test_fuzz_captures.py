@@ -47,22 +47,23 @@ def structure(path: Path) -> tuple[bytes, list[bytes], str]:
         blocks, pos = [], 0
         while pos + 12 <= len(data):
             n = struct.unpack_from(order + "I", data, pos + 4)[0]
-            blocks.append(data[pos:pos + n])
+            blocks.append(data[pos : pos + n])
             pos += n
         return blocks[0], blocks[1:], order
     order = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" else ">"
     records, pos = [], 24
     while pos + 16 <= len(data):
         n = struct.unpack_from(order + "I", data, pos + 8)[0]
-        records.append(data[pos:pos + 16 + n])
+        records.append(data[pos : pos + 16 + n])
         pos += 16 + n
     return data[:24], records, order
 
 
 CAPTURES = [p for p in corpus() if p.suffix in (".pcap", ".pcapng")]
 KINDS = ["flip", "byte", "cut", "duplicate", "delete", "swap", "length", "wire_length", "header"]
-MUTATION = st.tuples(st.sampled_from(KINDS), st.integers(0, 1 << 20), st.integers(0, 1 << 20),
-                     st.integers(0, 0xFFFFFFFF))
+MUTATION = st.tuples(
+    st.sampled_from(KINDS), st.integers(0, 1 << 20), st.integers(0, 1 << 20), st.integers(0, 0xFFFFFFFF)
+)
 
 
 def damaged(path: Path, mutations) -> bytes:
@@ -89,14 +90,14 @@ def damaged(path: Path, mutations) -> bytes:
             items[i], items[j] = items[j], items[i]
         elif kind == "length":  # pcap: captured length; pcapng: the leading block total length
             at = 8 if path.suffix == ".pcap" else 4
-            item[at:at + 4] = struct.pack(order + "I", value)
+            item[at : at + 4] = struct.pack(order + "I", value)
         elif kind == "wire_length":  # pcap: original length; pcapng: the trailing block total length
             at = 12 if path.suffix == ".pcap" else len(item) - 4
-            item[at:at + 4] = struct.pack(order + "I", value)
+            item[at : at + 4] = struct.pack(order + "I", value)
         elif kind == "header":
             header[where % len(header)] = value & 0xFF
     data = bytes(header) + b"".join(bytes(r) for r in items)
-    return data if cut is None else data[:cut % (len(data) + 1)]
+    return data if cut is None else data[: cut % (len(data) + 1)]
 
 
 def audit_bytes(data: bytes, directory: str):
@@ -110,8 +111,11 @@ def audit_bytes(data: bytes, directory: str):
         return None
 
 
-@settings(max_examples=fuzz_examples(150), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=fuzz_examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.sampled_from(CAPTURES), st.lists(MUTATION, min_size=1, max_size=6))
 def test_damaged_captures_through_the_pipeline(capture, mutations):
     fuzz_counts.ran("pipeline: damaged corpus captures")
@@ -127,8 +131,11 @@ def test_damaged_captures_through_the_pipeline(capture, mutations):
             assert f["severity"] != "critical", f
 
 
-@settings(max_examples=fuzz_examples(25), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=fuzz_examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.sampled_from(CAPTURES), st.lists(MUTATION, min_size=1, max_size=6))
 def test_damaged_captures_through_the_cli(capture, mutations):
     fuzz_counts.ran("cli: damaged corpus captures")
@@ -147,6 +154,7 @@ def test_damaged_captures_through_the_cli(capture, mutations):
 
 
 # -- memory: a capture whose Kafka frames claim gigabytes -------------------------------------------
+
 
 def hostile_capture(path: Path) -> int:
     """A real TCP connection to 9092 whose frames claim 2 GB, just under the 100 MB frame cap, and
@@ -194,15 +202,22 @@ def test_hostile_capture_resident_memory_through_the_cli(tmp_path):
     hostile_capture(path)
     # VmHWM, not ru_maxrss: Linux carries the forked parent's (pytest's) high-water mark across exec
     # into ru_maxrss, so that would measure the test runner; VmHWM belongs to this process's own memory.
-    code = ("import re, sys\n"
-            "from ksniff.cli import main\n"
-            "try:\n    main([*sys.argv[1:]])\n"
-            "except SystemExit as e:\n"
-            "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
-            "    print(e.code, hwm, file=sys.stderr)\n")
+    code = (
+        "import re, sys\n"
+        "from ksniff.cli import main\n"
+        "try:\n    main([*sys.argv[1:]])\n"
+        "except SystemExit as e:\n"
+        "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+        "    print(e.code, hwm, file=sys.stderr)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, "audit", str(path), "-q", "--exit-zero"],
-                          capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "audit", str(path), "-q", "--exit-zero"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     exit_code, peak_kib = proc.stderr.split()[-2:]
     assert exit_code == "0", proc.stderr
     # The interpreter with ksniff and rich loaded peaks near 40 MiB on this file; a frame buffered at

@@ -47,7 +47,10 @@ def test_the_corpus_gives_frames_to_mutate():
 # A mutation of one frame: (kind, which frame, where in it, value).
 MUTATION = st.tuples(
     st.sampled_from(["flip", "byte", "size", "truncate", "duplicate", "delete", "swap", "gap"]),
-    st.integers(0, 1 << 16), st.integers(0, 1 << 16), st.integers(-(1 << 31), (1 << 31) - 1))
+    st.integers(0, 1 << 16),
+    st.integers(0, 1 << 16),
+    st.integers(-(1 << 31), (1 << 31) - 1),
+)
 
 
 def mutate(frames: list[bytes], mutations) -> list[bytes | int]:
@@ -70,7 +73,7 @@ def mutate(frames: list[bytes], mutations) -> list[bytes | int]:
         elif kind == "size":  # a size prefix claiming anything, up to gigabytes or negative
             b[0:4] = struct.pack(">i", value)
         elif kind == "truncate":
-            del b[where % len(b):]
+            del b[where % len(b) :]
         elif kind == "duplicate":
             out.insert(i, bytes(b))
         elif kind == "delete":
@@ -100,7 +103,7 @@ def feed_connection(dec: Decoder, requests, responses, chunk: int, handshake: bo
                 events.append(s.gap(item, from_src))
                 continue
             for j in range(0, len(item), chunk):
-                events.append(s.send(item[j:j + chunk], from_src))
+                events.append(s.send(item[j : j + chunk], from_src))
     events.append(s.closed())
     return run(dec, events) + dec.finish()
 
@@ -138,8 +141,11 @@ def test_mutated_corpus_frames(data, mutations, chunk, handshake):
 
 
 @settings(max_examples=fuzz_examples(200), deadline=None)
-@given(st.lists(st.tuples(st.binary(min_size=1, max_size=600), st.booleans()), max_size=12), st.booleans(),
-       st.booleans())
+@given(
+    st.lists(st.tuples(st.binary(min_size=1, max_size=600), st.booleans()), max_size=12),
+    st.booleans(),
+    st.booleans(),
+)
 def test_random_bytes(chunks, handshake, on_port):
     fuzz_counts.ran("decoder: random bytes")
     s = Stream()
@@ -160,8 +166,15 @@ def test_random_bodies_behind_real_headers(body, api_version, api_key_index):
     payload = header + body
     s = Stream()
     dec = Decoder()
-    out = run(dec, [s.opened(), s.send(struct.pack(">i", len(payload)) + payload),
-                    s.send(struct.pack(">ii", 4 + len(body), 7) + body, from_src=False), s.closed()])
+    out = run(
+        dec,
+        [
+            s.opened(),
+            s.send(struct.pack(">i", len(payload)) + payload),
+            s.send(struct.pack(">ii", 4 + len(body), 7) + body, from_src=False),
+            s.closed(),
+        ],
+    )
     out += dec.finish()
     assert [type(e) for e in out if not isinstance(e, ConnectionEnded)] in ([Exchange], [])
 
@@ -205,7 +218,7 @@ def test_arrays_claiming_millions_of_elements_are_refused_quickly():
     topics_at = 1 + tid_len + 2 + 4
     hostile = []
     for count in (b"\xff\xff\xff\xff\x07", b"\x80\x80\x80\x80\x01"):  # uvarints ~2^31 and 2^28
-        hostile.append(bytes(body[:topics_at]) + count + bytes(body[topics_at + 1:]))
+        hostile.append(bytes(body[:topics_at]) + count + bytes(body[topics_at + 1 :]))
     frames = []
     for b in hostile:
         payload = good[4:header_end] + b

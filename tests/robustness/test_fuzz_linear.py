@@ -66,8 +66,11 @@ PIECE = st.tuples(st.integers(0, 63), st.integers(1, 40), st.sampled_from(["data
 
 
 def segments(pattern, span: int, withhold: bool, n: int) -> list[tuple]:
-    out = [(0.0, C, 1, S, 9092, 999, 0, SYN, b""), (0.0, S, 9092, C, 1, 4999, 1000, SYN | ACK, b""),
-           (0.0, C, 1, S, 9092, 1000, 5000, ACK, b"")]
+    out = [
+        (0.0, C, 1, S, 9092, 999, 0, SYN, b""),
+        (0.0, S, 9092, C, 1, 4999, 1000, SYN | ACK, b""),
+        (0.0, C, 1, S, 9092, 1000, 5000, ACK, b""),
+    ]
     ts = 0.0
     for t in range(n):
         for rel, length, kind in pattern:
@@ -91,8 +94,11 @@ def reassemble(segs) -> None:
         pass
 
 
-@settings(max_examples=fuzz_examples(25), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=fuzz_examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.lists(PIECE, min_size=1, max_size=12), st.integers(8, 64), st.booleans())
 def test_reassembler_work_is_linear(pattern, span, withhold):
     fuzz_counts.ran("linear: reassembler")
@@ -104,8 +110,9 @@ def test_reassembler_work_is_linear(pattern, span, withhold):
 # Request headers a resynchroniser believes at first sight (known API, valid version, null client id),
 # with sizes reaching a few periods ahead or to the end, and noise between them.
 BLOCK = st.one_of(
-    st.tuples(st.just("request"), st.sampled_from([0, 3, 10, 18, 22, 24]), st.integers(0, 4),
-              st.integers(-1, 6)),
+    st.tuples(
+        st.just("request"), st.sampled_from([0, 3, 10, 18, 22, 24]), st.integers(0, 4), st.integers(-1, 6)
+    ),
     st.tuples(st.just("noise"), st.binary(min_size=1, max_size=24)),
 )
 
@@ -137,12 +144,15 @@ def resync(data: bytes, chunk: int) -> None:
     s = Stream()
     dec.feed(s.opened(handshake=False))
     for i in range(0, len(data), chunk):
-        dec.feed(s.send(data[i:i + chunk]))
+        dec.feed(s.send(data[i : i + chunk]))
     dec.feed(s.closed())
 
 
-@settings(max_examples=fuzz_examples(15), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=fuzz_examples(15),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.lists(BLOCK, min_size=1, max_size=8), st.sampled_from([1, 7, 300, 1 << 16]))
 # Found by hypothesis: a FindCoordinator whose body decodes with bytes left over, believed because the
 # chunk ended right after it; the splitter then read sizes from the middle of the next request (its

@@ -30,8 +30,9 @@ def conversation(client_port: int = 40000) -> list[bytes]:
     """A whole Kafka connection: InitProducerId and EndTxn, answered."""
     flow = Flow(client=("10.0.0.1", client_port))
     packets = flow.handshake()
-    for cid, (request, response) in enumerate([(init_producer_id(4), init_producer_id_response(4)),
-                                               (end_txn(3), end_txn_response(3))]):
+    for cid, (request, response) in enumerate(
+        [(init_producer_id(4), init_producer_id_response(4)), (end_txn(3), end_txn_response(3))]
+    ):
         packets.append(flow.send(True, frame(request, request.API_VERSION, cid)))
         packets.append(flow.send(False, frame(response, response.API_VERSION, cid)))
     return packets + flow.close()
@@ -41,8 +42,12 @@ def test_defaults_hit_nothing(tmp_path):
     doc, warnings = audit(write(tmp_path / "c.pcap", conversation()), tmp_path)
     assert warnings == []
     assert doc["decode"]["exchanges"] == 2
-    for block, key in [("capture", "evicted_connections"), ("capture", "forced_gaps"),
-                       ("decode", "oversized_frames"), ("decode", "in_flight_evicted")]:
+    for block, key in [
+        ("capture", "evicted_connections"),
+        ("capture", "forced_gaps"),
+        ("decode", "oversized_frames"),
+        ("decode", "in_flight_evicted"),
+    ]:
         assert doc[block][key] == 0
 
 
@@ -64,8 +69,10 @@ def held_back(flow: Flow, segments: int, size: int = 500) -> list[bytes]:
     hole, so the reassembler cannot know it was lost)."""
     data = frame(init_producer_id(4, transactional_id="t" * (segments * size)), 4, 1)
     seq = flow.seq[True]
-    packets = [flow.raw(True, seq + off, payload=data[off:off + size], ack=flow.seq[False])
-               for off in range(size, len(data), size)]
+    packets = [
+        flow.raw(True, seq + off, payload=data[off : off + size], ack=flow.seq[False])
+        for off in range(size, len(data), size)
+    ]
     flow.seq[True] = seq + len(data)
     return packets
 
@@ -93,7 +100,7 @@ def test_out_of_order_buffer_limit_in_total(tmp_path):
 def test_frame_size_limit(tmp_path):
     flow = Flow()
     big = frame(init_producer_id(4, transactional_id="t" * 3000), 4, 1)
-    packets = flow.handshake() + [flow.send(True, big[i:i + 1000]) for i in range(0, len(big), 1000)]
+    packets = flow.handshake() + [flow.send(True, big[i : i + 1000]) for i in range(0, len(big), 1000)]
     packets.append(flow.send(False, frame(init_producer_id_response(4), 4, 1)))
     capture = write(tmp_path / "c.pcap", packets + flow.close())
     doc, warnings = audit(capture, tmp_path, "--max-frame-bytes", "1000")
@@ -115,8 +122,9 @@ def test_in_flight_limit(tmp_path, how):
         doc, warnings = audit(capture, tmp_path, env={"KSNIFF_MAX_IN_FLIGHT": "2"})
     assert doc["decode"]["in_flight_evicted"] == 3
     assert doc["decode"]["unmatched_requests"] == 5  # three given up early, two when the connection closed
-    assert any("in-flight request limit (2 per connection) reached: 3 requests" in w for w in warnings), \
+    assert any("in-flight request limit (2 per connection) reached: 3 requests" in w for w in warnings), (
         warnings
+    )
 
 
 def test_a_bad_limit_is_a_usage_error():

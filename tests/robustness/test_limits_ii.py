@@ -35,13 +35,16 @@ def audit(capture, tmp_path, *options: str) -> tuple[dict, list[str]]:
 
 def peak_mib(*args: str) -> tuple[int, float, str]:
     """Exit code, peak resident memory (VmHWM, MiB) and stderr of the CLI in a fresh process."""
-    code = ("import re, sys\nfrom ksniff.cli import main\ntry:\n    main([*sys.argv[1:]])\n"
-            "except SystemExit as e:\n"
-            "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
-            "    print('PEAK', e.code, hwm, file=sys.stderr)\n")
+    code = (
+        "import re, sys\nfrom ksniff.cli import main\ntry:\n    main([*sys.argv[1:]])\n"
+        "except SystemExit as e:\n"
+        "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+        "    print('PEAK', e.code, hwm, file=sys.stderr)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300, env=env
+    )
     m = re.search(r"PEAK (\d+) (\d+)", proc.stderr)
     assert m, proc.stderr
     return int(m.group(1)), int(m.group(2)) / 1024, proc.stderr
@@ -71,7 +74,7 @@ def produce_capture(path, batches: list[bytes]) -> str:
     request = produce_request(partitions={("orders", 0): batches})
     data = frame(request, 9, 1)
     packets = flow.handshake()
-    packets += [flow.send(True, data[i:i + 1448]) for i in range(0, len(data), 1448)]
+    packets += [flow.send(True, data[i : i + 1448]) for i in range(0, len(data), 1448)]
     return write(path, packets + flow.close())
 
 
@@ -86,8 +89,9 @@ def test_concatenated_zstd_frames_share_the_batch_cap(tmp_path):
 
 def test_run_cap_stops_records_across_requests(tmp_path):
     capture = produce_capture(tmp_path / "many.pcap", [bomb_batch(1), bomb_batch(1), bomb_batch(1)])
-    doc, warnings = audit(capture, tmp_path, "--records", "--csv", tmp_path / "csv",
-                          "--max-records-total", str(40 << 20))
+    doc, warnings = audit(
+        capture, tmp_path, "--records", "--csv", tmp_path / "csv", "--max-records-total", str(40 << 20)
+    )
     assert doc["decode"]["records_inflated_bytes"] == 32 << 20  # two of the three batches fit
     assert doc["decode"]["records_cut_by_run_cap"] == 1
     assert any("records decompression limit per run" in w for w in warnings), warnings
@@ -96,8 +100,9 @@ def test_run_cap_stops_records_across_requests(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
 def test_decompression_bomb_memory_under_the_ceiling(tmp_path):
     capture = produce_capture(tmp_path / "bomb.pcap", [bomb_batch(64)] * 4)  # 4 GiB claimed
-    code, peak, stderr = peak_mib("audit", capture, "--records", "--csv", tmp_path / "csv", "-q",
-                                  "--exit-zero")
+    code, peak, stderr = peak_mib(
+        "audit", capture, "--records", "--csv", tmp_path / "csv", "-q", "--exit-zero"
+    )
     assert code == 0, stderr
     assert peak < CEILING_MIB, peak
 
@@ -141,8 +146,7 @@ def test_partial_frames_cap_across_connections(tmp_path):
     flows = [Flow(client=("10.0.0.1", 40000 + i)) for i in range(4)]
     packets = [p for f in flows for p in f.handshake()]
     # Each client starts a 1 MB request and sends only 3000 bytes of it.
-    packets += [f.send(True, struct.pack(">ihhih", 1 << 20, 0, 9, 1, 1) + b"c" + b"x" * 2987)
-                for f in flows]
+    packets += [f.send(True, struct.pack(">ihhih", 1 << 20, 0, 9, 1, 1) + b"c" + b"x" * 2987) for f in flows]
     capture = write(tmp_path / "c.pcap", packets + [p for f in flows for p in f.close()])
     doc, warnings = audit(capture, tmp_path, "--max-partial-total", "7000")
     assert doc["decode"]["partial_dropped"] == 2
@@ -165,8 +169,9 @@ def test_pcapng_interface_cap(tmp_path):
 
 # -- item 9: inputs that cannot be read are named ---------------------------------------------------
 
-unprivileged = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
-                                  reason="needs root to switch users")
+unprivileged = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root to switch users"
+)
 
 
 @unprivileged
@@ -259,7 +264,7 @@ def many_items_capture(path, partitions: int = 0, legacy_batches: int = 0) -> st
     data = frame_bytes(0, 3, body + entries)
     flow = Flow()
     packets = flow.handshake()
-    packets += [flow.send(True, data[i:i + 65000]) for i in range(0, len(data), 65000)]
+    packets += [flow.send(True, data[i : i + 65000]) for i in range(0, len(data), 65000)]
     return write(path, packets + flow.close())
 
 
@@ -271,6 +276,7 @@ def frame_bytes(api_key: int, version: int, body: bytes) -> bytes:
 @pytest.mark.parametrize("kind", ["partitions", "legacy_batches"])
 def test_body_item_cap(tmp_path, kind):
     """A body within --max-body-items is decoded; one item more and it is not, counted and said once."""
+
     # Items: the topic, then its partitions (or its one partition and that one's batches).
     def holding(items: int) -> dict:
         return {kind: items - 1 if kind == "partitions" else items - 2}
@@ -284,8 +290,10 @@ def test_body_item_cap(tmp_path, kind):
     assert doc["decode"]["bodies_over_item_cap"] == 1
     assert doc["decode"]["by_api"]["Produce"]["not_decoded"] == {"over_item_cap": 1}
     assert doc["decode"]["errors"] == 0
-    assert warnings == ["ksniff: warning: body item limit (500 array elements and record batches) reached: "
-                        "1 bodies not decoded"]
+    assert warnings == [
+        "ksniff: warning: body item limit (500 array elements and record batches) reached: "
+        "1 bodies not decoded"
+    ]
 
 
 @pytest.mark.parametrize("kind, n", [("partitions", 12_000_000), ("legacy_batches", 1_500_000)])

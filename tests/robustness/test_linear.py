@@ -56,7 +56,7 @@ def decode_mid_stream(data: bytes, chunk: int = 1448) -> Decoder:
     s = Stream()
     dec.feed(s.opened(handshake=False))
     for i in range(0, len(data), chunk):
-        dec.feed(s.send(data[i:i + chunk]))
+        dec.feed(s.send(data[i : i + chunk]))
     dec.feed(s.closed())
     return dec
 

@@ -31,14 +31,30 @@ from robustness_support import REPO, assert_no_traceback, assert_one_line_error,
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root")
 
-EXCHANGES = [(frame(api_versions(3), 3, 1), frame(api_versions_response(3), 3, 1)),
-             (frame(init_producer_id(4), 4, 2), frame(init_producer_id_response(4), 4, 2))]
+EXCHANGES = [
+    (frame(api_versions(3), 3, 1), frame(api_versions_response(3), 3, 1)),
+    (frame(init_producer_id(4), 4, 2), frame(init_producer_id_response(4), 4, 2)),
+]
 
 
 def start_live(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "ksniff.cli", "live", "lo", "--port", str(port), "--no-color",
-           "--json", str(tmp_path / "live.json"), "--csv", str(tmp_path / "csv"),
-           "--write", str(tmp_path / "live.pcap"), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ksniff.cli",
+        "live",
+        "lo",
+        "--port",
+        str(port),
+        "--no-color",
+        "--json",
+        str(tmp_path / "live.json"),
+        "--csv",
+        str(tmp_path / "csv"),
+        "--write",
+        str(tmp_path / "live.pcap"),
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     ready = proc.stderr.readline()  # printed once the capture socket is open

@@ -32,8 +32,20 @@ RECORD_VALUES = [f"value {txn}-{i}".encode() for txn in range(3) for i in range(
 
 def every_output(capture: Path, tmp_path: Path, *extra: str) -> dict[str, bytes]:
     """Everything a run writes: terminal text, the JSON document, each CSV file, each Parquet cell."""
-    r = cli("audit", capture, "--json", tmp_path / "out.json", "--csv", tmp_path / "csv", "--parquet",
-            tmp_path / "pq", "--verbose", "--no-color", "--exit-zero", *extra)
+    r = cli(
+        "audit",
+        capture,
+        "--json",
+        tmp_path / "out.json",
+        "--csv",
+        tmp_path / "csv",
+        "--parquet",
+        tmp_path / "pq",
+        "--verbose",
+        "--no-color",
+        "--exit-zero",
+        *extra,
+    )
     assert r.exit_code == 0, r.output
     outputs = {"terminal": (r.stdout + r.stderr).encode(), "json": (tmp_path / "out.json").read_bytes()}
     for path in sorted((tmp_path / "csv").glob("*.csv")):
@@ -72,8 +84,10 @@ def test_records_are_not_exported_by_default(tmp_path):
 
 def test_records_are_exported_when_asked(tmp_path):
     every_output(STORY, tmp_path, "--records")
-    for df in (pd.read_csv(tmp_path / "csv" / "records.csv", dtype=str, keep_default_na=False),
-               pd.read_parquet(tmp_path / "pq" / "records.parquet")):
+    for df in (
+        pd.read_csv(tmp_path / "csv" / "records.csv", dtype=str, keep_default_na=False),
+        pd.read_parquet(tmp_path / "pq" / "records.parquet"),
+    ):
         keys = {base64.b64decode(k) for k in df["key"]}
         values = {base64.b64decode(v).rstrip(b" .") for v in df["value"]}  # values may be padded
         assert set(RECORD_KEYS[:8]) <= keys  # the first two transactions, whatever the third became
@@ -106,19 +120,34 @@ def sasl_capture(path: Path) -> None:
     plain = Flow(client=("10.0.0.1", 40001))
     packets += plain.handshake()
     exchange(plain, SaslHandshakeRequest[1](mechanism="PLAIN"), SaslHandshakeResponse[1](0, ["PLAIN"]), 1)
-    exchange(plain, SaslAuthenticateRequest[1](auth_bytes=b"\0alice\0" + PASSWORD),
-             SaslAuthenticateResponse[1](0, None, b"", 3600000), 2)
+    exchange(
+        plain,
+        SaslAuthenticateRequest[1](auth_bytes=b"\0alice\0" + PASSWORD),
+        SaslAuthenticateResponse[1](0, None, b"", 3600000),
+        2,
+    )
 
     scram = Flow(client=("10.0.0.1", 40002))
     packets += scram.handshake()
-    exchange(scram, SaslHandshakeRequest[1](mechanism="SCRAM-SHA-256"),
-             SaslHandshakeResponse[1](0, ["SCRAM-SHA-256"]), 1)
+    exchange(
+        scram,
+        SaslHandshakeRequest[1](mechanism="SCRAM-SHA-256"),
+        SaslHandshakeResponse[1](0, ["SCRAM-SHA-256"]),
+        1,
+    )
     nonce = b"fyko+d2lbbFgONRv9qkxdawL"
-    exchange(scram, SaslAuthenticateRequest[0](auth_bytes=b"n,,n=alice,r=" + nonce),
-             SaslAuthenticateResponse[0](0, None, b"r=" + nonce + b"3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,"
-                                                                   b"i=4096"), 2)
-    exchange(scram, SaslAuthenticateRequest[1](auth_bytes=b"c=biws,r=" + nonce + b"," + SCRAM_PROOF),
-             SaslAuthenticateResponse[1](0, None, SCRAM_SIGNATURE, 3600000), 3)
+    exchange(
+        scram,
+        SaslAuthenticateRequest[0](auth_bytes=b"n,,n=alice,r=" + nonce),
+        SaslAuthenticateResponse[0](0, None, b"r=" + nonce + b"3rfcNHYJY1ZVvWVs7j,s=QSXCR+Q6sek8bf92,i=4096"),
+        2,
+    )
+    exchange(
+        scram,
+        SaslAuthenticateRequest[1](auth_bytes=b"c=biws,r=" + nonce + b"," + SCRAM_PROOF),
+        SaslAuthenticateResponse[1](0, None, SCRAM_SIGNATURE, 3600000),
+        3,
+    )
 
     legacy = Flow(client=("10.0.0.1", 40003))
     packets += legacy.handshake()

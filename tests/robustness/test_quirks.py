@@ -29,9 +29,11 @@ def api_versions_v0_with_trailer(correlation_id: int) -> bytes:
 
 
 def conversation(flow: Flow, cid: int = 1) -> list[bytes]:
-    pairs = [(api_versions_v0_with_trailer(cid), frame(api_versions_response(0), 0, cid)),
-             (frame(init_producer_id(4), 4, cid + 1), frame(init_producer_id_response(4), 4, cid + 1)),
-             (frame(end_txn(3), 3, cid + 2), frame(end_txn_response(3), 3, cid + 2))]
+    pairs = [
+        (api_versions_v0_with_trailer(cid), frame(api_versions_response(0), 0, cid)),
+        (frame(init_producer_id(4), 4, cid + 1), frame(init_producer_id_response(4), 4, cid + 1)),
+        (frame(end_txn(3), 3, cid + 2), frame(end_txn_response(3), 3, cid + 2)),
+    ]
     packets = []
     for request, response in pairs:
         packets += [flow.send(True, request), flow.send(False, response)]
@@ -74,7 +76,6 @@ def test_resynchronisation_after_a_gap_lands_on_the_quirky_request(tmp_path):
     assert doc["capture"]["gaps"] == 1
 
 
-
 @pytest.mark.parametrize("after", [4, 5, 7])
 def test_answer_with_bytes_left_over_then_a_few_bytes_of_the_next(tmp_path, after):
     """Read from its middle, a broker's segment holds an answer with bytes its schema lacks and then only
@@ -85,10 +86,12 @@ def test_answer_with_bytes_left_over_then_a_few_bytes_of_the_next(tmp_path, afte
     body = struct.pack(">ih", 0, 0) + b"\0\0"  # EndTxn v1's answer (throttle, error) and two bytes more
     answer = struct.pack(">ii", 4 + len(body), 1) + body
     second = frame(end_txn_response(1), 1, 2)
-    packets = [flow.send(True, frame(end_txn(1), 1, 1) + frame(end_txn(1), 1, 2)),
-               flow.send(False, answer + second[:after]),
-               flow.send(True, frame(end_txn(1), 1, 3)),
-               flow.send(False, second[after:] + frame(end_txn_response(1), 1, 3))]
+    packets = [
+        flow.send(True, frame(end_txn(1), 1, 1) + frame(end_txn(1), 1, 2)),
+        flow.send(False, answer + second[:after]),
+        flow.send(True, frame(end_txn(1), 1, 3)),
+        flow.send(False, second[after:] + frame(end_txn_response(1), 1, 3)),
+    ]
     doc = audit(tmp_path, packets)
     dec = doc["decode"]
     assert dec["by_api"]["EndTxn"]["exchanges"] == 3, dec

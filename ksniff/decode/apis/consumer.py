@@ -22,213 +22,398 @@ from ksniff.decode.schema import (
 )
 
 FETCH = API(
-    1, "Fetch", valid="0-18", flexible="12+",
+    1,
+    "Fetch",
+    valid="0-18",
+    flexible="12+",
     notes="Kafka 4.0 removed v0-3 from its specs (KIP-896); their layout is kept here from the earlier "
-          "specs. Topics are named by topic id from v13. replica_id moved into the tagged replica_state "
-          "in v15.",
+    "specs. Topics are named by topic id from v13. replica_id moved into the tagged replica_state "
+    "in v15.",
     request=[
         F("cluster_id", STRING, "12+", nullable="12+", tag=0),
         F("replica_id", INT32, "0-14", default=-1),
-        F("replica_state", STRUCT([
-            F("replica_id", INT32, "15+", default=-1),
-            F("replica_epoch", INT64, "15+", default=-1),
-        ]), "15+", tag=1),
+        F(
+            "replica_state",
+            STRUCT(
+                [
+                    F("replica_id", INT32, "15+", default=-1),
+                    F("replica_epoch", INT64, "15+", default=-1),
+                ]
+            ),
+            "15+",
+            tag=1,
+        ),
         F("max_wait_ms", INT32, "0+"),
         F("min_bytes", INT32, "0+"),
         F("max_bytes", INT32, "3+", default=0x7FFFFFFF),
         F("isolation_level", INT8, "4+", default=0),
         F("session_id", INT32, "7+", default=0),
         F("session_epoch", INT32, "7+", default=-1),
-        F("topics", ARRAY([
-            F("topic", STRING, "0-12"),
-            F("topic_id", UUID, "13+"),
-            F("partitions", ARRAY([
-                F("partition", INT32, "0+"),
-                F("current_leader_epoch", INT32, "9+", default=-1),
-                F("fetch_offset", INT64, "0+"),
-                F("last_fetched_epoch", INT32, "12+", default=-1),
-                F("log_start_offset", INT64, "5+", default=-1),
-                F("partition_max_bytes", INT32, "0+"),
-                F("replica_directory_id", UUID, "17+", tag=0),
-                F("high_watermark", INT64, "18+", tag=1, default=0x7FFFFFFFFFFFFFFF),
-            ]), "0+"),
-        ]), "0+"),
-        F("forgotten_topics_data", ARRAY([
-            F("topic", STRING, "7-12"),
-            F("topic_id", UUID, "13+"),
-            F("partitions", ARRAY(INT32), "7+"),
-        ]), "7+"),
+        F(
+            "topics",
+            ARRAY(
+                [
+                    F("topic", STRING, "0-12"),
+                    F("topic_id", UUID, "13+"),
+                    F(
+                        "partitions",
+                        ARRAY(
+                            [
+                                F("partition", INT32, "0+"),
+                                F("current_leader_epoch", INT32, "9+", default=-1),
+                                F("fetch_offset", INT64, "0+"),
+                                F("last_fetched_epoch", INT32, "12+", default=-1),
+                                F("log_start_offset", INT64, "5+", default=-1),
+                                F("partition_max_bytes", INT32, "0+"),
+                                F("replica_directory_id", UUID, "17+", tag=0),
+                                F("high_watermark", INT64, "18+", tag=1, default=0x7FFFFFFFFFFFFFFF),
+                            ]
+                        ),
+                        "0+",
+                    ),
+                ]
+            ),
+            "0+",
+        ),
+        F(
+            "forgotten_topics_data",
+            ARRAY(
+                [
+                    F("topic", STRING, "7-12"),
+                    F("topic_id", UUID, "13+"),
+                    F("partitions", ARRAY(INT32), "7+"),
+                ]
+            ),
+            "7+",
+        ),
         F("rack_id", STRING, "11+", default=""),
     ],
     response=[
         F("throttle_time_ms", INT32, "1+"),
         F("error_code", INT16, "7+"),
         F("session_id", INT32, "7+", default=0),
-        F("responses", ARRAY([
-            F("topic", STRING, "0-12"),
-            F("topic_id", UUID, "13+"),
-            F("partitions", ARRAY([
-                F("partition_index", INT32, "0+"),
-                F("error_code", INT16, "0+"),
-                F("high_watermark", INT64, "0+"),
-                F("last_stable_offset", INT64, "4+", default=-1),
-                F("log_start_offset", INT64, "5+", default=-1),
-                F("diverging_epoch", STRUCT([
-                    F("epoch", INT32, "12+", default=-1),
-                    F("end_offset", INT64, "12+", default=-1),
-                ]), "12+", tag=0),
-                F("current_leader", STRUCT([
-                    F("leader_id", INT32, "12+", default=-1),
-                    F("leader_epoch", INT32, "12+", default=-1),
-                ]), "12+", tag=1),
-                F("snapshot_id", STRUCT([
-                    F("end_offset", INT64, "12+", default=-1),
-                    F("epoch", INT32, "12+", default=-1),
-                ]), "12+", tag=2),
-                F("aborted_transactions", ARRAY([
-                    F("producer_id", INT64, "4+"),
-                    F("first_offset", INT64, "4+"),
-                ]), "4+", nullable="4+"),
-                F("preferred_read_replica", INT32, "11+", default=-1),
-                F("records", RECORDS, "0+", nullable="0+"),
-            ]), "0+"),
-        ]), "0+"),
-        F("node_endpoints", ARRAY([
-            F("node_id", INT32, "16+"),
-            F("host", STRING, "16+"),
-            F("port", INT32, "16+"),
-            F("rack", STRING, "16+", nullable="16+"),
-        ]), "16+", tag=0),
+        F(
+            "responses",
+            ARRAY(
+                [
+                    F("topic", STRING, "0-12"),
+                    F("topic_id", UUID, "13+"),
+                    F(
+                        "partitions",
+                        ARRAY(
+                            [
+                                F("partition_index", INT32, "0+"),
+                                F("error_code", INT16, "0+"),
+                                F("high_watermark", INT64, "0+"),
+                                F("last_stable_offset", INT64, "4+", default=-1),
+                                F("log_start_offset", INT64, "5+", default=-1),
+                                F(
+                                    "diverging_epoch",
+                                    STRUCT(
+                                        [
+                                            F("epoch", INT32, "12+", default=-1),
+                                            F("end_offset", INT64, "12+", default=-1),
+                                        ]
+                                    ),
+                                    "12+",
+                                    tag=0,
+                                ),
+                                F(
+                                    "current_leader",
+                                    STRUCT(
+                                        [
+                                            F("leader_id", INT32, "12+", default=-1),
+                                            F("leader_epoch", INT32, "12+", default=-1),
+                                        ]
+                                    ),
+                                    "12+",
+                                    tag=1,
+                                ),
+                                F(
+                                    "snapshot_id",
+                                    STRUCT(
+                                        [
+                                            F("end_offset", INT64, "12+", default=-1),
+                                            F("epoch", INT32, "12+", default=-1),
+                                        ]
+                                    ),
+                                    "12+",
+                                    tag=2,
+                                ),
+                                F(
+                                    "aborted_transactions",
+                                    ARRAY(
+                                        [
+                                            F("producer_id", INT64, "4+"),
+                                            F("first_offset", INT64, "4+"),
+                                        ]
+                                    ),
+                                    "4+",
+                                    nullable="4+",
+                                ),
+                                F("preferred_read_replica", INT32, "11+", default=-1),
+                                F("records", RECORDS, "0+", nullable="0+"),
+                            ]
+                        ),
+                        "0+",
+                    ),
+                ]
+            ),
+            "0+",
+        ),
+        F(
+            "node_endpoints",
+            ARRAY(
+                [
+                    F("node_id", INT32, "16+"),
+                    F("host", STRING, "16+"),
+                    F("port", INT32, "16+"),
+                    F("rack", STRING, "16+", nullable="16+"),
+                ]
+            ),
+            "16+",
+            tag=0,
+        ),
     ],
 )
 
 LIST_OFFSETS = API(
-    2, "ListOffsets", valid="0-11", flexible="6+",
+    2,
+    "ListOffsets",
+    valid="0-11",
+    flexible="6+",
     notes="Kafka 4.0 removed v0 (KIP-896); kept here from the earlier specs: v0 asks for up to "
-          "max_num_offsets offsets and gets old_style_offsets back instead of timestamp/offset.",
+    "max_num_offsets offsets and gets old_style_offsets back instead of timestamp/offset.",
     request=[
         F("replica_id", INT32, "0+"),
         F("isolation_level", INT8, "2+"),
-        F("topics", ARRAY([
-            F("name", STRING, "0+"),
-            F("partitions", ARRAY([
-                F("partition_index", INT32, "0+"),
-                F("current_leader_epoch", INT32, "4+", default=-1),
-                F("timestamp", INT64, "0+"),
-                F("max_num_offsets", INT32, "0", default=1),
-            ]), "0+"),
-        ]), "0+"),
+        F(
+            "topics",
+            ARRAY(
+                [
+                    F("name", STRING, "0+"),
+                    F(
+                        "partitions",
+                        ARRAY(
+                            [
+                                F("partition_index", INT32, "0+"),
+                                F("current_leader_epoch", INT32, "4+", default=-1),
+                                F("timestamp", INT64, "0+"),
+                                F("max_num_offsets", INT32, "0", default=1),
+                            ]
+                        ),
+                        "0+",
+                    ),
+                ]
+            ),
+            "0+",
+        ),
         F("timeout_ms", INT32, "10+"),
     ],
     response=[
         F("throttle_time_ms", INT32, "2+"),
-        F("topics", ARRAY([
-            F("name", STRING, "0+"),
-            F("partitions", ARRAY([
-                F("partition_index", INT32, "0+"),
-                F("error_code", INT16, "0+"),
-                F("old_style_offsets", ARRAY(INT64), "0"),
-                F("timestamp", INT64, "1+", default=-1),
-                F("offset", INT64, "1+", default=-1),
-                F("leader_epoch", INT32, "4+", default=-1),
-            ]), "0+"),
-        ]), "0+"),
+        F(
+            "topics",
+            ARRAY(
+                [
+                    F("name", STRING, "0+"),
+                    F(
+                        "partitions",
+                        ARRAY(
+                            [
+                                F("partition_index", INT32, "0+"),
+                                F("error_code", INT16, "0+"),
+                                F("old_style_offsets", ARRAY(INT64), "0"),
+                                F("timestamp", INT64, "1+", default=-1),
+                                F("offset", INT64, "1+", default=-1),
+                                F("leader_epoch", INT32, "4+", default=-1),
+                            ]
+                        ),
+                        "0+",
+                    ),
+                ]
+            ),
+            "0+",
+        ),
     ],
 )
 
 OFFSET_COMMIT = API(
-    8, "OffsetCommit", valid="0-10", flexible="8+",
+    8,
+    "OffsetCommit",
+    valid="0-10",
+    flexible="8+",
     notes="Kafka 4.0 removed v0-1 (KIP-896); kept here from the earlier specs (v1 alone carries a "
-          "commit_timestamp per partition, v2-4 a retention_time_ms). Topics are named by topic id from "
-          "v10.",
+    "commit_timestamp per partition, v2-4 a retention_time_ms). Topics are named by topic id from "
+    "v10.",
     request=[
         F("group_id", STRING, "0+"),
         F("generation_id_or_member_epoch", INT32, "1+", default=-1),
         F("member_id", STRING, "1+"),
         F("group_instance_id", STRING, "7+", nullable="7+"),
         F("retention_time_ms", INT64, "2-4", default=-1),
-        F("topics", ARRAY([
-            F("name", STRING, "0-9"),
-            F("topic_id", UUID, "10+"),
-            F("partitions", ARRAY([
-                F("partition_index", INT32, "0+"),
-                F("committed_offset", INT64, "0+"),
-                F("committed_leader_epoch", INT32, "6+", default=-1),
-                F("commit_timestamp", INT64, "1", default=-1),
-                F("committed_metadata", STRING, "0+", nullable="0+"),
-            ]), "0+"),
-        ]), "0+"),
+        F(
+            "topics",
+            ARRAY(
+                [
+                    F("name", STRING, "0-9"),
+                    F("topic_id", UUID, "10+"),
+                    F(
+                        "partitions",
+                        ARRAY(
+                            [
+                                F("partition_index", INT32, "0+"),
+                                F("committed_offset", INT64, "0+"),
+                                F("committed_leader_epoch", INT32, "6+", default=-1),
+                                F("commit_timestamp", INT64, "1", default=-1),
+                                F("committed_metadata", STRING, "0+", nullable="0+"),
+                            ]
+                        ),
+                        "0+",
+                    ),
+                ]
+            ),
+            "0+",
+        ),
     ],
     response=[
         F("throttle_time_ms", INT32, "3+"),
-        F("topics", ARRAY([
-            F("name", STRING, "0-9"),
-            F("topic_id", UUID, "10+"),
-            F("partitions", ARRAY([
-                F("partition_index", INT32, "0+"),
-                F("error_code", INT16, "0+"),
-            ]), "0+"),
-        ]), "0+"),
+        F(
+            "topics",
+            ARRAY(
+                [
+                    F("name", STRING, "0-9"),
+                    F("topic_id", UUID, "10+"),
+                    F(
+                        "partitions",
+                        ARRAY(
+                            [
+                                F("partition_index", INT32, "0+"),
+                                F("error_code", INT16, "0+"),
+                            ]
+                        ),
+                        "0+",
+                    ),
+                ]
+            ),
+            "0+",
+        ),
     ],
 )
 
 OFFSET_FETCH = API(
-    9, "OffsetFetch", valid="0-10", flexible="6+",
+    9,
+    "OffsetFetch",
+    valid="0-10",
+    flexible="6+",
     notes="Kafka 4.0 removed v0 (KIP-896); its layout equals v1. v8+ batches several groups; topics are "
-          "named by topic id from v10.",
+    "named by topic id from v10.",
     request=[
         F("group_id", STRING, "0-7"),
-        F("topics", ARRAY([
-            F("name", STRING, "0-7"),
-            F("partition_indexes", ARRAY(INT32), "0-7"),
-        ]), "0-7", nullable="2-7"),
-        F("groups", ARRAY([
-            F("group_id", STRING, "8+"),
-            F("member_id", STRING, "9+", nullable="9+"),
-            F("member_epoch", INT32, "9+", default=-1),
-            F("topics", ARRAY([
-                F("name", STRING, "8-9"),
-                F("topic_id", UUID, "10+"),
-                F("partition_indexes", ARRAY(INT32), "8+"),
-            ]), "8+", nullable="8+"),
-        ]), "8+"),
+        F(
+            "topics",
+            ARRAY(
+                [
+                    F("name", STRING, "0-7"),
+                    F("partition_indexes", ARRAY(INT32), "0-7"),
+                ]
+            ),
+            "0-7",
+            nullable="2-7",
+        ),
+        F(
+            "groups",
+            ARRAY(
+                [
+                    F("group_id", STRING, "8+"),
+                    F("member_id", STRING, "9+", nullable="9+"),
+                    F("member_epoch", INT32, "9+", default=-1),
+                    F(
+                        "topics",
+                        ARRAY(
+                            [
+                                F("name", STRING, "8-9"),
+                                F("topic_id", UUID, "10+"),
+                                F("partition_indexes", ARRAY(INT32), "8+"),
+                            ]
+                        ),
+                        "8+",
+                        nullable="8+",
+                    ),
+                ]
+            ),
+            "8+",
+        ),
         F("require_stable", BOOL, "7+", default=False),
     ],
     response=[
         F("throttle_time_ms", INT32, "3+"),
-        F("topics", ARRAY([
-            F("name", STRING, "0-7"),
-            F("partitions", ARRAY([
-                F("partition_index", INT32, "0-7"),
-                F("committed_offset", INT64, "0-7"),
-                F("committed_leader_epoch", INT32, "5-7", default=-1),
-                F("metadata", STRING, "0-7", nullable="0-7"),
-                F("error_code", INT16, "0-7"),
-            ]), "0-7"),
-        ]), "0-7"),
+        F(
+            "topics",
+            ARRAY(
+                [
+                    F("name", STRING, "0-7"),
+                    F(
+                        "partitions",
+                        ARRAY(
+                            [
+                                F("partition_index", INT32, "0-7"),
+                                F("committed_offset", INT64, "0-7"),
+                                F("committed_leader_epoch", INT32, "5-7", default=-1),
+                                F("metadata", STRING, "0-7", nullable="0-7"),
+                                F("error_code", INT16, "0-7"),
+                            ]
+                        ),
+                        "0-7",
+                    ),
+                ]
+            ),
+            "0-7",
+        ),
         F("error_code", INT16, "2-7", default=0),
-        F("groups", ARRAY([
-            F("group_id", STRING, "8+"),
-            F("topics", ARRAY([
-                F("name", STRING, "8-9"),
-                F("topic_id", UUID, "10+"),
-                F("partitions", ARRAY([
-                    F("partition_index", INT32, "8+"),
-                    F("committed_offset", INT64, "8+"),
-                    F("committed_leader_epoch", INT32, "8+", default=-1),
-                    F("metadata", STRING, "8+", nullable="8+"),
-                    F("error_code", INT16, "8+"),
-                ]), "8+"),
-            ]), "8+"),
-            F("error_code", INT16, "8+", default=0),
-        ]), "8+"),
+        F(
+            "groups",
+            ARRAY(
+                [
+                    F("group_id", STRING, "8+"),
+                    F(
+                        "topics",
+                        ARRAY(
+                            [
+                                F("name", STRING, "8-9"),
+                                F("topic_id", UUID, "10+"),
+                                F(
+                                    "partitions",
+                                    ARRAY(
+                                        [
+                                            F("partition_index", INT32, "8+"),
+                                            F("committed_offset", INT64, "8+"),
+                                            F("committed_leader_epoch", INT32, "8+", default=-1),
+                                            F("metadata", STRING, "8+", nullable="8+"),
+                                            F("error_code", INT16, "8+"),
+                                        ]
+                                    ),
+                                    "8+",
+                                ),
+                            ]
+                        ),
+                        "8+",
+                    ),
+                    F("error_code", INT16, "8+", default=0),
+                ]
+            ),
+            "8+",
+        ),
     ],
 )
 
 FIND_COORDINATOR = API(
-    10, "FindCoordinator", valid="0-6", flexible="3+",
+    10,
+    "FindCoordinator",
+    valid="0-6",
+    flexible="3+",
     notes="key_type 0 = group, 1 = transaction, 2 = share. v4+ batches keys (coordinator_keys) and "
-          "answers per key in coordinators[]; v0-3 have a single key and a single answer.",
+    "answers per key in coordinators[]; v0-3 have a single key and a single answer.",
     request=[
         F("key", STRING, "0-3"),
         F("key_type", INT8, "1+", default=0),
@@ -241,19 +426,28 @@ FIND_COORDINATOR = API(
         F("node_id", INT32, "0-3"),
         F("host", STRING, "0-3"),
         F("port", INT32, "0-3"),
-        F("coordinators", ARRAY([
-            F("key", STRING, "4+"),
-            F("node_id", INT32, "4+"),
-            F("host", STRING, "4+"),
-            F("port", INT32, "4+"),
-            F("error_code", INT16, "4+"),
-            F("error_message", STRING, "4+", nullable="4+"),
-        ]), "4+"),
+        F(
+            "coordinators",
+            ARRAY(
+                [
+                    F("key", STRING, "4+"),
+                    F("node_id", INT32, "4+"),
+                    F("host", STRING, "4+"),
+                    F("port", INT32, "4+"),
+                    F("error_code", INT16, "4+"),
+                    F("error_message", STRING, "4+", nullable="4+"),
+                ]
+            ),
+            "4+",
+        ),
     ],
 )
 
 JOIN_GROUP = API(
-    11, "JoinGroup", valid="0-9", flexible="6+",
+    11,
+    "JoinGroup",
+    valid="0-9",
+    flexible="6+",
     request=[
         F("group_id", STRING, "0+"),
         F("session_timeout_ms", INT32, "0+"),
@@ -261,10 +455,16 @@ JOIN_GROUP = API(
         F("member_id", STRING, "0+"),
         F("group_instance_id", STRING, "5+", nullable="5+"),
         F("protocol_type", STRING, "0+"),
-        F("protocols", ARRAY([
-            F("name", STRING, "0+"),
-            F("metadata", BYTES, "0+"),
-        ]), "0+"),
+        F(
+            "protocols",
+            ARRAY(
+                [
+                    F("name", STRING, "0+"),
+                    F("metadata", BYTES, "0+"),
+                ]
+            ),
+            "0+",
+        ),
         F("reason", STRING, "8+", nullable="8+"),
     ],
     response=[
@@ -276,16 +476,25 @@ JOIN_GROUP = API(
         F("leader", STRING, "0+"),
         F("skip_assignment", BOOL, "9+", default=False),
         F("member_id", STRING, "0+"),
-        F("members", ARRAY([
-            F("member_id", STRING, "0+"),
-            F("group_instance_id", STRING, "5+", nullable="5+"),
-            F("metadata", BYTES, "0+"),
-        ]), "0+"),
+        F(
+            "members",
+            ARRAY(
+                [
+                    F("member_id", STRING, "0+"),
+                    F("group_instance_id", STRING, "5+", nullable="5+"),
+                    F("metadata", BYTES, "0+"),
+                ]
+            ),
+            "0+",
+        ),
     ],
 )
 
 HEARTBEAT = API(
-    12, "Heartbeat", valid="0-4", flexible="4+",
+    12,
+    "Heartbeat",
+    valid="0-4",
+    flexible="4+",
     request=[
         F("group_id", STRING, "0+"),
         F("generation_id", INT32, "0+"),
@@ -299,30 +508,48 @@ HEARTBEAT = API(
 )
 
 LEAVE_GROUP = API(
-    13, "LeaveGroup", valid="0-5", flexible="4+",
+    13,
+    "LeaveGroup",
+    valid="0-5",
+    flexible="4+",
     notes="v0-2 leave one member (member_id); v3+ leave a batch (members[]).",
     request=[
         F("group_id", STRING, "0+"),
         F("member_id", STRING, "0-2"),
-        F("members", ARRAY([
-            F("member_id", STRING, "3+"),
-            F("group_instance_id", STRING, "3+", nullable="3+"),
-            F("reason", STRING, "5+", nullable="5+"),
-        ]), "3+"),
+        F(
+            "members",
+            ARRAY(
+                [
+                    F("member_id", STRING, "3+"),
+                    F("group_instance_id", STRING, "3+", nullable="3+"),
+                    F("reason", STRING, "5+", nullable="5+"),
+                ]
+            ),
+            "3+",
+        ),
     ],
     response=[
         F("throttle_time_ms", INT32, "1+"),
         F("error_code", INT16, "0+"),
-        F("members", ARRAY([
-            F("member_id", STRING, "3+"),
-            F("group_instance_id", STRING, "3+", nullable="3+"),
-            F("error_code", INT16, "3+"),
-        ]), "3+"),
+        F(
+            "members",
+            ARRAY(
+                [
+                    F("member_id", STRING, "3+"),
+                    F("group_instance_id", STRING, "3+", nullable="3+"),
+                    F("error_code", INT16, "3+"),
+                ]
+            ),
+            "3+",
+        ),
     ],
 )
 
 SYNC_GROUP = API(
-    14, "SyncGroup", valid="0-5", flexible="4+",
+    14,
+    "SyncGroup",
+    valid="0-5",
+    flexible="4+",
     request=[
         F("group_id", STRING, "0+"),
         F("generation_id", INT32, "0+"),
@@ -330,10 +557,16 @@ SYNC_GROUP = API(
         F("group_instance_id", STRING, "3+", nullable="3+"),
         F("protocol_type", STRING, "5+", nullable="5+"),
         F("protocol_name", STRING, "5+", nullable="5+"),
-        F("assignments", ARRAY([
-            F("member_id", STRING, "0+"),
-            F("assignment", BYTES, "0+"),
-        ]), "0+"),
+        F(
+            "assignments",
+            ARRAY(
+                [
+                    F("member_id", STRING, "0+"),
+                    F("assignment", BYTES, "0+"),
+                ]
+            ),
+            "0+",
+        ),
     ],
     response=[
         F("throttle_time_ms", INT32, "1+"),
