@@ -68,6 +68,9 @@ class Anchors:
     # What changes a producer's state at the coordinator, that findings elsewhere are judged against:
     # (time, transactional id, producer id) of InitProducerId, AddPartitionsToTxn and EndTxn answers.
     boundaries: list[tuple[float, str | None, int]] = field(default_factory=list)
+    # Made once by `seal`, after the last exchange: what every pair of groups is judged with.
+    quiet: dict[tuple[int, int, str, int], list[tuple[float, float]]] = field(default_factory=dict)
+    first_commit: dict[tuple[int, int, str, int], float] = field(default_factory=dict)
 
     def feed(self, ex: Exchange) -> None:
         name = ex.api_name
@@ -81,14 +84,15 @@ class Anchors:
                     continue
                 if ex.request_ts < self.first_use.get(pid, math.inf):
                     self.first_use[pid] = ex.request_ts
+                if not h.transactional:
+                    continue  # what follows orders transactions: an idempotent bulk load keeps nothing
                 write = (pid, h.producer_epoch, b.topic, b.partition)
                 self.writes.setdefault(write, []).append(ex.request_ts)
                 if ex.request_ts < self.first_write.get(write, math.inf):
                     self.first_write[write] = ex.request_ts
                 if h.base_sequence == 0 and b.error_code == 0 and b.response_ts is not None:
-                    key = (pid, h.producer_epoch, b.topic, b.partition)
-                    if b.response_ts < self.first_batch.get(key, math.inf):
-                        self.first_batch[key] = b.response_ts
+                    if b.response_ts < self.first_batch.get(write, math.inf):
+                        self.first_batch[write] = b.response_ts
         elif name == "InitProducerId":
             resp = ex.response
             if resp is not None and resp.error_code == 0 and resp.producer_id >= 0 and ex.response_ts:
@@ -118,6 +122,14 @@ class Anchors:
                 self.boundaries.append((ex.response_ts, req.transactional_id, req.producer_id))
             if ex.request_ts < self.first_end.get(key, (math.inf, False))[0]:
                 self.first_end[key] = (ex.request_ts, bool(req.committed))
+
+    def seal(self) -> Anchors:
+        """After the last exchange: the writes sorted, the quiet windows and first commits made."""
+        for times in self.writes.values():
+            times.sort()
+        self.quiet = self.quiet_windows()
+        self.first_commit = self.first_transaction()
+        return self
 
     def quiet_windows(self) -> dict[tuple[int, int, str, int], list[tuple[float, float]]]:
         """(producer id, epoch, topic, partition) -> the windows in which its client writes nothing there:
@@ -159,17 +171,19 @@ def anchors_of(
         decoder = Decoder(
             ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop, apis=_anchor_apis()
         )
-        for event in reassembler.events(segments(files)):
-            for ex in decoder.feed(event):
-                if ex.__class__ is Exchange and ex.api_name in _APIS:
-                    anchors.feed(ex)
-        for ex in decoder.finish():
+
+        def exchanges():
+            for event in reassembler.events(segments(files)):
+                yield from decoder.feed(event)
+            yield from decoder.finish()  # once the walk is over: the requests left unanswered
+
+        for ex in exchanges():
             if ex.__class__ is Exchange and ex.api_name in _APIS:
                 anchors.feed(ex)
     finally:
         for f in files:
             f.close()
-    return anchors
+    return anchors.seal()
 
 
 @functools.cache
@@ -186,12 +200,11 @@ def forbidden(a: Anchors, b: Anchors, low: float, high: float) -> list[tuple[flo
     """Open intervals of `offset(b) - offset(a)` within [low, high] that would put a write of one inside
     an EndTxn window of the same producer id and epoch in the other."""
     out = []
-    for windows, writes, sign in ((a.quiet_windows(), b.writes, 1), (b.quiet_windows(), a.writes, -1)):
+    for windows, writes, sign in ((a.quiet, b.writes, 1), (b.quiet, a.writes, -1)):
         for key, spans in windows.items():
             times = writes.get(key)
             if not times:
                 continue
-            times.sort()
             for s, e in spans:
                 if sign == 1:  # window in a, write w in b: s - w < d < e - w
                     lo_w, hi_w = s - high, e - low
@@ -237,7 +250,7 @@ def bounds(a: Anchors, b: Anchors) -> tuple[float, float, int]:
             write = later.first_write.get(key)
             if write is not None:
                 found.append(ts - write)
-        ends = later.first_transaction()
+        ends = later.first_commit
         for key, answered in earlier.first_batch.items():
             end = ends.get(key)
             if end is not None:
