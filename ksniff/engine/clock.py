@@ -317,16 +317,14 @@ def choose(low: float, high: float) -> float:
 
 def align(
     groups: Sequence[tuple[str, ...]],
-    ports: Sequence[int],
-    auto_detect: bool,
-    limits: CaptureLimits | None = None,
+    anchors: Sequence[Anchors],
     servers: Sequence[frozenset[str]] = (),
 ) -> list[Clock] | None:
-    """Each group's clock, the group with most anchors the reference; None when fewer than two groups
-    bound one another (nothing to align). Groups the anchors do not reach keep their clock."""
+    """Each group's clock from its anchors (`anchors_of`, one per group), the group with most anchors the
+    reference; None when fewer than two groups bound one another (nothing to align). Groups the anchors
+    do not reach keep their clock."""
     if len(groups) < 2:
         return None
-    anchors = [anchors_of(g, ports, auto_detect, limits) for g in groups]
     n = len(groups)
     edges: dict[tuple[int, int], tuple[float, float, int]] = {}
     for i in range(n):

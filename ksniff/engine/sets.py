@@ -25,7 +25,7 @@ file gives alone, and memory is that of the largest set.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ksniff.capture import CaptureError
@@ -37,7 +37,7 @@ from ksniff.capture.reassembly import Reassembler
 from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
 from ksniff.decode.identity import Identity
-from ksniff.engine.clock import align
+from ksniff.engine.clock import Anchors, align, anchors_of
 
 AUTO, MERGE, SEPARATE = "auto", "merge", "separate"
 MODES = (AUTO, MERGE, SEPARATE)
@@ -64,6 +64,9 @@ class FileScan:
     clusters: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # id -> {(node, port)}
     addresses: dict[str, frozenset[str]] = field(default_factory=dict)  # id -> {"host:port"} of its brokers
     servers: set[str] = field(default_factory=set)  # "ip:port" that connections were opened to
+    # What `identify` found in this file's own head, when it ran where the file was read (the Spark
+    # engine's executors): `plan` takes it from here instead of opening the file again.
+    named: tuple[dict, dict] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +135,25 @@ def scan(path: str) -> FileScan:
     return out
 
 
+def study(
+    path: str, ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None = None
+) -> FileScan:
+    """`scan` and `identify` of one file, for a planner that does not open it (`plan(..., scans=...)`)."""
+    out = scan(path)
+    identify(out, ports, auto_detect, limits)
+    out.named = (out.clusters, out.addresses)
+    out.clusters, out.addresses = {}, {}
+    return out
+
+
 def identify(
     scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None = None
 ) -> None:
     """The cluster the first Metadata or DescribeCluster answer of the file names (into `scan.clusters`),
     looked for in its first `IDENTITY_BYTES` of TCP payload, decoding only those two APIs' bodies."""
+    if scan.named is not None:  # found where the file was read
+        scan.clusters, scan.addresses = dict(scan.named[0]), dict(scan.named[1])
+        return
     f = CaptureFile(scan.path)
     identity = Identity()
     try:
@@ -259,8 +276,14 @@ def plan(
     ports: Sequence[int] = (9092,),
     auto_detect: bool = True,
     limits: CaptureLimits | None = None,
+    scans: Sequence[FileScan] | None = None,
+    anchors: Callable[[list[tuple[str, ...]]], list[Anchors]] | None = None,
 ) -> list[CaptureSet]:
-    """The capture sets of `paths` (files, already expanded), in the order of their first file."""
+    """The capture sets of `paths` (files, already expanded), in the order of their first file.
+
+    `scans` (one per path, made by `study`) and `anchors` (the clock anchors of each group of paths, as
+    `ksniff.engine.clock.anchors_of` finds them) let a caller that cannot open the files here, the Spark
+    engine's driver, have that work done where the files are read; by default both run here."""
     paths = list(paths)
     if mode not in MODES:
         raise CaptureError(f"unknown capture-set mode {mode!r}")
@@ -270,7 +293,7 @@ def plan(
         return [CaptureSet(1, tuple(paths), ("--merge: every input in one set",))]
     if mode == SEPARATE:
         return [CaptureSet(i + 1, (p,), ("--separate: one set per input",)) for i, p in enumerate(paths)]
-    scans = [scan(p) for p in paths]
+    scans = list(scans) if scans is not None else [scan(p) for p in paths]
     parent = list(range(len(paths)))
     reasons: dict[int, list[str]] = {}
 
@@ -339,8 +362,23 @@ def plan(
     groups: dict[int, list[int]] = {}
     for i in range(len(paths)):
         groups.setdefault(root(i), []).append(i)
+    found = []
+    for members in sorted(groups.values(), key=lambda m: m[0]):
+        clocks: dict[int, list[str]] = {}
+        for m in members:
+            clocks.setdefault(clock_group[m], []).append(paths[m])
+        found.append((members, [tuple(g) for g in clocks.values()]))
+    # Captures of several hosts in one set are put on one time line (ksniff.engine.clock): the anchors
+    # of every such set's clock groups, found in one go.
+    several = [g for _members, groups_ in found if len(groups_) > 1 for g in groups_]
+    if anchors is None:
+        found_anchors = [anchors_of(g, ports, auto_detect, limits) for g in several]
+    else:
+        found_anchors = anchors(several) if several else []
+    by_group = dict(zip(several, found_anchors, strict=True))
+    index = {p: k for k, p in enumerate(paths)}
     sets = []
-    for number, members in enumerate(sorted(groups.values(), key=lambda m: m[0]), start=1):
+    for number, (members, groups_) in enumerate(found, start=1):
         why = [r for m in members for r in reasons.get(m, ())]
         if not why:
             named = sorted({c for m in members for c in scans[m].clusters})
@@ -351,14 +389,10 @@ def plan(
                 else "no cluster identity seen and no TCP connection shared with another input"
             ]
         ids = tuple(dict.fromkeys(c for m in members for c in scans[m].clusters))
-        clocks: dict[int, list[str]] = {}
-        for m in members:
-            clocks.setdefault(clock_group[m], []).append(paths[m])
         aligned = None
-        if len(clocks) > 1:  # captures of several hosts: put on one time line (ksniff.engine.clock)
-            index = {p: k for k, p in enumerate(paths)}
-            served = [frozenset().union(*(scans[index[p]].servers for p in g)) for g in clocks.values()]
-            aligned = align([tuple(g) for g in clocks.values()], ports, auto_detect, limits, served)
+        if len(groups_) > 1:
+            served = [frozenset().union(*(scans[index[p]].servers for p in g)) for g in groups_]
+            aligned = align(groups_, [by_group[g] for g in groups_], served)
         sets.append(
             CaptureSet(number, tuple(paths[m] for m in members), tuple(why), ids, tuple(aligned or ()))
         )

@@ -8,7 +8,9 @@
               findings, producers (built where each group's fold ran).
 
 The driver never opens a capture and never holds a table row. What it collects is what stitches the
-stages together and what the terminal report prints: one summary per file, the distinct packet times
+stages together and what the terminal report prints: with several inputs, what the capture-set planner
+needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksniff.engine.clock), found
+by tasks that read the files; one summary per file, the distinct packet times
 (the local engine's sweep clock, see spark_tasks), a few rows per connection (its opening, its context
 events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
 (producers, transactions, findings) and the run's counters. Exports are written by the executors.
@@ -427,7 +429,7 @@ def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit
 
     spark = session.spark
     inputs = _list_inputs(spark, paths)
-    planned, warnings, skipped = _plan(inputs, paths, config)
+    planned, warnings, skipped = _plan(session, inputs, paths, config)
     runs: list[SparkAudit] = []
     sets: list[capture_sets.CaptureSet] = []
     found: set[int] = set()
@@ -500,41 +502,18 @@ def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit
 
 
 def _plan(
-    inputs: list[_Input], paths: list[str], config: EngineConfig
+    session: Session, inputs: list[_Input], paths: list[str], config: EngineConfig
 ) -> tuple[list[tuple[capture_sets.CaptureSet, list[_Input]]], list[str], int]:
     """The capture sets, each with its inputs; the warnings and count of files left out of folders.
-    Inputs this machine can open (paths, `file:` URIs) are planned as the local engine plans them: the
-    driver sniffs each folder's files and, with several inputs, walks them once (ksniff.engine.sets).
-    Inputs on other file systems are not opened on the driver: they are one set (each its own with
-    --separate), and a warning says so when there are several."""
-    from ksniff.capture.folders import expand_inputs
-    from ksniff.engine.spark_tasks import local_path
 
+    The driver opens no capture: with several inputs, what the planner needs of each file (its TCP
+    directions, time span and cluster; ksniff.engine.sets.study) and, for sets of several hosts, the clock
+    anchors of each host's files, are found by Spark tasks where the files are read, on any file system,
+    and only those summaries come back. One input, --merge and --separate need none of it: files of a
+    folder that are not captures are then left out where they are read (`_Staged.left_out`)."""
     mode = config.capture_sets
-    here = [local_path(p) for p in paths]
-    if all(h is not None and os.path.exists(h) for h in here):
-        files, warnings, skipped = expand_inputs(list(here))
-        captures = {os.path.abspath(f) for f in files}
-        local = {i.file: os.path.abspath(local_path(i.uri) or i.path) for i in inputs}
-        kept = [i for i in inputs if not i.folder or local[i.file] in captures]
-        if not kept:
-            raise CaptureError("no capture files given")
-        by_path = {local[i.file]: i for i in kept}
-        planned = capture_sets.plan(
-            [local[i.file] for i in kept],
-            mode,
-            ports=config.ports,
-            auto_detect=config.auto_detect,
-            limits=config.limits,
-        )
-        out = []
-        for c in planned:
-            members = [by_path[p] for p in c.paths]
-            for m in members:  # captures of several hosts: each read on the set's time line
-                m.offset = c.offset_of(local[m.file])
-            clocks = tuple(replace(k, paths=tuple(by_path[p].path for p in k.paths)) for k in c.clocks)
-            out.append((replace(c, paths=tuple(i.path for i in members), clocks=clocks), members))
-        return out, warnings, skipped
+    if mode == capture_sets.AUTO and len(inputs) > 1:
+        return _plan_studied(session, inputs, paths, config)
     if mode == capture_sets.SEPARATE and len(inputs) > 1:
         return (
             [
@@ -544,21 +523,94 @@ def _plan(
             [],
             0,
         )
-    why = (
-        "one input"
-        if len(inputs) == 1
-        else "--merge: every input in one set"
-        if mode == capture_sets.MERGE
-        else "inputs on a remote file system are audited as one set"
-    )
-    warnings = []
-    if mode == capture_sets.AUTO and len(inputs) > 1:
-        warnings.append(
-            f"capture sets are not identified among inputs on a remote file system: the "
-            f"{len(inputs)} files are audited as one capture set (--separate audits each file "
-            "on its own)"
+    why = "one input" if len(inputs) == 1 else "--merge: every input in one set"
+    return [(capture_sets.CaptureSet(1, tuple(i.path for i in inputs), (why,)), inputs)], [], 0
+
+
+def _plan_studied(
+    session: Session, inputs: list[_Input], paths: list[str], config: EngineConfig
+) -> tuple[list[tuple[capture_sets.CaptureSet, list[_Input]]], list[str], int]:
+    from ksniff.engine import spark_tasks as tasks
+
+    spark = session.spark
+    task = tasks.study(tuple(config.ports), config.auto_detect, config.limits)
+    frame = _plan_inputs(spark, inputs, {i.file: 0 for i in inputs})
+    found = {
+        row["file"]: pickle.loads(row["blob"])
+        for row in frame.repartition(min(len(inputs), 4 * session.parallelism))
+        .mapInArrow(task, tasks.PLANNED_DDL)
+        .collect()
+    }
+    # The local engine's order of errors: a folder without captures while listing, then the first
+    # input that cannot be read.
+    for n, arg in enumerate(paths):
+        mine = [i for i in inputs if i.arg == n]
+        if mine and all(found[i.file][0] == tasks.SKIPPED for i in mine):
+            others = f"{len(mine)} other {'file' if len(mine) == 1 else 'files'}"
+            raise CaptureError(f"{arg}: no pcap or pcapng files in this folder ({others})")
+    for i in inputs:
+        if found[i.file][0] == tasks.FAILED:
+            raise CaptureError(found[i.file][1])
+    kept = [i for i in inputs if found[i.file][0] == tasks.SCANNED]
+    left_out = [i for i in inputs if found[i.file][0] == tasks.SKIPPED]
+    by_path = {i.path: i for i in kept}
+
+    def anchors(groups: list[tuple[str, ...]]) -> list:
+        members = {by_path[p].file: g for g, group in enumerate(groups) for p in group}
+        chosen = [i for i in kept if i.file in members]
+        task = tasks.anchors(tuple(config.ports), config.auto_detect, config.limits)
+        rows = (
+            _plan_inputs(spark, chosen, members)
+            .repartition(min(len(groups), 4 * session.parallelism), "grp")
+            .sortWithinPartitions("grp", "file")
+            .mapInArrow(task, tasks.PLANNED_DDL)
+            .collect()
         )
-    return [(capture_sets.CaptureSet(1, tuple(i.path for i in inputs), (why,)), inputs)], warnings, 0
+        by_group = {row["grp"]: pickle.loads(row["blob"]) for row in rows}
+        return [by_group[g] for g in range(len(groups))]
+
+    planned = capture_sets.plan(
+        [i.path for i in kept],
+        capture_sets.AUTO,
+        ports=config.ports,
+        auto_detect=config.auto_detect,
+        limits=config.limits,
+        scans=[found[i.file][1] for i in kept],
+        anchors=anchors,
+    )
+    out = []
+    for c in planned:
+        members = [by_path[p] for p in c.paths]
+        for m in members:  # captures of several hosts: each read on the set's time line
+            m.offset = c.offset_of(m.path)
+        out.append((c, members))
+    return out, _left_out_warnings(left_out), len(left_out)
+
+
+def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int]):
+    """Rows of spark_tasks.PLAN_INPUTS_DDL for `inputs`: the bytes of those on a file system other than
+    `file:` read by Spark's binaryFile source (the others are opened by the task)."""
+    from ksniff.engine import spark_tasks as tasks
+
+    ddl = tasks.PLAN_INPUTS_DDL
+    local = [
+        (i.file, i.path, i.uri, i.folder, groups[i.file], None)
+        for i in inputs
+        if tasks.local_path(i.uri) is not None
+    ]
+    remote = [i for i in inputs if tasks.local_path(i.uri) is None]
+    out = spark.createDataFrame(local, ddl) if local else None
+    if remote:
+        listing = spark.createDataFrame(
+            [(i.file, i.path, i.uri, i.folder, groups[i.file]) for i in remote],
+            "file int, shown string, uri string, folder boolean, grp int",
+        )
+        content = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
+        part = content.join(listing, content["path"] == listing["uri"]).select(
+            "file", listing["shown"].alias("path"), "uri", "folder", "grp", "content"
+        )
+        out = part if out is None else out.unionByName(part)
+    return out
 
 
 def _left_out_warnings(left_out: list) -> list[str]:
@@ -773,13 +825,13 @@ def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int):
         )
     if remote:
         listing = spark.createDataFrame(
-            [(i.file, i.path, i.uri, i.folder) for i in remote],
-            "file int, shown string, uri string, folder boolean",
+            [(i.file, i.path, i.uri, i.folder, i.offset) for i in remote],
+            "file int, shown string, uri string, folder boolean, offset double",
         )
         content = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
         rows = (
             content.join(listing, content["path"] == listing["uri"])
-            .select("file", listing["shown"].alias("path"), "uri", "folder", "content")
+            .select("file", listing["shown"].alias("path"), "uri", "folder", "offset", "content")
             .repartition(min(len(remote), 4 * parallelism))
         )
         parts.append(rows.mapInArrow(tasks.extract, tasks.SEGMENTS_DDL))

@@ -27,6 +27,7 @@ Matching the in-process engine exactly means reproducing three things it gets fr
 from __future__ import annotations
 
 import bisect
+import contextlib
 import heapq
 import itertools
 import math
@@ -159,6 +160,80 @@ class FlowStats:
     serial: int = 0  # decode events seen
 
 
+# -- before stage 1: what the capture-set planner needs, learnt where the files are read -------------------
+
+
+PLAN_INPUTS_DDL = "file int, path string, uri string, folder boolean, grp int, content binary"
+PLANNED_DDL = "file int, grp int, blob binary"
+SCANNED, SKIPPED, FAILED = "scan", "skipped", "error"
+
+
+def study(ports: tuple[int, ...], auto_detect: bool, limits):
+    """mapInArrow over rows of PLAN_INPUTS_DDL: per input, what ksniff.engine.sets.plan needs of it
+    (`sets.study`: its TCP directions, time span and the cluster its head names), pickled as
+    (SCANNED, FileScan); or (SKIPPED, None) for a file found in a folder that is not a capture; or
+    (FAILED, the local engine's one-line error)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from ksniff.capture.folders import looks_like_capture
+        from ksniff.engine import sets
+
+        for batch in batches:
+            columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
+            contents = batch.column("content")
+            for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
+                with opened(uri, contents[i].as_py) as where:
+                    if folder and not looks_like_capture(where):
+                        out: tuple = (SKIPPED, None)
+                    else:
+                        try:
+                            scan = sets.study(where, ports, auto_detect, limits)
+                            scan.path = path
+                            out = (SCANNED, scan)
+                        except CaptureError as exc:
+                            out = (FAILED, str(exc).replace(where, path, 1))
+                yield pa.RecordBatch.from_pydict(
+                    {"file": [file], "grp": [0], "blob": [dumps(out)]},
+                    schema=pa.schema([("file", pa.int32()), ("grp", pa.int32()), ("blob", pa.binary())]),
+                )
+
+    return run
+
+
+def anchors(ports: tuple[int, ...], auto_detect: bool, limits):
+    """mapInArrow over rows of PLAN_INPUTS_DDL sorted by (grp, file) within each partition: the clock
+    anchors (ksniff.engine.clock.anchors_of) of each group of files that share one clock, read together.
+    A remote file's bytes go to a temporary file until its group is done."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from ksniff.engine.clock import anchors_of
+
+        schema = pa.schema([("file", pa.int32()), ("grp", pa.int32()), ("blob", pa.binary())])
+        with contextlib.ExitStack() as stack:
+            group, paths = None, []
+
+            def done() -> pa.RecordBatch:
+                found = anchors_of(paths, ports, auto_detect, limits)
+                return pa.RecordBatch.from_pydict(
+                    {"file": [0], "grp": [group], "blob": [dumps(found)]}, schema=schema
+                )
+
+            for batch in batches:
+                columns = [batch.column(name).to_pylist() for name in ("grp", "uri")]
+                contents = batch.column("content")
+                for i, (grp, uri) in enumerate(zip(*columns, strict=True)):
+                    if grp != group and paths:
+                        yield done()
+                        stack.close()
+                        paths = []
+                    group = grp
+                    paths.append(stack.enter_context(opened(uri, contents[i].as_py)))
+            if paths:
+                yield done()
+
+    return run
+
+
 # -- stage 1: files into segment rows ---------------------------------------------------------------------
 
 
@@ -191,21 +266,31 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             yield from _extract_input(file, path, uri, folder, contents[i].as_py, offsets[i])
 
 
-def _extract_input(
-    file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0
-) -> Iterator[pa.RecordBatch]:
+@contextlib.contextmanager
+def opened(uri: str, content) -> Iterator[str]:
+    """A path this task can open for an input: a `file:` URI's own path, or a temporary file holding the
+    bytes Spark's binaryFile source read from any other file system (`content()`), removed after."""
     import tempfile
 
     where = local_path(uri)
-    tmp = None
+    if where is not None:
+        yield where
+        return
+    data = content()
+    fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap")
     try:
-        if where is None:
-            data = content()
-            fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data or b"")
-            del data
-            where = tmp
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data or b"")
+        del data
+        yield tmp
+    finally:
+        os.unlink(tmp)
+
+
+def _extract_input(
+    file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0
+) -> Iterator[pa.RecordBatch]:
+    with opened(uri, content) as where:
         try:
             capture = CaptureFile(where)
         except CaptureError as exc:
@@ -217,9 +302,6 @@ def _extract_input(
             yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), False))
         finally:
             capture.close()
-    finally:
-        if tmp is not None:
-            os.unlink(tmp)
 
 
 def _failed(file: int, path: str, error: str, skipped: bool) -> FileMeta:

@@ -376,3 +376,42 @@ def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Pa
     assert [round(c.offset, 2) for c in cset.clocks if c.pairs] == [-2.5]
     assert _outcomes(split) == _outcomes(whole)
     assert _findings(split) == _findings(whole)
+
+
+def test_inputs_on_another_file_system_are_planned_by_the_executors(spark, tmp_path: Path) -> None:
+    """Captures on a file system the driver cannot open (a Hadoop view file system here, read through
+    Spark's binaryFile source, as hdfs:// or s3a:// would be) are grouped into capture sets and put on one
+    time line by tasks that read them: the same sets, clock offsets, outcomes and findings as the local
+    engine on the same files, and the file that is not a capture named in the same warning."""
+    from test_clock import _findings, _outcomes, per_broker
+
+    from ksniff.engine.spark import audit_paths_spark
+
+    folder = tmp_path / "caps"
+    folder.mkdir()
+    per_broker(PCAPS / "txn_confluent_mock.pcap", folder, [0.0, 2.5, -1.7])
+    shutil.copy(PCAPS / "misuse_tansu.pcap", folder / "other_cluster.pcap")
+    (folder / "notes.txt").write_text("not a capture\n")
+    spark.sparkContext._jsc.hadoopConfiguration().set(
+        "fs.viewfs.mounttable.ksniff.link./caps", folder.as_uri()
+    )
+    local = audit_paths([str(folder)], CONFIG)
+    remote = audit_paths_spark(["viewfs://ksniff/caps"], CONFIG, spark=spark)
+
+    def sets(result, prefix: str) -> list:
+        return [
+            (
+                [p.removeprefix(prefix) for p in s.paths],
+                s.cluster_ids,
+                [(tuple(p.removeprefix(prefix) for p in c.paths), round(c.offset, 4)) for c in s.clocks],
+            )
+            for s in result.capture_sets
+        ]
+
+    assert len(local.capture_sets) == 2
+    assert sets(remote, "viewfs://ksniff/caps/") == sets(local, str(folder) + "/")
+    assert _outcomes(remote) == _outcomes(local)
+    assert _findings(remote) == _findings(local)
+    assert [w.replace("viewfs://ksniff/caps", "F") for w in remote.warnings if "not a capture" in w] == [
+        w.replace(str(folder), "F") for w in local.warnings if "not a capture" in w
+    ]
