@@ -8,14 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from contract_keys import FINDING_KEYS, SET_FINDING_KEYS, TABLES, TOP_KEYS
 
 from ksniff.cli import main
 
 PCAPS = Path(__file__).parent / "pcaps"
 CLEAN = PCAPS / "ctp_confluent_tansu.pcap"  # consume-transform-produce: no anomaly
 FENCED = PCAPS / "txn_confluent_tansu.pcap"  # a zombie rejected with PRODUCER_FENCED
-CONTRACT_KEYS = {"version", "inputs", "capture", "decode", "producers", "transactions", "findings"}
-TABLES = ("exchanges", "batches", "transactions", "findings", "partitions", "partition_log")
 
 
 def ksniff(*args: str):
@@ -36,7 +35,7 @@ def test_findings_exit_one_and_exit_zero_overrides():
 def test_json_on_stdout_is_only_the_document():
     result = ksniff("audit", FENCED, "--json", "-", "--exit-zero")
     doc = json.loads(result.stdout)
-    assert CONTRACT_KEYS <= doc.keys()
+    assert TOP_KEYS <= doc.keys()
     assert doc["inputs"][0]["format"] == "pcap"
     assert doc["decode"]["by_api"]["EndTxn"]["exchanges"] == 4
     outcomes = [t["outcome"] for t in doc["transactions"] if t["transactional_id"] == "tx-A"]
@@ -45,28 +44,14 @@ def test_json_on_stdout_is_only_the_document():
     assert ("producer_fenced", "warning") in kinds
     for finding in doc["findings"]:
         # The contract's keys, plus the additions of capture sets (README: "Capture sets and clusters").
-        assert set(finding) == {
-            "kind",
-            "severity",
-            "ts",
-            "transactional_id",
-            "producer_id",
-            "producer_epoch",
-            "topic",
-            "partition",
-            "group",
-            "message",
-            "evidence",
-            "capture_set",
-            "cluster",
-        }
+        assert set(finding) == FINDING_KEYS | SET_FINDING_KEYS
 
 
 def test_json_to_a_file(tmp_path):
     out = tmp_path / "result.json"
     result = ksniff("audit", CLEAN, "--json", out)
     assert result.exit_code == 0
-    assert CONTRACT_KEYS <= json.loads(out.read_text()).keys()
+    assert TOP_KEYS <= json.loads(out.read_text()).keys()
 
 
 def test_csv_and_parquet_tables(tmp_path):

@@ -26,7 +26,7 @@ _FIXED = {
     "int64": "q",
     "float64": "d",
 }
-_BITS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16, "uint32": 32}
+INT_BITS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16, "uint32": 32}
 
 
 def uvarint(n: int) -> bytes:
@@ -85,7 +85,11 @@ class Encoder:
         kind = t.name
         n = next(self.counter)
         if kind in _FIXED:
-            v = (n % 2 == 1) if kind == "bool" else (n + 0.5 if kind == "float64" else n % (1 << _BITS[kind]))
+            v = (
+                (n % 2 == 1)
+                if kind == "bool"
+                else (n + 0.5 if kind == "float64" else n % (1 << INT_BITS[kind]))
+            )
             return struct.pack(">" + _FIXED[kind], v)
         if kind == "uuid":
             return uuid.UUID(int=n).bytes

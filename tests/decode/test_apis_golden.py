@@ -7,17 +7,10 @@ Independent of every client library: these pin the flexible versions of transact
 import struct
 import uuid
 
+from decode_encoder import uvarint
+
 from ksniff.decode import interp
 from ksniff.decode.apis import BY_NAME
-
-
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def cstr(s: str | None) -> bytes:

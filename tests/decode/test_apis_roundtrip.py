@@ -20,26 +20,9 @@ from ksniff.decode.schema import Api, Array, Field, Primitive
 
 pytest.importorskip("kafka.protocol.api_message")
 
+from decode_builders import record_batch  # noqa: E402
+from decode_encoder import INT_BITS  # noqa: E402
 from kafka.protocol.api_message import ApiMessage  # noqa: E402
-from kafka.record.memory_records import MemoryRecordsBuilder  # noqa: E402
-
-INT_BITS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16, "uint32": 32}
-
-
-def _record_batch(producer_id: int, epoch: int, sequence: int) -> bytes:
-    builder = MemoryRecordsBuilder(
-        magic=2,
-        compression_type=0,
-        batch_size=1 << 16,
-        transactional=True,
-        producer_id=producer_id,
-        producer_epoch=epoch,
-        base_sequence=sequence,
-    )
-    builder.append(1_700_000_000_000, b"k", b"v", [])
-    builder.append(1_700_000_000_001, None, b"w", [])
-    builder.close()
-    return bytes(builder.buffer())
 
 
 class Sample:
@@ -84,7 +67,7 @@ class Sample:
         if kind == "uuid":
             return uuid.UUID(int=n)
         if kind == "records":
-            return _record_batch(1000 + n, n % 100, n)
+            return record_batch(1000 + n, n % 100, n)  # two records, transactional
         raise AssertionError(kind)
 
 

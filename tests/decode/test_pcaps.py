@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from harness import as_list, field_values, has_field, tshark_packets
 
 from ksniff.capture import read_files
 from ksniff.decode import Decoder
@@ -60,41 +60,13 @@ def test_corpus_against_expectations(path, expect):
 # -- differential against tshark -------------------------------------------------------------------------
 
 
-def _as_list(node) -> list:
-    return node if isinstance(node, list) else [node]
-
-
-def _values(node, key: str) -> list[str]:
-    if isinstance(node, dict):
-        found = [v for k, v in node.items() if k == key and isinstance(v, str)]
-        return found + [x for v in node.values() for x in _values(v, key)]
-    if isinstance(node, list):
-        return [x for v in node for x in _values(v, key)]
-    return []
-
-
-def _has(node, key: str) -> bool:
-    if isinstance(node, dict):
-        return key in node or any(_has(v, key) for v in node.values())
-    if isinstance(node, list):
-        return any(_has(v, key) for v in node)
-    return False
-
-
 def tshark_pdus(path: Path, ports: list[int]) -> list[dict]:
-    decode_as = [a for p in ports for a in ("-d", f"tcp.port=={p},kafka")]
-    out = subprocess.run(
-        ["tshark", "-n", "-r", str(path), *decode_as, "-Y", "kafka", "-T", "json", "--no-duplicate-keys"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
     pdus = []
-    for packet in json.loads(out) if out.strip() else []:
+    for packet in tshark_packets(path, ports):
         layers = packet["_source"]["layers"]
         malformed = "_ws.malformed" in layers
-        tcp = _as_list(layers["tcp"])[0]
-        for pdu in _as_list(layers.get("kafka", [])):
+        tcp = as_list(layers["tcp"])[0]
+        for pdu in as_list(layers.get("kafka", [])):
             if "kafka.api_key" not in pdu:
                 continue
             is_request = "kafka.request_key" in pdu
@@ -105,15 +77,15 @@ def tshark_pdus(path: Path, ports: list[int]) -> list[dict]:
                     "api_key": int(pdu["kafka.api_key"]),
                     "api_version": int(pdu["kafka.api_version"]) if "kafka.api_version" in pdu else None,
                     "correlation_id": int(pdu["kafka.correlation_id"]),
-                    "decoded": not (malformed or _has(pdu, "kafka.unsupported_api_version")),
+                    "decoded": not (malformed or has_field(pdu, "kafka.unsupported_api_version")),
                     # tshark shows a null string as "[ Null ]"
                     "transactional_id": sorted(
-                        set(_values(pdu, "kafka.transactional_id")) - {"[ Null ]", ""}
+                        set(field_values(pdu, "kafka.transactional_id")) - {"[ Null ]", ""}
                     ),
-                    "producer_id": sorted({int(v) for v in _values(pdu, "kafka.producer_id")}),
-                    "producer_epoch": sorted({int(v) for v in _values(pdu, "kafka.producer_epoch")}),
-                    "base_sequence": sorted({int(v) for v in _values(pdu, "kafka.batch_base_sequence")}),
-                    "errors": sorted({int(v) for v in _values(pdu, "kafka.error")}),
+                    "producer_id": sorted({int(v) for v in field_values(pdu, "kafka.producer_id")}),
+                    "producer_epoch": sorted({int(v) for v in field_values(pdu, "kafka.producer_epoch")}),
+                    "base_sequence": sorted({int(v) for v in field_values(pdu, "kafka.batch_base_sequence")}),
+                    "errors": sorted({int(v) for v in field_values(pdu, "kafka.error")}),
                 }
             )
     return pdus

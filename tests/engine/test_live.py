@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from live_cli import start_live
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pcaps"))
 harness = pytest.importorskip("harness")
@@ -50,28 +51,6 @@ def transactional_story(bootstrap: str) -> None:
         first.commit_transaction(5)
 
 
-def start_live(port: int, tmp_path: Path, *extra: str) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "ksniff.cli",
-        "live",
-        "lo",
-        "--port",
-        str(port),
-        "--no-color",
-        "--json",
-        str(tmp_path / "live.json"),
-        "--write",
-        str(tmp_path / "live.pcap"),
-        *extra,
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ready = proc.stderr.readline()  # printed once the capture socket is open
-    assert ready.startswith("ksniff: capturing on lo"), ready + proc.stderr.read()
-    return proc
-
-
 def check(doc: dict, source_format: str = "live") -> None:
     outcomes = sorted(t["outcome"] for t in doc["transactions"] if t["transactional_id"] == "live-tx")
     assert outcomes == ["abort", "commit", "commit"]
@@ -83,7 +62,7 @@ def check(doc: dict, source_format: str = "live") -> None:
 def test_live_duration_reports_and_keeps_the_capture(tmp_path):
     with harness.tansu() as bootstrap:
         port = int(bootstrap.rsplit(":", 1)[1])
-        proc = start_live(port, tmp_path, "--duration", "12")
+        proc = start_live(tmp_path, port, "--duration", "12")
         transactional_story(bootstrap)
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err  # findings of severity warning
@@ -103,7 +82,7 @@ def test_live_duration_reports_and_keeps_the_capture(tmp_path):
 def test_live_sigterm_stops_and_writes_the_final_report(tmp_path):
     with harness.tansu() as bootstrap:
         port = int(bootstrap.rsplit(":", 1)[1])
-        proc = start_live(port, tmp_path)
+        proc = start_live(tmp_path, port)
         transactional_story(bootstrap)
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)

@@ -345,36 +345,50 @@ class TsharkView:
     producer_ids: list[tuple[int, int]]  # (producer id, epoch) InitProducerId answered, in capture order
 
 
-def _find_key(node: object, key: str) -> bool:
+def has_field(node: object, key: str) -> bool:
+    """`key` anywhere in a tshark JSON tree."""
     if isinstance(node, dict):
-        return key in node or any(_find_key(v, key) for v in node.values())
+        return key in node or any(has_field(v, key) for v in node.values())
     if isinstance(node, list):
-        return any(_find_key(v, key) for v in node)
+        return any(has_field(v, key) for v in node)
     return False
 
 
-def _values(node: object, key: str) -> list[str]:
+def field_values(node: object, key: str) -> list[str]:
+    """Every value of `key` anywhere in a tshark JSON tree, in document order."""
     if isinstance(node, dict):
         found = [v for k, v in node.items() if k == key and isinstance(v, str)]
-        return found + [x for k, v in node.items() for x in _values(v, key)]
+        return found + [x for k, v in node.items() for x in field_values(v, key)]
     if isinstance(node, list):
-        return [x for v in node for x in _values(v, key)]
+        return [x for v in node for x in field_values(v, key)]
     return []
 
 
-def _as_list(node: object) -> list:
+def as_list(node: object) -> list:
+    """tshark's JSON writes a repeated layer as a list and a single one as itself."""
     return node if isinstance(node, list) else [node]
 
 
+def _decode_as(ports: list[int]) -> list[str]:
+    return [a for p in ports for a in ("-d", f"tcp.port=={p},kafka")]
+
+
+def tshark_packets(path: Path, ports: list[int]) -> list[dict]:
+    """tshark's JSON of the Kafka packets of a capture, the given ports read as Kafka."""
+    flags = ["-Y", "kafka", "-T", "json", "--no-duplicate-keys"]
+    out = run(["tshark", "-n", "-r", str(path), *_decode_as(ports), *flags])
+    return json.loads(out) if out.strip() else []
+
+
+def tshark_fields(path: Path, ports: list[int], display_filter: str, *fields: str) -> list[list[str]]:
+    """One row of tab-separated `fields` per packet tshark shows for `display_filter`."""
+    cmd = ["tshark", "-n", "-r", str(path), *_decode_as(ports), "-Y", display_filter, "-T", "fields"]
+    out = run(cmd + [a for f in fields for a in ("-e", f)])
+    return [line.split("\t") for line in out.splitlines()]
+
+
 def tshark_view(path: Path, ports: list[int]) -> TsharkView:
-    decode_as = [a for p in ports for a in ("-d", f"tcp.port=={p},kafka")]
-    out = subprocess.run(
-        ["tshark", "-n", "-r", str(path), *decode_as, "-Y", "kafka", "-T", "json", "--no-duplicate-keys"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    packets = json.loads(out) if out.strip() else []
+    packets = tshark_packets(path, ports)
     versions: dict[str, set[int]] = defaultdict(set)
     request_counts: Counter[str] = Counter()
     undecoded: dict[str, set[int]] = defaultdict(set)
@@ -384,13 +398,13 @@ def tshark_view(path: Path, ports: list[int]) -> TsharkView:
     requests = []
     for packet in packets:
         layers = packet["_source"]["layers"]
-        frame = int(_as_list(layers["frame"])[0]["frame.number"])
+        frame = int(as_list(layers["frame"])[0]["frame.number"])
         malformed = "_ws.malformed" in layers
-        for pdu in _as_list(layers.get("kafka", [])):
+        for pdu in as_list(layers.get("kafka", [])):
             if "kafka.api_key" not in pdu:
                 continue  # a response tshark could not pair with its request
             api = API_NAMES.get(int(pdu["kafka.api_key"]), f"Api{pdu['kafka.api_key']}")
-            unsupported = _find_key(pdu, "kafka.unsupported_api_version") or malformed
+            unsupported = has_field(pdu, "kafka.unsupported_api_version") or malformed
             if "kafka.request_key" in pdu:
                 version = int(pdu["kafka.api_version"])
                 versions[api].add(version)
@@ -404,7 +418,7 @@ def tshark_view(path: Path, ports: list[int]) -> TsharkView:
                     # tshark reads these fields at every version clients use, even where it warns.
                     producer_ids.append((int(pdu["kafka.producer_id"]), int(pdu["kafka.producer_epoch"])))
                 if not unsupported:
-                    errors[api].extend(int(e) for e in _values(pdu, "kafka.error"))
+                    errors[api].extend(int(e) for e in field_values(pdu, "kafka.error"))
     decoded = {api: n for api, n in exchanges.items() if api not in undecoded}
     # An API whose requests tshark decodes but whose responses it never paired still had exchanges: 0.
     for api in versions:

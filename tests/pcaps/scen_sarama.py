@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import clients
-from harness import Ledger, error_name, log, run, tansu, tcpdump, write_expectations
+from harness import Ledger, error_name, log, tansu, tcpdump, tshark_fields, write_expectations
 from registry import scenario
 
 HERE = Path(__file__).resolve().parent
@@ -57,29 +57,17 @@ def build(into: Path) -> Path:
 
 def init_producer_id_answers(capture: Path, port: int) -> list[dict]:
     """tshark's reading of the InitProducerId answers (API key 22, version 0: tshark 4.0 decodes it)."""
-    fields = run(
-        [
-            "tshark",
-            "-n",
-            "-r",
-            str(capture),
-            "-d",
-            f"tcp.port=={port},kafka",
-            "-Y",
-            "kafka.response_key == 22",
-            "-T",
-            "fields",
-            "-e",
-            "kafka.error",
-            "-e",
-            "kafka.producer_id",
-            "-e",
-            "kafka.producer_epoch",
-        ]
+    rows = tshark_fields(
+        capture,
+        [port],
+        "kafka.response_key == 22",
+        "kafka.error",
+        "kafka.producer_id",
+        "kafka.producer_epoch",
     )
     answers = []
-    for line in fields.splitlines():
-        err, pid, epoch = (line.split("\t") + ["", "", ""])[:3]
+    for row in rows:
+        err, pid, epoch = (row + ["", "", ""])[:3]
         code = int(err) if err else None
         answers.append(
             {

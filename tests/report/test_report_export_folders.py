@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from contract_keys import TABLES as CONTRACT_TABLES
 
 from ksniff.cli import main
 
 CAPTURE = Path(__file__).parent.parent / "pcaps" / "txn_confluent_tansu.pcap"
-TABLES = {"exchanges", "batches", "transactions", "findings", "partitions", "partition_log"}
+TABLES = set(CONTRACT_TABLES)
 
 
 def ksniff(*args) -> object:

@@ -8,66 +8,19 @@ from datetime import datetime, timezone
 
 import pandas as pd
 import pytest
+from contract_keys import (
+    CAPTURE_KEYS,
+    DECODE_KEYS,
+    FINDING_KEYS,
+    PRODUCER_KEYS,
+    TABLES,
+    TOP_KEYS,
+    TXN_KEYS,
+)
 
 from ksniff.audit.model import Finding
 from ksniff.report import atomic, tables
 from ksniff.report.formats import ReportError, write_csv, write_json, write_outputs, write_parquet
-
-TOP_KEYS = {"version", "inputs", "capture", "decode", "producers", "transactions", "findings"}
-CAPTURE_KEYS = {
-    "packets",
-    "tcp_segments",
-    "connections",
-    "kafka_connections",
-    "gaps",
-    "gap_bytes",
-    "first_ts",
-    "last_ts",
-}
-DECODE_KEYS = {
-    "requests",
-    "responses",
-    "exchanges",
-    "unmatched_requests",
-    "unmatched_responses",
-    "errors",
-    "by_api",
-}
-PRODUCER_KEYS = {
-    "transactional_id",
-    "producer_id",
-    "epochs",
-    "clients",
-    "client_ids",
-    "batches",
-    "records",
-    "transactions",
-}
-TXN_KEYS = {
-    "transactional_id",
-    "producer_id",
-    "producer_epoch",
-    "start_ts",
-    "end_ts",
-    "outcome",
-    "partitions",
-    "records",
-    "groups",
-}
-FINDING_KEYS = {
-    "kind",
-    "severity",
-    "ts",
-    "transactional_id",
-    "producer_id",
-    "producer_epoch",
-    "topic",
-    "partition",
-    "group",
-    "message",
-    "evidence",
-}
-TABLES = ("exchanges", "batches", "transactions", "findings", "partitions", "partition_log")
 
 
 def test_json_has_every_contract_key(result, tmp_path):

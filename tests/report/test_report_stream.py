@@ -10,6 +10,7 @@ import random
 
 import pandas as pd
 import pytest
+from contract_keys import TABLES
 
 from ksniff.report import stream, tables
 from ksniff.report.cells import neutral
@@ -17,8 +18,6 @@ from ksniff.report.stream import CSV_TIME_FORMAT, UTC_SUFFIX, TableExport, write
 from ksniff.report.timeline import ProducerRows, producer_timeline
 
 from .conftest import T0
-
-TABLES = ("exchanges", "batches", "transactions", "findings", "partitions", "partition_log")
 
 
 def csv_frame(df: pd.DataFrame, table: str) -> pd.DataFrame:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from click.testing import CliRunner, Result
+from contract_keys import CAPTURE_KEYS, DECODE_KEYS, TOP_KEYS
 
 from ksniff.capture import read_files
 from ksniff.capture.events import ConnectionOpened, StreamChunk
@@ -19,27 +20,6 @@ from ksniff.decode.frames import FrameSplitter
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
 REPO = PCAPS.parents[1]
-
-CONTRACT_KEYS = {"version", "inputs", "capture", "decode", "producers", "transactions", "findings"}
-CAPTURE_KEYS = {
-    "packets",
-    "tcp_segments",
-    "connections",
-    "kafka_connections",
-    "gaps",
-    "gap_bytes",
-    "first_ts",
-    "last_ts",
-}
-DECODE_KEYS = {
-    "requests",
-    "responses",
-    "exchanges",
-    "unmatched_requests",
-    "unmatched_responses",
-    "errors",
-    "by_api",
-}
 
 
 def fuzz_examples(default: int) -> int:
@@ -94,7 +74,7 @@ def assert_one_line_error(code: int, stdout: str, stderr: str, mentions: str) ->
 
 def check_document(doc: dict) -> None:
     """Every key docs/contract.md promises is present, even on a partial result."""
-    assert CONTRACT_KEYS <= doc.keys()
+    assert TOP_KEYS <= doc.keys()
     assert CAPTURE_KEYS <= doc["capture"].keys()
     assert DECODE_KEYS <= doc["decode"].keys()
     for key in ("inputs", "producers", "transactions", "findings"):

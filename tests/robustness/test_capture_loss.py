@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from decode_builders import Stream, end_txn, end_txn_response, frame, init_producer_id, run
+from harness import tshark_fields
 from robustness_support import PCAPS, check_document, cli, expectations
 
 from ksniff.decode import Decoder
@@ -31,30 +32,9 @@ PRODUCE, ADD_PARTITIONS, END_TXN = 0, 24, 26
 def requests_by_api(capture: Path) -> dict[int, list[int]]:
     """Frame numbers of the requests of each API key, as tshark reads the capture."""
     port = expectations(capture)["kafka_ports"][0]
-    out = subprocess.run(
-        [
-            "tshark",
-            "-n",
-            "-r",
-            str(capture),
-            "-d",
-            f"tcp.port=={port},kafka",
-            "-Y",
-            f"kafka && tcp.dstport=={port}",
-            "-T",
-            "fields",
-            "-e",
-            "frame.number",
-            "-e",
-            "kafka.api_key",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    rows = tshark_fields(capture, [port], f"kafka && tcp.dstport=={port}", "frame.number", "kafka.api_key")
     found: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        number, keys = line.split("\t")
+    for number, keys in rows:
         for key in keys.split(","):
             if key:
                 found.setdefault(int(key), []).append(int(number))

@@ -13,10 +13,7 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 from decode_builders import (
@@ -27,7 +24,8 @@ from decode_builders import (
     init_producer_id_response,
 )
 from harness import free_port
-from robustness_support import REPO, assert_no_traceback, assert_one_line_error, check_document, cli_process
+from live_cli import start_live
+from robustness_support import assert_no_traceback, assert_one_line_error, check_document, cli_process
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root")
 
@@ -37,37 +35,12 @@ EXCHANGES = [
 ]
 
 
-def start_live(tmp_path: Path, port: int, *extra: str) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "ksniff.cli",
-        "live",
-        "lo",
-        "--port",
-        str(port),
-        "--no-color",
-        "--json",
-        str(tmp_path / "live.json"),
-        "--csv",
-        str(tmp_path / "csv"),
-        "--write",
-        str(tmp_path / "live.pcap"),
-        *extra,
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    ready = proc.stderr.readline()  # printed once the capture socket is open
-    assert ready.startswith("ksniff: capturing on lo"), ready + proc.stderr.read()
-    return proc
-
-
 @root
 @pytest.mark.root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_stopping_writes_everything(tmp_path, sig):
     port = free_port()  # chosen first: the capture's filter names it
-    proc = start_live(tmp_path, port)
+    proc = start_live(tmp_path, port, "--csv", str(tmp_path / "csv"))
     try:
         converse(port)
     finally:
