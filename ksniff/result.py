@@ -215,18 +215,7 @@ def join_results(
     from ksniff.audit.fold import finding_order, producer_order
     from ksniff.common.counters import add_counters
 
-    unapplied = []
-    if engine != "local":
-        unapplied = [p for s in sets for c in getattr(s, "clocks", ()) if c.pairs for p in c.paths]
-    if unapplied:
-        note = (
-            f"the {engine} engine aligns the clocks of captures of several hosts but does not mark the "
-            "findings that rest on an order within the clocks' uncertainty unverified: audit them with "
-            "--engine local for that"
-        )
     if len(results) == 1:
-        if unapplied:
-            results[0].warnings.append(note)
         return results[0]
     capture, decode = CaptureStats(), DecodeStats(by_api={})
     for r in results:
@@ -255,7 +244,7 @@ def join_results(
         exchanges=sorted((row for r in results for row in r.exchanges), key=by_ts),
         batches=sorted((row for r in results for row in r.batches), key=by_ts),
         engine=engine,
-        warnings=[w for r in results for w in r.warnings] + ([note] if unapplied else []),
+        warnings=[w for r in results for w in r.warnings],
         records=records,
         capture_sets=list(sets),
         clusters=[c for r in results for c in r.clusters],

@@ -50,6 +50,7 @@ from ksniff.decode.events import DecodeStats
 from ksniff.decode.identity import Identity
 from ksniff.decode.records import Inflation
 from ksniff.engine import sets as capture_sets
+from ksniff.engine.clock import within_uncertainty
 from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, partitions_for
 from ksniff.result import AuditResult, join_results, stamp_set
 
@@ -451,7 +452,7 @@ def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit
                 continue
             found.update(inputs[m.file].arg for m in done.metas)
             used = sum(r.summary.decode.records_inflated_bytes for r in runs)  # one --records budget a run
-            run, identity = _finish_set(spark, done, config, used), done.identity
+            run, identity = _finish_set(spark, done, config, used, cset.clocks), done.identity
             cset = replace(cset, number=len(sets) + 1)
             stamp_set(run.summary, cset, identity)
             sets.append(run.summary.capture_sets[0])
@@ -754,9 +755,12 @@ def _stages(
     )
 
 
-def _finish_set(spark: Any, staged: _Staged, config: EngineConfig, records_used: int) -> SparkAudit:
+def _finish_set(
+    spark: Any, staged: _Staged, config: EngineConfig, records_used: int, clocks: tuple = ()
+) -> SparkAudit:
     """A staged set's audit: its --records budget drawn after the sets before it (`records_used`: the
-    bytes they inflated), its counters, summary and DataFrames."""
+    bytes they inflated), its counters, summary and DataFrames. `clocks`: the set's, when it joins
+    captures of several hosts (findings within their uncertainty are marked, as locally)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
@@ -773,6 +777,8 @@ def _finish_set(spark: Any, staged: _Staged, config: EngineConfig, records_used:
     summary = AuditResult.of_run(
         "spark", inputs=inputs_info, capture=capture, decode=decode, output=staged.output, warnings=warnings
     )
+    if clocks:
+        summary.findings = within_uncertainty(summary.findings, clocks)
 
     frames: dict[str, Any] = {}
     for table in ("exchanges", "batches", "records"):
@@ -782,8 +788,8 @@ def _finish_set(spark: Any, staged: _Staged, config: EngineConfig, records_used:
         else:
             frames[table] = None
     for table in ("transactions", "findings"):
-        made = outputs.mapInArrow(tasks.output_rows(table), tasks.table_ddl(table))
-        own = tasks.output_batch(table, [gaps])
+        made = outputs.mapInArrow(tasks.output_rows(table, clocks), tasks.table_ddl(table))
+        own = tasks.output_batch(table, [tasks.judged(gaps, clocks) if clocks else gaps])
         if own.num_rows:
             made = made.unionByName(spark.createDataFrame(pa.Table.from_batches([own])))
         frames[table] = made

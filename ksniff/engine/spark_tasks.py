@@ -932,17 +932,28 @@ _PROBE_SCHEMA = pa.schema(
 )
 
 
-def output_rows(table: str):
+def output_rows(table: str, clocks: tuple = ()):
     """mapInArrow over the folds' pickled AuditOutputs: the `transactions`, `findings` or `producers`
-    rows of each group."""
+    rows of each group. `clocks`: the capture set's (ksniff.engine.clock), when it joins captures of
+    several hosts: findings that rest on an order within their uncertainty are marked as locally."""
     from ksniff.report.tables import finding_row, transaction_row
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             outputs = [pickle.loads(b) for b in batch.column("blob").to_pylist()]
+            if clocks and table == "findings":
+                outputs = [judged(o, clocks) for o in outputs]
             yield output_batch(table, outputs, finding_row, transaction_row)
 
     return run
+
+
+def judged(output, clocks: tuple):
+    """`output` with its findings judged against the set's clocks (ksniff.engine.clock.within_uncertainty:
+    each finding on its own, so a group's findings are judged as the whole run's are)."""
+    from ksniff.engine.clock import within_uncertainty
+
+    return replace(output, findings=tuple(within_uncertainty(list(output.findings), clocks)))
 
 
 def output_batch(table: str, outputs, finding_row=None, transaction_row=None) -> pa.RecordBatch:

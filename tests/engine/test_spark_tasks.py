@@ -45,3 +45,36 @@ def test_caps_of_one_process_say_they_apply_per_flow() -> None:
         "--max-in-flight-total and --max-partial-total cap one process's memory: the Spark "
         "engine applies them to each flow's task, where they do not bind as in one process"
     ]
+
+
+@pytest.mark.skipif(not (PCAPS / "txn_confluent_mock.pcap").exists(), reason="no corpus captures")
+def test_findings_rows_are_judged_against_the_sets_clocks(tmp_path: Path) -> None:
+    """The executors' findings rows mark a finding within the clocks' uncertainty as the local engine
+    does: per-broker captures of the mock cluster, with clocks known (here, as if) only to within a
+    second, give the zombie's write on a partition leader as an unverified warning in the `findings`
+    table, row for row what ksniff.engine.clock.within_uncertainty makes of the whole run's findings."""
+    import pickle
+    from dataclasses import replace
+
+    import pyarrow as pa
+    from test_clock import per_broker
+
+    from ksniff.audit.model import AuditOutput
+    from ksniff.engine.clock import within_uncertainty
+    from ksniff.engine.local import EngineConfig, audit_paths
+    from ksniff.engine.spark_tasks import output_rows
+    from ksniff.report.tables import finding_row
+
+    made = per_broker(PCAPS / "txn_confluent_mock.pcap", tmp_path, [0.0, 2.5, -1.7])
+    split = audit_paths(sorted(made), EngineConfig(keep_tables=False))
+    (cset,) = split.capture_sets
+    vague = tuple(replace(c, low=c.offset - 1.0, high=c.offset + 1.0) if c.pairs else c for c in cset.clocks)
+    halves = [split.findings[::2], split.findings[1::2]]  # two groups' outputs, judged apart
+    blobs = [pickle.dumps(AuditOutput((), (), tuple(h))) for h in halves]
+    batch = pa.RecordBatch.from_pydict({"key": ["a", "b"], "blob": blobs})
+    rows = [row for b in output_rows("findings", vague)(iter([batch])) for row in b.to_pylist()]
+    expected = [finding_row(f) for h in halves for f in within_uncertainty(list(h), vague)]
+    assert rows == [{k: r.get(k) for k in rows[0]} for r in expected]
+    zombie = [r for r in rows if r["kind"] == "zombie_write_accepted"]
+    assert {r["severity"] for r in zombie} == {"critical", "warning"}  # the coordinator's stay critical
+    assert all("clock_uncertainty_s" in r["evidence"] for r in zombie if r["severity"] == "warning")
