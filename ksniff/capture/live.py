@@ -5,24 +5,35 @@
 so a stop, the duration or the packet count end the capture within a fraction of a second; what the
 kernel already queued is still read. Kernel drops come from PACKET_STATISTICS. The interface `any`
 captures IP packets of all interfaces (without link headers, so it is recorded as link type RAW).
+
+Packets come through the socket's TPACKET_V3 ring (`ksniff.capture.ring`): a thread does nothing but
+copy each block the kernel hands over out of the ring, as pcap records, into a backlog of at most
+`BACKLOG` bytes, and the iterating thread walks those records as a pcap file's (the same walk, compiled
+or not) into segments. When the backlog is full the copying waits, the ring fills and the kernel drops
+and counts. Where the ring cannot be set up (an old kernel, no memory for it) or `KSNIFF_LIVE_RING=0`,
+one recvfrom per packet reads the socket's queue instead, and a warning says why.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
+import os
 import select
 import socket
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 
 from ksniff.capture.errors import CaptureError, CaptureLimits
 from ksniff.capture.events import CaptureStats, InputInfo, StreamEvent
 from ksniff.capture.packets import CUT_SHORT, FRAGMENT, TICK, linktype_name, parse_frame
+from ksniff.capture.pcap import PcapHeader, pcap_segments
 from ksniff.capture.reassembly import Reassembler
+from ksniff.capture.ring import RETIRE_MS, RxRing, pcap_header
+from ksniff.capture.walk import WalkCounts
 
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
@@ -35,6 +46,13 @@ RCVBUF = 64 << 20  # the kernel queue that absorbs bursts while we parse
 POLL = 0.1  # seconds between checks of stop, duration and idle flushing
 LINK_ETHERNET, LINK_RAW = 1, 101
 _ARPHRD_ETHER, _ARPHRD_LOOPBACK = 1, 772
+RING_ENV = "KSNIFF_LIVE_RING"  # "0": the recvfrom loop instead of the ring
+RING_BLOCK = 2 << 20  # bytes per ring block
+RING_BLOCKS = 16  # 32 MiB of ring: what the kernel can fill while the copying thread waits for the GIL
+BACKLOG = 64 << 20  # bytes copied out of the ring and not yet parsed, at most
+PCAP_HEADER_LEN = 24
+# The ring's pcap magic as the walk reads it (little-endian), whatever this machine's byte order.
+PCAP_NS_MAGIC_LE = struct.unpack("<I", struct.pack("=I", 0xA1B23C4D))[0]
 
 
 class LiveRun:
@@ -48,6 +66,8 @@ class LiveRun:
         duration: float | None,
         write_path: str | None,
         limits: CaptureLimits | None,
+        ring: tuple[int, int] | None,
+        backlog: int,
     ) -> None:
         self.iface = iface
         self.stats = CaptureStats()
@@ -58,22 +78,45 @@ class LiveRun:
         self._count, self._duration = count, duration
         self._stop = threading.Event()
         self._finished = False
-        self._sock, self.linktype = _open_socket(iface, bpf)
+        self._sock, self.linktype, self._skip_outgoing = _open_socket(iface, bpf)
+        self._ring: RxRing | None = None
+        self._copier: threading.Thread | None = None
+        self.ring_freezes = 0  # times the kernel found the ring full (then dropped until a block came back)
+        if ring is not None:
+            try:
+                self._ring = RxRing(self._sock, *ring)
+            except OSError as exc:
+                self.warnings.append(
+                    f"{iface}: no capture ring ({exc.strerror or exc}); reading one packet per call"
+                )
+        _discard_queued(self._sock)
         self._writer = None
         if write_path is not None:
             try:
                 self._writer = open(write_path, "wb")  # noqa: SIM115 - open for the whole capture
             except OSError as exc:
-                self._sock.close()
+                self._close_capture()
                 raise CaptureError(f"{write_path}: {exc.strerror or exc}") from None
-            self._writer.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, SNAPLEN, self.linktype))
+            if self._ring is not None:  # the ring's records: nanoseconds, this machine's byte order
+                self._writer.write(pcap_header(SNAPLEN, self.linktype))
+            else:
+                self._writer.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, SNAPLEN, self.linktype))
         self._started = time.monotonic()
+        if self._ring is not None:
+            self._backlog = _Backlog(backlog)
+            self._copier = threading.Thread(target=self._copy_out, name="ksniff-ring", daemon=True)
+            self._copier.start()
 
     @property
     def inputs(self) -> list[InputInfo]:
         return [
             InputInfo(self.iface, "live", linktype_name(self.linktype), self.stats.packets, self.bytes_read)
         ]
+
+    @property
+    def uses_ring(self) -> bool:
+        """Whether packets come through the TPACKET_V3 ring (else one recvfrom each)."""
+        return self._ring is not None
 
     def stop(self) -> None:
         """End the capture soon; safe from any thread and from signal handlers."""
@@ -87,13 +130,98 @@ class LiveRun:
 
     def _events(self) -> Iterator[StreamEvent]:
         r = self.reassembler
-        yield from r.events(self._segments(), finish=False)
+        segments = self._ring_segments() if self._ring is not None else self._segments()
+        yield from r.events(segments, finish=False)
         if not self._finished:
             self._finished = True
             r.finish()
             self._close()
             while r.out:
                 yield r.out.popleft()
+
+    # ------------------------------------------------------------------ the ring
+
+    def _copy_out(self) -> None:
+        """The copying thread: each block the kernel hands over, copied out into the backlog at once."""
+        ring, backlog = self._ring, self._backlog
+        skip, left = self._skip_outgoing, self._count if self._count is not None else -1
+        head = pcap_header(SNAPLEN, self.linktype)
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN | select.POLLERR)
+        counted = time.monotonic()
+        try:
+            while left and not self._should_stop():
+                if time.monotonic() - counted >= POLL:
+                    self._read_ring_counts()
+                    counted = time.monotonic()
+                if not ring.ready():
+                    if self._socket_failed(poller.poll(POLL * 1000)):
+                        return
+                    continue
+                if not backlog.wait_for_room(POLL):
+                    continue  # the parsing is behind: the ring fills meanwhile, then the kernel drops
+                records, n, _ = ring.take(skip, left, head)
+                left -= n
+                backlog.put(records, n)
+            # Stopped: what the kernel holds, and the block it is filling (handed over within RETIRE_MS).
+            # At most one ring's worth, so traffic that goes on cannot hold the stop up.
+            deadline = time.monotonic() + 2 * RETIRE_MS / 1000
+            taken = 0
+            while left and taken <= ring.blocks:
+                if ring.ready():
+                    if backlog.wait_for_room(POLL):
+                        records, n, _ = ring.take(skip, left, head)
+                        left -= n
+                        taken += 1
+                        backlog.put(records, n)
+                elif time.monotonic() >= deadline or self._socket_failed(poller.poll(RETIRE_MS)):
+                    break
+        finally:
+            backlog.close()
+
+    def _socket_failed(self, polled: list) -> bool:
+        if polled and polled[0][1] & select.POLLERR:  # the interface went away
+            code = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            self.warnings.append(f"{self.iface}: capture ended: {os.strerror(code) if code else 'error'}")
+            self._stop.set()
+            return True
+        return False
+
+    def _ring_segments(self) -> Iterator[tuple]:
+        """The backlog's records walked into segments; a TICK when none came for a while."""
+        backlog, writer, stats = self._backlog, self._writer, self.stats
+        while True:
+            self._should_stop()  # the copying thread sees the duration end too, even while this is busy
+            records = backlog.get(POLL)
+            if records is None:
+                yield (time.time(), b"", 0, b"", 0, 0, 0, TICK, b"")
+                continue
+            if records is _END:
+                return
+            if len(records) <= PCAP_HEADER_LEN:
+                continue
+            if writer is not None:
+                writer.write(memoryview(records)[PCAP_HEADER_LEN:])
+            counts = WalkCounts()
+            chunk = _InMemory(records)
+            yield from pcap_segments(chunk, PcapHeader(chunk, PCAP_NS_MAGIC_LE), counts, self.warnings)
+            stats.packets += counts.packets
+            # the frames, without the headers of the file and of each record
+            self.bytes_read += len(records) - PCAP_HEADER_LEN - 16 * counts.packets
+            stats.non_tcp_packets += counts.non_tcp
+            stats.ip_fragments += counts.fragments
+            stats.truncated_packets += counts.cut_short
+            stats.tcp_segments += counts.packets - counts.non_tcp - counts.fragments - counts.cut_short
+            if stats.first_ts is None:
+                stats.first_ts = counts.first_ts
+            stats.last_ts = counts.last_ts
+
+    def _read_ring_counts(self) -> None:
+        _packets, drops, freezes = self._ring.kernel_counts()  # reset by the kernel on each read
+        self.stats.kernel_drops += drops
+        self.ring_freezes += freezes
+
+    # ------------------------------------------------------------------ one recvfrom per packet
 
     def _segments(self) -> Iterator[tuple]:
         """Segments as they arrive, and a TICK now and then so merged chunks go out when traffic pauses."""
@@ -173,17 +301,90 @@ class LiveRun:
             return
         self.stats.kernel_drops += drops  # the kernel resets its counters on each read
 
-    def _close(self) -> None:
-        self._read_kernel_drops()
+    def _close_capture(self) -> None:
+        """The copying thread ended (it reads the ring until then), the ring unmapped, the socket shut."""
+        if self._copier is not None:
+            self._stop.set()
+            self._copier.join()
+        if self._ring is not None:
+            self._read_ring_counts()
+            self._ring.close()
+        else:
+            self._read_kernel_drops()
         self._sock.close()
+
+    def _close(self) -> None:
+        self._close_capture()
         if self._writer is not None:
             self._writer.close()
         self.warnings.extend(self.reassembler.warnings())
         if self.stats.kernel_drops:
-            self.warnings.append(f"{self.iface}: the kernel dropped {self.stats.kernel_drops} packets")
+            full = f" (its capture ring was full {self.ring_freezes} times)" if self.ring_freezes else ""
+            self.warnings.append(f"{self.iface}: the kernel dropped {self.stats.kernel_drops} packets{full}")
 
 
-def _open_socket(iface: str, bpf: str | None) -> tuple[socket.socket, int]:
+_END = object()  # the backlog's end: the copying thread has stopped
+
+
+class _Backlog:
+    """Records copied out of the ring and not yet parsed, at most `cap` bytes (one block more at worst)."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._items: deque[bytes] = deque()
+        self._bytes = 0
+        self._closed = False
+        self._cond = threading.Condition()
+
+    def wait_for_room(self, timeout: float) -> bool:
+        with self._cond:
+            if self._bytes >= self._cap:
+                self._cond.wait(timeout)
+            return self._bytes < self._cap
+
+    def put(self, records: bytes, _packets: int) -> None:
+        with self._cond:
+            self._items.append(records)
+            self._bytes += len(records)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def get(self, timeout: float):
+        """The oldest records; None when none came within `timeout`; _END when there will be no more."""
+        with self._cond:
+            if not self._items and not self._closed:
+                self._cond.wait(timeout)
+            if self._items:
+                records = self._items.popleft()
+                self._bytes -= len(records)
+                self._cond.notify_all()
+                return records
+            return _END if self._closed else None
+
+
+class _InMemory:
+    """The ring's pcap bytes of one block, served to the pcap walk like a capture file's."""
+
+    def __init__(self, records: bytes) -> None:
+        self.buf, self.end, self.parsed = records, len(records), 0
+
+    def more(self, _pos: int) -> None:
+        return None  # whole records only
+
+    def truncated(self, pos: int) -> str:
+        return f"capture ring: a record cut at byte {pos}"
+
+    def corrupt(self, pos: int, what: str) -> str:
+        return f"capture ring: {what} at byte {pos}"
+
+
+def _open_socket(iface: str, bpf: str | None) -> tuple[socket.socket, int, bool]:
+    """The socket, bound and filtered; its link type; whether the copies of packets leaving the host
+    must be left out by us (loopback, on kernels before 4.20 that cannot leave them out themselves)."""
     any_iface = iface == "any"
     kind = socket.SOCK_DGRAM if any_iface else socket.SOCK_RAW
     try:
@@ -201,11 +402,14 @@ def _open_socket(iface: str, bpf: str | None) -> tuple[socket.socket, int]:
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
         sock.bind(("", 0) if any_iface else (iface, 0))
+        skip_outgoing = False
         if link == LINK_ETHERNET and _arphrd(iface) == _ARPHRD_LOOPBACK:
             # Loopback shows each packet twice (leaving and arriving). Without the leaving copies the
             # kernel queues half as much, and its drop counter counts only packets we would keep.
-            with contextlib.suppress(OSError):  # before Linux 4.20: _loopback_outgoing skips them
+            try:
                 sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            except OSError:  # before Linux 4.20: _loopback_outgoing or the ring's copy skips them
+                skip_outgoing = True
         sock.setblocking(False)
     except CaptureError:
         sock.close()
@@ -215,8 +419,7 @@ def _open_socket(iface: str, bpf: str | None) -> tuple[socket.socket, int]:
         if exc.errno in (errno.ENODEV, errno.ENXIO):
             raise CaptureError(f"{iface}: no such interface") from None
         raise CaptureError(f"{iface}: cannot capture ({exc.strerror or exc})") from None
-    _discard_queued(sock)
-    return sock, link
+    return sock, link, skip_outgoing
 
 
 def _arphrd(iface: str) -> int:
@@ -249,7 +452,8 @@ def _attach_filter(sock: socket.socket, bpf: str, link: int) -> None:
 
 
 def _discard_queued(sock: socket.socket) -> None:
-    """Packets that arrived between socket() and the filter being attached would bypass it."""
+    """Packets that arrived between socket() and the filter being attached (or the ring being set up)
+    would bypass them."""
     while True:
         try:
             sock.recv(1)
@@ -264,6 +468,14 @@ def open_live(
     duration: float | None = None,
     write_path: str | None = None,
     limits: CaptureLimits | None = None,
+    *,
+    ring: tuple[int, int] | None = (RING_BLOCK, RING_BLOCKS),
+    backlog: int = BACKLOG,
 ) -> LiveRun:
-    """Start capturing on `iface`; raises CaptureError (one line) when that is not possible."""
-    return LiveRun(iface, bpf, count, duration, write_path, limits)
+    """Start capturing on `iface`; raises CaptureError (one line) when that is not possible.
+
+    `ring`: (block size, blocks) of the TPACKET_V3 ring, None for one recvfrom per packet (also when
+    KSNIFF_LIVE_RING=0); `backlog`: bytes copied out of the ring and not yet parsed, at most."""
+    if os.environ.get(RING_ENV, "") == "0":
+        ring = None
+    return LiveRun(iface, bpf, count, duration, write_path, limits, ring, backlog)
