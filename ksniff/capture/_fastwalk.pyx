@@ -177,10 +177,14 @@ cdef enum:
     BLOCK_PACKETS = 12  # tpacket_block_desc: num_pkts
     BLOCK_FIRST = 16  # offset_to_first_pkt
     HDR_LEN = 48  # TPACKET_ALIGN(sizeof(struct tpacket3_hdr)); the sockaddr_ll follows
+    HDR_HATYPE = 56  # sockaddr_ll.sll_hatype
     HDR_PKTTYPE = 58  # sockaddr_ll.sll_pkttype
+    HDR_END = 68  # the end of the sockaddr_ll
     PACKET_OUTGOING = 4
+    ARPHRD_LOOPBACK = 772
 
-RING_LAYOUT = (BLOCK_PACKETS, BLOCK_FIRST, HDR_LEN, HDR_PKTTYPE, PACKET_OUTGOING)
+RING_LAYOUT = (BLOCK_PACKETS, BLOCK_FIRST, HDR_LEN, HDR_HATYPE, HDR_PKTTYPE, HDR_END, PACKET_OUTGOING,
+               ARPHRD_LOOPBACK)
 
 
 def ring_block(ring, Py_ssize_t block, Py_ssize_t size, bint skip_outgoing, Py_ssize_t limit,
@@ -188,22 +192,22 @@ def ring_block(ring, Py_ssize_t block, Py_ssize_t size, bint skip_outgoing, Py_s
     """Copies the packets of the TPACKET_V3 ring block at `block` (`size` bytes) out of the ring as a
     pcap file in memory: `head` (the file header), then a record per packet (seconds, nanoseconds,
     captured and wire length in this machine's byte order, then the frame), at most `limit` of them,
-    leaving out the copies of packets leaving the host when `skip_outgoing`. The same as
-    `ksniff.capture.ring.block_records` (the reference); the copy itself runs without the GIL. Returns
-    (the pcap bytes, packets copied, packets left out)."""
+    leaving out the copies of packets leaving through a loopback device (seen again as they arrive)
+    when `skip_outgoing`. The same as `ksniff.capture.ring.block_records` (the reference); the copy
+    itself runs without the GIL. Returns (the pcap bytes, packets copied, packets left out)."""
     cdef const unsigned char[::1] view = ring
     cdef const unsigned char *b
     cdef const unsigned char *h
     cdef Py_ssize_t p, total = 0, kept = 0, skipped = 0, i, n, nxt, mac, snap
     cdef char *o
-    if block < 0 or block + size > view.shape[0] or size < HDR_LEN:
+    if block < 0 or block + size > view.shape[0] or size < HDR_END:
         raise ValueError("ring block out of range")
     b = &view[block]
     n = ks_u32(b + BLOCK_PACKETS)
     p = ks_u32(b + BLOCK_FIRST)
     # First the size of what is kept, so the records go to one bytes object made once.
     for i in range(n):
-        if p < HDR_LEN or p + HDR_LEN > size:
+        if p < HDR_LEN or p + HDR_END > size:
             break
         h = b + p
         snap, mac = ks_u32(h + 12), ks_u16(h + 24)
@@ -211,7 +215,7 @@ def ring_block(ring, Py_ssize_t block, Py_ssize_t size, bint skip_outgoing, Py_s
             break
         if kept == limit:
             break
-        if skip_outgoing and h[HDR_PKTTYPE] == PACKET_OUTGOING:
+        if skip_outgoing and h[HDR_PKTTYPE] == PACKET_OUTGOING and ks_u16(h + HDR_HATYPE) == ARPHRD_LOOPBACK:
             skipped += 1
         else:
             kept += 1
@@ -231,7 +235,8 @@ def ring_block(ring, Py_ssize_t block, Py_ssize_t size, bint skip_outgoing, Py_s
         while i < kept:
             h = b + p
             snap, mac = ks_u32(h + 12), ks_u16(h + 24)
-            if not (skip_outgoing and h[HDR_PKTTYPE] == PACKET_OUTGOING):
+            if not (skip_outgoing and h[HDR_PKTTYPE] == PACKET_OUTGOING
+                    and ks_u16(h + HDR_HATYPE) == ARPHRD_LOOPBACK):
                 memcpy(o, h + 4, 8)  # tp_sec, tp_nsec
                 memcpy(o + 8, h + 12, 4)  # tp_snaplen: the captured length
                 memcpy(o + 12, h + 16, 4)  # tp_len: the length on the wire

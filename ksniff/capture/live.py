@@ -16,6 +16,7 @@ one recvfrom per packet reads the socket's queue instead, and a warning says why
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -78,7 +79,7 @@ class LiveRun:
         self._count, self._duration = count, duration
         self._stop = threading.Event()
         self._finished = False
-        self._sock, self.linktype, self._skip_outgoing = _open_socket(iface, bpf)
+        self._sock, self.linktype = _open_socket(iface, bpf)
         self._ring: RxRing | None = None
         self._copier: threading.Thread | None = None
         self.ring_freezes = 0  # times the kernel found the ring full (then dropped until a block came back)
@@ -90,6 +91,10 @@ class LiveRun:
                     f"{iface}: no capture ring ({exc.strerror or exc}); reading one packet per call"
                 )
         _discard_queued(self._sock)
+        # What the kernel dropped before the filter was attached (the whole host's traffic into a small
+        # default queue) is not this capture's: reading the counters resets them.
+        with contextlib.suppress(OSError):
+            self._sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 12)
         self._writer = None
         if write_path is not None:
             try:
@@ -144,7 +149,9 @@ class LiveRun:
     def _copy_out(self) -> None:
         """The copying thread: each block the kernel hands over, copied out into the backlog at once."""
         ring, backlog = self._ring, self._backlog
-        skip, left = self._skip_outgoing, self._count if self._count is not None else -1
+        # Loopback's leaving copies are left out as in _loopback_outgoing (on `lo` since Linux 4.20 the
+        # kernel does not even put them in the ring; on `any` it does).
+        skip, left = True, self._count if self._count is not None else -1
         head = pcap_header(SNAPLEN, self.linktype)
         poller = select.poll()
         poller.register(self._sock, select.POLLIN | select.POLLERR)
@@ -382,9 +389,7 @@ class _InMemory:
         return f"capture ring: {what} at byte {pos}"
 
 
-def _open_socket(iface: str, bpf: str | None) -> tuple[socket.socket, int, bool]:
-    """The socket, bound and filtered; its link type; whether the copies of packets leaving the host
-    must be left out by us (loopback, on kernels before 4.20 that cannot leave them out themselves)."""
+def _open_socket(iface: str, bpf: str | None) -> tuple[socket.socket, int]:
     any_iface = iface == "any"
     kind = socket.SOCK_DGRAM if any_iface else socket.SOCK_RAW
     try:
@@ -401,15 +406,13 @@ def _open_socket(iface: str, bpf: str | None) -> tuple[socket.socket, int, bool]
             sock.setsockopt(socket.SOL_SOCKET, 33, RCVBUF)  # SO_RCVBUFFORCE: beyond rmem_max as root
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
-        sock.bind(("", 0) if any_iface else (iface, 0))
-        skip_outgoing = False
+        if not any_iface:  # unbound, the socket sees every interface (Python cannot bind to index 0)
+            sock.bind((iface, 0))
         if link == LINK_ETHERNET and _arphrd(iface) == _ARPHRD_LOOPBACK:
             # Loopback shows each packet twice (leaving and arriving). Without the leaving copies the
             # kernel queues half as much, and its drop counter counts only packets we would keep.
-            try:
+            with contextlib.suppress(OSError):  # before Linux 4.20: _loopback_outgoing skips them
                 sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-            except OSError:  # before Linux 4.20: _loopback_outgoing or the ring's copy skips them
-                skip_outgoing = True
         sock.setblocking(False)
     except CaptureError:
         sock.close()
@@ -419,7 +422,7 @@ def _open_socket(iface: str, bpf: str | None) -> tuple[socket.socket, int, bool]
         if exc.errno in (errno.ENODEV, errno.ENXIO):
             raise CaptureError(f"{iface}: no such interface") from None
         raise CaptureError(f"{iface}: cannot capture ({exc.strerror or exc})") from None
-    return sock, link, skip_outgoing
+    return sock, link
 
 
 def _arphrd(iface: str) -> int:

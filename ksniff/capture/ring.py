@@ -32,9 +32,22 @@ BLOCK_STATUS, BLOCK_PACKETS, BLOCK_FIRST = 8, 12, 16
 # tpacket3_hdr: tp_next_offset, tp_sec, tp_nsec, tp_snaplen, tp_len, tp_status, tp_mac, tp_net, ...
 _HDR = struct.Struct("=IIIIIIH")
 HDR_LEN = 48  # TPACKET_ALIGN(sizeof(struct tpacket3_hdr)); the packet's sockaddr_ll follows
+HDR_HATYPE = HDR_LEN + 8  # sockaddr_ll.sll_hatype
 HDR_PKTTYPE = HDR_LEN + 10  # sockaddr_ll.sll_pkttype
+HDR_END = HDR_LEN + 20  # the end of the sockaddr_ll
 PACKET_OUTGOING = 4
-RING_LAYOUT = (BLOCK_PACKETS, BLOCK_FIRST, HDR_LEN, HDR_PKTTYPE, PACKET_OUTGOING)
+ARPHRD_LOOPBACK = 772
+RING_LAYOUT = (
+    BLOCK_PACKETS,
+    BLOCK_FIRST,
+    HDR_LEN,
+    HDR_HATYPE,
+    HDR_PKTTYPE,
+    HDR_END,
+    PACKET_OUTGOING,
+    ARPHRD_LOOPBACK,
+)
+_U16 = struct.Struct("=H")
 _U32 = struct.Struct("=I")
 _RECORD = struct.Struct("=IIII").pack
 PCAP_NS_MAGIC = 0xA1B23C4D  # the records' pcap header: nanosecond timestamps
@@ -50,22 +63,27 @@ def block_records(
 ) -> tuple[bytes, int, int]:
     """The packets of the ring block at `block` (`size` bytes) as a pcap file in memory: `head` (the
     file header), then a record per packet (seconds, nanoseconds, captured and wire length, then the
-    frame), at most `limit`, leaving out the copies of packets leaving the host when `skip_outgoing`.
-    Returns (the pcap bytes, packets copied, packets left out)."""
-    if block < 0 or block + size > len(ring) or size < HDR_LEN:
+    frame), at most `limit`, leaving out the copies of packets leaving through a loopback device (seen
+    again as they arrive) when `skip_outgoing`. Returns (the pcap bytes, packets copied, packets left
+    out)."""
+    if block < 0 or block + size > len(ring) or size < HDR_END:
         raise ValueError("ring block out of range")
     n = _U32.unpack_from(ring, block + BLOCK_PACKETS)[0]
     p = _U32.unpack_from(ring, block + BLOCK_FIRST)[0]
     parts: list[bytes] = [head]
     kept = skipped = 0
     for _ in range(n):
-        if p < HDR_LEN or p + HDR_LEN > size:
+        if p < HDR_LEN or p + HDR_END > size:
             break
         h = block + p
         nxt, sec, nsec, snap, wire, _status, mac = _HDR.unpack_from(ring, h)
         if mac + snap > size - p or kept == limit:
             break
-        if skip_outgoing and ring[h + HDR_PKTTYPE] == PACKET_OUTGOING:
+        if (
+            skip_outgoing
+            and ring[h + HDR_PKTTYPE] == PACKET_OUTGOING
+            and _U16.unpack_from(ring, h + HDR_HATYPE)[0] == ARPHRD_LOOPBACK
+        ):
             skipped += 1
         else:
             kept += 1
