@@ -7,10 +7,12 @@ in one run and alternating so that cache and frequency effects hit both alike, N
     tshark -r FILE -d tcp.port==9092,kafka -Y kafka -T fields -e kafka.api_key > /dev/null
 
 then the median wall time of each, the median of the per-repetition ratios, and the peak RSS of each
-child (from wait4's rusage, per process). `--live` replays the bulk capture onto loopback at top speed
-with tcpreplay while `ksniff live lo` runs, and reports packets/s and kernel drops. Run by hand as root:
+child (from wait4's rusage, per process). `--live` replays captures onto loopback (top speed or
+`--pps`) with tcpreplay while `ksniff live lo` runs, through the capture ring and through the recvfrom
+loop alternating, and reports packets/s offered and captured, kernel drops and CPU. Run by hand as root:
 
-    python bench/bench_audit.py [--repeat 3] [--captures bulk,txn,bulk1g] [--csv] [--parquet] [--live]
+    python bench/bench_audit.py [--repeat 3] [--captures bulk,txn,bulk1g] [--csv] [--parquet]
+    python bench/bench_audit.py --live [--live-capture bulk1g,txn] [--repeat 3] [--pps N]
 """
 
 from __future__ import annotations
@@ -176,13 +178,16 @@ def print_table(rows: list[dict], repeat: int, extra: list[str]) -> None:
 # --------------------------------------------------------------------------- live
 
 
-def bench_live(name: str, tmp: Path, loops: int, pps: int | None) -> dict:
-    """Replay `name` onto loopback at top speed while `ksniff live lo` audits it."""
+def bench_live(name: str, tmp: Path, loops: int, pps: int | None, ring: bool) -> dict:
+    """Replay `name` onto loopback (top speed, or `pps`) while `ksniff live lo` audits it, reading through
+    the TPACKET_V3 ring or (ring False: KSNIFF_LIVE_RING=0) one recvfrom per packet."""
     path = gen_captures.ensure(name)
     out = tmp / "live.json"
     cmd = [*KSNIFF, "live", "lo", "--port", str(PORT), "--json", str(out)]
+    env = {**os.environ, "KSNIFF_LIVE_RING": "1" if ring else "0"}
+    load = os.getloadavg()[0]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=BENCH.parent
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=BENCH.parent, env=env
     )
     try:
         line = proc.stderr.readline()  # "capturing on lo": the socket is open
@@ -203,31 +208,44 @@ def bench_live(name: str, tmp: Path, loops: int, pps: int | None) -> dict:
         tail = time.perf_counter() - started
     err = proc.stderr.read()
     doc = json.loads(out.read_text())
+    warnings = " ".join(doc.get("warnings", [])) + err
+    if ring and "no capture ring" in warnings:
+        sys.exit(f"the ring was not used: {warnings}")
     sent = int(re.search(r"Actual: (\d+) packets", replay).group(1))
     replay_s = float(re.search(r"packets \(\d+ bytes\) sent in ([\d.]+) seconds", replay).group(1))
-    drops = re.search(r"the kernel dropped (\d+) packets", " ".join(doc.get("warnings", [])) + err)
+    drops = re.search(r"the kernel dropped (\d+) packets", warnings)
     return {
+        "mode": "ring" if ring else "recvfrom",
         "sent": sent,
         "replay_s": replay_s,
         "pps": sent / replay_s,
         "captured": doc["capture"]["packets"],
         "kernel_drops": int(drops.group(1)) if drops else 0,
         "finish_s": tail,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
         "rss": usage.ru_maxrss / 1024,
         "exchanges": doc["decode"]["exchanges"],
         "gaps": doc["capture"]["gaps"],
+        "load": load,
     }
 
 
-def print_live(r: dict, name: str, pps: int | None) -> None:
+def print_live(rows: list[dict], name: str, pps: int | None) -> None:
     speed = f"--pps={pps}" if pps else "--topspeed"
-    print(f"\nksniff live lo while tcpreplay {speed} -i lo replays {name}")
-    print(
-        f"sent {r['sent']:,} packets in {r['replay_s']:.2f}s ({r['pps']:,.0f} packets/s); ksniff captured "
-        f"{r['captured']:,}, kernel drops {r['kernel_drops']:,}, missing {r['sent'] - r['captured']:,}; "
-        f"{r['exchanges']:,} exchanges, {r['gaps']} gaps; report {r['finish_s']:.1f}s after SIGTERM; "
-        f"peak RSS {r['rss']:,.0f} MiB"
+    print(f"\nksniff live lo, tcpreplay {speed} -i lo replaying {name} (alternating; load: 1-min average)")
+    head = (
+        f"{'read by':9}{'load':>5}{'sent':>10}{'offered/s':>11}{'captured':>10}{'drops':>9}{'missing':>8}"
+        f"{'captured/s':>11}{'exch':>7}{'gaps':>6}{'CPU s':>7}{'tail s':>7}{'MiB':>6}"
     )
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        missing = r["sent"] - r["captured"] - r["kernel_drops"]
+        print(
+            f"{r['mode']:9}{r['load']:5.1f}{r['sent']:10,}{r['pps']:11,.0f}{r['captured']:10,}"
+            f"{r['kernel_drops']:9,}{missing:8,}{r['captured'] / r['replay_s']:11,.0f}{r['exchanges']:7,}"
+            f"{r['gaps']:6,}{r['cpu_s']:7.1f}{r['finish_s']:7.1f}{r['rss']:6,.0f}"
+        )
 
 
 def main() -> None:
@@ -247,7 +265,12 @@ def main() -> None:
     )
     parser.add_argument("--cat", action="store_true", help="also time cat FILE > /dev/null (the page cache)")
     parser.add_argument("--live", action="store_true", help="only the live benchmark")
-    parser.add_argument("--live-capture", default="bulk")
+    parser.add_argument("--live-capture", default="bulk", help="comma-separated (gen_captures.py)")
+    parser.add_argument(
+        "--live-modes",
+        default="ring,recvfrom",
+        help="how ksniff live reads, alternating: ring (TPACKET_V3), recvfrom (KSNIFF_LIVE_RING=0)",
+    )
     parser.add_argument("--loops", type=int, default=1, help="tcpreplay --loop for --live")
     parser.add_argument("--pps", type=int, help="replay at this many packets/s (default: top speed)")
     args = parser.parse_args()
@@ -264,7 +287,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp_name:
         tmp = Path(tmp_name)
         if args.live:
-            print_live(bench_live(args.live_capture, tmp, args.loops, args.pps), args.live_capture, args.pps)
+            modes = [m == "ring" for m in args.live_modes.split(",")]
+            for name in args.live_capture.split(","):
+                rows = []
+                for _ in range(args.repeat):
+                    for ring in modes:
+                        rows.append(bench_live(name, tmp, args.loops, args.pps, ring))
+                print_live(rows, name, args.pps)
             return
         extra = (["--csv", str(tmp / "csv")] if args.csv else []) + (
             ["--parquet", str(tmp / "parquet")] if args.parquet else []
