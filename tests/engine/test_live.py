@@ -125,29 +125,15 @@ def _comparable(doc: dict) -> dict:
 
 @pytest.mark.skipif(not shutil.which("tcpreplay"), reason="needs tcpreplay")
 @pytest.mark.parametrize("ring", ["1", "0"], ids=["ring", "recvfrom"])
-def test_a_replayed_capture_audits_live_as_from_the_file(tmp_path, ring):
+def test_a_replayed_capture_audits_live_as_from_the_file(tmp_path, ring, monkeypatch):
     """tcpreplay puts a corpus capture (real client, real broker) on loopback at its recorded pace while
     `ksniff live lo` audits it: through the ring and through the recvfrom loop, the same exchanges,
-    findings and transactions as `ksniff audit` of the file."""
-    env = {**os.environ, "KSNIFF_LIVE_RING": ring}
-    cmd = [
-        sys.executable,
-        "-m",
-        "ksniff.cli",
-        "live",
-        "lo",
-        "--port",
-        "9092",
-        "--json",
-        str(tmp_path / "live.json"),
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    findings and transactions as `ksniff audit` of the file, and what --write kept audits the same."""
+    monkeypatch.setenv("KSNIFF_LIVE_RING", ring)
+    proc = start_live(tmp_path, 9092)
     try:
-        ready = proc.stderr.readline()
-        assert ready.startswith("ksniff: capturing on lo"), ready + proc.stderr.read()
-        subprocess.run(
-            ["tcpreplay", "-q", "-i", "lo", str(REPLAYED)], capture_output=True, check=True, timeout=60
-        )
+        replay = ["tcpreplay", "-q", "-i", "lo", str(REPLAYED)]
+        subprocess.run(replay, capture_output=True, check=True, timeout=60)
         time.sleep(0.5)  # the last packets through the kernel's loopback queue
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -164,3 +150,10 @@ def test_a_replayed_capture_audits_live_as_from_the_file(tmp_path, ring):
     want = _comparable(json.loads(filed.stdout))
     assert want["decode"]["exchanges"] == 35 and want["findings"]  # the comparison has something to compare
     assert _comparable(live) == want
+    kept = subprocess.run(
+        [sys.executable, "-m", "ksniff.cli", "audit", str(tmp_path / "live.pcap"), "--json", "-"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert _comparable(json.loads(kept.stdout)) == want
