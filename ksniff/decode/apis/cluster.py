@@ -5,7 +5,10 @@ transaction protocol a cluster speaks; Metadata maps topic ids to names for the 
 Produce and Fetch. Metadata and DescribeCluster name the cluster and its brokers (ksniff.decode.identity).
 """
 
+from ksniff.decode.apis.common import array, broker
 from ksniff.decode.schema import API, ARRAY, BOOL, BYTES, INT8, INT16, INT32, INT64, STRING, UUID, F
+
+_NO_OPERATIONS = -2147483648  # authorized operations not asked for (INT32_MIN)
 
 API_VERSIONS = API(
     18,
@@ -21,40 +24,26 @@ API_VERSIONS = API(
     ],
     response=[
         F("error_code", INT16, "0+"),
-        F(
+        array(
             "api_keys",
-            ARRAY(
-                [
-                    F("api_key", INT16, "0+"),
-                    F("min_version", INT16, "0+"),
-                    F("max_version", INT16, "0+"),
-                ]
-            ),
+            [F("api_key", INT16, "0+"), F("min_version", INT16, "0+"), F("max_version", INT16, "0+")],
             "0+",
         ),
         F("throttle_time_ms", INT32, "1+"),
-        F(
+        array(
             "supported_features",
-            ARRAY(
-                [
-                    F("name", STRING, "3+"),
-                    F("min_version", INT16, "3+"),
-                    F("max_version", INT16, "3+"),
-                ]
-            ),
+            [F("name", STRING, "3+"), F("min_version", INT16, "3+"), F("max_version", INT16, "3+")],
             "3+",
             tag=0,
         ),
         F("finalized_features_epoch", INT64, "3+", tag=1, default=-1),
-        F(
+        array(
             "finalized_features",
-            ARRAY(
-                [
-                    F("name", STRING, "3+"),
-                    F("max_version_level", INT16, "3+"),
-                    F("min_version_level", INT16, "3+"),
-                ]
-            ),
+            [
+                F("name", STRING, "3+"),
+                F("max_version_level", INT16, "3+"),
+                F("min_version_level", INT16, "3+"),
+            ],
             "3+",
             tag=2,
         ),
@@ -70,14 +59,9 @@ METADATA = API(
     notes="A null topics array (v1+) asks for every topic; v0 uses an empty array for that. Topic ids "
     "appear from v10; topic names become nullable in requests from v10 and in responses from v12.",
     request=[
-        F(
+        array(
             "topics",
-            ARRAY(
-                [
-                    F("topic_id", UUID, "10+"),
-                    F("name", STRING, "0+", nullable="10+"),
-                ]
-            ),
+            [F("topic_id", UUID, "10+"), F("name", STRING, "0+", nullable="10+")],
             "0+",
             nullable="1+",
         ),
@@ -87,49 +71,34 @@ METADATA = API(
     ],
     response=[
         F("throttle_time_ms", INT32, "3+"),
-        F(
-            "brokers",
-            ARRAY(
-                [
-                    F("node_id", INT32, "0+"),
-                    F("host", STRING, "0+"),
-                    F("port", INT32, "0+"),
-                    F("rack", STRING, "1+", nullable="1+"),
-                ]
-            ),
-            "0+",
-        ),
+        array("brokers", broker(rack="1+"), "0+"),
         F("cluster_id", STRING, "2+", nullable="2+"),
         F("controller_id", INT32, "1+", default=-1),
-        F(
+        array(
             "topics",
-            ARRAY(
-                [
-                    F("error_code", INT16, "0+"),
-                    F("name", STRING, "0+", nullable="12+"),
-                    F("topic_id", UUID, "10+"),
-                    F("is_internal", BOOL, "1+", default=False),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("error_code", INT16, "0+"),
-                                F("partition_index", INT32, "0+"),
-                                F("leader_id", INT32, "0+"),
-                                F("leader_epoch", INT32, "7+", default=-1),
-                                F("replica_nodes", ARRAY(INT32), "0+"),
-                                F("isr_nodes", ARRAY(INT32), "0+"),
-                                F("offline_replicas", ARRAY(INT32), "5+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                    F("topic_authorized_operations", INT32, "8+", default=-2147483648),
-                ]
-            ),
+            [
+                F("error_code", INT16, "0+"),
+                F("name", STRING, "0+", nullable="12+"),
+                F("topic_id", UUID, "10+"),
+                F("is_internal", BOOL, "1+", default=False),
+                array(
+                    "partitions",
+                    [
+                        F("error_code", INT16, "0+"),
+                        F("partition_index", INT32, "0+"),
+                        F("leader_id", INT32, "0+"),
+                        F("leader_epoch", INT32, "7+", default=-1),
+                        F("replica_nodes", ARRAY(INT32), "0+"),
+                        F("isr_nodes", ARRAY(INT32), "0+"),
+                        F("offline_replicas", ARRAY(INT32), "5+"),
+                    ],
+                    "0+",
+                ),
+                F("topic_authorized_operations", INT32, "8+", default=_NO_OPERATIONS),
+            ],
             "0+",
         ),
-        F("cluster_authorized_operations", INT32, "8-10", default=-2147483648),
+        F("cluster_authorized_operations", INT32, "8-10", default=_NO_OPERATIONS),
         F("error_code", INT16, "13+"),
     ],
 )
@@ -152,20 +121,8 @@ DESCRIBE_CLUSTER = API(
         F("endpoint_type", INT8, "1+", default=1),
         F("cluster_id", STRING, "0+"),
         F("controller_id", INT32, "0+", default=-1),
-        F(
-            "brokers",
-            ARRAY(
-                [
-                    F("broker_id", INT32, "0+"),
-                    F("host", STRING, "0+"),
-                    F("port", INT32, "0+"),
-                    F("rack", STRING, "0+", nullable="0+"),
-                    F("is_fenced", BOOL, "2+"),
-                ]
-            ),
-            "0+",
-        ),
-        F("cluster_authorized_operations", INT32, "0+", default=-2147483648),
+        array("brokers", [*broker(node="broker_id"), F("is_fenced", BOOL, "2+")], "0+"),
+        F("cluster_authorized_operations", INT32, "0+", default=_NO_OPERATIONS),
     ],
 )
 

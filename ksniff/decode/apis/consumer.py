@@ -5,6 +5,7 @@ non-transactional sibling OffsetCommit and FindCoordinator (which also finds tra
 key_type 1) matter to the transaction audit too.
 """
 
+from ksniff.decode.apis.common import array, broker, current_leader, endpoint, partition_errors, topics
 from ksniff.decode.schema import (
     API,
     ARRAY,
@@ -19,7 +20,15 @@ from ksniff.decode.schema import (
     STRUCT,
     UUID,
     F,
+    Field,
 )
+
+
+def _epoch_and_offset(versions: str, *, epoch_first: bool) -> tuple[Field, ...]:
+    """A leader epoch and an offset, the two halves of a log position."""
+    epoch, offset = F("epoch", INT32, versions, default=-1), F("end_offset", INT64, versions, default=-1)
+    return STRUCT([epoch, offset] if epoch_first else [offset, epoch])
+
 
 FETCH = API(
     1,
@@ -34,12 +43,7 @@ FETCH = API(
         F("replica_id", INT32, "0-14", default=-1),
         F(
             "replica_state",
-            STRUCT(
-                [
-                    F("replica_id", INT32, "15+", default=-1),
-                    F("replica_epoch", INT64, "15+", default=-1),
-                ]
-            ),
+            STRUCT([F("replica_id", INT32, "15+", default=-1), F("replica_epoch", INT64, "15+", default=-1)]),
             "15+",
             tag=1,
         ),
@@ -49,131 +53,53 @@ FETCH = API(
         F("isolation_level", INT8, "4+", default=0),
         F("session_id", INT32, "7+", default=0),
         F("session_epoch", INT32, "7+", default=-1),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("topic", STRING, "0-12"),
-                    F("topic_id", UUID, "13+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition", INT32, "0+"),
-                                F("current_leader_epoch", INT32, "9+", default=-1),
-                                F("fetch_offset", INT64, "0+"),
-                                F("last_fetched_epoch", INT32, "12+", default=-1),
-                                F("log_start_offset", INT64, "5+", default=-1),
-                                F("partition_max_bytes", INT32, "0+"),
-                                F("replica_directory_id", UUID, "17+", tag=0),
-                                F("high_watermark", INT64, "18+", tag=1, default=0x7FFFFFFFFFFFFFFF),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [
+                F("partition", INT32, "0+"),
+                F("current_leader_epoch", INT32, "9+", default=-1),
+                F("fetch_offset", INT64, "0+"),
+                F("last_fetched_epoch", INT32, "12+", default=-1),
+                F("log_start_offset", INT64, "5+", default=-1),
+                F("partition_max_bytes", INT32, "0+"),
+                F("replica_directory_id", UUID, "17+", tag=0),
+                F("high_watermark", INT64, "18+", tag=1, default=0x7FFFFFFFFFFFFFFF),
+            ],
+            name="topic",
+            names="0-12",
+            topic_id="13+",
         ),
-        F(
-            "forgotten_topics_data",
-            ARRAY(
-                [
-                    F("topic", STRING, "7-12"),
-                    F("topic_id", UUID, "13+"),
-                    F("partitions", ARRAY(INT32), "7+"),
-                ]
-            ),
-            "7+",
-        ),
+        topics(INT32, "7+", field="forgotten_topics_data", name="topic", names="7-12", topic_id="13+"),
         F("rack_id", STRING, "11+", default=""),
     ],
     response=[
         F("throttle_time_ms", INT32, "1+"),
         F("error_code", INT16, "7+"),
         F("session_id", INT32, "7+", default=0),
-        F(
-            "responses",
-            ARRAY(
-                [
-                    F("topic", STRING, "0-12"),
-                    F("topic_id", UUID, "13+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0+"),
-                                F("error_code", INT16, "0+"),
-                                F("high_watermark", INT64, "0+"),
-                                F("last_stable_offset", INT64, "4+", default=-1),
-                                F("log_start_offset", INT64, "5+", default=-1),
-                                F(
-                                    "diverging_epoch",
-                                    STRUCT(
-                                        [
-                                            F("epoch", INT32, "12+", default=-1),
-                                            F("end_offset", INT64, "12+", default=-1),
-                                        ]
-                                    ),
-                                    "12+",
-                                    tag=0,
-                                ),
-                                F(
-                                    "current_leader",
-                                    STRUCT(
-                                        [
-                                            F("leader_id", INT32, "12+", default=-1),
-                                            F("leader_epoch", INT32, "12+", default=-1),
-                                        ]
-                                    ),
-                                    "12+",
-                                    tag=1,
-                                ),
-                                F(
-                                    "snapshot_id",
-                                    STRUCT(
-                                        [
-                                            F("end_offset", INT64, "12+", default=-1),
-                                            F("epoch", INT32, "12+", default=-1),
-                                        ]
-                                    ),
-                                    "12+",
-                                    tag=2,
-                                ),
-                                F(
-                                    "aborted_transactions",
-                                    ARRAY(
-                                        [
-                                            F("producer_id", INT64, "4+"),
-                                            F("first_offset", INT64, "4+"),
-                                        ]
-                                    ),
-                                    "4+",
-                                    nullable="4+",
-                                ),
-                                F("preferred_read_replica", INT32, "11+", default=-1),
-                                F("records", RECORDS, "0+", nullable="0+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [
+                F("partition_index", INT32, "0+"),
+                F("error_code", INT16, "0+"),
+                F("high_watermark", INT64, "0+"),
+                F("last_stable_offset", INT64, "4+", default=-1),
+                F("log_start_offset", INT64, "5+", default=-1),
+                F("diverging_epoch", _epoch_and_offset("12+", epoch_first=True), "12+", tag=0),
+                current_leader("12+", tag=1),
+                F("snapshot_id", _epoch_and_offset("12+", epoch_first=False), "12+", tag=2),
+                array(
+                    "aborted_transactions",
+                    [F("producer_id", INT64, "4+"), F("first_offset", INT64, "4+")],
+                    "4+",
+                    nullable="4+",
+                ),
+                F("preferred_read_replica", INT32, "11+", default=-1),
+                F("records", RECORDS, "0+", nullable="0+"),
+            ],
+            field="responses",
+            name="topic",
+            names="0-12",
+            topic_id="13+",
         ),
-        F(
-            "node_endpoints",
-            ARRAY(
-                [
-                    F("node_id", INT32, "16+"),
-                    F("host", STRING, "16+"),
-                    F("port", INT32, "16+"),
-                    F("rack", STRING, "16+", nullable="16+"),
-                ]
-            ),
-            "16+",
-            tag=0,
-        ),
+        array("node_endpoints", broker("16+"), "16+", tag=0),
     ],
 )
 
@@ -187,53 +113,26 @@ LIST_OFFSETS = API(
     request=[
         F("replica_id", INT32, "0+"),
         F("isolation_level", INT8, "2+"),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0+"),
-                                F("current_leader_epoch", INT32, "4+", default=-1),
-                                F("timestamp", INT64, "0+"),
-                                F("max_num_offsets", INT32, "0", default=1),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [
+                F("partition_index", INT32, "0+"),
+                F("current_leader_epoch", INT32, "4+", default=-1),
+                F("timestamp", INT64, "0+"),
+                F("max_num_offsets", INT32, "0", default=1),
+            ]
         ),
         F("timeout_ms", INT32, "10+"),
     ],
     response=[
         F("throttle_time_ms", INT32, "2+"),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0+"),
-                                F("error_code", INT16, "0+"),
-                                F("old_style_offsets", ARRAY(INT64), "0"),
-                                F("timestamp", INT64, "1+", default=-1),
-                                F("offset", INT64, "1+", default=-1),
-                                F("leader_epoch", INT32, "4+", default=-1),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [
+                *partition_errors(),
+                F("old_style_offsets", ARRAY(INT64), "0"),
+                F("timestamp", INT64, "1+", default=-1),
+                F("offset", INT64, "1+", default=-1),
+                F("leader_epoch", INT32, "4+", default=-1),
+            ]
         ),
     ],
 )
@@ -252,54 +151,35 @@ OFFSET_COMMIT = API(
         F("member_id", STRING, "1+"),
         F("group_instance_id", STRING, "7+", nullable="7+"),
         F("retention_time_ms", INT64, "2-4", default=-1),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0-9"),
-                    F("topic_id", UUID, "10+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0+"),
-                                F("committed_offset", INT64, "0+"),
-                                F("committed_leader_epoch", INT32, "6+", default=-1),
-                                F("commit_timestamp", INT64, "1", default=-1),
-                                F("committed_metadata", STRING, "0+", nullable="0+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [
+                F("partition_index", INT32, "0+"),
+                F("committed_offset", INT64, "0+"),
+                F("committed_leader_epoch", INT32, "6+", default=-1),
+                F("commit_timestamp", INT64, "1", default=-1),
+                F("committed_metadata", STRING, "0+", nullable="0+"),
+            ],
+            names="0-9",
+            topic_id="10+",
         ),
     ],
     response=[
         F("throttle_time_ms", INT32, "3+"),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0-9"),
-                    F("topic_id", UUID, "10+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0+"),
-                                F("error_code", INT16, "0+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
-        ),
+        topics(partition_errors(), names="0-9", topic_id="10+"),
     ],
 )
+
+
+def _committed(versions: str, epoch: str) -> list[Field]:
+    """A partition's committed offset as OffsetFetch answers it (its leader epoch from `epoch`)."""
+    return [
+        F("partition_index", INT32, versions),
+        F("committed_offset", INT64, versions),
+        F("committed_leader_epoch", INT32, epoch, default=-1),
+        F("metadata", STRING, versions, nullable=versions),
+        F("error_code", INT16, versions),
+    ]
+
 
 OFFSET_FETCH = API(
     9,
@@ -310,98 +190,30 @@ OFFSET_FETCH = API(
     "named by topic id from v10.",
     request=[
         F("group_id", STRING, "0-7"),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0-7"),
-                    F("partition_indexes", ARRAY(INT32), "0-7"),
-                ]
-            ),
-            "0-7",
-            nullable="2-7",
-        ),
-        F(
+        topics(INT32, "0-7", key="partition_indexes", nullable="2-7"),
+        array(
             "groups",
-            ARRAY(
-                [
-                    F("group_id", STRING, "8+"),
-                    F("member_id", STRING, "9+", nullable="9+"),
-                    F("member_epoch", INT32, "9+", default=-1),
-                    F(
-                        "topics",
-                        ARRAY(
-                            [
-                                F("name", STRING, "8-9"),
-                                F("topic_id", UUID, "10+"),
-                                F("partition_indexes", ARRAY(INT32), "8+"),
-                            ]
-                        ),
-                        "8+",
-                        nullable="8+",
-                    ),
-                ]
-            ),
+            [
+                F("group_id", STRING, "8+"),
+                F("member_id", STRING, "9+", nullable="9+"),
+                F("member_epoch", INT32, "9+", default=-1),
+                topics(INT32, "8+", names="8-9", topic_id="10+", key="partition_indexes", nullable="8+"),
+            ],
             "8+",
         ),
         F("require_stable", BOOL, "7+", default=False),
     ],
     response=[
         F("throttle_time_ms", INT32, "3+"),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0-7"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0-7"),
-                                F("committed_offset", INT64, "0-7"),
-                                F("committed_leader_epoch", INT32, "5-7", default=-1),
-                                F("metadata", STRING, "0-7", nullable="0-7"),
-                                F("error_code", INT16, "0-7"),
-                            ]
-                        ),
-                        "0-7",
-                    ),
-                ]
-            ),
-            "0-7",
-        ),
+        topics(_committed("0-7", "5-7"), "0-7"),
         F("error_code", INT16, "2-7", default=0),
-        F(
+        array(
             "groups",
-            ARRAY(
-                [
-                    F("group_id", STRING, "8+"),
-                    F(
-                        "topics",
-                        ARRAY(
-                            [
-                                F("name", STRING, "8-9"),
-                                F("topic_id", UUID, "10+"),
-                                F(
-                                    "partitions",
-                                    ARRAY(
-                                        [
-                                            F("partition_index", INT32, "8+"),
-                                            F("committed_offset", INT64, "8+"),
-                                            F("committed_leader_epoch", INT32, "8+", default=-1),
-                                            F("metadata", STRING, "8+", nullable="8+"),
-                                            F("error_code", INT16, "8+"),
-                                        ]
-                                    ),
-                                    "8+",
-                                ),
-                            ]
-                        ),
-                        "8+",
-                    ),
-                    F("error_code", INT16, "8+", default=0),
-                ]
-            ),
+            [
+                F("group_id", STRING, "8+"),
+                topics(_committed("8+", "8+"), "8+", names="8-9", topic_id="10+"),
+                F("error_code", INT16, "8+", default=0),
+            ],
             "8+",
         ),
     ],
@@ -423,21 +235,15 @@ FIND_COORDINATOR = API(
         F("throttle_time_ms", INT32, "1+"),
         F("error_code", INT16, "0-3"),
         F("error_message", STRING, "1-3", nullable="1-3"),
-        F("node_id", INT32, "0-3"),
-        F("host", STRING, "0-3"),
-        F("port", INT32, "0-3"),
-        F(
+        *endpoint("0-3"),
+        array(
             "coordinators",
-            ARRAY(
-                [
-                    F("key", STRING, "4+"),
-                    F("node_id", INT32, "4+"),
-                    F("host", STRING, "4+"),
-                    F("port", INT32, "4+"),
-                    F("error_code", INT16, "4+"),
-                    F("error_message", STRING, "4+", nullable="4+"),
-                ]
-            ),
+            [
+                F("key", STRING, "4+"),
+                *endpoint("4+"),
+                F("error_code", INT16, "4+"),
+                F("error_message", STRING, "4+", nullable="4+"),
+            ],
             "4+",
         ),
     ],
@@ -455,16 +261,7 @@ JOIN_GROUP = API(
         F("member_id", STRING, "0+"),
         F("group_instance_id", STRING, "5+", nullable="5+"),
         F("protocol_type", STRING, "0+"),
-        F(
-            "protocols",
-            ARRAY(
-                [
-                    F("name", STRING, "0+"),
-                    F("metadata", BYTES, "0+"),
-                ]
-            ),
-            "0+",
-        ),
+        array("protocols", [F("name", STRING, "0+"), F("metadata", BYTES, "0+")], "0+"),
         F("reason", STRING, "8+", nullable="8+"),
     ],
     response=[
@@ -476,35 +273,29 @@ JOIN_GROUP = API(
         F("leader", STRING, "0+"),
         F("skip_assignment", BOOL, "9+", default=False),
         F("member_id", STRING, "0+"),
-        F(
+        array(
             "members",
-            ARRAY(
-                [
-                    F("member_id", STRING, "0+"),
-                    F("group_instance_id", STRING, "5+", nullable="5+"),
-                    F("metadata", BYTES, "0+"),
-                ]
-            ),
+            [
+                F("member_id", STRING, "0+"),
+                F("group_instance_id", STRING, "5+", nullable="5+"),
+                F("metadata", BYTES, "0+"),
+            ],
             "0+",
         ),
     ],
 )
 
+# Heartbeat and SyncGroup name their sender alike; so do their answers open alike.
+_GROUP_MEMBER = [
+    F("group_id", STRING, "0+"),
+    F("generation_id", INT32, "0+"),
+    F("member_id", STRING, "0+"),
+    F("group_instance_id", STRING, "3+", nullable="3+"),
+]
+_THROTTLE_AND_ERROR = [F("throttle_time_ms", INT32, "1+"), F("error_code", INT16, "0+")]
+
 HEARTBEAT = API(
-    12,
-    "Heartbeat",
-    valid="0-4",
-    flexible="4+",
-    request=[
-        F("group_id", STRING, "0+"),
-        F("generation_id", INT32, "0+"),
-        F("member_id", STRING, "0+"),
-        F("group_instance_id", STRING, "3+", nullable="3+"),
-    ],
-    response=[
-        F("throttle_time_ms", INT32, "1+"),
-        F("error_code", INT16, "0+"),
-    ],
+    12, "Heartbeat", valid="0-4", flexible="4+", request=_GROUP_MEMBER, response=_THROTTLE_AND_ERROR
 )
 
 LEAVE_GROUP = API(
@@ -516,30 +307,25 @@ LEAVE_GROUP = API(
     request=[
         F("group_id", STRING, "0+"),
         F("member_id", STRING, "0-2"),
-        F(
+        array(
             "members",
-            ARRAY(
-                [
-                    F("member_id", STRING, "3+"),
-                    F("group_instance_id", STRING, "3+", nullable="3+"),
-                    F("reason", STRING, "5+", nullable="5+"),
-                ]
-            ),
+            [
+                F("member_id", STRING, "3+"),
+                F("group_instance_id", STRING, "3+", nullable="3+"),
+                F("reason", STRING, "5+", nullable="5+"),
+            ],
             "3+",
         ),
     ],
     response=[
-        F("throttle_time_ms", INT32, "1+"),
-        F("error_code", INT16, "0+"),
-        F(
+        *_THROTTLE_AND_ERROR,
+        array(
             "members",
-            ARRAY(
-                [
-                    F("member_id", STRING, "3+"),
-                    F("group_instance_id", STRING, "3+", nullable="3+"),
-                    F("error_code", INT16, "3+"),
-                ]
-            ),
+            [
+                F("member_id", STRING, "3+"),
+                F("group_instance_id", STRING, "3+", nullable="3+"),
+                F("error_code", INT16, "3+"),
+            ],
             "3+",
         ),
     ],
@@ -551,26 +337,13 @@ SYNC_GROUP = API(
     valid="0-5",
     flexible="4+",
     request=[
-        F("group_id", STRING, "0+"),
-        F("generation_id", INT32, "0+"),
-        F("member_id", STRING, "0+"),
-        F("group_instance_id", STRING, "3+", nullable="3+"),
+        *_GROUP_MEMBER,
         F("protocol_type", STRING, "5+", nullable="5+"),
         F("protocol_name", STRING, "5+", nullable="5+"),
-        F(
-            "assignments",
-            ARRAY(
-                [
-                    F("member_id", STRING, "0+"),
-                    F("assignment", BYTES, "0+"),
-                ]
-            ),
-            "0+",
-        ),
+        array("assignments", [F("member_id", STRING, "0+"), F("assignment", BYTES, "0+")], "0+"),
     ],
     response=[
-        F("throttle_time_ms", INT32, "1+"),
-        F("error_code", INT16, "0+"),
+        *_THROTTLE_AND_ERROR,
         F("protocol_type", STRING, "5+", nullable="5+"),
         F("protocol_name", STRING, "5+", nullable="5+"),
         F("assignment", BYTES, "0+"),

@@ -8,16 +8,8 @@ Where the transactional id lives, per API and version:
 - WriteTxnMarkers carries no transactional id: markers are keyed by producer id and epoch.
 """
 
-from ksniff.decode.schema import API, ARRAY, BOOL, INT8, INT16, INT32, INT64, RECORDS, STRING, STRUCT, UUID, F
-
-_NODE_ENDPOINTS = ARRAY(
-    [
-        F("node_id", INT32, "0+"),
-        F("host", STRING, "0+"),
-        F("port", INT32, "0+"),
-        F("rack", STRING, "0+", nullable="0+"),
-    ]
-)
+from ksniff.decode.apis.common import array, broker, current_leader, partition_errors, topics, topics_type
+from ksniff.decode.schema import API, ARRAY, BOOL, INT8, INT16, INT32, INT64, RECORDS, STRING, F, Field
 
 PRODUCE = API(
     0,
@@ -31,75 +23,40 @@ PRODUCE = API(
         F("transactional_id", STRING, "3+", nullable="3+"),
         F("acks", INT16, "0+"),
         F("timeout_ms", INT32, "0+"),
-        F(
-            "topic_data",
-            ARRAY(
-                [
-                    F("name", STRING, "0-12"),
-                    F("topic_id", UUID, "13+"),
-                    F(
-                        "partition_data",
-                        ARRAY(
-                            [
-                                F("index", INT32, "0+"),
-                                F("records", RECORDS, "0+", nullable="0+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [F("index", INT32, "0+"), F("records", RECORDS, "0+", nullable="0+")],
+            field="topic_data",
+            names="0-12",
+            topic_id="13+",
+            key="partition_data",
         ),
     ],
     response=[
-        F(
-            "responses",
-            ARRAY(
-                [
-                    F("name", STRING, "0-12"),
-                    F("topic_id", UUID, "13+"),
-                    F(
-                        "partition_responses",
-                        ARRAY(
-                            [
-                                F("index", INT32, "0+"),
-                                F("error_code", INT16, "0+"),
-                                F("base_offset", INT64, "0+"),
-                                F("log_append_time_ms", INT64, "2+", default=-1),
-                                F("log_start_offset", INT64, "5+", default=-1),
-                                F(
-                                    "record_errors",
-                                    ARRAY(
-                                        [
-                                            F("batch_index", INT32, "8+"),
-                                            F("batch_index_error_message", STRING, "8+", nullable="8+"),
-                                        ]
-                                    ),
-                                    "8+",
-                                ),
-                                F("error_message", STRING, "8+", nullable="8+"),
-                                F(
-                                    "current_leader",
-                                    STRUCT(
-                                        [
-                                            F("leader_id", INT32, "10+", default=-1),
-                                            F("leader_epoch", INT32, "10+", default=-1),
-                                        ]
-                                    ),
-                                    "10+",
-                                    tag=0,
-                                ),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [
+                F("index", INT32, "0+"),
+                F("error_code", INT16, "0+"),
+                F("base_offset", INT64, "0+"),
+                F("log_append_time_ms", INT64, "2+", default=-1),
+                F("log_start_offset", INT64, "5+", default=-1),
+                array(
+                    "record_errors",
+                    [
+                        F("batch_index", INT32, "8+"),
+                        F("batch_index_error_message", STRING, "8+", nullable="8+"),
+                    ],
+                    "8+",
+                ),
+                F("error_message", STRING, "8+", nullable="8+"),
+                current_leader("10+", tag=0),
+            ],
+            field="responses",
+            names="0-12",
+            topic_id="13+",
+            key="partition_responses",
         ),
         F("throttle_time_ms", INT32, "1+", default=0),
-        F("node_endpoints", _NODE_ENDPOINTS, "10+", tag=0),
+        F("node_endpoints", ARRAY(broker()), "10+", tag=0),
     ],
 )
 
@@ -128,28 +85,18 @@ INIT_PRODUCER_ID = API(
     ],
 )
 
-_TXN_TOPICS = ARRAY(
-    [
-        F("name", STRING, "0+"),
-        F("partitions", ARRAY(INT32), "0+"),
-    ]
-)
 
-_TXN_TOPIC_RESULTS = ARRAY(
-    [
-        F("name", STRING, "0+"),
-        F(
-            "results_by_partition",
-            ARRAY(
-                [
-                    F("partition_index", INT32, "0+"),
-                    F("partition_error_code", INT16, "0+"),
-                ]
-            ),
-            "0+",
-        ),
+def _producer(versions: str, prefix: str = "") -> list[Field]:
+    """A transactional producer's id, producer id and epoch: the key of every transactional request."""
+    return [
+        F(prefix + "transactional_id", STRING, versions),
+        F(prefix + "producer_id", INT64, versions),
+        F(prefix + "producer_epoch", INT16, versions),
     ]
-)
+
+
+_TXN_TOPICS = topics_type(INT32)
+_TXN_TOPIC_RESULTS = topics_type(partition_errors(error="partition_error_code"), key="results_by_partition")
 
 ADD_PARTITIONS_TO_TXN = API(
     24,
@@ -162,35 +109,20 @@ ADD_PARTITIONS_TO_TXN = API(
     "transaction (KIP-890 part 1); with transaction.version 2 (part 2) producers stop sending this "
     "API and the leader adds the partition itself (verify_only=False).",
     request=[
-        F(
+        array(
             "transactions",
-            ARRAY(
-                [
-                    F("transactional_id", STRING, "4+"),
-                    F("producer_id", INT64, "4+"),
-                    F("producer_epoch", INT16, "4+"),
-                    F("verify_only", BOOL, "4+", default=False),
-                    F("topics", _TXN_TOPICS, "4+"),
-                ]
-            ),
+            [*_producer("4+"), F("verify_only", BOOL, "4+", default=False), F("topics", _TXN_TOPICS, "4+")],
             "4+",
         ),
-        F("v3_and_below_transactional_id", STRING, "0-3"),
-        F("v3_and_below_producer_id", INT64, "0-3"),
-        F("v3_and_below_producer_epoch", INT16, "0-3"),
+        *_producer("0-3", prefix="v3_and_below_"),
         F("v3_and_below_topics", _TXN_TOPICS, "0-3"),
     ],
     response=[
         F("throttle_time_ms", INT32, "0+"),
         F("error_code", INT16, "4+"),
-        F(
+        array(
             "results_by_transaction",
-            ARRAY(
-                [
-                    F("transactional_id", STRING, "4+"),
-                    F("topic_results", _TXN_TOPIC_RESULTS, "4+"),
-                ]
-            ),
+            [F("transactional_id", STRING, "4+"), F("topic_results", _TXN_TOPIC_RESULTS, "4+")],
             "4+",
         ),
         F("results_by_topic_v3_and_below", _TXN_TOPIC_RESULTS, "0-3"),
@@ -202,16 +134,8 @@ ADD_OFFSETS_TO_TXN = API(
     "AddOffsetsToTxn",
     valid="0-4",
     flexible="3+",
-    request=[
-        F("transactional_id", STRING, "0+"),
-        F("producer_id", INT64, "0+"),
-        F("producer_epoch", INT16, "0+"),
-        F("group_id", STRING, "0+"),
-    ],
-    response=[
-        F("throttle_time_ms", INT32, "0+"),
-        F("error_code", INT16, "0+"),
-    ],
+    request=[*_producer("0+"), F("group_id", STRING, "0+")],
+    response=[F("throttle_time_ms", INT32, "0+"), F("error_code", INT16, "0+")],
 )
 
 END_TXN = API(
@@ -221,12 +145,7 @@ END_TXN = API(
     flexible="3+",
     notes="v5 (transaction.version 2, KIP-890) answers with the producer id and epoch to use next: the "
     "coordinator bumps the epoch on every commit or abort.",
-    request=[
-        F("transactional_id", STRING, "0+"),
-        F("producer_id", INT64, "0+"),
-        F("producer_epoch", INT16, "0+"),
-        F("committed", BOOL, "0+"),
-    ],
+    request=[*_producer("0+"), F("committed", BOOL, "0+")],
     response=[
         F("throttle_time_ms", INT32, "0+"),
         F("error_code", INT16, "0+"),
@@ -243,60 +162,20 @@ WRITE_TXN_MARKERS = API(
     notes="Coordinator to partition leaders. Kafka 4.0 removed v0 (KIP-896); its layout equals v1 "
     "without flexible encoding. transaction_result: True commits, False aborts.",
     request=[
-        F(
+        array(
             "markers",
-            ARRAY(
-                [
-                    F("producer_id", INT64, "0+"),
-                    F("producer_epoch", INT16, "0+"),
-                    F("transaction_result", BOOL, "0+"),
-                    F(
-                        "topics",
-                        ARRAY(
-                            [
-                                F("name", STRING, "0+"),
-                                F("partition_indexes", ARRAY(INT32), "0+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                    F("coordinator_epoch", INT32, "0+"),
-                    F("transaction_version", INT8, "2+", default=0),
-                ]
-            ),
+            [
+                F("producer_id", INT64, "0+"),
+                F("producer_epoch", INT16, "0+"),
+                F("transaction_result", BOOL, "0+"),
+                topics(INT32, key="partition_indexes"),
+                F("coordinator_epoch", INT32, "0+"),
+                F("transaction_version", INT8, "2+", default=0),
+            ],
             "0+",
         ),
     ],
-    response=[
-        F(
-            "markers",
-            ARRAY(
-                [
-                    F("producer_id", INT64, "0+"),
-                    F(
-                        "topics",
-                        ARRAY(
-                            [
-                                F("name", STRING, "0+"),
-                                F(
-                                    "partitions",
-                                    ARRAY(
-                                        [
-                                            F("partition_index", INT32, "0+"),
-                                            F("error_code", INT16, "0+"),
-                                        ]
-                                    ),
-                                    "0+",
-                                ),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
-        ),
-    ],
+    response=[array("markers", [F("producer_id", INT64, "0+"), topics(partition_errors())], "0+")],
 )
 
 TXN_OFFSET_COMMIT = API(
@@ -314,50 +193,16 @@ TXN_OFFSET_COMMIT = API(
         F("generation_id", INT32, "3+", default=-1),
         F("member_id", STRING, "3+", default=""),
         F("group_instance_id", STRING, "3+", nullable="3+"),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0+"),
-                                F("committed_offset", INT64, "0+"),
-                                F("committed_leader_epoch", INT32, "2+", default=-1),
-                                F("committed_metadata", STRING, "0+", nullable="0+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [
+                F("partition_index", INT32, "0+"),
+                F("committed_offset", INT64, "0+"),
+                F("committed_leader_epoch", INT32, "2+", default=-1),
+                F("committed_metadata", STRING, "0+", nullable="0+"),
+            ]
         ),
     ],
-    response=[
-        F("throttle_time_ms", INT32, "0+"),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0+"),
-                                F("error_code", INT16, "0+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
-        ),
-    ],
+    response=[F("throttle_time_ms", INT32, "0+"), topics(partition_errors())],
 )
 
 DESCRIBE_PRODUCERS = API(
@@ -365,53 +210,26 @@ DESCRIBE_PRODUCERS = API(
     "DescribeProducers",
     valid="0",
     flexible="0+",
-    request=[
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0+"),
-                    F("partition_indexes", ARRAY(INT32), "0+"),
-                ]
-            ),
-            "0+",
-        ),
-    ],
+    request=[topics(INT32, key="partition_indexes")],
     response=[
         F("throttle_time_ms", INT32, "0+"),
-        F(
-            "topics",
-            ARRAY(
-                [
-                    F("name", STRING, "0+"),
-                    F(
-                        "partitions",
-                        ARRAY(
-                            [
-                                F("partition_index", INT32, "0+"),
-                                F("error_code", INT16, "0+"),
-                                F("error_message", STRING, "0+", nullable="0+"),
-                                F(
-                                    "active_producers",
-                                    ARRAY(
-                                        [
-                                            F("producer_id", INT64, "0+"),
-                                            F("producer_epoch", INT32, "0+"),
-                                            F("last_sequence", INT32, "0+", default=-1),
-                                            F("last_timestamp", INT64, "0+", default=-1),
-                                            F("coordinator_epoch", INT32, "0+"),
-                                            F("current_txn_start_offset", INT64, "0+", default=-1),
-                                        ]
-                                    ),
-                                    "0+",
-                                ),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
-            "0+",
+        topics(
+            [
+                *partition_errors(),
+                F("error_message", STRING, "0+", nullable="0+"),
+                array(
+                    "active_producers",
+                    [
+                        F("producer_id", INT64, "0+"),
+                        F("producer_epoch", INT32, "0+"),
+                        F("last_sequence", INT32, "0+", default=-1),
+                        F("last_timestamp", INT64, "0+", default=-1),
+                        F("coordinator_epoch", INT32, "0+"),
+                        F("current_txn_start_offset", INT64, "0+", default=-1),
+                    ],
+                    "0+",
+                ),
+            ]
         ),
     ],
 )
@@ -421,34 +239,21 @@ DESCRIBE_TRANSACTIONS = API(
     "DescribeTransactions",
     valid="0",
     flexible="0+",
-    request=[
-        F("transactional_ids", ARRAY(STRING), "0+"),
-    ],
+    request=[F("transactional_ids", ARRAY(STRING), "0+")],
     response=[
         F("throttle_time_ms", INT32, "0+"),
-        F(
+        array(
             "transaction_states",
-            ARRAY(
-                [
-                    F("error_code", INT16, "0+"),
-                    F("transactional_id", STRING, "0+"),
-                    F("transaction_state", STRING, "0+"),
-                    F("transaction_timeout_ms", INT32, "0+"),
-                    F("transaction_start_time_ms", INT64, "0+"),
-                    F("producer_id", INT64, "0+"),
-                    F("producer_epoch", INT16, "0+"),
-                    F(
-                        "topics",
-                        ARRAY(
-                            [
-                                F("topic", STRING, "0+"),
-                                F("partitions", ARRAY(INT32), "0+"),
-                            ]
-                        ),
-                        "0+",
-                    ),
-                ]
-            ),
+            [
+                F("error_code", INT16, "0+"),
+                F("transactional_id", STRING, "0+"),
+                F("transaction_state", STRING, "0+"),
+                F("transaction_timeout_ms", INT32, "0+"),
+                F("transaction_start_time_ms", INT64, "0+"),
+                F("producer_id", INT64, "0+"),
+                F("producer_epoch", INT16, "0+"),
+                topics(INT32, name="topic"),
+            ],
             "0+",
         ),
     ],
@@ -469,15 +274,13 @@ LIST_TRANSACTIONS = API(
         F("throttle_time_ms", INT32, "0+"),
         F("error_code", INT16, "0+"),
         F("unknown_state_filters", ARRAY(STRING), "0+"),
-        F(
+        array(
             "transaction_states",
-            ARRAY(
-                [
-                    F("transactional_id", STRING, "0+"),
-                    F("producer_id", INT64, "0+"),
-                    F("transaction_state", STRING, "0+"),
-                ]
-            ),
+            [
+                F("transactional_id", STRING, "0+"),
+                F("producer_id", INT64, "0+"),
+                F("transaction_state", STRING, "0+"),
+            ],
             "0+",
         ),
     ],
