@@ -39,6 +39,38 @@ cdef enum:
 CODES = (FRAGMENT, CUT_SHORT)  # for the test that keeps them equal to ksniff.capture.packets'
 
 
+cdef inline object _segment(buf, const unsigned char *b, Py_ssize_t p, Py_ssize_t q, Py_ssize_t et_off,
+                            Py_ssize_t l2, double ts, object parse, object link):
+    """The segment in frame bytes b[p:q], or the code `parse` gives, as ksniff.capture.packets'
+    frame_segment: the common frame (IPv4 of 20 bytes carrying TCP, not a fragment, whole) read straight
+    from the bytes when the link has a fast path (l2 >= 0), every other frame by `parse`."""
+    cdef Py_ssize_t ip, t, d, ip_end
+    if l2 >= 0 and q - p >= l2 + 34:
+        ip = p + l2
+        if (ks_be16(b + p + et_off) == 0x0800 and b[ip] == 0x45 and b[ip + 9] == 6
+                and not ks_be16(b + ip + 6) & 0x3FFF):
+            ip_end = ip + ks_be16(b + ip + 2)
+            t = ip + 20
+            d = t + (b[t + 12] >> 4) * 4
+            if d <= ip_end <= q:
+                return (ts, PyBytes_FromStringAndSize(<const char *>b + ip + 12, 4), ks_be16(b + t),
+                        PyBytes_FromStringAndSize(<const char *>b + ip + 16, 4), ks_be16(b + t + 2),
+                        ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], buf[d:ip_end])
+    return parse(ts, buf, p, q, link)
+
+
+cdef inline void _take(object seg, list out, Py_ssize_t *missed):
+    """A segment to `out`; a code counted in missed[not TCP, fragments, cut short]."""
+    if type(seg) is tuple:
+        out.append(seg)
+    elif seg == FRAGMENT:
+        missed[1] += 1
+    elif seg == CUT_SHORT:
+        missed[2] += 1
+    else:
+        missed[0] += 1
+
+
 def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit, int link,
                Py_ssize_t et_off, Py_ssize_t l2, object parse, list out, Py_ssize_t limit):
     """Walks whole pcap records from `pos`, at most `limit` of them, appending segment tuples to `out`.
@@ -48,14 +80,15 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
     records walked, not TCP, fragments, cut short, time of the last record walked or None)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
-    cdef Py_ssize_t p, q, ip, t, d, ip_end, fast_len
-    cdef Py_ssize_t packets = 0, non_tcp = 0, fragments = 0, cut_short = 0
-    cdef unsigned int sec, frac, caplen, total
+    cdef Py_ssize_t p, q
+    cdef Py_ssize_t packets = 0
+    cdef Py_ssize_t missed[3]
+    cdef unsigned int sec, frac, caplen
     cdef double ts = 0.0
-    cdef object seg
+    cdef object link_type = link  # made a Python int once, for `parse`
+    missed[0] = missed[1] = missed[2] = 0
     if end > view.shape[0]:
         end = view.shape[0]
-    fast_len = l2 + 34 if l2 >= 0 else end + 1
     while packets < limit and pos + 16 <= end:
         if big_endian:
             sec, frac, caplen = ks_be32(b + pos), ks_be32(b + pos + 4), ks_be32(b + pos + 8)
@@ -68,30 +101,8 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
         pos = q
         ts = <double>sec + <double>frac / unit
         packets += 1
-        if <Py_ssize_t>caplen >= fast_len:
-            ip = p + l2
-            # IPv4 of 20 bytes carrying TCP, not a fragment (the pure walk's fast_segment)
-            if (ks_be16(b + p + et_off) == 0x0800 and b[ip] == 0x45 and b[ip + 9] == 6
-                    and not ks_be16(b + ip + 6) & 0x3FFF):
-                total = ks_be16(b + ip + 2)
-                ip_end = ip + total
-                t = ip + 20
-                d = t + (b[t + 12] >> 4) * 4
-                if d <= ip_end <= q:
-                    out.append((ts, PyBytes_FromStringAndSize(<const char *>b + ip + 12, 4), ks_be16(b + t),
-                                PyBytes_FromStringAndSize(<const char *>b + ip + 16, 4), ks_be16(b + t + 2),
-                                ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], buf[d:ip_end]))
-                    continue
-        seg = parse(ts, buf, p, q, link)
-        if type(seg) is tuple:
-            out.append(seg)
-        elif seg == FRAGMENT:
-            fragments += 1
-        elif seg == CUT_SHORT:
-            cut_short += 1
-        else:
-            non_tcp += 1
-    return pos, packets, non_tcp, fragments, cut_short, (ts if packets else None)
+        _take(_segment(buf, b, p, q, et_off, l2, ts, parse, link_type), out, missed)
+    return pos, packets, missed[0], missed[1], missed[2], (ts if packets else None)
 
 
 def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list links, list units,
@@ -103,11 +114,13 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
     the fast path or None. Returns (pos, packets, not TCP, fragments, cut short, first time, last time)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
-    cdef Py_ssize_t p, q, ip, t, d, ip_end, l2, et_off, n_ifaces = len(links)
-    cdef Py_ssize_t packets = 0, non_tcp = 0, fragments = 0, cut_short = 0
-    cdef unsigned int btype, blen, iface, hi, lo, caplen, total
+    cdef Py_ssize_t p, q, l2, et_off, n_ifaces = len(links)
+    cdef Py_ssize_t packets = 0
+    cdef Py_ssize_t missed[3]
+    cdef unsigned int btype, blen, iface, hi, lo, caplen
     cdef double ts = 0.0, first = 0.0
-    cdef object seg, f
+    cdef object f
+    missed[0] = missed[1] = missed[2] = 0
     if end > view.shape[0]:
         end = view.shape[0]
     while packets < limit and pos + 28 <= end:
@@ -128,31 +141,9 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
         pos += blen
         packets += 1
         f = fields[iface]
-        if f is not None:
-            et_off, l2 = f
-            if <Py_ssize_t>caplen >= l2 + 34:
-                ip = p + l2
-                if (ks_be16(b + p + et_off) == 0x0800 and b[ip] == 0x45 and b[ip + 9] == 6
-                        and not ks_be16(b + ip + 6) & 0x3FFF):
-                    total = ks_be16(b + ip + 2)
-                    ip_end = ip + total
-                    t = ip + 20
-                    d = t + (b[t + 12] >> 4) * 4
-                    if d <= ip_end <= q:
-                        out.append((ts, PyBytes_FromStringAndSize(<const char *>b + ip + 12, 4), ks_be16(b + t),
-                                    PyBytes_FromStringAndSize(<const char *>b + ip + 16, 4), ks_be16(b + t + 2),
-                                    ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], buf[d:ip_end]))
-                        continue
-        seg = parse(ts, buf, p, q, links[iface])
-        if type(seg) is tuple:
-            out.append(seg)
-        elif seg == FRAGMENT:
-            fragments += 1
-        elif seg == CUT_SHORT:
-            cut_short += 1
-        else:
-            non_tcp += 1
-    return (pos, packets, non_tcp, fragments, cut_short, (first if packets else None),
+        et_off, l2 = f if f is not None else (0, -1)
+        _take(_segment(buf, b, p, q, et_off, l2, ts, parse, links[iface]), out, missed)
+    return (pos, packets, missed[0], missed[1], missed[2], (first if packets else None),
             (ts if packets else None))
 
 

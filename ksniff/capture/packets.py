@@ -168,14 +168,24 @@ def _tcp(ts: float, mv: memoryview, t: int, ip_end: int, end: int, src: bytes, d
     return (ts, src, sport, dst, dport, seq, ack, flags, mv[d:ip_end])
 
 
-def fast_segment(ts: float, buf, p: int, end: int, l2: int, unpack):
-    """The common frame, IPv4 without options carrying TCP, whole: its segment tuple read with one unpack
-    (`unpack`, a FAST_PATHS struct's over link type field + IPv4 + TCP headers), else None (the caller
-    then asks `parse_frame`). Both capture walks use it; the caller checks the frame is long enough."""
-    et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = unpack(buf, p)
-    if et == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x3FFF:
-        ip_end = p + l2 + total
-        d = p + l2 + 20 + (off >> 4) * 4
-        if d <= ip_end <= end:
-            return (ts, src, sp, dst, dp, seq, ack, flags, buf[d:ip_end])
-    return None
+def fast_path(link: int) -> tuple | None:
+    """What `frame_segment` needs for the fast path of link type `link`: (link header length, the
+    FAST_PATHS struct's unpack_from, the frame length it reads), or None when there is none."""
+    fast = FAST_PATHS.get(link)
+    return None if fast is None else (fast[0], fast[1].unpack_from, fast[1].size)
+
+
+def frame_segment(ts: float, buf, p: int, end: int, link: int, fast: tuple | None):
+    """The segment in frame bytes `buf[p:end]`, or a code, as `parse_frame` says; the common frame (IPv4
+    without options carrying TCP, whole) is read with the one unpack of `fast` (a `fast_path(link)`).
+    Both capture walks call it per frame; the compiled walk (_fastwalk.pyx) reads the same frame the same
+    way, straight from the bytes."""
+    if fast is not None and end - p >= fast[2]:
+        et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = fast[1](buf, p)
+        if et == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x3FFF:
+            l2 = fast[0]
+            ip_end = p + l2 + total
+            d = p + l2 + 20 + (off >> 4) * 4
+            if d <= ip_end <= end:
+                return (ts, src, sp, dst, dp, seq, ack, flags, buf[d:ip_end])
+    return parse_frame(ts, buf, p, end, link)

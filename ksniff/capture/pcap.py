@@ -7,11 +7,9 @@ from collections.abc import Iterator
 
 from ksniff.capture import compiled
 from ksniff.capture.packets import (
-    CUT_SHORT,
     FAST_FIELDS,
-    FAST_PATHS,
-    FRAGMENT,
-    fast_segment,
+    fast_path,
+    frame_segment,
     is_supported,
     linktype_name,
     parse_frame,
@@ -52,12 +50,11 @@ def pcap_segments(
 ) -> Iterator[tuple]:
     """Every TCP segment of the file in order; damage ends the walk with a warning."""
     record = struct.Struct(head.order + "IIII").unpack_from
-    unit, link, parse = head.unit, head.link, parse_frame
-    l2, fast = FAST_PATHS.get(link, (0, None))
-    fast_len = fast.size if fast else 1 << 30
-    fast = fast.unpack_from if fast else None
+    unit, link, segment = head.unit, head.link, frame_segment
+    fast = fast_path(link)
     buf, end, pos = b.buf, b.end, 24
-    packets = non_tcp = fragments = cut_short = 0
+    packets = 0
+    missed = [0, 0, 0]  # frames with no segment, by parse_frame code: not TCP, fragment, cut short
     ts = None
     walk = compiled.fastwalk
     if walk is not None:
@@ -71,14 +68,12 @@ def pcap_segments(
                 # The compiled walk takes every whole record it can; the loop below then meets the first
                 # one that runs past `end` (more bytes, a truncated file, a corrupt length).
                 out: list[tuple] = []
-                pos, n, nt, fr, cs, last = batch(
-                    buf, pos, end, big, unit, link, et_off, l2c, parse, out, limit
+                pos, n, *codes, last = batch(
+                    buf, pos, end, big, unit, link, et_off, l2c, parse_frame, out, limit
                 )
                 if n:
                     packets += n
-                    non_tcp += nt
-                    fragments += fr
-                    cut_short += cs
+                    missed = [m + c for m, c in zip(missed, codes, strict=True)]
                     ts = last
                     b.parsed = pos
                     yield from out
@@ -104,20 +99,11 @@ def pcap_segments(
             packets += 1
             if not packets & PROGRESS_EVERY:
                 b.parsed = pos
-            if caplen >= fast_len:
-                seg = fast_segment(ts, buf, p, pos, l2, fast)
-                if seg is not None:
-                    yield seg
-                    continue
-            seg = parse(ts, buf, p, pos, link)
+            seg = segment(ts, buf, p, pos, link, fast)
             if seg.__class__ is tuple:
                 yield seg
-            elif seg == FRAGMENT:
-                fragments += 1
-            elif seg == CUT_SHORT:
-                cut_short += 1
             else:
-                non_tcp += 1
+                missed[seg] += 1
     finally:
         # The first record's time was read with the header, so the loop does not test for it each time.
-        counts.store(packets, non_tcp, fragments, cut_short, head.first_ts if packets else None, ts)
+        counts.store(packets, *missed, head.first_ts if packets else None, ts)

@@ -8,11 +8,9 @@ from collections.abc import Iterator
 
 from ksniff.capture import compiled
 from ksniff.capture.packets import (
-    CUT_SHORT,
     FAST_FIELDS,
-    FAST_PATHS,
-    FRAGMENT,
-    fast_segment,
+    fast_path,
+    frame_segment,
     is_supported,
     linktype_name,
     parse_frame,
@@ -109,8 +107,7 @@ class PcapngWalk:
         self.units.append(unit)
         self.offsets.append(offset)
         self.snaplens.append(snaplen or MAX_RECORD)
-        fast = FAST_PATHS.get(link)
-        self.fasts.append(None if fast is None else (fast[0], fast[1].unpack_from, fast[1].size))
+        self.fasts.append(fast_path(link))
         self.fields.append(FAST_FIELDS.get(link))
 
     def _beyond_cap(self, iface: int) -> bool:
@@ -126,10 +123,11 @@ class PcapngWalk:
         buf, end, pos = b.buf, b.end, 0
         order = "<"
         head = block = None  # set by each section header, in its byte order
-        parse = parse_frame
+        segment = frame_segment
         links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
         fields = self.fields
-        packets = non_tcp = fragments = cut_short = 0
+        packets = 0
+        missed = [0, 0, 0]  # frames with no segment, by parse_frame code: not TCP, fragment, cut short
         first_ts = None
         ts = 0.0
         walk = compiled.fastwalk
@@ -150,16 +148,14 @@ class PcapngWalk:
                         units,
                         offsets,
                         fields,
-                        parse,
+                        parse_frame,
                         out,
                         limit,
                         MAX_RECORD,
                     )
                     if n:
                         packets += n
-                        non_tcp += nt
-                        fragments += fr
-                        cut_short += cs
+                        missed = [m + c for m, c in zip(missed, (nt, fr, cs), strict=True)]
                         if first_ts is None:
                             first_ts = first
                         ts = last
@@ -231,24 +227,13 @@ class PcapngWalk:
                     b.parsed = pos
                 if first_ts is None:
                     first_ts = ts
-                q = p + caplen
-                fast = fasts[iface]
-                if fast is not None and caplen >= fast[2]:
-                    seg = fast_segment(ts, buf, p, q, fast[0], fast[1])
-                    if seg is not None:
-                        yield seg
-                        continue
-                seg = parse(ts, buf, p, q, link)
+                seg = segment(ts, buf, p, p + caplen, link, fasts[iface])
                 if seg.__class__ is tuple:
                     yield seg
-                elif seg == FRAGMENT:
-                    fragments += 1
-                elif seg == CUT_SHORT:
-                    cut_short += 1
                 else:
-                    non_tcp += 1
+                    missed[seg] += 1
         finally:
-            self.counts.store(packets, non_tcp, fragments, cut_short, first_ts, ts if packets else None)
+            self.counts.store(packets, *missed, first_ts, ts if packets else None)
             if self.beyond_cap:
                 warnings.append(
                     f"{b.path}: interface limit ({self.max_interfaces} per section) reached: "
