@@ -145,6 +145,7 @@ def since_last_end(t: TxnIdState) -> float:
 def illegal(
     state: AuditState,
     t: TxnIdState,
+    lane: Lane,
     trigger: Trigger,
     answer: int | None,
     ex: Exchange,
@@ -157,7 +158,13 @@ def illegal(
     topic: str | None = None,
     partition: int | None = None,
     group: str | None = None,
-) -> None:
+) -> bool:
+    """Whether `lane` cannot take `trigger` in its state; then the request is reported, when it is the
+    current instance's (a zombie's misdeeds are already reported as such)."""
+    if next_state(lane.state, trigger) is not None:
+        return False
+    if lane is not t:
+        return True
     kind = ILLEGAL[trigger]
     unverified = unverified or state.lost_since(t.conns, since_last_end(t))
     # An EndTxn with nothing to end loses no data, whatever the answer.
@@ -182,6 +189,7 @@ def illegal(
             group=group,
         )
     )
+    return True
 
 
 def new_instance(state: AuditState, t: TxnIdState, producer_id: int, epoch: int, ts: float) -> None:
@@ -388,55 +396,74 @@ def on_txn_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) ->
     if lane is None:
         return
     trigger = Trigger.OFFSET_COMMIT_TV2 if ex.api_version >= 5 else Trigger.OFFSET_COMMIT
-    if next_state(lane.state, trigger) is None:
-        if lane is t:  # a zombie's misdeeds are already reported as such
-            illegal(
-                state,
-                t,
-                trigger,
-                answer,
-                ex,
-                out,
-                pid,
-                epoch,
-                unverified=ex.unverified,
-                what=f"TxnOffsetCommit for group {group!r}",
-                group=group,
-            )
-        return
-    rec = lane.txn
-    if (
-        lane is t
-        and trigger is Trigger.OFFSET_COMMIT
-        and t.state is TxnState.ONGOING
-        and rec is not None
-        and rec.outcome is None
-        and rec.registration_known
-        and group not in rec.groups_added
+    what = f"TxnOffsetCommit for group {group!r}"
+    unverified = ex.unverified
+    if illegal(
+        state, t, lane, trigger, answer, ex, out, pid, epoch, unverified=unverified, what=what, group=group
     ):
-        unverified = ex.unverified or state.lost_since(t.conns, rec.start_ts)
-        evidence = exchange_evidence(ex, answer)
-        evidence["groups_added"] = sorted(rec.groups_added)
-        verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
-        out.append(
-            make(
-                FindingKind.TXN_OFFSET_COMMIT_UNREGISTERED_GROUP,
-                judge(answer, unverified=unverified, explained_by_loss=True),
-                ex.request_ts,
-                f"TxnOffsetCommit of {t.transactional_id!r} for group {group!r} that "
-                f"AddOffsetsToTxn did not add; broker {verdict}",
-                evidence,
-                unverified=unverified,
-                transactional_id=t.transactional_id,
-                producer_id=pid,
-                producer_epoch=epoch,
-                group=group,
-            )
+        return
+    rec = _registering(t, lane, trigger, Trigger.OFFSET_COMMIT)
+    if rec is not None and group not in rec.groups_added:
+        kind = FindingKind.TXN_OFFSET_COMMIT_UNREGISTERED_GROUP
+        what = (
+            f"TxnOffsetCommit of {t.transactional_id!r} for group {group!r} that AddOffsetsToTxn did not add"
         )
+        registered = ("groups_added", sorted(rec.groups_added))
+        subject = dict(producer_id=pid, producer_epoch=epoch, group=group)
+        _unregistered(state, t, rec, ex, answer, out, kind, what, registered, subject, unverified)
     if answer == 0:
         rec = enter(state, lane, trigger, pid, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
             rec.groups.setdefault(group, None)
+
+
+def _registering(t: TxnIdState, lane: Lane, trigger: Trigger, classic: Trigger) -> TxnRecord | None:
+    """The open transaction whose registrations are known, when `trigger` is the classic protocol's
+    (`classic`: under transaction.version 2 the coordinator registers by itself); else None."""
+    rec = lane.txn
+    if (
+        lane is t
+        and trigger is classic
+        and t.state is TxnState.ONGOING
+        and rec is not None
+        and rec.outcome is None
+        and rec.registration_known
+    ):
+        return rec
+    return None
+
+
+def _unregistered(
+    state: AuditState,
+    t: TxnIdState,
+    rec: TxnRecord,
+    ex: Exchange,
+    answer: int | None,
+    out: list[Finding],
+    kind: FindingKind,
+    what: str,
+    registered: tuple[str, list[str]],
+    subject: dict,
+    unverified: bool,
+) -> None:
+    """A write or offset commit to what the transaction never registered: the finding, judged by the
+    broker's answer; `registered` names and lists what was registered, for the evidence."""
+    unverified = unverified or state.lost_since(t.conns, rec.start_ts)
+    evidence = exchange_evidence(ex, answer)
+    evidence[registered[0]] = registered[1]
+    verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
+    out.append(
+        make(
+            kind,
+            judge(answer, unverified=unverified, explained_by_loss=True),
+            ex.request_ts,
+            f"{what}; broker {verdict}",
+            evidence,
+            unverified=unverified,
+            transactional_id=t.transactional_id,
+            **subject,
+        )
+    )
 
 
 def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
@@ -452,9 +479,7 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         trigger = Trigger.END_COMMIT
     else:
         trigger = Trigger.END_ABORT_TV2 if ex.api_version >= 5 else Trigger.END_ABORT
-    if next_state(lane.state, trigger) is None:
-        if lane is t:
-            illegal(state, t, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what)
+    if illegal(state, t, lane, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what):
         return
     if answer is None:
         rec = lane.txn
@@ -532,53 +557,33 @@ def write(
     tv2 = ex.api_version >= 12  # Produce v12+ is only used within a transaction under transaction.version 2
     t.tv2 = t.tv2 or tv2
     trigger = Trigger.WRITE_TV2 if tv2 else Trigger.WRITE
-    if next_state(lane.state, trigger) is None:
-        if lane is t:
-            illegal(
-                state,
-                t,
-                trigger,
-                answer,
-                ex,
-                out,
-                producer_id,
-                epoch,
-                unverified=unverified,
-                what=f"transactional write to {topic}-{partition}",
-                topic=topic,
-                partition=partition,
-            )
+    what = f"transactional write to {topic}-{partition}"
+    where = dict(topic=topic, partition=partition)
+    if illegal(
+        state,
+        t,
+        lane,
+        trigger,
+        answer,
+        ex,
+        out,
+        producer_id,
+        epoch,
+        unverified=unverified,
+        what=what,
+        **where,
+    ):
         return
     rec = lane.txn
-    if (
-        lane is t
-        and trigger is Trigger.WRITE
-        and t.state is TxnState.ONGOING
-        and rec is not None
-        and rec.outcome is None
-        and rec.registration_known
-        and (topic, partition) not in rec.registered
-    ):
-        lost = unverified or state.lost_since(t.conns, rec.start_ts)
-        evidence = exchange_evidence(ex, answer)
-        evidence["registered"] = sorted(f"{tp}-{p}" for tp, p in rec.registered)
-        verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
-        out.append(
-            make(
-                FindingKind.WRITE_TO_UNREGISTERED_PARTITION,
-                judge(answer, unverified=lost, explained_by_loss=True),
-                ex.request_ts,
-                f"transactional write of {t.transactional_id!r} to {topic}-{partition}, which "
-                f"AddPartitionsToTxn did not add; broker {verdict}",
-                evidence,
-                unverified=lost,
-                transactional_id=t.transactional_id,
-                producer_id=producer_id,
-                producer_epoch=epoch,
-                topic=topic,
-                partition=partition,
-            )
+    if _registering(t, lane, trigger, Trigger.WRITE) is not None and (topic, partition) not in rec.registered:
+        kind = FindingKind.WRITE_TO_UNREGISTERED_PARTITION
+        what = (
+            f"transactional write of {t.transactional_id!r} to {topic}-{partition}, which "
+            "AddPartitionsToTxn did not add"
         )
+        registered = ("registered", sorted(f"{tp}-{p}" for tp, p in rec.registered))
+        subject = dict(producer_id=producer_id, producer_epoch=epoch, **where)
+        _unregistered(state, t, rec, ex, answer, out, kind, what, registered, subject, unverified)
     if answer == 0:
         rec = enter(state, lane, trigger, producer_id, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
