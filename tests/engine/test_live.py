@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from live_cli import start_live
+from live_cli import replay_copy, start_live
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pcaps"))
 harness = pytest.importorskip("harness")
@@ -130,9 +130,10 @@ def test_a_replayed_capture_audits_live_as_from_the_file(tmp_path, ring, monkeyp
     `ksniff live lo` audits it: through the ring and through the recvfrom loop, the same exchanges,
     findings and transactions as `ksniff audit` of the file, and what --write kept audits the same."""
     monkeypatch.setenv("KSNIFF_LIVE_RING", ring)
-    proc = start_live(tmp_path, 9092)
+    replayed, net = replay_copy(REPLAYED, tmp_path)
+    proc = start_live(tmp_path, 9092, "--filter", f"net {net}")
     try:
-        replay = ["tcpreplay", "-q", "-i", "lo", str(REPLAYED)]
+        replay = ["tcpreplay", "-q", "-i", "lo", str(replayed)]
         subprocess.run(replay, capture_output=True, check=True, timeout=60)
         time.sleep(0.5)  # the last packets through the kernel's loopback queue
     finally:
@@ -142,7 +143,7 @@ def test_a_replayed_capture_audits_live_as_from_the_file(tmp_path, ring, monkeyp
     live = json.loads((tmp_path / "live.json").read_text())
     assert not [w for w in live["warnings"] if "no capture ring" in w]
     filed = subprocess.run(
-        [sys.executable, "-m", "ksniff.cli", "audit", str(REPLAYED), "--json", "-"],
+        [sys.executable, "-m", "ksniff.cli", "audit", str(replayed), "--json", "-"],
         capture_output=True,
         text=True,
         timeout=60,
