@@ -9,6 +9,7 @@ import itertools
 from typing import Any
 
 import pytest
+from batch_header import batch_header
 
 from ksniff.audit import AuditConfig, Auditor
 from ksniff.audit.model import AuditOutput, Finding
@@ -48,27 +49,24 @@ def _convert(t, value, name: str, version: int):
 
 
 def header(pid: int, epoch: int, seq: int, count: int, *, transactional: bool = False) -> RecordBatchHeader:
-    return RecordBatchHeader(
-        base_offset=0,
-        batch_length=100,
-        partition_leader_epoch=0,
-        magic=2,
-        crc=0,
-        crc_ok=True,
-        attributes=0x10 if transactional else 0,
-        last_offset_delta=count - 1,
-        base_timestamp=0,
-        max_timestamp=0,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        records_count=count,
-        codec="none",
-        transactional=transactional,
-        control=False,
-        control_type=None,
-        coordinator_epoch=None,
-    )
+    return batch_header(pid, epoch, seq, count, transactional=transactional)
+
+
+def commit_topics(offsets: dict, err: int) -> tuple[list[dict], dict]:
+    """The `topics` of an offset commit (TxnOffsetCommit or OffsetCommit) of {(topic, partition): offset},
+    and its answer with `err` for every partition."""
+    topics: dict[str, list] = {}
+    for (topic, p), off in offsets.items():
+        topics.setdefault(topic, []).append((p, off))
+    request = [
+        {"name": t, "partitions": [{"partition_index": p, "committed_offset": o} for p, o in ps]}
+        for t, ps in topics.items()
+    ]
+    answer = [
+        {"name": t, "partitions": [{"partition_index": p, "error_code": err} for p, _ in ps]}
+        for t, ps in topics.items()
+    ]
+    return request, {"topics": answer}
 
 
 class Wire:
@@ -218,9 +216,7 @@ class Wire:
         version: int = 3,
         **kw,
     ) -> list[Finding]:
-        topics: dict[str, list] = {}
-        for (topic, p), off in offsets.items():
-            topics.setdefault(topic, []).append((p, off))
+        request, answer = commit_topics(offsets, err)
         return self.send(
             "TxnOffsetCommit",
             version,
@@ -231,17 +227,9 @@ class Wire:
                 "producer_epoch": epoch,
                 "generation_id": 1,
                 "member_id": "m-1",
-                "topics": [
-                    {"name": t, "partitions": [{"partition_index": p, "committed_offset": o} for p, o in ps]}
-                    for t, ps in topics.items()
-                ],
+                "topics": request,
             },
-            {
-                "topics": [
-                    {"name": t, "partitions": [{"partition_index": p, "error_code": err} for p, _ in ps]}
-                    for t, ps in topics.items()
-                ]
-            },
+            answer,
             **kw,
         )
 
@@ -339,9 +327,7 @@ class Wire:
     def offset_commit(
         self, group: str, offsets: dict, *, generation: int = 1, member: str = "m-1", err: int = 0, **kw
     ) -> list[Finding]:
-        topics: dict[str, list] = {}
-        for (topic, p), off in offsets.items():
-            topics.setdefault(topic, []).append((p, off))
+        request, answer = commit_topics(offsets, err)
         return self.send(
             "OffsetCommit",
             8,
@@ -349,17 +335,9 @@ class Wire:
                 "group_id": group,
                 "generation_id_or_member_epoch": generation,
                 "member_id": member,
-                "topics": [
-                    {"name": t, "partitions": [{"partition_index": p, "committed_offset": o} for p, o in ps]}
-                    for t, ps in topics.items()
-                ],
+                "topics": request,
             },
-            {
-                "topics": [
-                    {"name": t, "partitions": [{"partition_index": p, "error_code": err} for p, _ in ps]}
-                    for t, ps in topics.items()
-                ]
-            },
+            answer,
             **kw,
         )
 

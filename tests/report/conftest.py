@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from batch_header import batch_header
 
 from ksniff.audit.model import Finding, ProducerSummary, Transaction
 from ksniff.capture.events import CaptureStats, InputInfo
@@ -42,26 +43,19 @@ def body(**fields) -> SimpleNamespace:
 
 
 def header(pid: int, epoch: int, seq: int, count: int, *, transactional: bool = True) -> RecordBatchHeader:
-    return RecordBatchHeader(
-        base_offset=0,
+    """An lz4 batch of `count` records written at T0, as a client sends them."""
+    return batch_header(
+        pid,
+        epoch,
+        seq,
+        count,
+        transactional=transactional,
         batch_length=61 + 40 * count,
         partition_leader_epoch=3,
-        magic=2,
         crc=0x1234ABCD,
-        crc_ok=True,
-        attributes=0x10 if transactional else 0,
-        last_offset_delta=count - 1,
         base_timestamp=int(T0 * 1000),
         max_timestamp=int(T0 * 1000) + 5,
-        producer_id=pid,
-        producer_epoch=epoch,
-        base_sequence=seq,
-        records_count=count,
         codec="lz4",
-        transactional=transactional,
-        control=False,
-        control_type=None,
-        coordinator_epoch=None,
     )
 
 
@@ -263,46 +257,24 @@ def sample_transactions() -> list[Transaction]:
 
 
 def sample_producers() -> list[ProducerSummary]:
+    # transactional id, producer id, epochs, instances, batches, records, (commit, abort, open, unknown)
+    rows = [
+        ("orders-txn", 4001, (0, 1), (APP1, APP2), 7, 48, (1, 0, 1, 1)),
+        ("payments-txn", 6001, (2,), (PAYMENTS,), 20, 80, (19, 1, 0, 0)),
+        (None, 5002, (0,), (METRICS,), 2, 40, (0, 0, 0, 0)),
+    ]
     return [
         ProducerSummary(
-            "orders-txn",
-            4001,
-            (0, 1),
-            (APP1[0], APP2[0]),
-            (APP1[1], APP2[1]),
-            batches=7,
-            records=48,
-            commit=1,
-            abort=0,
-            open=1,
-            unknown=1,
-        ),
-        ProducerSummary(
-            "payments-txn",
-            6001,
-            (2,),
-            (PAYMENTS[0],),
-            (PAYMENTS[1],),
-            batches=20,
-            records=80,
-            commit=19,
-            abort=1,
-            open=0,
-            unknown=0,
-        ),
-        ProducerSummary(
-            None,
-            5002,
-            (0,),
-            (METRICS[0],),
-            (METRICS[1],),
-            batches=2,
-            records=40,
-            commit=0,
-            abort=0,
-            open=0,
-            unknown=0,
-        ),
+            tid,
+            pid,
+            epochs,
+            tuple(client for client, _ in who),
+            tuple(client_id for _, client_id in who),
+            batches,
+            records,
+            *outcomes,
+        )
+        for tid, pid, epochs, who, batches, records, outcomes in rows
     ]
 
 
