@@ -58,35 +58,24 @@ def test_retransmission_same_bytes_is_ignored(tmp_path):
     assert run.stats.overlaps_differing == 0
 
 
-def test_overlap_first_received_wins_and_differences_counted(tmp_path):
+# Overlapping segments (sequence number, payload) of the client's stream, whose data starts at 1000, in
+# arrival order; the bytes first received win, and each overlap that disagrees with them is counted.
+OVERLAPS = {
+    # bytes 6..9 already came as "ghi"
+    "first_received_wins": ([(1000, b"abcdef"), (1003, b"defghi"), (1006, b"XXXjkl")], b"abcdefghijkl"),
+    # "gh" buffered first wins over "ZZ"
+    "between_buffered_segments": ([(1004, b"efgh"), (1006, b"ZZij"), (1000, b"abcd")], b"abcdefghij"),
+    # the in-order segment does not overwrite the buffered "ef"
+    "in_order_does_not_overwrite_buffered": ([(1004, b"efgh"), (1000, b"abcdXXgh")], b"abcdefgh"),
+}
+
+
+@pytest.mark.parametrize("segments,stream", OVERLAPS.values(), ids=OVERLAPS.keys())
+def test_overlap_keeps_first_received_bytes_and_counts_differences(tmp_path, segments, stream):
     f = Flow(isn_c=999)
     hs = f.handshake()
-    first = f.raw(True, 1000, payload=b"abcdef")
-    overlap_same = f.raw(True, 1003, payload=b"defghi")
-    overlap_diff = f.raw(True, 1006, payload=b"XXXjkl")  # bytes 6..9 already came as "ghi"
-    events, run = read(tmp_path, hs + [first, overlap_same, overlap_diff])
-    assert streams(events)[(1, True)] == b"abcdefghijkl"
-    assert run.stats.overlaps_differing == 1
-
-
-def test_overlap_between_buffered_segments(tmp_path):
-    f = Flow(isn_c=999)
-    hs = f.handshake()
-    late = f.raw(True, 1004, payload=b"efgh")
-    late_overlap = f.raw(True, 1006, payload=b"ZZij")  # "gh" buffered first wins; "ZZ" differs
-    fill = f.raw(True, 1000, payload=b"abcd")
-    events, run = read(tmp_path, hs + [late, late_overlap, fill])
-    assert streams(events)[(1, True)] == b"abcdefghij"
-    assert run.stats.overlaps_differing == 1
-
-
-def test_in_order_segment_does_not_overwrite_buffered_bytes(tmp_path):
-    f = Flow(isn_c=999)
-    hs = f.handshake()
-    late = f.raw(True, 1004, payload=b"efgh")
-    spanning = f.raw(True, 1000, payload=b"abcdXXgh")
-    events, run = read(tmp_path, hs + [late, spanning])
-    assert streams(events)[(1, True)] == b"abcdefgh"
+    events, run = read(tmp_path, hs + [f.raw(True, seq, payload=payload) for seq, payload in segments])
+    assert streams(events)[(1, True)] == stream
     assert run.stats.overlaps_differing == 1
 
 

@@ -74,6 +74,11 @@ class _Conn:
         self._send(True, frame(request, version, self.corr, self.client_id))
         self._send(False, frame(response, version, self.corr))
 
+    def produce(self, txn_id: str, topic: str, batch: bytes, base_offset: int) -> None:
+        """A transactional Produce v9 of one batch to partition 0, which the broker writes at base_offset."""
+        request = produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [batch]})
+        self.call(request, 9, produce_response(9, {(topic, 0): (0, base_offset)}))
+
     def _send(self, from_client: bool, data: bytes) -> None:
         for at in range(0, len(data), SEGMENT):
             self.packets.append(self.flow.send(from_client, data[at : at + SEGMENT]))
@@ -86,26 +91,12 @@ def hostile_packets(
     a, b = _Conn(40001, client_id), _Conn(40002, client_id + "-b")
     a.call(init_producer_id(4, txn_id), 4, init_producer_id_response(4, 1000, 0))
     a.call(_add_partitions(txn_id, 1000, 0, topic), 3, _add_partitions_response(topic))
-    batch = record_batch(1000, 0, 0, 2)
-    a.call(
-        produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [batch]}),
-        9,
-        produce_response(9, {(topic, 0): (0, 0)}),
-    )
+    a.produce(txn_id, topic, record_batch(1000, 0, 0, 2), 0)
     b.call(init_producer_id(4, txn_id), 4, init_producer_id_response(4, 1000, 1))
     b.call(_add_partitions(txn_id, 1000, 1, topic), 3, _add_partitions_response(topic))
-    second = record_batch(1000, 1, 0, 2)
-    b.call(
-        produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [second]}),
-        9,
-        produce_response(9, {(topic, 0): (0, 2)}),
-    )
-    zombie = record_batch(1000, 0, 2, 2)  # A still writes with epoch 0, and the broker takes it
-    a.call(
-        produce_request(9, transactional_id=txn_id, partitions={(topic, 0): [zombie]}),
-        9,
-        produce_response(9, {(topic, 0): (0, 4)}),
-    )
+    b.produce(txn_id, topic, record_batch(1000, 1, 0, 2), 2)
+    # A still writes with epoch 0, and the broker takes it
+    a.produce(txn_id, topic, record_batch(1000, 0, 2, 2), 4)
     return [(start + i * step, ethernet(p)) for i, p in enumerate(a.packets + b.packets)]
 
 

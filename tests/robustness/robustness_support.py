@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -55,6 +56,30 @@ def cli_process(
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *cmd]
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+def cli_peak_mib(*args: str, timeout: float = 300) -> tuple[int, float, str]:
+    """Exit code, peak resident memory (VmHWM, MiB) and stderr of the CLI in a fresh process.
+
+    VmHWM, not ru_maxrss: Linux carries the forked parent's (pytest's) high-water mark across exec into
+    ru_maxrss, so that would measure the test runner; VmHWM belongs to this process's own memory."""
+    code = (
+        "import re, sys\nfrom ksniff.cli import main\ntry:\n    main([*sys.argv[1:]])\n"
+        "except SystemExit as e:\n"
+        "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+        "    print('PEAK', e.code, hwm, file=sys.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    m = re.search(r"PEAK (\d+) (\d+)", proc.stderr)
+    assert m, proc.stderr
+    return int(m.group(1)), int(m.group(2)) / 1024, proc.stderr
 
 
 def assert_no_traceback(stdout: str, stderr: str) -> None:

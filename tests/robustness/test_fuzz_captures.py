@@ -12,7 +12,6 @@ import functools
 import json
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 import tracemalloc
@@ -24,10 +23,10 @@ from capture_builders import Flow, ethernet, pcap_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from robustness_support import (
-    REPO,
     assert_no_traceback,
     check_document,
     cli,
+    cli_peak_mib,
     corpus,
     fuzz_examples,
 )
@@ -100,6 +99,15 @@ def damaged(path: Path, mutations) -> bytes:
     return data if cut is None else data[: cut % (len(data) + 1)]
 
 
+def on_damaged_captures(examples: int):
+    """Hypothesis over corpus captures, each damaged by one to six mutations."""
+    given_damage = given(st.sampled_from(CAPTURES), st.lists(MUTATION, min_size=1, max_size=6))
+    suppress = [HealthCheck.too_slow, HealthCheck.data_too_large]
+    return lambda test: settings(
+        max_examples=fuzz_examples(examples), deadline=None, suppress_health_check=suppress
+    )(given_damage(test))
+
+
 def audit_bytes(data: bytes, directory: str):
     path = os.path.join(directory, "damaged.pcap")
     with open(path, "wb") as f:
@@ -111,12 +119,7 @@ def audit_bytes(data: bytes, directory: str):
         return None
 
 
-@settings(
-    max_examples=fuzz_examples(150),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(st.sampled_from(CAPTURES), st.lists(MUTATION, min_size=1, max_size=6))
+@on_damaged_captures(examples=150)
 def test_damaged_captures_through_the_pipeline(capture, mutations):
     fuzz_counts.ran("pipeline: damaged corpus captures")
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,12 +134,7 @@ def test_damaged_captures_through_the_pipeline(capture, mutations):
             assert f["severity"] != "critical", f
 
 
-@settings(
-    max_examples=fuzz_examples(25),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(st.sampled_from(CAPTURES), st.lists(MUTATION, min_size=1, max_size=6))
+@on_damaged_captures(examples=25)
 def test_damaged_captures_through_the_cli(capture, mutations):
     fuzz_counts.ran("cli: damaged corpus captures")
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,26 +198,8 @@ def test_hostile_capture_resident_memory_through_the_cli(tmp_path):
     """The same file in a fresh process: its peak resident set stays near the interpreter's own."""
     path = tmp_path / "hostile.pcap"
     hostile_capture(path)
-    # VmHWM, not ru_maxrss: Linux carries the forked parent's (pytest's) high-water mark across exec
-    # into ru_maxrss, so that would measure the test runner; VmHWM belongs to this process's own memory.
-    code = (
-        "import re, sys\n"
-        "from ksniff.cli import main\n"
-        "try:\n    main([*sys.argv[1:]])\n"
-        "except SystemExit as e:\n"
-        "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
-        "    print(e.code, hwm, file=sys.stderr)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code, "audit", str(path), "-q", "--exit-zero"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-    exit_code, peak_kib = proc.stderr.split()[-2:]
-    assert exit_code == "0", proc.stderr
+    exit_code, peak_mib, stderr = cli_peak_mib("audit", path, "-q", "--exit-zero", timeout=120)
+    assert exit_code == 0, stderr
     # The interpreter with ksniff and rich loaded peaks near 40 MiB on this file; a frame buffered at
     # its claimed size (2 GB, or even the 100 MB just under the cap) would show.
-    assert int(peak_kib) < 120 * 1024, peak_kib
+    assert peak_mib < 120, peak_mib

@@ -4,22 +4,23 @@ child process), and no input is skipped in silence."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
-import re
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 
 import cramjam
 import pytest
 from capture_builders import Flow, ethernet, pcap_bytes, pcapng_section
 from decode_builders import end_txn, frame, produce_request, record_batch
-from robustness_support import REPO, assert_no_traceback, cli, cli_process, corpus
+from robustness_support import assert_no_traceback, cli, cli_peak_mib, cli_process, corpus
 
 STORY = next(p for p in corpus() if p.name.startswith("txn_confluent_tansu.pcap"))
 CEILING_MIB = 400  # these captures stay far under the README's ceiling for default limits (about 1 GiB)
@@ -31,23 +32,6 @@ def audit(capture, tmp_path, *options: str) -> tuple[dict, list[str]]:
     assert r.exit_code == 0, r.output
     assert_no_traceback(r.stdout, r.stderr)
     return json.loads(out.read_text()), [x for x in r.stderr.splitlines() if x.startswith("ksniff: warning:")]
-
-
-def peak_mib(*args: str) -> tuple[int, float, str]:
-    """Exit code, peak resident memory (VmHWM, MiB) and stderr of the CLI in a fresh process."""
-    code = (
-        "import re, sys\nfrom ksniff.cli import main\ntry:\n    main([*sys.argv[1:]])\n"
-        "except SystemExit as e:\n"
-        "    hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
-        "    print('PEAK', e.code, hwm, file=sys.stderr)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300, env=env
-    )
-    m = re.search(r"PEAK (\d+) (\d+)", proc.stderr)
-    assert m, proc.stderr
-    return int(m.group(1)), int(m.group(2)) / 1024, proc.stderr
 
 
 def write(path, packets) -> str:
@@ -100,7 +84,7 @@ def test_run_cap_stops_records_across_requests(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
 def test_decompression_bomb_memory_under_the_ceiling(tmp_path):
     capture = produce_capture(tmp_path / "bomb.pcap", [bomb_batch(64)] * 4)  # 4 GiB claimed
-    code, peak, stderr = peak_mib(
+    code, peak, stderr = cli_peak_mib(
         "audit", capture, "--records", "--csv", tmp_path / "csv", "-q", "--exit-zero"
     )
     assert code == 0, stderr
@@ -122,7 +106,7 @@ def gzip_bomb(path, inflated_mib: int) -> str:
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
 def test_gzip_capture_inflation_is_capped(tmp_path):
     capture = gzip_bomb(tmp_path / "bomb.pcap.gz", 1024)  # 1 GiB inflated, about 1 MB on disk
-    code, peak, stderr = peak_mib("audit", capture, "-q", "--exit-zero", "--max-gunzip-ratio", "10")
+    code, peak, stderr = cli_peak_mib("audit", capture, "-q", "--exit-zero", "--max-gunzip-ratio", "10")
     assert code == 0, stderr
     assert "gzip inflation limit (10x the file" in stderr, stderr
     assert peak < CEILING_MIB, peak
@@ -174,11 +158,18 @@ unprivileged = pytest.mark.skipif(
 )
 
 
-@unprivileged
-def test_unreadable_capture_in_a_folder_is_named():
+@contextlib.contextmanager
+def readable_folder() -> Iterator[str]:
+    """A folder every user may list, holding one capture every user may read (a.pcap)."""
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o755)
         shutil.copy(STORY, os.path.join(tmp, "a.pcap"))
+        yield tmp
+
+
+@unprivileged
+def test_unreadable_capture_in_a_folder_is_named():
+    with readable_folder() as tmp:
         secret = os.path.join(tmp, "b.pcap")
         shutil.copy(STORY, secret)
         os.chmod(secret, 0)
@@ -202,9 +193,7 @@ def test_unreadable_folder_is_an_error_that_says_so():
 
 @unprivileged
 def test_unreadable_subfolder_is_named():
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chmod(tmp, 0o755)
-        shutil.copy(STORY, os.path.join(tmp, "a.pcap"))
+    with readable_folder() as tmp:
         sub = os.path.join(tmp, "sub")
         os.mkdir(sub)
         os.chmod(sub, 0)
@@ -302,7 +291,7 @@ def test_body_items_memory_under_the_ceiling(tmp_path, kind, n):
     is made; a million and a half 26-byte batches make at most the default cap's million headers."""
     capture = many_items_capture(tmp_path / "many.pcap", **{kind: n})
     out = tmp_path / "out.json"
-    code, peak, stderr = peak_mib("audit", capture, "--json", out, "-q", "--exit-zero")
+    code, peak, stderr = cli_peak_mib("audit", capture, "--json", out, "-q", "--exit-zero")
     assert code == 0, stderr
     assert json.loads(out.read_text())["decode"]["bodies_over_item_cap"] == 1
     assert peak < 512, (peak, "MiB")
