@@ -57,6 +57,17 @@ def frame(message, version: int, correlation_id: int, client_id: str | None = "k
     return bytes(message.encode(header=True, framed=True))
 
 
+def _per_topic(
+    topic_class, field: str, parts: dict[tuple[str, int], object], version: int, topic_ids
+) -> list:
+    """Partitions grouped under their topic, named by its id from Produce v13 on (KIP-516)."""
+    topics: dict[str, list] = {}
+    for (topic, _), part in parts.items():
+        topics.setdefault(topic, []).append(part)
+    named = (lambda t: {"topic_id": (topic_ids or {})[t]}) if version >= 13 else (lambda t: {"name": t})
+    return [topic_class(**named(t), **{field: ps}) for t, ps in topics.items()]
+
+
 def produce_request(
     version: int = 9,
     *,
@@ -69,15 +80,8 @@ def produce_request(
     partitions = partitions or {("orders", 0): [record_batch()]}
     T = ProduceRequest.TopicProduceData
     P = T.PartitionProduceData
-    topics: dict[str, list] = {}
-    for (topic, part), batches in partitions.items():
-        topics.setdefault(topic, []).append(P(index=part, records=b"".join(batches)))
-    data = []
-    for topic, parts in topics.items():
-        if version >= 13:
-            data.append(T(topic_id=(topic_ids or {})[topic], partition_data=parts))
-        else:
-            data.append(T(name=topic, partition_data=parts))
+    parts = {tp: P(index=tp[1], records=b"".join(batches)) for tp, batches in partitions.items()}
+    data = _per_topic(T, "partition_data", parts, version, topic_ids)
     return ProduceRequest(
         transactional_id=transactional_id, acks=acks, timeout_ms=30000, topic_data=data, version=version
     )
@@ -90,15 +94,10 @@ def produce_response(
     answers = answers or {("orders", 0): (0, 100)}
     R = ProduceResponse.TopicProduceResponse
     P = R.PartitionProduceResponse
-    topics: dict[str, list] = {}
-    for (topic, part), (error, offset) in answers.items():
-        topics.setdefault(topic, []).append(P(index=part, error_code=error, base_offset=offset))
-    data = []
-    for topic, parts in topics.items():
-        if version >= 13:
-            data.append(R(topic_id=(topic_ids or {})[topic], partition_responses=parts))
-        else:
-            data.append(R(name=topic, partition_responses=parts))
+    parts = {
+        tp: P(index=tp[1], error_code=error, base_offset=offset) for tp, (error, offset) in answers.items()
+    }
+    data = _per_topic(R, "partition_responses", parts, version, topic_ids)
     return ProduceResponse(responses=data, throttle_time_ms=0, version=version)
 
 

@@ -476,6 +476,22 @@ class Ledger:
         self.notes.append(text)
 
 
+def at(transactional_id: str | None, producer_id: int | None, topic=None, partition=None, **more) -> dict:
+    """Where an expected finding is (Ledger.finding's keywords): the producer and the partition."""
+    return {
+        "transactional_id": transactional_id,
+        "producer_id": producer_id,
+        "topic": topic,
+        "partition": partition,
+        **more,
+    }
+
+
+def scenario_ledger(out: Path, name: str, broker: str, client: str, note: str) -> tuple[Path, Ledger]:
+    """Where scenario `name` writes its capture (NAME.pcap in `out`), and its ledger, opened with `note`."""
+    return out / f"{name}.pcap", Ledger(name, broker, client, notes=[note])
+
+
 def expectations(ledger: Ledger, capture: Path, ports: list[int]) -> dict:
     view = tshark_view(capture, ports)
     txns = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import (
@@ -92,16 +93,26 @@ class RawConnection:
             left -= len(chunk)
         return b"".join(chunks)
 
-    def send(self, request, api: str, version: int | None = None) -> None:
-        """Send one request and do not wait for its answer."""
+    def send(
+        self, request, api: str, version: int | None = None, halfway: Callable[[], None] | None = None
+    ) -> None:
+        """Send one request and do not wait for its answer; with `halfway`, the frame goes out in two
+        halves with `halfway()` run between them (a request stalled on the network)."""
         request.API_VERSION = VERSIONS[api] if version is None else version
         self.correlation_id += 1
         request.with_header(correlation_id=self.correlation_id, client_id=self.client_id)
-        self.sock.sendall(request.encode(header=True, framed=True))
+        data = request.encode(header=True, framed=True)
+        if halfway is None:
+            self.sock.sendall(data)
+            return
+        half = len(data) // 2
+        self.sock.sendall(data[:half])
+        halfway()
+        self.sock.sendall(data[half:])
 
-    def call(self, request, api: str, version: int | None = None):
+    def call(self, request, api: str, version: int | None = None, halfway: Callable[[], None] | None = None):
         """Send one request and wait for its answer; ConnectionError when the broker hangs up."""
-        self.send(request, api, version)
+        self.send(request, api, version, halfway)
         (size,) = struct.unpack(">i", self._read(4))
         response_class = request.header.get_response_class()
         response = response_class.decode(self._read(size), header=True)
@@ -150,27 +161,13 @@ class RawConnection:
         self, transactional_id: str, producer_id: int, epoch: int, commit: bool, version: int | None = None
     ) -> int:
         r = self.call(
-            EndTxnRequest(
-                transactional_id=transactional_id,
-                producer_id=producer_id,
-                producer_epoch=epoch,
-                committed=commit,
-            ),
-            "EndTxn",
-            version,
+            EndTxnRequest(**_txn(transactional_id, producer_id, epoch), committed=commit), "EndTxn", version
         )
         return r.error_code
 
     def add_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str) -> int:
-        r = self.call(
-            AddOffsetsToTxnRequest(
-                transactional_id=transactional_id,
-                producer_id=producer_id,
-                producer_epoch=epoch,
-                group_id=group,
-            ),
-            "AddOffsetsToTxn",
-        )
+        request = AddOffsetsToTxnRequest(**_txn(transactional_id, producer_id, epoch), group_id=group)
+        r = self.call(request, "AddOffsetsToTxn")
         return r.error_code
 
     def txn_offset_commit(
@@ -186,10 +183,8 @@ class RawConnection:
         part = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition
         r = self.call(
             TxnOffsetCommitRequest(
-                transactional_id=transactional_id,
+                **_txn(transactional_id, producer_id, epoch),
                 group_id=group,
-                producer_id=producer_id,
-                producer_epoch=epoch,
                 topics=[
                     TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
                         name=topic,
@@ -210,26 +205,31 @@ class RawConnection:
         return [p.error_code for t in r.topics for p in t.partitions]
 
     def produce(
-        self, topic: str, partition: int, batch: bytes, transactional_id: str | None = None
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        transactional_id: str | None = None,
+        version: int | None = None,
+        halfway: Callable[[], None] | None = None,
     ) -> tuple[int, int]:
         """Returns (error_code, base_offset) of the one partition written."""
-        r = self.call(
-            ProduceRequest(
-                transactional_id=transactional_id,
-                acks=-1,
-                timeout_ms=10000,
-                topic_data=[
-                    ProduceRequest.TopicProduceData(
-                        name=topic,
-                        partition_data=[
-                            ProduceRequest.TopicProduceData.PartitionProduceData(
-                                index=partition, records=batch
-                            )
-                        ],
-                    )
-                ],
-            ),
-            "Produce",
-        )
+        r = self.call(produce_request(topic, partition, batch, transactional_id), "Produce", version, halfway)
         p = r.responses[0].partition_responses[0]
         return p.error_code, p.base_offset
+
+
+def _txn(transactional_id: str, producer_id: int, epoch: int) -> dict:
+    """The fields that name a transaction in every transactional request."""
+    return {"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+def produce_request(topic: str, partition: int, batch: bytes, transactional_id: str | None) -> ProduceRequest:
+    """A Produce (acks=all) of one batch to one partition."""
+    data = ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=batch)
+    return ProduceRequest(
+        transactional_id=transactional_id,
+        acks=-1,
+        timeout_ms=10000,
+        topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[data])],
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,3 +27,11 @@ def scenario(name: str, summary: str, needs_netns: bool = False):
         return func
 
     return register
+
+
+def on_tansu_and_mock(stem: str, record: Callable[..., None], tansu: str, mock: str) -> None:
+    """STEM_tansu and STEM_mock (librdkafka's mock cluster), summarised as given, each recorded by
+    record(out, name=..., broker="tansu" or "mock")."""
+    for broker, summary in (("tansu", tansu), ("mock", mock)):
+        name = f"{stem}_{broker}"
+        scenario(name, summary)(functools.partial(record, name=name, broker=broker))

@@ -163,41 +163,21 @@ def rewrite(out: Path, name: str, nth: int, expect_extra: dict, **edit) -> None:
     print(f"wrote {name}.pcap (packet {index + 1}: {change})")
 
 
+def _critical(kind: str) -> dict:
+    """A critical finding about producer id 1 (tx-reads-tansu) on the rewritten partition."""
+    where = {"transactional_id": "tx-reads-tansu", "producer_id": 1, "topic": TOPIC, "partition": PARTITION}
+    return {"kind": kind, "severity": "critical", **where}
+
+
 LOST = {
-    "findings": [
-        {
-            "kind": "lost_write",
-            "severity": "critical",
-            "transactional_id": "tx-reads-tansu",
-            "producer_id": 1,
-            "topic": TOPIC,
-            "partition": PARTITION,
-        }
-    ],
+    "findings": [_critical("lost_write")],
     "notes": f"Rewritten: in the Fetch answer {CONSUMER} got for {TOPIC}-{PARTITION}, the batch at offset "
     f"{OFFSET} (acknowledged to producer id 1, sequences 4-5) now names producer id 77 (CRC "
     f"recomputed): the acknowledged write is not what the log holds at {OFFSET}, and the consumer "
     "read past it: a lost_write.",
 }
 DUPLICATE = {
-    "findings": [
-        {
-            "kind": "duplicate_write",
-            "severity": "critical",
-            "transactional_id": "tx-reads-tansu",
-            "producer_id": 1,
-            "topic": TOPIC,
-            "partition": PARTITION,
-        },
-        {
-            "kind": "lost_write",
-            "severity": "critical",
-            "transactional_id": "tx-reads-tansu",
-            "producer_id": 1,
-            "topic": TOPIC,
-            "partition": PARTITION,
-        },
-    ],
+    "findings": [_critical("duplicate_write"), _critical("lost_write")],
     "notes": f"Rewritten: in the Fetch answer {CONSUMER} got for {TOPIC}-{PARTITION}, the batch at "
     f"offset {OFFSET} (producer id 1, sequences 4-5) now starts at sequence 0 (CRC recomputed): "
     "producer id 1 epoch 0 sequences 0-1 are at offsets 0 and 6 (duplicate_write), and the "

@@ -9,12 +9,10 @@ capture kept open well past it). Expectations follow the broker's answers, since
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-import clients
-from harness import Ledger, error_name, mock_cluster, tansu, tcpdump, write_expectations
+from harness import Ledger, error_name
 from raw import RawConnection, record_batch
-from registry import scenario
+from raw_steps import add_and_write, begin, first_error, raw_scenarios, session
 
 TOPIC = "raw"
 ZOMBIE_TID = "tx-zombie"
@@ -87,7 +85,7 @@ def _transaction(
     add_err = prod_err = end_err = None
     try:
         added = conn.add_partitions(tid, producer_id, epoch, TOPIC, [partition])
-        add_err = next((e for e in added if e), 0)
+        add_err = first_error(added)
         ledger.answer(f"{what}: AddPartitionsToTxn", "AddPartitionsToTxn", add_err, epoch=epoch)
     except ConnectionError:
         _hung_up(conn, ledger, f"{what}: AddPartitionsToTxn", "AddPartitionsToTxn", epoch=epoch)
@@ -108,11 +106,7 @@ def _transaction(
 def stale_epoch(conn: RawConnection, ledger: Ledger) -> None:
     """tx-zombie commits once, a second InitProducerId takes the id over, the old instance goes on."""
     tid = ZOMBIE_TID
-    conn.find_coordinator(tid)
-    err, old_pid, old_epoch = conn.init_producer_id(tid)
-    ledger.answer(
-        "first instance: InitProducerId", "InitProducerId", err, producer_id=old_pid, epoch=old_epoch
-    )
+    err, old_pid, old_epoch = begin(conn, tid, ledger, "first instance: InitProducerId")
     errors = _transaction(conn, tid, old_pid, old_epoch, 1, 0, "zombie-before", ledger, "first instance")
     if any(errors):
         raise RuntimeError(f"{tid}: the first instance's own transaction failed: {errors}")
@@ -179,24 +173,10 @@ def stale_epoch(conn: RawConnection, ledger: Ledger) -> None:
 def hanging(conn: RawConnection, ledger: Ledger) -> None:
     """tx-hang writes inside a transaction with a 1.5 s timeout and never sends EndTxn."""
     tid = HANG_TID
-    conn.find_coordinator(tid)
-    err, pid, epoch = conn.init_producer_id(tid, timeout_ms=HANG_TIMEOUT_MS)
-    ledger.answer(
-        f"InitProducerId with TransactionTimeoutMs={HANG_TIMEOUT_MS}",
-        "InitProducerId",
-        err,
-        producer_id=pid,
-        epoch=epoch,
-    )
-    added = conn.add_partitions(tid, pid, epoch, TOPIC, [0])
-    ledger.answer(
-        "hanging transaction: AddPartitionsToTxn", "AddPartitionsToTxn", next((e for e in added if e), 0)
-    )
-    err, offset = conn.produce(TOPIC, 0, record_batch(pid, epoch, 0, 2, True, "hang"), transactional_id=tid)
-    ledger.answer("hanging transaction: Produce", "Produce", err, base_offset=offset)
-    if err:
-        raise RuntimeError(f"{tid}: the write was rejected: {error_name(err)}")
-    ledger.records_produced += 2
+    what = f"InitProducerId with TransactionTimeoutMs={HANG_TIMEOUT_MS}"
+    _, pid, epoch = begin(conn, tid, ledger, what, HANG_TIMEOUT_MS)
+    what = ("hanging transaction: AddPartitionsToTxn", "hanging transaction: Produce")
+    add_and_write(conn, tid, pid, epoch, ledger, TOPIC, "hang", what)
     ledger.txn(tid, "open")
     ledger.finding(
         "hanging_transaction", "warning", transactional_id=tid, producer_id=pid, topic=TOPIC, partition=0
@@ -206,55 +186,31 @@ def hanging(conn: RawConnection, ledger: Ledger) -> None:
 
 
 def wrong_traffic(host: str, port: int, ledger: Ledger) -> None:
-    with RawConnection(host, port, "corpus-raw") as conn:
-        conn.api_versions()
-        conn.metadata([TOPIC])
+    with session(host, port, "corpus-raw", TOPIC) as conn:
         duplicate_and_gap(conn, ledger)
         stale_epoch(conn, ledger)
         hanging(conn, ledger)
 
 
-def record(out: Path, name: str, broker: str) -> None:
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, broker, "kafka-python protocol classes over a plain socket")
-    ledger.note(
-        "One connection, fixed API versions (ApiVersions v0, Metadata v4, FindCoordinator v1, "
-        "InitProducerId v3, AddPartitionsToTxn v1, EndTxn v1, Produce v8). Partition 0: an idempotent "
-        "producer writes sequence 0-2, repeats that batch, writes 3-5, then 10-11 (6-9 skipped). "
-        f"{ZOMBIE_TID}: commits a transaction, a second InitProducerId takes the id over, the first "
-        "instance goes on with its old producer id and epoch (AddPartitionsToTxn, Produce, EndTxn), then "
-        f"the second instance commits. {HANG_TID}: InitProducerId with a {HANG_TIMEOUT_MS} ms timeout, "
-        f"writes 2 records and never ends; the capture runs {HANG_WAIT_S}s past the write. Severities "
-        "follow the broker's answers (broker_answers): warning where it rejected, critical where it "
-        "accepted. records_produced counts records the broker acknowledged as new writes (a duplicate "
-        "answered with the original offset is not new)."
-    )
-    if broker == "tansu":
-        with tansu() as bootstrap:
-            clients.create_topics(bootstrap, {TOPIC: 2})
-            host, port = bootstrap.rsplit(":", 1)
-            ports = [int(port)]
-            with tcpdump(capture, ports):
-                wrong_traffic(host, int(port), ledger)
-    else:
-        with mock_cluster(1) as cluster:
-            ((host, port),) = cluster.brokers.values()
-            ports = [port]
-            with tcpdump(capture, ports):
-                wrong_traffic(host, port, ledger)
-            ledger.note("The mock cluster's keeper client may also appear on the broker port.")
-    write_expectations(ledger, capture, ports)
-
-
-@scenario(
-    "anomalies_tansu",
-    "skipped sequence, duplicate batch, stale epoch after fencing, hanging "
-    "transaction, over a plain socket to tansu",
+NOTES = (
+    "One connection, fixed API versions (ApiVersions v0, Metadata v4, FindCoordinator v1, "
+    "InitProducerId v3, AddPartitionsToTxn v1, EndTxn v1, Produce v8). Partition 0: an idempotent "
+    "producer writes sequence 0-2, repeats that batch, writes 3-5, then 10-11 (6-9 skipped). "
+    f"{ZOMBIE_TID}: commits a transaction, a second InitProducerId takes the id over, the first "
+    "instance goes on with its old producer id and epoch (AddPartitionsToTxn, Produce, EndTxn), then "
+    f"the second instance commits. {HANG_TID}: InitProducerId with a {HANG_TIMEOUT_MS} ms timeout, "
+    f"writes 2 records and never ends; the capture runs {HANG_WAIT_S}s past the write. Severities "
+    "follow the broker's answers (broker_answers): warning where it rejected, critical where it "
+    "accepted. records_produced counts records the broker acknowledged as new writes (a duplicate "
+    "answered with the original offset is not new)."
 )
-def anomalies_tansu(out: Path) -> None:
-    record(out, "anomalies_tansu", "tansu")
 
-
-@scenario("anomalies_mock", "the same wrong traffic to librdkafka's mock cluster (1 broker)")
-def anomalies_mock(out: Path) -> None:
-    record(out, "anomalies_mock", "librdkafka-mock")
+raw_scenarios(
+    "anomalies",
+    wrong_traffic,
+    NOTES,
+    {TOPIC: 2},
+    tansu="skipped sequence, duplicate batch, stale epoch after fencing, hanging "
+    "transaction, over a plain socket to tansu",
+    mock="the same wrong traffic to librdkafka's mock cluster (1 broker)",
+)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import clients
-from harness import Ledger, log, tansu, tcpdump, write_expectations
+from harness import Ledger, log, scenario_ledger, tansu, tcpdump, write_expectations
 from registry import scenario
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -49,12 +49,14 @@ def bulk(bootstrap: str, codec: str, ledger: Ledger) -> None:
 
 def record_codec(out: Path, codec: str) -> None:
     name = f"idempotent_{codec}_tansu"
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, "tansu", "confluent-kafka")
-    ledger.note(
+    capture, ledger = scenario_ledger(
+        out,
+        name,
+        "tansu",
+        "confluent-kafka",
         f"Idempotent (non-transactional) producer, compression {codec}, {RECORDS} records over "
         f"{PARTITIONS} partitions of '{TOPIC}', flushed every 60 records so that each partition "
-        "gets several batches with advancing sequences. Nothing wrong happens: the audit is clean."
+        "gets several batches with advancing sequences. Nothing wrong happens: the audit is clean.",
     )
     ledger.extra["compression"] = codec
     with tansu() as bootstrap:
@@ -83,14 +85,16 @@ def two_ports(out: Path) -> None:
     """Two unrelated tansu brokers, each on its own free port, each written by its own idempotent producer
     (no compression), one after the other: a run told only one port (`-p`) audits half of the capture."""
     name = "two_ports_tansu"
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, "tansu", "confluent-kafka")
-    ledger.note(
+    capture, ledger = scenario_ledger(
+        out,
+        name,
+        "tansu",
+        "confluent-kafka",
         f"Two tansu brokers on two ports; an idempotent producer writes {TWO_PORTS_RECORDS} records "
         f"over {PARTITIONS} partitions of 'bulk-a' to the first, then another {TWO_PORTS_RECORDS} to "
         "'bulk-b' on the second (each broker gives its producer id 1). Nothing wrong happens: "
         "audited on both ports (or with auto-detection) it is clean; with -p naming one port, the "
-        "other port's connections are Kafka not audited."
+        "other port's connections are Kafka not audited.",
     )
     with tansu() as first, tansu() as second:
         ports = [int(b.rsplit(":", 1)[1]) for b in (first, second)]

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import clients
-from harness import Ledger, log, mock_cluster, tansu, tcpdump, write_expectations
+from harness import Ledger, log, mock_cluster, scenario_ledger, tansu, tcpdump, write_expectations
 from registry import scenario
 
 TOPIC = "reads"
@@ -131,18 +131,21 @@ def confluent_round(c) -> list[tuple[int, int, bytes]]:
     return got
 
 
+# kafka-python's and aiokafka's consumers take the same settings: read_committed from the start of each
+# assigned partition, no group, no automatic commits.
+READ_COMMITTED_FROM_START = {
+    "isolation_level": "read_committed",
+    "enable_auto_commit": False,
+    "auto_offset_reset": "earliest",
+    "fetch_max_wait_ms": 100,
+    "group_id": None,
+}
+
+
 def kafka_python_consumer(bootstrap: str, name: str):
     from kafka import KafkaConsumer, TopicPartition
 
-    c = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        client_id=name,
-        isolation_level="read_committed",
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=100,
-        group_id=None,
-    )
+    c = KafkaConsumer(bootstrap_servers=bootstrap, client_id=name, **READ_COMMITTED_FROM_START)
     c.assign([TopicPartition(TOPIC, p) for p in PARTITIONS])
     c.seek_to_beginning()
     return c
@@ -165,16 +168,10 @@ class AiokafkaReader:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         async def start():
+            # check_crcs: it refuses the mock's control batches otherwise
             c = AIOKafkaConsumer(
-                bootstrap_servers=bootstrap,
-                client_id=name,
-                isolation_level="read_committed",
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                fetch_max_wait_ms=100,
-                group_id=None,
-                check_crcs=False,
-            )  # it refuses the mock's control batches otherwise
+                bootstrap_servers=bootstrap, client_id=name, check_crcs=False, **READ_COMMITTED_FROM_START
+            )
             await c.start()
             c.assign([TopicPartition(TOPIC, p) for p in PARTITIONS])
             await c.seek_to_beginning()
@@ -256,17 +253,19 @@ def expect_from_logs(logs: list[Log], ledger: Ledger, tid: str) -> None:
 
 def record(out: Path, broker: str) -> None:
     name = f"consume_{'tansu' if broker == 'tansu' else 'mock'}"
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, broker, "confluent-kafka, " + ("kafka-python" if broker == "tansu" else "aiokafka"))
     second = "kafka-python" if broker == "tansu" else "aiokafka"
-    ledger.note(
+    capture, ledger = scenario_ledger(
+        out,
+        name,
+        broker,
+        "confluent-kafka, " + second,
         f"Transactional producer {TID_BY_BROKER[broker]} (confluent-kafka) writes {PER_PARTITION} records "
         f"to each partition of '{TOPIC}' per transaction: txn 1 commits, txn 2 aborts, txn 3 commits, "
         "txn 4 stays open while the consumers read (round 1) and aborts afterwards; the consumers read on "
         "(round 2). Consumers: read_committed confluent-kafka, read_uncommitted confluent-kafka (group "
         f"member, commits offset {AHEAD} on partition 0 past the end of the log, accepted), read_committed "
         f"{second}. `delivered` is each consumer's own log of the records it handed to the application; "
-        "expectations come from it."
+        "expectations come from it.",
     )
     ledger.findings.append(
         {
@@ -348,12 +347,14 @@ def uncommitted_story(bootstrap: str, ledger: Ledger, tid: str) -> list[Log]:
 )
 def uncommitted_mock(out: Path) -> None:
     name, tid = "uncommitted_mock", "tx-uncommitted-mock"
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, "librdkafka-mock", "confluent-kafka")
-    ledger.note(
+    capture, ledger = scenario_ledger(
+        out,
+        name,
+        "librdkafka-mock",
+        "confluent-kafka",
         f"Transactional producer {tid} (confluent-kafka) writes {PER_PARTITION} records to each partition of "
         f"'{TOPIC}' and leaves its transaction open; a read_committed consumer reads (round 1); the "
-        "transaction commits; the consumer reads on (round 2). `delivered` is the consumer's own log."
+        "transaction commits; the consumer reads on (round 2). `delivered` is the consumer's own log.",
     )
     with mock_cluster(1) as cluster:
         ports = cluster.ports

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import clients
-from harness import Ledger, tansu, tcpdump, write_expectations
+from harness import Ledger, scenario_ledger, tansu, tcpdump, write_expectations
 from registry import scenario
 
 SOURCE, SINK = "ctp-in", "ctp-out"
@@ -89,15 +89,17 @@ def consume_transform_produce(bootstrap: str, ledger: Ledger) -> None:
 )
 def ctp_confluent_tansu(out: Path) -> None:
     name = "ctp_confluent_tansu"
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, "tansu", "confluent-kafka")
-    ledger.note(
+    capture, ledger = scenario_ledger(
+        out,
+        name,
+        "tansu",
+        "confluent-kafka",
         f"An idempotent producer seeds {SEED} records into '{SOURCE}'. A read_committed consumer in group "
         f"'{CTP_GROUP}' reads them; transactional producer {TID} writes them upper-cased to '{SINK}' in "
         f"{SEED // PER_TXN} transactions of {PER_TXN}, each with send_offsets_to_transaction "
         f"(AddOffsetsToTxn, TxnOffsetCommit for group {CTP_GROUP}) and a commit. Then a plain consumer in "
         f"group '{PLAIN_GROUP}' reads '{SINK}' and commits each offset synchronously (OffsetCommit). "
-        "records_produced = seeded + transformed."
+        "records_produced = seeded + transformed.",
     )
     ledger.extra["groups"] = {
         CTP_GROUP: {"transactional_id": TID, "offsets_via": "TxnOffsetCommit"},

@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from harness import Ledger, tcpdump, write_expectations
-from raw import RawConnection, record_batch
-from registry import scenario
-from scen_misuse import BROKER_NAMES, RAW_CLIENT, _against
+from harness import Ledger, scenario_ledger, tcpdump, write_expectations
+from raw import record_batch
+from raw_steps import BROKER_NAMES, RAW_CLIENT, against, begin, session
+from registry import on_tansu_and_mock
 
 TOPIC = "stuck"
 TID = "tx-stuck"
@@ -29,18 +29,9 @@ READ_S = 4.0
 
 def abandon(host: str, port: int, ledger: Ledger) -> int:
     """The abandoned transaction, then an idempotent write after it; returns the producer id."""
-    with RawConnection(host, port, "corpus-stuck") as conn:
-        conn.api_versions()
-        conn.metadata([TOPIC])
-        conn.find_coordinator(TID)
-        err, pid, epoch = conn.init_producer_id(TID, timeout_ms=TIMEOUT_MS)
-        ledger.answer(
-            f"{TID}: InitProducerId (transaction timeout {TIMEOUT_MS} ms)",
-            "InitProducerId",
-            err,
-            producer_id=pid,
-            epoch=epoch,
-        )
+    with session(host, port, "corpus-stuck", TOPIC) as conn:
+        what = f"{TID}: InitProducerId (transaction timeout {TIMEOUT_MS} ms)"
+        err, pid, epoch = begin(conn, TID, ledger, what, TIMEOUT_MS)
         (err,) = conn.add_partitions(TID, pid, epoch, TOPIC, [0])
         ledger.answer(f"{TID}: AddPartitionsToTxn {TOPIC}-0", "AddPartitionsToTxn", err)
         batch = record_batch(pid, epoch, 0, 2, True, "stuck")
@@ -86,12 +77,15 @@ def read_committed(bootstrap: str, ledger: Ledger) -> list[tuple[int, bytes]]:
     return got
 
 
-def record(out: Path, broker: str) -> None:
-    name = f"hanging_{broker}"
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, BROKER_NAMES[broker], RAW_CLIENT + " and confluent-kafka (read_committed)")
-    ledger.note(__doc__.split("\n\n", 1)[1].replace("\n", " ").strip())
-    with _against(broker, {TOPIC: 1}) as (host, port):
+def record(out: Path, name: str, broker: str) -> None:
+    capture, ledger = scenario_ledger(
+        out,
+        name,
+        BROKER_NAMES[broker],
+        RAW_CLIENT + " and confluent-kafka (read_committed)",
+        __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(),
+    )
+    with against(broker, {TOPIC: 1}) as (host, port):
         with tcpdump(capture, [port]):
             pid = abandon(host, port, ledger)
             got = read_committed(f"{host}:{port}", ledger)
@@ -108,13 +102,9 @@ def record(out: Path, broker: str) -> None:
     write_expectations(ledger, capture, [port])
 
 
-@scenario(
-    "hanging_tansu", "a transaction abandoned past its 1 s timeout, read by a read_committed consumer; tansu"
+on_tansu_and_mock(
+    "hanging",
+    record,
+    tansu="a transaction abandoned past its 1 s timeout, read by a read_committed consumer; tansu",
+    mock="the same against librdkafka's mock cluster (1 broker)",
 )
-def hanging_tansu(out: Path) -> None:
-    record(out, "tansu")
-
-
-@scenario("hanging_mock", "the same against librdkafka's mock cluster (1 broker)")
-def hanging_mock(out: Path) -> None:
-    record(out, "mock")

@@ -19,13 +19,12 @@ what each broker answered, recorded in `broker_answers`.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 
-import clients
-from harness import Ledger, error_name, log, mock_cluster, tansu, tcpdump, write_expectations
+from harness import Ledger, at, error_name, log, scenario_ledger, tcpdump, write_expectations
 from raw import RawConnection, record_batch
+from raw_steps import BROKER_NAMES, KEEPER_NOTE, against, begin, first_error, raw_scenarios, session
 from registry import scenario
 
 TOPIC = "misuse"
@@ -46,14 +45,8 @@ def severity(err: int | None) -> str:
     return ACCEPTED_MEANS if err == 0 else REJECTED_MEANS
 
 
-def first_error(codes: list[int]) -> int:
-    return next((c for c in codes if c), 0)
-
-
 def init(conn: RawConnection, tid: str, ledger: Ledger) -> tuple[int, int]:
-    conn.find_coordinator(tid)
-    err, pid, epoch = conn.init_producer_id(tid)
-    ledger.answer(f"{tid}: InitProducerId", "InitProducerId", err, producer_id=pid, epoch=epoch)
+    err, pid, epoch = begin(conn, tid, ledger, f"{tid}: InitProducerId")
     if err:
         raise RuntimeError(f"{tid}: InitProducerId answered {error_name(err)}")
     return pid, epoch
@@ -94,6 +87,13 @@ def end(conn: RawConnection, tid: str, pid: int, epoch: int, ledger: Ledger, wha
     return err
 
 
+def commit(conn: RawConnection, tid: str, pid: int, epoch: int, ledger: Ledger, what: str) -> None:
+    """EndTxn(commit) the broker must accept: the transaction is then a commit."""
+    if end(conn, tid, pid, epoch, ledger, what):
+        raise RuntimeError(f"{tid}: {what} was rejected")
+    ledger.txn(tid, "commit")
+
+
 # --------------------------------------------------------------------------- the misuse steps
 
 
@@ -104,14 +104,7 @@ def out_of_order(conn: RawConnection, ledger: Ledger) -> None:
     write(conn, None, pid, epoch, 0, 0, 3, ledger, "in-order batch, sequence 0-2")
     write(conn, None, pid, epoch, 0, 3, 3, ledger, "in-order batch, sequence 3-5")
     err = write(conn, None, pid, epoch, 0, 4, 4, ledger, "overlapping batch, sequence 4-7 (6 expected)")
-    ledger.finding(
-        "sequence_out_of_order",
-        severity(err),
-        transactional_id=None,
-        producer_id=pid,
-        topic=TOPIC,
-        partition=0,
-    )
+    ledger.finding("sequence_out_of_order", severity(err), **at(None, pid, TOPIC, 0))
 
 
 def unregistered_partition(conn: RawConnection, ledger: Ledger) -> None:
@@ -121,17 +114,8 @@ def unregistered_partition(conn: RawConnection, ledger: Ledger) -> None:
     add_partition(conn, tid, pid, epoch, 0, ledger)
     write(conn, tid, pid, epoch, 0, 0, 2, ledger, f"{tid}: write to the added {TOPIC}-0")
     err = write(conn, tid, pid, epoch, 1, 0, 2, ledger, f"{tid}: write to {TOPIC}-1, never added")
-    ledger.finding(
-        "write_to_unregistered_partition",
-        severity(err),
-        transactional_id=tid,
-        producer_id=pid,
-        topic=TOPIC,
-        partition=1,
-    )
-    if end(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit)"):
-        raise RuntimeError(f"{tid}: the commit was rejected")
-    ledger.txn(tid, "commit")
+    ledger.finding("write_to_unregistered_partition", severity(err), **at(tid, pid, TOPIC, 1))
+    commit(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit)")
 
 
 def outside_transaction(conn: RawConnection, ledger: Ledger) -> None:
@@ -139,14 +123,7 @@ def outside_transaction(conn: RawConnection, ledger: Ledger) -> None:
     tid = OUTSIDE_TID
     pid, epoch = init(conn, tid, ledger)
     err = write(conn, tid, pid, epoch, 0, 0, 2, ledger, f"{tid}: transactional write, no transaction open")
-    ledger.finding(
-        "write_outside_transaction",
-        severity(err),
-        transactional_id=tid,
-        producer_id=pid,
-        topic=TOPIC,
-        partition=0,
-    )
+    ledger.finding("write_outside_transaction", severity(err), **at(tid, pid, TOPIC, 0))
     if err == 0:
         ledger.note(
             f"{ledger.broker} wrote {tid}'s transactional batch although no transaction was open; "
@@ -171,22 +148,14 @@ def unregistered_group(conn: RawConnection, ledger: Ledger) -> None:
     ledger.finding(
         "txn_offset_commit_unregistered_group",
         severity(err),
-        transactional_id=tid,
-        producer_id=pid,
-        topic=None,
-        partition=None,
-        group=GROUP_NOT_ADDED,
+        **at(tid, pid, None, None, group=GROUP_NOT_ADDED),
     )
-    if end(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit)"):
-        raise RuntimeError(f"{tid}: the commit was rejected")
-    ledger.txn(tid, "commit")
+    commit(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit)")
 
 
 def _hung_up(conn: RawConnection, ledger: Ledger, what: str, api: str, tid: str, pid: int) -> None:
     ledger.answer(what, api, None)
-    ledger.finding(
-        "unanswered_request", "warning", transactional_id=tid, producer_id=None, topic=None, partition=None
-    )
+    ledger.finding("unanswered_request", "warning", **at(tid, None))
     ledger.note(
         f"{ledger.broker} closed the connection instead of answering '{what}'; the client "
         "reconnected from a new port."
@@ -200,9 +169,7 @@ def hang_up_tansu(conn: RawConnection, ledger: Ledger) -> None:
     pid, epoch = init(conn, tid, ledger)
     add_partition(conn, tid, pid, epoch, 1, ledger)
     write(conn, tid, pid, epoch, 1, 0, 2, ledger, f"{tid}: write to {TOPIC}-1")
-    if end(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit)"):
-        raise RuntimeError(f"{tid}: the commit was rejected")
-    ledger.txn(tid, "commit")
+    commit(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit)")
     new_pid, new_epoch = init(conn, tid, ledger)  # a second instance takes the id over
     where = {"transactional_id": tid, "producer_id": pid, "topic": None, "partition": None}
     ledger.finding("producer_fenced", "info", **where)
@@ -220,9 +187,7 @@ def hang_up_tansu(conn: RawConnection, ledger: Ledger) -> None:
         ledger.finding("epoch_regression", REJECTED_MEANS, **where)  # no answer: the broker did not accept it
     add_partition(conn, tid, new_pid, new_epoch, 1, ledger)
     write(conn, tid, new_pid, new_epoch, 1, 0, 2, ledger, f"{tid}: second instance writes to {TOPIC}-1")
-    if end(conn, tid, new_pid, new_epoch, ledger, f"{tid}: second instance EndTxn(commit)"):
-        raise RuntimeError(f"{tid}: the second instance's commit was rejected")
-    ledger.txn(tid, "commit")
+    commit(conn, tid, new_pid, new_epoch, ledger, f"{tid}: second instance EndTxn(commit)")
 
 
 def hang_up_mock(conn: RawConnection, ledger: Ledger) -> None:
@@ -238,15 +203,11 @@ def hang_up_mock(conn: RawConnection, ledger: Ledger) -> None:
         _hung_up(conn, ledger, what, "EndTxn", tid, pid)
     else:
         raise RuntimeError(f"the mock answered EndTxn v{MOCK_UNSUPPORTED_END_TXN} ({error_name(err)})")
-    if end(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn v1(commit), retried on a new connection"):
-        raise RuntimeError(f"{tid}: the retried commit was rejected")
-    ledger.txn(tid, "commit")
+    commit(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn v1(commit), retried on a new connection")
 
 
 def misuse(host: str, port: int, ledger: Ledger) -> None:
-    with RawConnection(host, port, "corpus-misuse") as conn:
-        conn.api_versions()
-        conn.metadata([TOPIC])
+    with session(host, port, "corpus-misuse", TOPIC) as conn:
         out_of_order(conn, ledger)
         unregistered_partition(conn, ledger)
         outside_transaction(conn, ledger)
@@ -263,52 +224,10 @@ def end_without_transaction(host: str, port: int, ledger: Ledger) -> None:
         end(conn, tid, pid, epoch, ledger, f"{tid}: EndTxn(commit) with no transaction")
         # The broker acknowledged (or refused) a commit it had no transaction for. Nothing was written,
         # so no data can be lost or duplicated: a warning whatever the answer, never critical.
-        ledger.finding(
-            "end_txn_without_transaction",
-            "warning",
-            transactional_id=tid,
-            producer_id=pid,
-            topic=None,
-            partition=None,
-        )
+        ledger.finding("end_txn_without_transaction", "warning", **at(tid, pid))
 
 
 # --------------------------------------------------------------------------- recording
-
-
-def _against(broker: str, topics: dict[str, int]):
-    """A context manager yielding (host, port) of one broker with `topics` created."""
-
-    @contextlib.contextmanager
-    def run():
-        if broker == "tansu":
-            with tansu() as bootstrap:
-                clients.create_topics(bootstrap, topics)
-                host, port = bootstrap.rsplit(":", 1)
-                yield host, int(port)
-        else:
-            with mock_cluster(1) as cluster:
-                # The mock creates a topic when a client first asks for it (its CreateTopics times out).
-                ((host, port),) = cluster.brokers.values()
-                yield host, port
-
-    return run()
-
-
-RAW_CLIENT = "kafka-python protocol classes over a plain socket"
-BROKER_NAMES = {"tansu": "tansu", "mock": "librdkafka-mock"}
-
-
-def record_raw(out: Path, name: str, broker: str, traffic, notes: str) -> None:
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, BROKER_NAMES[broker], RAW_CLIENT)
-    ledger.note(notes)
-    with _against(broker, {TOPIC: 2}) as (host, port):
-        with tcpdump(capture, [port]):
-            traffic(host, port, ledger)
-    if broker == "mock":
-        ledger.note("The mock cluster's keeper client may also appear on the broker port.")
-    write_expectations(ledger, capture, [port])
 
 
 MISUSE_NOTES = (
@@ -326,42 +245,30 @@ MISUSE_NOTES = (
 )
 
 
-@scenario(
-    "misuse_tansu",
-    "overlapping sequences, unregistered partition and group, transactional write "
-    "outside a transaction, a hang-up (fenced EndTxn), over a plain socket to tansu",
-)
-def misuse_tansu(out: Path) -> None:
-    record_raw(
-        out,
-        "misuse_tansu",
-        "tansu",
-        misuse,
-        MISUSE_NOTES
-        + (
+def misuse_notes(broker: str) -> str:
+    if broker == "tansu":
+        hang_up = (
             f" tansu: {HANGUP_TID} commits, a second InitProducerId takes the id over, the first instance's "
             "EndTxn(commit) with its old epoch makes tansu close the connection; the second instance commits."
-        ),
-    )
-
-
-@scenario(
-    "misuse_mock",
-    "the same misuse to librdkafka's mock cluster (1 broker); the hang-up is an "
-    "EndTxn version the mock does not support",
-)
-def misuse_mock(out: Path) -> None:
-    record_raw(
-        out,
-        "misuse_mock",
-        "mock",
-        misuse,
-        MISUSE_NOTES
-        + (
+        )
+    else:
+        hang_up = (
             f" librdkafka-mock: {HANGUP_TID} writes, sends EndTxn v{MOCK_UNSUPPORTED_END_TXN}(commit), which "
             "the mock does not support: it closes the connection; the client sends EndTxn v1 on a new one."
-        ),
-    )
+        )
+    return MISUSE_NOTES + hang_up
+
+
+raw_scenarios(
+    "misuse",
+    misuse,
+    misuse_notes,
+    {TOPIC: 2},
+    tansu="overlapping sequences, unregistered partition and group, transactional write "
+    "outside a transaction, a hang-up (fenced EndTxn), over a plain socket to tansu",
+    mock="the same misuse to librdkafka's mock cluster (1 broker); the hang-up is an "
+    "EndTxn version the mock does not support",
+)
 
 
 ENDTXN_NOTES = (
@@ -372,14 +279,14 @@ ENDTXN_NOTES = (
 )
 
 
-@scenario("endtxn_empty_tansu", "EndTxn(commit) with no transaction open, over a plain socket to tansu")
-def endtxn_empty_tansu(out: Path) -> None:
-    record_raw(out, "endtxn_empty_tansu", "tansu", end_without_transaction, ENDTXN_NOTES)
-
-
-@scenario("endtxn_empty_mock", "EndTxn(commit) with no transaction open, to librdkafka's mock cluster")
-def endtxn_empty_mock(out: Path) -> None:
-    record_raw(out, "endtxn_empty_mock", "mock", end_without_transaction, ENDTXN_NOTES)
+raw_scenarios(
+    "endtxn_empty",
+    end_without_transaction,
+    ENDTXN_NOTES,
+    {TOPIC: 2},
+    tansu="EndTxn(commit) with no transaction open, over a plain socket to tansu",
+    mock="EndTxn(commit) with no transaction open, to librdkafka's mock cluster",
+)
 
 
 # --------------------------------------------------------------------------- offsets that go back
@@ -491,15 +398,17 @@ def commit_back_confluent(bootstrap: str, ledger: Ledger) -> int:
 
 
 def record_offsets(out: Path, name: str, broker: str, client: str) -> None:
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, BROKER_NAMES[broker], client)
-    ledger.note(
+    capture, ledger = scenario_ledger(
+        out,
+        name,
+        BROKER_NAMES[broker],
+        client,
         f"Before the capture: {SEED} records written to {OFFSETS_TOPIC}-0. In the capture: a {client} "
         f"consumer joins group {OFFSETS_GROUP} (auto commit off), reads the {SEED} records, commits offset "
         f"{SEED} (OffsetCommit), seeks back to {SEEK_BACK_TO} and commits offset {SEEK_BACK_TO}, reading the "
-        "committed offset back each time (OffsetFetch), then leaves the group."
+        "committed offset back each time (OffsetFetch), then leaves the group.",
     )
-    with _against(broker, {OFFSETS_TOPIC: 1}) as (host, port):
+    with against(broker, {OFFSETS_TOPIC: 1}) as (host, port):
         bootstrap = f"{host}:{port}"
         seed(bootstrap)
         with tcpdump(capture, [port]):
@@ -507,13 +416,7 @@ def record_offsets(out: Path, name: str, broker: str, client: str) -> None:
                 bootstrap, ledger
             )
     ledger.finding(
-        "offset_commit_backwards",
-        severity(err),
-        transactional_id=None,
-        producer_id=None,
-        topic=OFFSETS_TOPIC,
-        partition=0,
-        group=OFFSETS_GROUP,
+        "offset_commit_backwards", severity(err), **at(None, None, OFFSETS_TOPIC, 0, group=OFFSETS_GROUP)
     )
     if err == 0:
         ledger.note(
@@ -525,7 +428,7 @@ def record_offsets(out: Path, name: str, broker: str, client: str) -> None:
             f"{ledger.broker} rejected the backwards commit with {error_name(err)} (rejected -> warning)."
         )
     if broker == "mock":
-        ledger.note("The mock cluster's keeper client may also appear on the broker port.")
+        ledger.note(KEEPER_NOTE)
     write_expectations(ledger, capture, [port])
 
 

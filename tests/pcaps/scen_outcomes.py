@@ -15,40 +15,24 @@ transaction of each transactional id in time order.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from pathlib import Path
 
-import clients
 import scen_formats
 import scen_txn
-from harness import Ledger, error_name, mock_cluster, run, tansu, tcpdump, write_expectations
+from harness import Ledger, error_name, run, tshark_fields, write_expectations
 from raw import RawConnection, record_batch
+from raw_steps import add_and_write, begin, first_error, raw_scenarios, session
 from registry import scenario
 
 TOPIC = "raw"
 TID = "tx-open"
 
 
-def _first_error(codes: list[int]) -> int:
-    return next((e for e in codes if e), 0)
-
-
 def takeover_open(conn: RawConnection, ledger: Ledger) -> None:
-    conn.find_coordinator(TID)
-    err, old_pid, old_epoch = conn.init_producer_id(TID)
-    ledger.answer(
-        "first instance: InitProducerId", "InitProducerId", err, producer_id=old_pid, epoch=old_epoch
-    )
-    added = conn.add_partitions(TID, old_pid, old_epoch, TOPIC, [0])
-    ledger.answer("first instance: AddPartitionsToTxn", "AddPartitionsToTxn", _first_error(added))
-    err, offset = conn.produce(
-        TOPIC, 0, record_batch(old_pid, old_epoch, 0, 2, True, "open-1"), transactional_id=TID
-    )
-    ledger.answer("first instance: Produce, transaction open", "Produce", err, base_offset=offset)
-    if err:
-        raise RuntimeError(f"{TID}: the first write was rejected: {error_name(err)}")
-    ledger.records_produced += 2
+    _, old_pid, old_epoch = begin(conn, TID, ledger, "first instance: InitProducerId")
+    what = ("first instance: AddPartitionsToTxn", "first instance: Produce, transaction open")
+    add_and_write(conn, TID, old_pid, old_epoch, ledger, TOPIC, "open-1", what)
 
     err, new_pid, new_epoch = conn.init_producer_id(TID)
     ledger.answer(
@@ -109,7 +93,7 @@ def takeover_open(conn: RawConnection, ledger: Ledger) -> None:
     )
 
     added = conn.add_partitions(TID, new_pid, new_epoch, TOPIC, [1])
-    ledger.answer("second instance: AddPartitionsToTxn", "AddPartitionsToTxn", _first_error(added))
+    ledger.answer("second instance: AddPartitionsToTxn", "AddPartitionsToTxn", first_error(added))
     err, offset = conn.produce(
         TOPIC, 1, record_batch(new_pid, new_epoch, 0, 2, True, "second"), transactional_id=TID
     )
@@ -124,71 +108,37 @@ def takeover_open(conn: RawConnection, ledger: Ledger) -> None:
     ledger.extra["outcome_sources"] = {TID: sources}
 
 
-def record_takeover(out: Path, name: str, broker: str) -> None:
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, broker, "kafka-python protocol classes over a plain socket")
-    ledger.note(
-        f"One connection. {TID}: InitProducerId, AddPartitionsToTxn, a transactional batch of 2 records; a "
-        "second InitProducerId takes the transactional id over while that transaction is open; the first "
-        "instance writes 2 more records and asks EndTxn(commit); the second instance commits 2 records on "
-        "another partition. Kafka's coordinator aborts a transaction open at a takeover (KIP-98); the "
-        "outcome expected is what the broker's answers to the first instance show."
-    )
-    if broker == "tansu":
-        with tansu() as bootstrap:
-            clients.create_topics(bootstrap, {TOPIC: 2})
-            host, port = bootstrap.rsplit(":", 1)
-            ports = [int(port)]
-            with tcpdump(capture, ports), RawConnection(host, int(port), "corpus-takeover") as conn:
-                conn.api_versions()
-                conn.metadata([TOPIC])
-                takeover_open(conn, ledger)
-    else:
-        with mock_cluster(1) as cluster:
-            ((host, port),) = cluster.brokers.values()
-            ports = [port]
-            with tcpdump(capture, ports), RawConnection(host, port, "corpus-takeover") as conn:
-                conn.api_versions()
-                conn.metadata([TOPIC])
-                takeover_open(conn, ledger)
-            ledger.note("The mock cluster's keeper client may also appear on the broker port.")
-    write_expectations(ledger, capture, ports)
+def takeover_traffic(host: str, port: int, ledger: Ledger) -> None:
+    with session(host, port, "corpus-takeover", TOPIC) as conn:
+        takeover_open(conn, ledger)
 
 
-@scenario(
-    "takeover_open_tansu",
-    "a takeover while a transaction is open, then the old instance commits, over a plain socket to tansu",
+TAKEOVER_NOTES = (
+    f"One connection. {TID}: InitProducerId, AddPartitionsToTxn, a transactional batch of 2 records; a "
+    "second InitProducerId takes the transactional id over while that transaction is open; the first "
+    "instance writes 2 more records and asks EndTxn(commit); the second instance commits 2 records on "
+    "another partition. Kafka's coordinator aborts a transaction open at a takeover (KIP-98); the "
+    "outcome expected is what the broker's answers to the first instance show."
 )
-def takeover_open_tansu(out: Path) -> None:
-    record_takeover(out, "takeover_open_tansu", "tansu")
 
 
-@scenario("takeover_open_mock", "the same takeover to librdkafka's mock cluster (1 broker)")
-def takeover_open_mock(out: Path) -> None:
-    record_takeover(out, "takeover_open_mock", "librdkafka-mock")
+raw_scenarios(
+    "takeover_open",
+    takeover_traffic,
+    TAKEOVER_NOTES,
+    {TOPIC: 2},
+    tansu="a takeover while a transaction is open, then the old instance commits, over a plain socket to "
+    "tansu",
+    mock="the same takeover to librdkafka's mock cluster (1 broker)",
+)
 
 
 @scenario("txn_confluent_tansu_lost_answer", "the story with the first EndTxn answer deleted (editcap)")
 def lost_answer(out: Path) -> None:
     name = "txn_confluent_tansu_lost_answer"
     with scen_formats._base_capture() as (base, ledger, ports):
-        decode_as = [a for p in ports for a in ("-d", f"tcp.port=={p},kafka")]
-        answers = run(
-            [
-                "tshark",
-                "-n",
-                "-r",
-                str(base),
-                *decode_as,
-                "-Y",
-                "kafka.api_key == 26 && kafka.request_frame",
-                "-T",
-                "fields",
-                "-e",
-                "frame.number",
-            ]
-        )
-        first = int(answers.split()[0])
+        answers = tshark_fields(base, ports, "kafka.api_key == 26 && kafka.request_frame", "frame.number")
+        first = int(answers[0][0])
         target = out / f"{name}.pcap"
         run(["editcap", "-F", "pcap", str(base), str(target), str(first)])
         ledger.scenario = name
@@ -221,24 +171,9 @@ LATE_WAIT_S = 2.5
 
 def late_commit(conn: RawConnection, ledger: Ledger) -> None:
     """A transaction with a 1 s timeout writes, waits 2.5 s, then asks to commit."""
-    conn.find_coordinator(LATE_TID)
-    err, pid, epoch = conn.init_producer_id(LATE_TID, timeout_ms=LATE_TIMEOUT_MS)
-    ledger.answer(
-        f"InitProducerId with TransactionTimeoutMs={LATE_TIMEOUT_MS}",
-        "InitProducerId",
-        err,
-        producer_id=pid,
-        epoch=epoch,
-    )
-    added = conn.add_partitions(LATE_TID, pid, epoch, TOPIC, [0])
-    ledger.answer("AddPartitionsToTxn", "AddPartitionsToTxn", _first_error(added))
-    err, offset = conn.produce(
-        TOPIC, 0, record_batch(pid, epoch, 0, 2, True, "late"), transactional_id=LATE_TID
-    )
-    ledger.answer("Produce", "Produce", err, base_offset=offset)
-    if err:
-        raise RuntimeError(f"{LATE_TID}: the write was rejected: {error_name(err)}")
-    ledger.records_produced += 2
+    what = f"InitProducerId with TransactionTimeoutMs={LATE_TIMEOUT_MS}"
+    _, pid, epoch = begin(conn, LATE_TID, ledger, what, LATE_TIMEOUT_MS)
+    add_and_write(conn, LATE_TID, pid, epoch, ledger, TOPIC, "late", ("AddPartitionsToTxn", "Produce"))
     time.sleep(LATE_WAIT_S)
     try:
         end_err = conn.end_txn(LATE_TID, pid, epoch, commit=True)
@@ -268,43 +203,24 @@ def late_commit(conn: RawConnection, ledger: Ledger) -> None:
         )
 
 
-def record_late(out: Path, name: str, broker: str) -> None:
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, broker, "kafka-python protocol classes over a plain socket")
-    ledger.note(
-        f"One connection. {LATE_TID}: InitProducerId with TransactionTimeoutMs={LATE_TIMEOUT_MS}, "
-        f"AddPartitionsToTxn, a transactional batch of 2 records, {LATE_WAIT_S}s of nothing, then "
-        "EndTxn(commit)."
-    )
-    with _tansu_bootstrap() if broker == "tansu" else _mock_bootstrap() as where:
-        host, port = where
-        with tcpdump(capture, [port]), RawConnection(host, port, "corpus-late") as conn:
-            conn.api_versions()
-            conn.metadata([TOPIC])
-            late_commit(conn, ledger)
-    write_expectations(ledger, capture, [port])
+def late_traffic(host: str, port: int, ledger: Ledger) -> None:
+    with session(host, port, "corpus-late", TOPIC) as conn:
+        late_commit(conn, ledger)
 
 
-@contextlib.contextmanager
-def _tansu_bootstrap():
-    with tansu() as bootstrap:
-        clients.create_topics(bootstrap, {TOPIC: 2})
-        host, port = bootstrap.rsplit(":", 1)
-        yield host, int(port)
+LATE_NOTES = (
+    f"One connection. {LATE_TID}: InitProducerId with TransactionTimeoutMs={LATE_TIMEOUT_MS}, "
+    f"AddPartitionsToTxn, a transactional batch of 2 records, {LATE_WAIT_S}s of nothing, then "
+    "EndTxn(commit)."
+)
 
 
-@contextlib.contextmanager
-def _mock_bootstrap():
-    with mock_cluster(1) as cluster:
-        ((host, port),) = cluster.brokers.values()
-        yield host, port
-
-
-@scenario("late_commit_mock", "a commit 2.5 s into a transaction with a 1 s timeout, librdkafka's mock")
-def late_commit_mock(out: Path) -> None:
-    record_late(out, "late_commit_mock", "librdkafka-mock")
-
-
-@scenario("late_commit_tansu", "the same late commit to tansu")
-def late_commit_tansu(out: Path) -> None:
-    record_late(out, "late_commit_tansu", "tansu")
+raw_scenarios(
+    "late_commit",
+    late_traffic,
+    LATE_NOTES,
+    {TOPIC: 2},
+    keeper_note=False,
+    tansu="the same late commit to tansu",
+    mock="a commit 2.5 s into a transaction with a 1 s timeout, librdkafka's mock",
+)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import Ledger, tcpdump, write_expectations
+from harness import Ledger
 from kafka.protocol.consumer import FetchRequest
 from raw import RawConnection, record_batch
+from raw_steps import record_raw, session
 from registry import scenario
-from scen_misuse import BROKER_NAMES, RAW_CLIENT, TOPIC, _against
+from scen_misuse import TOPIC
 
 FETCH_VERSION = 11
 
@@ -64,9 +65,7 @@ def fetch(conn: RawConnection, offset: int, max_bytes: int) -> tuple[int, int | 
 
 
 def positions(host: str, port: int, ledger: Ledger) -> None:
-    with RawConnection(host, port, "corpus-positions") as conn:
-        conn.api_versions()
-        conn.metadata([TOPIC])
+    with session(host, port, "corpus-positions", TOPIC) as conn:
         err, pid, epoch = conn.init_producer_id(None)
         for i in range(3):
             err, offset = conn.produce(TOPIC, 0, record_batch(pid, epoch, 3 * i, 3, False, f"pos{i}"))
@@ -87,14 +86,8 @@ def positions(host: str, port: int, ledger: Ledger) -> None:
 
 
 def record(out: Path, broker: str) -> None:
-    name = f"positions_{broker}"
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, BROKER_NAMES[broker], RAW_CLIENT)
-    ledger.note(__doc__.split("\n\n", 1)[1].replace("\n", " ").strip())
-    with _against(broker, {TOPIC: 2}) as (host, port):
-        with tcpdump(capture, [port]):
-            positions(host, port, ledger)
-    write_expectations(ledger, capture, [port])
+    notes = __doc__.split("\n\n", 1)[1].replace("\n", " ").strip()
+    record_raw(out, f"positions_{broker}", broker, positions, notes, {TOPIC: 2}, keeper_note=False)
 
 
 @scenario("positions_tansu", "a consumer's Fetch position skips forward, then goes back; tansu")

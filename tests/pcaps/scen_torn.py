@@ -10,50 +10,26 @@ where the late batch went: its request began before the EndTxn, it was written a
 
 from __future__ import annotations
 
-import struct
 import time
-from pathlib import Path
 
-from harness import Ledger, error_name, tcpdump, write_expectations
-from kafka.protocol.producer import ProduceRequest
+from harness import Ledger, at, error_name
 from raw import RawConnection, record_batch
-from registry import scenario
-from scen_misuse import BROKER_NAMES, RAW_CLIENT, TOPIC, _against, add_partition, init
+from raw_steps import raw_scenarios
+from scen_misuse import TOPIC, add_partition, init
 
 TID = "tx-torn"
 
 
 def delayed_produce(conn: RawConnection, pid: int, epoch: int, sequence: int, meanwhile) -> tuple[int, int]:
     """A Produce whose frame goes out in two halves with `meanwhile()` run between them."""
-    request = ProduceRequest(
-        transactional_id=TID,
-        acks=-1,
-        timeout_ms=10000,
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=TOPIC,
-                partition_data=[
-                    ProduceRequest.TopicProduceData.PartitionProduceData(
-                        index=0, records=record_batch(pid, epoch, sequence, 2, True, "late")
-                    )
-                ],
-            )
-        ],
-    )
-    request.API_VERSION = 8
-    conn.correlation_id += 1
-    request.with_header(correlation_id=conn.correlation_id, client_id=conn.client_id)
-    data = bytes(request.encode(header=True, framed=True))
-    half = len(data) // 2
-    conn.sock.sendall(data[:half])
-    time.sleep(0.2)
-    meanwhile()
-    time.sleep(0.2)
-    conn.sock.sendall(data[half:])
-    (size,) = struct.unpack(">i", conn._read(4))
-    response = request.header.get_response_class().decode(conn._read(size), header=True)
-    p = response.responses[0].partition_responses[0]
-    return p.error_code, p.base_offset
+
+    def stalled() -> None:
+        time.sleep(0.2)
+        meanwhile()
+        time.sleep(0.2)
+
+    batch = record_batch(pid, epoch, sequence, 2, True, "late")
+    return conn.produce(TOPIC, 0, batch, TID, version=8, halfway=stalled)
 
 
 def torn(host: str, port: int, ledger: Ledger) -> None:
@@ -86,14 +62,7 @@ def torn(host: str, port: int, ledger: Ledger) -> None:
             raise RuntimeError(f"EndTxn answered {error_name(ended['err'])}")
         ledger.txn(TID, "commit")
         ledger.records_produced += 0 if err else 2
-        ledger.finding(
-            "torn_transaction",
-            "critical" if err == 0 else "warning",
-            transactional_id=TID,
-            producer_id=pid,
-            topic=TOPIC,
-            partition=0,
-        )
+        ledger.finding("torn_transaction", "critical" if err == 0 else "warning", **at(TID, pid, TOPIC, 0))
         if err == 0:
             ledger.note(
                 f"{ledger.broker} wrote the late batch at offset {offset}, after the transaction it was "
@@ -103,22 +72,12 @@ def torn(host: str, port: int, ledger: Ledger) -> None:
             ledger.may_also_find.append({"kind": "hanging_transaction", "max_severity": "warning"})
 
 
-def record(out: Path, broker: str) -> None:
-    name = f"torn_{broker}"
-    capture = out / f"{name}.pcap"
-    ledger = Ledger(name, BROKER_NAMES[broker], RAW_CLIENT)
-    ledger.note(__doc__.split("\n\n", 1)[1].replace("\n", " ").strip())
-    with _against(broker, {TOPIC: 2}) as (host, port):
-        with tcpdump(capture, [port]):
-            torn(host, port, ledger)
-    write_expectations(ledger, capture, [port])
-
-
-@scenario("torn_tansu", "a Produce sent before its transaction's EndTxn and finished after it; tansu")
-def torn_tansu(out: Path) -> None:
-    record(out, "tansu")
-
-
-@scenario("torn_mock", "the same against librdkafka's mock cluster (1 broker)")
-def torn_mock(out: Path) -> None:
-    record(out, "mock")
+raw_scenarios(
+    "torn",
+    torn,
+    __doc__.split("\n\n", 1)[1].replace("\n", " ").strip(),
+    {TOPIC: 2},
+    keeper_note=False,
+    tansu="a Produce sent before its transaction's EndTxn and finished after it; tansu",
+    mock="the same against librdkafka's mock cluster (1 broker)",
+)
