@@ -107,6 +107,9 @@ def produce(
     unverified: bool = False,
 ) -> Exchange:
     """`writes`: (topic, partition, pid, epoch, base_sequence, records, error_code, base_offset)."""
+    # The same ProducedBatch call as tests/audit/conftest.py's Wire.produce, with this story's values: 15
+    # of its 16 fields come from the caller (6 of them differently in the two fixtures, and the header
+    # from each fixture's own batch), so a shared builder would be the constructor with another name.
     client, client_id = who
     batches = tuple(
         ProducedBatch(
