@@ -367,6 +367,7 @@ HELP_SECTIONS = {
         "json_path",
         "csv_dir",
         "parquet_dir",
+        "partition_by",
         "html_path",
         "producer",
         "topic_partition",
@@ -496,6 +497,16 @@ def main() -> None:
     help="A Spark configuration property, as spark-submit's --conf; repeatable; implies --engine spark.",
 )
 @click.option(
+    "--partition-by",
+    "partition_by",
+    metavar="date,cluster",
+    envvar="KSNIFF_PARTITION_BY",
+    help="With --parquet: write each table as a Parquet folder partitioned by the UTC date of its rows "
+    "and/or the cluster they came from (DIR/TABLE.parquet/date=.../cluster=.../), replacing only the "
+    "partitions this run writes, for a lake that collects many runs; implies --engine spark. "
+    "[env KSNIFF_PARTITION_BY]",
+)
+@click.option(
     "--merge",
     is_flag=True,
     envvar="KSNIFF_MERGE",
@@ -514,6 +525,7 @@ def audit(
     engine: str | None,
     master: str | None,
     spark_conf: tuple[str, ...],
+    partition_by: str | None,
     merge: bool,
     separate: bool,
     **kw,
@@ -527,18 +539,40 @@ def audit(
     opts = make_options(kw)
     mode = "merge" if merge else "separate" if separate else "auto"
     opts = replace(opts, config=replace(opts.config, capture_sets=mode))
-    if (master or spark_conf) and engine == "local":
-        raise click.UsageError("--master and --conf need --engine spark")
+    if (master or spark_conf or partition_by) and engine == "local":
+        raise click.UsageError("--master, --conf and --partition-by need --engine spark")
+    partitions = _partition_columns(partition_by, kw["parquet_dir"])
     pairs = []
     for pair in spark_conf:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
             raise click.BadParameter(f"not key=value: {pair!r}", param_hint="--conf")
         pairs.append((key.strip(), value))
-    engine = engine or ("spark" if master or pairs else "local")
+    engine = engine or ("spark" if master or pairs or partitions else "local")
+    opts = replace(opts, partition_by=partitions)
     from ksniff.run import run_audit
 
     sys.exit(run_audit(captures, opts, engine=engine, master=master, conf=tuple(pairs)))
+
+
+PARTITION_COLUMNS = ("date", "cluster")
+
+
+def _partition_columns(given: str | None, parquet_dir: str | None) -> tuple[str, ...]:
+    """--partition-by's columns, in the order given (the folder nesting), each once."""
+    if not given:
+        return ()
+    columns = [c.strip() for c in given.split(",") if c.strip()]
+    for c in columns:
+        if c not in PARTITION_COLUMNS:
+            raise click.BadParameter(
+                f"{c!r} is not one of {', '.join(PARTITION_COLUMNS)}", param_hint="--partition-by"
+            )
+    if not columns:
+        raise click.BadParameter("no column named", param_hint="--partition-by")
+    if not parquet_dir:
+        raise click.UsageError("--partition-by needs --parquet DIR")
+    return tuple(dict.fromkeys(columns))
 
 
 @main.command(cls=SectionedCommand, epilog=LIVE_EXAMPLES)

@@ -48,6 +48,7 @@ class Options:
     topic_partition: str | None = None  # -T TOPIC-N: that partition's log after the report
     filters: ResultFilter = ResultFilter()
     strict: bool = False  # --strict: exit 3 when the verdict is "unverified"
+    partition_by: tuple[str, ...] = ()  # --partition-by: the Parquet folders' partition columns (Spark)
 
     @property
     def ports(self) -> tuple[int, ...]:

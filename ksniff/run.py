@@ -187,6 +187,7 @@ def run_audit(
                     conf=conf,
                     csv_dir=opts.csv_dir,
                     parquet_dir=opts.parquet_dir,
+                    partition_by=opts.partition_by,
                     producer=opts.producer,
                     keep=opts.filters,
                 )

@@ -51,3 +51,20 @@ def test_usage_errors_are_one_line_on_stderr():
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("ksniff: error: "), result.stderr
         assert result.stdout == ""
+
+
+def test_partition_by_is_checked_before_anything_runs():
+    """--partition-by names columns of the Parquet folders, so it needs --parquet and the Spark engine;
+    anything else is one line and exit 2, before a capture is read or Spark starts."""
+    cases = {
+        ("--partition-by", "date"): "--partition-by needs --parquet DIR",
+        ("--partition-by", "day", "--parquet", "out"): "'day' is not one of date, cluster",
+        ("--partition-by", ",", "--parquet", "out"): "no column named",
+        ("--partition-by", "date", "--parquet", "out", "--engine", "local"): "need --engine spark",
+    }
+    for args, says in cases.items():
+        result = CliRunner().invoke(main, ["audit", "x.pcap", *args])
+        assert result.exit_code == 2, (args, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ksniff: error: "), result.stderr
+        assert says in lines[0], (args, lines[0])

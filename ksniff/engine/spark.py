@@ -59,6 +59,9 @@ __all__ = ["SparkAudit", "SparkUnavailable", "audit_paths_spark", "audit_spark",
 _DEFAULTS = EngineConfig()
 TABLES = ("exchanges", "batches", "records", "transactions", "findings", "partitions", "partition_log")
 _DRIVER_TABLES = ("partitions", "partition_log")  # made from the summary: the partition logs' fold
+# Columns the exchange-level tables carry for --partition-by that the local exports do not have: the
+# cluster of each row's capture set (`cluster` in the tables made from the audit's output).
+_HIDDEN = ("_cluster",)
 SETS_AT_ONCE = 4  # capture sets whose pipelines run side by side
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -96,7 +99,7 @@ class SparkAudit:
         df = self._tables.get(table)
         if df is None or table not in ("exchanges", "batches", "records"):
             return df
-        return df.drop(*ROW_ORDER)
+        return df.drop(*ROW_ORDER, *_HIDDEN)
 
     @property
     def exchanges(self):
@@ -130,8 +133,9 @@ class SparkAudit:
     def partition_log(self):
         return self._tables["partition_log"]
 
-    def sorted(self, table: str):
-        """The table in the local export's row order (a global sort; for writing and comparing)."""
+    def sorted(self, table: str, hidden: bool = False):
+        """The table in the local export's row order (a global sort; for writing and comparing); with
+        `hidden`, the columns only --partition-by reads too."""
         from pyspark.sql import functions as F
 
         from ksniff.engine.spark_tasks import ROW_ORDER
@@ -139,7 +143,8 @@ class SparkAudit:
 
         df = self._tables[table]
         if table in ("exchanges", "batches", "records"):
-            return df.orderBy(F.col(SORT_COLUMN[table]).asc_nulls_last(), *ROW_ORDER).drop(*ROW_ORDER)
+            ordered = df.orderBy(F.col(SORT_COLUMN[table]).asc_nulls_last(), *ROW_ORDER).drop(*ROW_ORDER)
+            return ordered if hidden else ordered.drop(*_HIDDEN)
         if table == "transactions":
             return df.orderBy(F.col("start_ts").asc_nulls_last(), "transactional_id", "producer_id")
         if table in _DRIVER_TABLES:
@@ -177,16 +182,24 @@ class SparkAudit:
         if table in ("exchanges", "batches", "records"):
             rows.sort(key=lambda r: (r[column] is None, r[column] or 0.0, *(r[c] for c in ROW_ORDER)))
             for r in rows:
-                for c in ROW_ORDER:
-                    del r[c]
+                for c in (*ROW_ORDER, *_HIDDEN):
+                    r.pop(c, None)
         else:
             rows.sort(key=lambda r: (r[column] is None, r[column] or 0.0))
         return rows
 
-    def write(self, *, csv_dir: str | None = None, parquet_dir: str | None = None, keep=None) -> None:
+    def write(
+        self,
+        *,
+        csv_dir: str | None = None,
+        parquet_dir: str | None = None,
+        keep=None,
+        partition_by: Sequence[str] = (),
+    ) -> None:
         """The exports, written by the executors: `<dir>/<table>.parquet` and `<dir>/<table>.csv` are
         Spark output folders (part files), with the columns and cell texts of the local exports.
-        `keep`: the report's filters (ksniff.report.filters.ResultFilter), applied as locally."""
+        `keep`: the report's filters (ksniff.report.filters.ResultFilter), applied as locally.
+        `partition_by`: "date" and/or "cluster" (--partition-by), see `_write_parquet`."""
         if keep is not None and keep.active:
             import pyarrow as pa
 
@@ -197,18 +210,20 @@ class SparkAudit:
             for table in ("exchanges", "batches", "records"):
                 if frames.get(table) is not None:
                     frames[table] = frames[table].mapInArrow(
-                        tasks.keep_rows(keep, table), tasks.table_ddl(table, order=True)
+                        tasks.keep_rows(keep, table), frames[table].schema
                     )
             for table in ("transactions", "findings"):
                 batch = tasks.summary_batch(table, kept)
                 frames[table] = self.spark.createDataFrame(
                     pa.Table.from_batches([batch]), tasks.table_ddl(table)
                 )
-            replace(self, _tables=frames).write(csv_dir=csv_dir, parquet_dir=parquet_dir)
+            replace(self, _tables=frames).write(
+                csv_dir=csv_dir, parquet_dir=parquet_dir, partition_by=partition_by
+            )
             return
         tables = [t for t in TABLES if self._tables.get(t) is not None]
         if parquet_dir:
-            _write_parquet(self, parquet_dir, tables)
+            _write_parquet(self, parquet_dir, tables, tuple(partition_by))
         if csv_dir:
             _write_csv(self, csv_dir, tables)
 
@@ -266,6 +281,7 @@ def run_spark(
     conf: Sequence[tuple[str, str]] = (),
     csv_dir: str | None = None,
     parquet_dir: str | None = None,
+    partition_by: Sequence[str] = (),
     producer: str | None = None,
     keep=None,
 ) -> AuditResult:
@@ -287,7 +303,7 @@ def run_spark(
                 if not directory:
                     continue
                 try:
-                    run.write(**{kind: directory}, keep=keep)
+                    run.write(**{kind: directory}, keep=keep, partition_by=partition_by)
                 except Exception as exc:  # noqa: BLE001 - Spark's write errors: one line
                     raise ReportError(f"cannot write {directory}: {_one_line(exc)}") from None
             result = run.summary
@@ -464,6 +480,10 @@ def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit
                     .withColumn("capture_set", F.lit(cset.number).cast("bigint"))
                     .withColumn("cluster", F.lit(cluster).cast("string"))
                 )
+            for table in ("exchanges", "batches", "records"):
+                if run._tables.get(table) is not None:
+                    labelled = run._tables[table].withColumn("_cluster", F.lit(cluster).cast("string"))
+                    run._tables[table] = labelled
             runs.append(run)
         for i, arg in enumerate(paths):
             if i not in found and any(x.arg == i for x in inputs):
@@ -1033,26 +1053,54 @@ def _target(directory: str, name: str) -> str:
     return directory.rstrip("/") + "/" + name
 
 
-def _write_parquet(run: SparkAudit, directory: str, tables: list[str]) -> None:
-    """Time columns as UTC timestamps in microseconds, rounded half to even, as the local export has them."""
+def _write_parquet(run: SparkAudit, directory: str, tables: list[str], partition_by: tuple = ()) -> None:
+    """Time columns as UTC timestamps in microseconds, rounded half to even, as the local export has them.
+
+    With `partition_by` ("date", "cluster", in the order given), each table that has the column is
+    written as a Hive-style partitioned folder (`exchanges.parquet/date=2026-11-23/cluster=abc/`):
+    `date` is the UTC day of the table's first time column (`ts`, or `start_ts` for transactions),
+    `cluster` the cluster id of the row's capture set (empty partition where none was seen). Only the
+    partitions this run writes are replaced, so a lake folder collects the runs of many days and
+    clusters. Readers get the partition columns back from the folder names (pyarrow and Spark alike);
+    the order of rows within a partition is not the export's."""
     from pyspark.sql import functions as F
 
     from ksniff.report.tables import TIME_COLUMNS
 
     conf = run.spark.conf
-    before = conf.get("spark.sql.parquet.outputTimestampType", None)
-    conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+    settings = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+    if partition_by:
+        settings["spark.sql.session.timeZone"] = "UTC"  # the partitions' days are UTC days
+        settings["spark.sql.sources.partitionOverwriteMode"] = "dynamic"
+    before = {key: conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        conf.set(key, value)
     try:
         for table in tables:
-            df = run.sorted(table)
+            df = run.sorted(table, hidden=True)
+            columns = []
+            for name in partition_by:
+                if name == "date" and TIME_COLUMNS[table]:
+                    first = TIME_COLUMNS[table][0]
+                    df = df.withColumn("date", F.date_format(F.timestamp_seconds(F.col(first)), "yyyy-MM-dd"))
+                    columns.append("date")
+                elif name == "cluster" and ("_cluster" in df.columns or "cluster" in df.columns):
+                    if "_cluster" in df.columns:
+                        df = df.withColumnRenamed("_cluster", "cluster")
+                    columns.append("cluster")
+            df = df.drop(*(c for c in _HIDDEN if c in df.columns))
             for column in TIME_COLUMNS[table]:
                 df = df.withColumn(column, F.timestamp_micros(F.bround(F.col(column) * 1e6).cast("long")))
-            df.write.mode("overwrite").parquet(_target(directory, f"{table}.parquet"))
+            writer = df.write.mode("overwrite")
+            if columns:
+                writer = writer.partitionBy(*columns)
+            writer.parquet(_target(directory, f"{table}.parquet"))
     finally:
-        if before is None:
-            conf.unset("spark.sql.parquet.outputTimestampType")
-        else:
-            conf.set("spark.sql.parquet.outputTimestampType", before)
+        for key, value in before.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
 
 
 def _write_csv(run: SparkAudit, directory: str, tables: list[str]) -> None:

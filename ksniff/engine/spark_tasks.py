@@ -1012,13 +1012,14 @@ def csv_cells(table: str):
 
 
 def keep_rows(keep, table: str):
-    """mapInArrow over a table with its order columns: the rows the report's filters keep
-    (ksniff.report.filters.ResultFilter.row), as the local exports keep them."""
-    schema = _table_schema(table, order=True)
+    """mapInArrow over a table with its order columns (and any others, passed through): the rows the
+    report's filters keep (ksniff.report.filters.ResultFilter.row), as the local exports keep them."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            yield pa.RecordBatch.from_pylist([r for r in batch.to_pylist() if keep.row(r)], schema=schema)
+            yield pa.RecordBatch.from_pylist(
+                [r for r in batch.to_pylist() if keep.row(r)], schema=batch.schema
+            )
 
     return run
 

@@ -415,3 +415,64 @@ def test_inputs_on_another_file_system_are_planned_by_the_executors(spark, tmp_p
     assert [w.replace("viewfs://ksniff/caps", "F") for w in remote.warnings if "not a capture" in w] == [
         w.replace(str(folder), "F") for w in local.warnings if "not a capture" in w
     ]
+
+
+def test_parquet_partitioned_by_date_and_cluster_for_a_lake(spark, tmp_path: Path) -> None:
+    """--partition-by date,cluster: each table a Hive-partitioned folder whose rows are the local
+    export's, split by the UTC day of their time and the cluster of their capture set; a later run
+    replaces only the partitions it writes, so the folder collects runs of several clusters."""
+    import datetime
+
+    import pyarrow.dataset as ds
+
+    from ksniff.engine.spark import audit_spark
+
+    mock, tansu = PCAPS / "anomalies_mock.pcap", PCAPS / "txn_confluent_tansu.pcap"
+    local = audit_paths([str(mock), str(tansu)], CONFIG)
+    clusters = {s.cluster_ids[0] for s in local.capture_sets}
+    assert len(clusters) == 2
+    lake = tmp_path / "lake"
+    run = audit_spark(spark, [str(mock), str(tansu)], CONFIG)
+    try:
+        run.write(parquet_dir=lake.as_uri(), partition_by=("date", "cluster"))
+    finally:
+        run.close()
+
+    def table(name: str):
+        return ds.dataset(lake / f"{name}.parquet", format="parquet", partitioning="hive").to_table()
+
+    exchanges = table("exchanges").to_pylist()
+    assert len(exchanges) == len(local.exchanges)
+    assert {r["cluster"] for r in exchanges} == clusters
+    for r in exchanges:
+        assert r["date"] == r["ts"].astimezone(datetime.timezone.utc).strftime("%Y-%m-%d")
+    by_cluster = {c: sum(1 for r in exchanges if r["cluster"] == c) for c in clusters}
+    for s in local.capture_sets:  # each set's exchanges under its own cluster
+        alone = audit_paths(list(s.paths), CONFIG)
+        assert by_cluster[s.cluster_ids[0]] == len(alone.exchanges)
+    findings = table("findings").to_pylist()
+    assert sorted((r["cluster"], r["kind"], r["severity"]) for r in findings) == sorted(
+        (f["cluster"], f["kind"], f["severity"]) for f in (_finding_rows(local))
+    )
+    # A run over one cluster's capture again replaces its partitions and leaves the other's.
+    mock_cluster = next(s.cluster_ids[0] for s in local.capture_sets if str(mock) in s.paths)
+    files = sorted((lake / "exchanges.parquet").rglob("*.parquet"))
+    kept = [p for p in files if f"cluster={mock_cluster}" in str(p)]
+    rewritten = [p for p in files if f"cluster={mock_cluster}" not in str(p)]
+    assert kept and rewritten
+    run = audit_spark(spark, [str(tansu)], CONFIG)
+    try:
+        run.write(parquet_dir=lake.as_uri(), partition_by=("date", "cluster"))
+    finally:
+        run.close()
+    assert all(p.exists() for p in kept)  # the other cluster's partition is left as it was
+    assert not any(p.exists() for p in rewritten)  # this cluster's is replaced (new part files)
+    again = table("exchanges").to_pylist()
+    assert len(again) == len(local.exchanges)
+    assert {r["cluster"] for r in again} == clusters
+
+
+def _finding_rows(result) -> list[dict]:
+    from ksniff.report.tables import finding_row
+
+    return [finding_row(f) for f in result.findings]
