@@ -245,8 +245,8 @@ def print_live(rows: list[dict], name: str, pps: int | None) -> None:
         "(alternating; load: 1-min average)"
     )
     head = (
-        f"{'read by':9}{'load':>5}{'sent':>10}{'offered/s':>11}{'captured':>10}{'drops':>9}{'missing':>8}"
-        f"{'captured/s':>11}{'exchanges':>10}{'gaps':>8}{'CPU s':>7}{'tail s':>7}{'MiB':>6}"
+        f"{'read by':9}{'load':>5}{'sent':>10}{'offered/s':>11}{'captured':>10}{'drops':>10}{'missing':>8}"
+        f"{'captured/s':>11}{'exchanges':>10}{'gaps':>8}{'CPU s':>7}{'µs/pkt':>7}{'tail s':>7}{'MiB':>6}"
     )
     print(head)
     print("-" * len(head))
@@ -254,8 +254,9 @@ def print_live(rows: list[dict], name: str, pps: int | None) -> None:
         missing = r["sent"] - r["captured"] - r["kernel_drops"]
         print(
             f"{r['mode']:9}{r['load']:5.1f}{r['sent']:10,}{r['pps']:11,.0f}{r['captured']:10,}"
-            f"{r['kernel_drops']:9,}{missing:8,}{r['captured'] / r['replay_s']:11,.0f}{r['exchanges']:10,}"
-            f"{r['gaps']:8,}{r['cpu_s']:7.1f}{r['finish_s']:7.1f}{r['rss']:6,.0f}"
+            f"{r['kernel_drops']:10,}{missing:8,}{r['captured'] / r['replay_s']:11,.0f}{r['exchanges']:10,}"
+            f"{r['gaps']:8,}{r['cpu_s']:7.1f}{r['cpu_s'] * 1e6 / max(r['captured'], 1):7.1f}"
+            f"{r['finish_s']:7.1f}{r['rss']:6,.0f}"
         )
 
 
