@@ -82,6 +82,16 @@ class _Input:
     offset: float = 0.0  # seconds added to its timestamps: its capture set's clock alignment
 
 
+class _Table:
+    """A SparkAudit attribute that is one of its tables, as `SparkAudit._public` gives it."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: SparkAudit | None, owner: type | None = None) -> Any:
+        return self if run is None else run._public(self.name)
+
+
 @dataclass
 class SparkAudit:
     """One run's tables as Spark DataFrames, with the columns of the local exports (ksniff.report.tables),
@@ -94,6 +104,7 @@ class SparkAudit:
     _cached: list[Any] = field(default_factory=list)
 
     def _public(self, table: str):
+        """The table as a DataFrame with the local export's columns (None: not kept by this run)."""
         from ksniff.engine.spark_tasks import ROW_ORDER
 
         df = self._tables.get(table)
@@ -101,37 +112,14 @@ class SparkAudit:
             return df
         return df.drop(*ROW_ORDER, *_HIDDEN)
 
-    @property
-    def exchanges(self):
-        return self._public("exchanges")
-
-    @property
-    def batches(self):
-        return self._public("batches")
-
-    @property
-    def records(self):
-        return self._public("records")
-
-    @property
-    def transactions(self):
-        return self._tables["transactions"]
-
-    @property
-    def findings(self):
-        return self._tables["findings"]
-
-    @property
-    def producers(self):
-        return self._tables["producers"]
-
-    @property
-    def partitions(self):
-        return self._tables["partitions"]
-
-    @property
-    def partition_log(self):
-        return self._tables["partition_log"]
+    exchanges = _Table()
+    batches = _Table()
+    records = _Table()
+    transactions = _Table()
+    findings = _Table()
+    producers = _Table()
+    partitions = _Table()
+    partition_log = _Table()
 
     def sorted(self, table: str, hidden: bool = False):
         """The table in the local export's row order (a global sort; for writing and comparing); with
@@ -187,6 +175,17 @@ class SparkAudit:
         else:
             rows.sort(key=lambda r: (r[column] is None, r[column] or 0.0))
         return rows
+
+    def collect(self) -> AuditResult:
+        """The summary with every row of the kept tables collected to the driver (the pandas API's, the
+        tests'): only for results that fit in memory."""
+        result = self.summary
+        if self._tables.get("exchanges") is not None:
+            result.exchanges = self.rows("exchanges")
+            result.batches = self.rows("batches")
+            if self._tables.get("records") is not None:
+                result.records = self.rows("records")
+        return result
 
     def write(
         self,
@@ -262,13 +261,7 @@ def audit_paths_spark(
     with _SessionScope(master, conf, spark) as session:
         run = _run(session, list(paths), config)
         try:
-            result = run.summary
-            if config.keep_tables:
-                result.exchanges = run.rows("exchanges")
-                result.batches = run.rows("batches")
-                if config.keep_records:
-                    result.records = run.rows("records")
-            return result
+            return run.collect()
         finally:
             run.close()
 

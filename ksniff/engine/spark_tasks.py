@@ -64,6 +64,22 @@ INF = math.inf
 KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, FILE_META, LINK, IDENTITY = 0, 1, 2, 3, 4, 5, 6, 7
 LOG = 8  # exchanges the partition logs read (ksniff.audit.keys.is_log_event): for the CONTEXT_KEY group
 
+_SQL_TYPES = {
+    pa.binary(): "binary",
+    pa.string(): "string",
+    pa.float64(): "double",
+    pa.int8(): "tinyint",
+    pa.int32(): "int",
+    pa.int64(): "long",
+    pa.bool_(): "boolean",
+}
+
+
+def ddl(schema: pa.Schema) -> str:
+    """The Spark DDL string of an Arrow schema of flat columns (what mapInArrow is told it returns)."""
+    return ", ".join(f"{f.name} {_SQL_TYPES[f.type]}" for f in schema)
+
+
 SEGMENTS = pa.schema(
     [
         ("flow", pa.binary()),
@@ -85,11 +101,7 @@ SEGMENTS = pa.schema(
         ("meta", pa.binary()),
     ]
 )
-SEGMENTS_DDL = (
-    "flow binary, pm double, file int, idx long, ts double, src binary, sport int, dst binary, "
-    "dport int, seq long, ack long, flags int, payload binary, cut long, fpm double, fidx long, "
-    "meta binary"
-)
+SEGMENTS_DDL = ddl(SEGMENTS)
 
 # Stage 2's rows. `rel`, `ets` and (`phase`, `ppm`, `pfile`, `pidx`, `n`) make the audit order key.
 EVENTS = pa.schema(
@@ -106,10 +118,7 @@ EVENTS = pa.schema(
         ("blob", pa.binary()),
     ]
 )
-EVENTS_DDL = (
-    "kind tinyint, key string, rel double, ets double, phase tinyint, ppm double, pfile int, "
-    "pidx long, n long, blob binary"
-)
+EVENTS_DDL = ddl(EVENTS)
 ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "n")
 
 OUTPUTS_DDL = "key string, blob binary"

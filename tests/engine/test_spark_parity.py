@@ -92,17 +92,6 @@ def assert_same(local, distributed, inputs: bool = True) -> None:
     assert distributed.warnings == local.warnings
 
 
-def collected(run, config: EngineConfig):
-    """A SparkAudit's summary with its table rows, as audit_paths_spark gives them."""
-    result = run.summary
-    if config.keep_tables:
-        result.exchanges = run.rows("exchanges")
-        result.batches = run.rows("batches")
-        if config.keep_records:
-            result.records = run.rows("records")
-    return result
-
-
 @full_only
 @pytest.mark.timeout(900)
 def test_sample_as_file_uri_matches_local(spark, sample: Path) -> None:
@@ -155,7 +144,7 @@ def test_records_limits_and_exports_on_file_uris(spark, sample: Path, tmp_path: 
         assert set(run.exchanges.columns) == set(local.exchanges[0])
         assert run.partition_log.count() == sum(len(p.log) for p in local.partitions)
         run.write(csv_dir=(tmp_path / "spark").as_uri(), parquet_dir=(tmp_path / "spark").as_uri())
-        assert_same(local, collected(run, LIMITED), inputs=False)
+        assert_same(local, run.collect(), inputs=False)
     finally:
         run.close()
     assert not (tmp_path / "file:").exists()
