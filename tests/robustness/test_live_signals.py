@@ -1,6 +1,6 @@
-"""`ksniff live` when things go wrong or the user stops it: no permission, no interface, Ctrl-C (SIGINT)
-and SIGTERM. Stopping loses nothing: the final report, the JSON, the CSV tables and the --write capture
-are all complete, and the exit code follows the contract.
+"""`ksniff live` when things go wrong or the user stops it: no permission, no interface, the interface
+going away, Ctrl-C (SIGINT) and SIGTERM. Stopping loses nothing: the final report, the JSON, the CSV
+tables and the --write capture are all complete, and the exit code follows the contract.
 
 The Kafka traffic is a canned request/response conversation between two sockets on loopback (no broker
 needed); tests/engine/test_live.py covers a real broker and client.
@@ -13,6 +13,8 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -25,7 +27,7 @@ from decode_builders import (
 )
 from harness import free_port
 from live_cli import start_live
-from robustness_support import assert_no_traceback, assert_one_line_error, check_document, cli_process
+from robustness_support import REPO, assert_no_traceback, assert_one_line_error, check_document, cli_process
 
 root = pytest.mark.skipif(os.geteuid() != 0, reason="live capture needs root")
 
@@ -102,3 +104,50 @@ def test_missing_interface(tmp_path):
     assert_no_traceback(r.stdout, r.stderr)
     assert len(r.stderr.splitlines()) == 1 and "no-such-if0" in r.stderr
     assert not (tmp_path / "out.json").exists()  # nothing half-done is left behind
+
+
+@root
+@pytest.mark.root
+@pytest.mark.skipif(not shutil.which("ip"), reason="needs iproute2")
+@pytest.mark.parametrize("ring", ["1", "0"], ids=["ring", "recvfrom"])
+def test_the_interface_going_away_ends_the_capture_with_a_report(tmp_path, ring):
+    """A veth interface in a network namespace of the test's own is deleted while `ksniff live` captures
+    on it: the capture ends at once (not at --duration), says why, and the report and JSON are written."""
+    ns = f"ksniff-gone-{os.getpid()}-{ring}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        ip = ["ip", "-n", ns, "link"]
+        subprocess.run([*ip, "add", "v0", "type", "veth", "peer", "name", "v1"], check=True)
+        subprocess.run([*ip, "set", "v0", "up"], check=True)
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            sys.executable,
+            "-m",
+            "ksniff.cli",
+            "live",
+            "v0",
+            "--duration",
+            "120",
+        ]
+        cmd += ["--no-color", "--json", str(tmp_path / "live.json")]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "KSNIFF_LIVE_RING": ring}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            ready = proc.stderr.readline()
+            assert ready.startswith("ksniff: capturing on v0"), ready + proc.stderr.read()
+            subprocess.run([*ip, "del", "v0"], check=True)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+    assert proc.returncode == 0, err
+    assert_no_traceback(out, err)
+    doc = json.loads((tmp_path / "live.json").read_text())
+    assert "v0: capture ended: Network is down" in doc["warnings"]
+    assert "No findings" in out
