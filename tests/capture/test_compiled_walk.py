@@ -8,14 +8,13 @@ Where the project is built without a C compiler the compiled walk is missing and
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
-import os
 import struct
 from pathlib import Path
 
 import pytest
 from capture_builders import LINKS, Flow, ipv4, ipv6, pcap_bytes, pcapng_section, tcp
+from compiled_walk import fastwalk
 
 from ksniff.capture import compiled, packets
 from ksniff.capture.files import CaptureFile
@@ -26,19 +25,10 @@ PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
 CORPUS = sorted(p for p in PCAPS.iterdir() if p.suffix in (".pcap", ".pcapng"))
 
 
-def _fastwalk():
-    try:
-        return importlib.import_module("ksniff.capture._fastwalk")
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("the compiled capture walk was not built (pip install -e . needs Cython and gcc)")
-        pytest.skip("the compiled capture walk is not built here")
-
-
 @pytest.fixture
 def walks(monkeypatch):
     """Runs a function once with the compiled walk and once with the pure-Python one."""
-    fast = _fastwalk()
+    fast = fastwalk()
 
     def both(fn):
         monkeypatch.setattr(compiled, "fastwalk", fast)
@@ -62,7 +52,7 @@ def walk(path, limits=None) -> tuple:
 
 
 def test_codes_agree_with_the_pure_walk():
-    fast = _fastwalk()
+    fast = fastwalk()
     assert fast.CODES == (packets.FRAGMENT, packets.CUT_SHORT)
 
 

@@ -8,12 +8,11 @@ Where the compiled module is not built the comparisons skip (in CI they fail: se
 
 from __future__ import annotations
 
-import importlib
-import os
 import struct
 
 import pytest
 from capture_builders import Flow, ethernet
+from compiled_walk import fastwalk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,15 +22,6 @@ from ksniff.capture.files import CaptureFile
 BLOCK = 1 << 16
 LINK_ETHERNET = 1
 OUTGOING_ETHERNET = 0x104  # a packet leaving through an Ethernet device: kept (seen only once)
-
-
-def _fastwalk():
-    try:
-        return importlib.import_module("ksniff.capture._fastwalk")
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("the compiled capture walk was not built (pip install -e . needs Cython and gcc)")
-        pytest.skip("the compiled capture walk is not built here")
 
 
 def block(
@@ -63,7 +53,7 @@ def frames(n: int) -> list[bytes]:
 
 
 def test_the_layouts_agree():
-    assert _fastwalk().RING_LAYOUT == ring.RING_LAYOUT
+    assert fastwalk().RING_LAYOUT == ring.RING_LAYOUT
 
 
 @pytest.mark.parametrize("skip_outgoing", [False, True])
@@ -107,7 +97,7 @@ def _records(pcap: bytes) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("limit", [0, 1, 3, 100])
 @pytest.mark.parametrize("skip_outgoing", [False, True])
 def test_compiled_copy_equals_the_reference(limit, skip_outgoing):
-    fast = _fastwalk()
+    fast = fastwalk()
     fs = frames(8)
     b = block([(10 + i, i, f, len(f), ring.PACKET_OUTGOING if i % 3 == 1 else 0) for i, f in enumerate(fs)])
     head = ring.pcap_header(262144, LINK_ETHERNET)
@@ -119,7 +109,7 @@ def test_compiled_copy_equals_the_reference(limit, skip_outgoing):
 
 
 def test_a_damaged_block_ends_the_copy_where_the_damage_is():
-    fast = _fastwalk()
+    fast = fastwalk()
     fs = frames(4)
     head = ring.pcap_header(262144, LINK_ETHERNET)
     good = block([(1, 0, f, len(f), 0) for f in fs])
@@ -151,7 +141,7 @@ def _poke(b: bytearray, at: int, value: int) -> bytearray:
 @settings(deadline=None, max_examples=300)
 @given(st.binary(min_size=68, max_size=4096), st.booleans(), st.integers(0, 50))
 def test_random_blocks_copy_alike(data, skip_outgoing, limit):
-    fast = _fastwalk()
+    fast = fastwalk()
     head = b"H" * 24
     b = bytearray(data)
     # steer the descriptor into the block often enough that packets are walked

@@ -90,6 +90,13 @@ def begin(
 ) -> tuple[int, int, int]:
     """FindCoordinator and InitProducerId for `tid`, the answer recorded as `what`: (error, pid, epoch)."""
     conn.find_coordinator(tid)
+    return init_producer(conn, tid, ledger, what, timeout_ms)
+
+
+def init_producer(
+    conn: RawConnection, tid: str, ledger: Ledger, what: str, timeout_ms: int = 60000
+) -> tuple[int, int, int]:
+    """InitProducerId for `tid` (a takeover when the id has an instance), the answer recorded as `what`."""
     err, pid, epoch = conn.init_producer_id(tid, timeout_ms=timeout_ms)
     ledger.answer(what, "InitProducerId", err, producer_id=pid, epoch=epoch)
     return err, pid, epoch

@@ -12,7 +12,7 @@ import time
 
 from harness import Ledger, error_name
 from raw import RawConnection, record_batch
-from raw_steps import add_and_write, begin, first_error, raw_scenarios, session
+from raw_steps import add_and_write, begin, first_error, init_producer, raw_scenarios, session
 
 TOPIC = "raw"
 ZOMBIE_TID = "tx-zombie"
@@ -113,14 +113,7 @@ def stale_epoch(conn: RawConnection, ledger: Ledger) -> None:
     ledger.txn(tid, "commit")
     ledger.records_produced += 2
 
-    err, new_pid, new_epoch = conn.init_producer_id(tid)
-    ledger.answer(
-        "second instance: InitProducerId (takeover)",
-        "InitProducerId",
-        err,
-        producer_id=new_pid,
-        epoch=new_epoch,
-    )
+    _, new_pid, new_epoch = init_producer(conn, tid, ledger, "second instance: InitProducerId (takeover)")
     same_pid = new_pid == old_pid
     ledger.note(
         f"{ledger.broker} answered the takeover of {tid} with "

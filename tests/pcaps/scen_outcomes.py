@@ -22,7 +22,7 @@ import scen_formats
 import scen_txn
 from harness import Ledger, error_name, run, tshark_fields, write_expectations
 from raw import RawConnection, record_batch
-from raw_steps import add_and_write, begin, first_error, raw_scenarios, session
+from raw_steps import add_and_write, begin, first_error, init_producer, raw_scenarios, session
 from registry import scenario
 
 TOPIC = "raw"
@@ -34,14 +34,8 @@ def takeover_open(conn: RawConnection, ledger: Ledger) -> None:
     what = ("first instance: AddPartitionsToTxn", "first instance: Produce, transaction open")
     add_and_write(conn, TID, old_pid, old_epoch, ledger, TOPIC, "open-1", what)
 
-    err, new_pid, new_epoch = conn.init_producer_id(TID)
-    ledger.answer(
-        "second instance: InitProducerId while the first one's transaction is open",
-        "InitProducerId",
-        err,
-        producer_id=new_pid,
-        epoch=new_epoch,
-    )
+    what = "second instance: InitProducerId while the first one's transaction is open"
+    _, new_pid, new_epoch = init_producer(conn, TID, ledger, what)
     where = {"transactional_id": TID, "producer_id": old_pid, "topic": None, "partition": None}
     ledger.finding("producer_fenced", "info", **where)
 
