@@ -42,7 +42,7 @@ CODES = (FRAGMENT, CUT_SHORT)  # for the test that keeps them equal to ksniff.ca
 cdef inline object _segment(buf, const unsigned char *b, Py_ssize_t p, Py_ssize_t q, Py_ssize_t et_off,
                             Py_ssize_t l2, double ts, object parse, object link):
     """The segment in frame bytes b[p:q], or the code `parse` gives, as ksniff.capture.packets'
-    frame_segment: the common frame (IPv4 of 20 bytes carrying TCP, not a fragment, whole) read straight
+    segment_of: the common frame (IPv4 of 20 bytes carrying TCP, not a fragment, whole) read straight
     from the bytes when the link has a fast path (l2 >= 0), every other frame by `parse`."""
     cdef Py_ssize_t ip, t, d, ip_end
     if l2 >= 0 and q - p >= l2 + 34:
@@ -80,13 +80,11 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
     records walked, not TCP, fragments, cut short, time of the last record walked or None)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
-    cdef Py_ssize_t p, q
-    cdef Py_ssize_t packets = 0
-    cdef Py_ssize_t missed[3]
+    cdef Py_ssize_t p, q, packets = 0
+    cdef Py_ssize_t[3] missed = [0, 0, 0]  # not TCP, fragments, cut short
     cdef unsigned int sec, frac, caplen
     cdef double ts = 0.0
     cdef object link_type = link  # made a Python int once, for `parse`
-    missed[0] = missed[1] = missed[2] = 0
     if end > view.shape[0]:
         end = view.shape[0]
     while packets < limit and pos + 16 <= end:
@@ -114,13 +112,11 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
     the fast path or None. Returns (pos, packets, not TCP, fragments, cut short, first time, last time)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
-    cdef Py_ssize_t p, q, l2, et_off, n_ifaces = len(links)
-    cdef Py_ssize_t packets = 0
-    cdef Py_ssize_t missed[3]
+    cdef Py_ssize_t p, q, l2, et_off, packets = 0, n_ifaces = len(links)
+    cdef Py_ssize_t[3] missed = [0, 0, 0]  # not TCP, fragments, cut short
     cdef unsigned int btype, blen, iface, hi, lo, caplen
     cdef double ts = 0.0, first = 0.0
     cdef object f
-    missed[0] = missed[1] = missed[2] = 0
     if end > view.shape[0]:
         end = view.shape[0]
     while packets < limit and pos + 28 <= end:

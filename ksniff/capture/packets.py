@@ -169,13 +169,13 @@ def _tcp(ts: float, mv: memoryview, t: int, ip_end: int, end: int, src: bytes, d
 
 
 def fast_path(link: int) -> tuple | None:
-    """What `frame_segment` needs for the fast path of link type `link`: (link header length, the
+    """What `segment_of` needs for the fast path of link type `link`: (link header length, the
     FAST_PATHS struct's unpack_from, the frame length it reads), or None when there is none."""
     fast = FAST_PATHS.get(link)
     return None if fast is None else (fast[0], fast[1].unpack_from, fast[1].size)
 
 
-def frame_segment(ts: float, buf, p: int, end: int, link: int, fast: tuple | None):
+def segment_of(ts: float, buf, p: int, end: int, link: int, fast: tuple | None):
     """The segment in frame bytes `buf[p:end]`, or a code, as `parse_frame` says; the common frame (IPv4
     without options carrying TCP, whole) is read with the one unpack of `fast` (a `fast_path(link)`).
     Both capture walks call it per frame; the compiled walk (_fastwalk.pyx) reads the same frame the same

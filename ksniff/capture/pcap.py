@@ -6,16 +6,10 @@ import struct
 from collections.abc import Iterator
 
 from ksniff.capture import compiled
-from ksniff.capture.packets import (
-    FAST_FIELDS,
-    fast_path,
-    frame_segment,
-    is_supported,
-    linktype_name,
-    parse_frame,
-)
+from ksniff.capture.packets import FAST_FIELDS, fast_path, is_supported, linktype_name, segment_of
+from ksniff.capture.packets import parse_frame as parse  # for the frames the compiled walk cannot read
 from ksniff.capture.source import CaptureBuffer
-from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts
+from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts, more_or_stop
 
 PCAP_MAGICS = {  # first four bytes as read little-endian -> (byte order, fraction units per second)
     0xA1B2C3D4: ("<", 1e6),
@@ -50,7 +44,7 @@ def pcap_segments(
 ) -> Iterator[tuple]:
     """Every TCP segment of the file in order; damage ends the walk with a warning."""
     record = struct.Struct(head.order + "IIII").unpack_from
-    unit, link, segment = head.unit, head.link, frame_segment
+    unit, link, segment = head.unit, head.link, segment_of
     fast = fast_path(link)
     buf, end, pos = b.buf, b.end, 24
     packets = 0
@@ -68,9 +62,7 @@ def pcap_segments(
                 # The compiled walk takes every whole record it can; the loop below then meets the first
                 # one that runs past `end` (more bytes, a truncated file, a corrupt length).
                 out: list[tuple] = []
-                pos, n, *codes, last = batch(
-                    buf, pos, end, big, unit, link, et_off, l2c, parse_frame, out, limit
-                )
+                pos, n, *codes, last = batch(buf, pos, end, big, unit, link, et_off, l2c, parse, out, limit)
                 if n:
                     packets += n
                     missed = [m + c for m, c in zip(missed, codes, strict=True)]
@@ -87,10 +79,8 @@ def pcap_segments(
                 if caplen > MAX_RECORD:
                     warnings.append(b.corrupt(pos, "corrupt record"))
                     break
-                new_pos = b.more(pos)
+                new_pos = more_or_stop(b, pos, warnings)
                 if new_pos is None:
-                    if pos < end:
-                        warnings.append(b.truncated(pos))
                     break
                 pos, buf, end = new_pos, b.buf, b.end
                 continue

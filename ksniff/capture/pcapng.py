@@ -7,16 +7,10 @@ import struct
 from collections.abc import Iterator
 
 from ksniff.capture import compiled
-from ksniff.capture.packets import (
-    FAST_FIELDS,
-    fast_path,
-    frame_segment,
-    is_supported,
-    linktype_name,
-    parse_frame,
-)
+from ksniff.capture.packets import FAST_FIELDS, fast_path, is_supported, linktype_name, segment_of
+from ksniff.capture.packets import parse_frame as parse  # for the frames the compiled walk cannot read
 from ksniff.capture.source import CaptureBuffer
-from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts
+from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts, more_or_stop
 
 PCAPNG_SHB = 0x0A0D0D0A
 _LE32 = struct.Struct("<I").unpack_from
@@ -123,7 +117,7 @@ class PcapngWalk:
         buf, end, pos = b.buf, b.end, 0
         order = "<"
         head = block = None  # set by each section header, in its byte order
-        segment = frame_segment
+        segment = segment_of
         links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
         fields = self.fields
         packets = 0
@@ -148,7 +142,7 @@ class PcapngWalk:
                         units,
                         offsets,
                         fields,
-                        parse_frame,
+                        parse,
                         out,
                         limit,
                         MAX_RECORD,
@@ -182,32 +176,15 @@ class PcapngWalk:
                     warnings.append(b.corrupt(pos, "corrupt block"))
                     break
                 if blen == -1 or pos + blen > end:
-                    new_pos = b.more(pos)
+                    new_pos = more_or_stop(b, pos, warnings)
                     if new_pos is None:
-                        if pos < end:
-                            warnings.append(b.truncated(pos))
                         break
                     pos, buf, end = new_pos, b.buf, b.end
                     continue
-                if btype == 6:  # enhanced packet block
-                    if iface >= len(links) or 28 + caplen > blen:
-                        if self._beyond_cap(iface):
-                            pos += blen
-                            continue
-                        warnings.append(b.corrupt(pos, "corrupt packet block"))
-                        break
-                    ts = ((hi << 32) | lo) / units[iface] + offsets[iface]
-                    p = pos + 28
-                    link = links[iface]
-                elif btype == 3:  # simple packet block: interface 0, no timestamp of its own
-                    if not links:
-                        warnings.append(b.corrupt(pos, "packet block before any interface"))
-                        break
-                    caplen = min(head(buf, pos + 8)[0], self.snaplens[0], blen - 16)
-                    p, iface, link = pos + 12, 0, links[0]
-                elif btype == 2:  # obsolete packet block: 16-bit interface id and drop count first
-                    iface = struct.unpack_from(order + "H", buf, pos + 8)[0]
-                    hi, lo, caplen = struct.unpack_from(order + "III", buf, pos + 12)
+                if btype == 6 or btype == 2:  # enhanced packet block, or the obsolete one
+                    if btype == 2:  # obsolete: a 16-bit interface id and drop count first
+                        iface = struct.unpack_from(order + "H", buf, pos + 8)[0]
+                        hi, lo, caplen = struct.unpack_from(order + "III", buf, pos + 12)
                     if iface >= len(links) or 28 + caplen > blen:
                         if self._beyond_cap(iface):
                             pos += blen
@@ -216,6 +193,12 @@ class PcapngWalk:
                         break
                     ts = ((hi << 32) | lo) / units[iface] + offsets[iface]
                     p, link = pos + 28, links[iface]
+                elif btype == 3:  # simple packet block: interface 0, no timestamp of its own
+                    if not links:
+                        warnings.append(b.corrupt(pos, "packet block before any interface"))
+                        break
+                    caplen = min(head(buf, pos + 8)[0], self.snaplens[0], blen - 16)
+                    p, iface, link = pos + 12, 0, links[0]
                 else:
                     if btype == 1:
                         self._interface(buf, pos, blen, order)

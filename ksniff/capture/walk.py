@@ -29,3 +29,12 @@ class WalkCounts:
     ) -> None:
         self.packets, self.non_tcp, self.fragments, self.cut_short = packets, non_tcp, fragments, cut_short
         self.first_ts, self.last_ts = first_ts, last_ts
+
+
+def more_or_stop(b, pos: int, warnings: list[str]) -> int | None:
+    """`b.more(pos)` for a walk (`b` a CaptureBuffer, or the live ring's block): at the end of the bytes,
+    None, and a warning when a record was cut there (bytes left at `pos`)."""
+    new_pos = b.more(pos)
+    if new_pos is None and pos < b.end:
+        warnings.append(b.truncated(pos))
+    return new_pos
