@@ -45,15 +45,25 @@ def batch(sequence: int, records: int, value_size: int, codec: int) -> bytes:
     return bytes(b.build())
 
 
+def _encoded(n: int, client_id: str, exchange) -> tuple[list[bytes], list[bytes]]:
+    """`n` exchanges, `exchange(correlation id)` -> (request, response), each framed with its header."""
+    requests, responses = [], []
+    for cid in range(n):
+        req, resp = exchange(cid)
+        req.with_header(correlation_id=cid, client_id=client_id)
+        requests.append(bytes(req.encode(header=True, framed=True)))
+        resp.with_header(correlation_id=cid)
+        responses.append(bytes(resp.encode(header=True, framed=True)))
+    return requests, responses
+
+
 def traffic(
     n: int, records: int, value_size: int, partitions: int, codec: int
 ) -> tuple[list[bytes], list[bytes]]:
-    T = ProduceRequest.TopicProduceData
-    P = T.PartitionProduceData
-    R = ProduceResponse.TopicProduceResponse
-    RP = R.PartitionProduceResponse
-    requests, responses = [], []
-    for cid in range(n):
+    T, R = ProduceRequest.TopicProduceData, ProduceResponse.TopicProduceResponse
+
+    def exchange(cid: int):
+        P, RP = T.PartitionProduceData, R.PartitionProduceResponse
         parts = [
             P(index=p, records=batch(cid * records, records, value_size, codec)) for p in range(partitions)
         ]
@@ -64,8 +74,6 @@ def traffic(
             topic_data=[T(name="bulk", partition_data=parts)],
             version=VERSION,
         )
-        req.with_header(correlation_id=cid, client_id="producer-1")
-        requests.append(bytes(req.encode(header=True, framed=True)))
         resp = ProduceResponse(
             responses=[
                 R(
@@ -78,22 +86,20 @@ def traffic(
             throttle_time_ms=0,
             version=VERSION,
         )
-        resp.with_header(correlation_id=cid)
-        responses.append(bytes(resp.encode(header=True, framed=True)))
-    return requests, responses
+        return req, resp
+
+    return _encoded(n, "producer-1", exchange)
 
 
 def fetch_traffic(
     n: int, records: int, value_size: int, partitions: int, codec: int, per_fetch: int
 ) -> tuple[list[bytes], list[bytes]]:
     """`n` Fetch requests (read_committed) and their answers, each partition `per_fetch` batches."""
-    FT = FetchRequest.FetchTopic
-    FP = FT.FetchPartition
-    RT = FetchResponse.FetchableTopicResponse
-    RP = RT.PartitionData
-    requests, responses = [], []
+    FT, RT = FetchRequest.FetchTopic, FetchResponse.FetchableTopicResponse
     per = records * per_fetch
-    for cid in range(n):
+
+    def exchange(cid: int):
+        FP, RP = FT.FetchPartition, RT.PartitionData
         req = FetchRequest(
             replica_id=-1,
             max_wait_ms=500,
@@ -122,8 +128,6 @@ def fetch_traffic(
             rack_id="",
             version=FETCH_VERSION,
         )
-        req.with_header(correlation_id=cid, client_id="consumer-1")
-        requests.append(bytes(req.encode(header=True, framed=True)))
         starts = [cid * per + i * records for i in range(per_fetch)]
         data = b"".join(_at_offset(batch(start, records, value_size, codec), start) for start in starts)
         end = (n + 1) * per
@@ -147,9 +151,9 @@ def fetch_traffic(
             responses=[RT(topic="bulk", partitions=parts)],
             version=FETCH_VERSION,
         )
-        resp.with_header(correlation_id=cid)
-        responses.append(bytes(resp.encode(header=True, framed=True)))
-    return requests, responses
+        return req, resp
+
+    return _encoded(n, "consumer-1", exchange)
 
 
 def _at_offset(data: bytes, base_offset: int) -> bytes:

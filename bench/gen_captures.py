@@ -150,27 +150,9 @@ def _harness():
 def tcpdump(path: Path, ns: str, dev: str) -> Iterator[None]:
     """tcpdump on the broker's side with a 512 MiB kernel buffer (the corpus harness's default buffer
     drops packets at a gigabyte a second); fails when the kernel dropped any packet."""
-    cmd = [
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "tcpdump",
-        "--immediate-mode",
-        "-U",
-        "-B",
-        "524288",
-        "-s",
-        "0",
-        "-n",
-        "-Z",
-        "root",
-        "-i",
-        dev,
-        "-w",
-        str(path),
-        f"tcp port {PORT}",
-    ]
+    # --immediate-mode -U: packets reach the file as they come, not when tcpdump stops; -B in KiB.
+    options = "--immediate-mode -U -B 524288 -s 0 -n -Z root".split()
+    cmd = ["ip", "netns", "exec", ns, "tcpdump", *options, "-i", dev, "-w", str(path), f"tcp port {PORT}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()

@@ -71,11 +71,9 @@ class Finding:
     capture_set: int | None = None
     cluster: str | None = None
 
-    def as_contract(self) -> dict:
+    def subject(self) -> dict:
+        """Whom and what it is about and what it says, as the JSON document and the tables name them."""
         return {
-            "kind": self.kind,
-            "severity": self.severity,
-            "ts": self.ts,
             "transactional_id": self.transactional_id,
             "producer_id": self.producer_id,
             "producer_epoch": self.producer_epoch,
@@ -83,6 +81,14 @@ class Finding:
             "partition": self.partition,
             "group": self.group,
             "message": self.message,
+        }
+
+    def as_contract(self) -> dict:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "ts": self.ts,
+            **self.subject(),
             "evidence": dict(self.evidence),
             "capture_set": self.capture_set,
             "cluster": self.cluster,

@@ -17,19 +17,10 @@ from ksniff.common.codegen import define
 from ksniff.decode import interp
 from ksniff.decode.reader import MAX_BODY_ITEMS, Incomplete, Malformed, Reader, TooManyItems
 from ksniff.decode.records import parse_batches, parse_batches_keeping_records
-from ksniff.decode.schema import Api, Array, Field, Primitive
+from ksniff.decode.schema import FIXED_FORMATS, Api, Array, Field, Primitive
 from ksniff.decode.values import Struct, camel, default_of, struct_class
 
-_FIXED = {
-    "bool": "?",
-    "int8": "b",
-    "int16": "h",
-    "uint16": "H",
-    "int32": "i",
-    "uint32": "I",
-    "int64": "q",
-    "float64": "d",
-}
+_FIXED = FIXED_FORMATS
 _SIZES = {c: struct.calcsize(">" + c) for c in _FIXED.values()}
 _PAST_END = "past the end of the frame"
 

@@ -69,6 +69,18 @@ BYTES = Primitive("bytes")
 UUID = Primitive("uuid")
 RECORDS = Primitive("records")  # record batches: parsed into RecordBatchHeader tuples, not kept as bytes
 
+# The fixed-width primitives by name, as `struct` format characters (the wire is big-endian).
+FIXED_FORMATS = {
+    "bool": "?",
+    "int8": "b",
+    "int16": "h",
+    "uint16": "H",
+    "int32": "i",
+    "uint32": "I",
+    "int64": "q",
+    "float64": "d",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Array:

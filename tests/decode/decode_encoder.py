@@ -14,18 +14,9 @@ from typing import Any
 
 from decode_builders import record_batch
 
-from ksniff.decode.schema import Api, Array, Field, Primitive
+from ksniff.decode.schema import FIXED_FORMATS, Api, Array, Field, Primitive
 
-_FIXED = {
-    "bool": "?",
-    "int8": "b",
-    "int16": "h",
-    "uint16": "H",
-    "int32": "i",
-    "uint32": "I",
-    "int64": "q",
-    "float64": "d",
-}
+_FIXED = FIXED_FORMATS
 INT_BITS = {"int8": 7, "int16": 15, "int32": 31, "int64": 63, "uint16": 16, "uint32": 32}
 
 
