@@ -9,11 +9,39 @@ activity, judged by the broker's answer: rejected -> `producer_fenced` (warning)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ksniff.audit.codes import FENCING_ERRORS, error_name
 from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, ProducerState, TxnIdState
 from ksniff.decode.events import Exchange
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A request as the identity checks judge it: the instance that sent it (producer id, epoch), what it
+    did (`what`, and where: topic and partition), its exchange, the broker's answer, and whether lost
+    bytes leave it unverified."""
+
+    ex: Exchange
+    producer_id: int
+    epoch: int
+    answer: int | None
+    what: str
+    unverified: bool
+    topic: str | None = None
+    partition: int | None = None
+
+    def where(self, transactional_id: str | None) -> dict:
+        """The finding's subject fields."""
+        return dict(
+            transactional_id=transactional_id,
+            producer_id=self.producer_id,
+            producer_epoch=self.epoch,
+            topic=self.topic,
+            partition=self.partition,
+        )
 
 
 def see_producer(
@@ -37,21 +65,11 @@ def see_producer(
 
 
 def zombie(
-    state: AuditState,
-    t: TxnIdState,
-    producer_id: int,
-    epoch: int,
-    answer: int | None,
-    ex: Exchange,
-    out: list[Finding],
-    *,
-    what: str,
-    unverified: bool,
-    report_rejection: bool = True,
-    topic: str | None = None,
-    partition: int | None = None,
+    state: AuditState, t: TxnIdState, c: Claim, out: list[Finding], *, report_rejection: bool = True
 ) -> bool:
     """Judge a request from a superseded instance; False when the instance is not superseded."""
+    producer_id, epoch, answer, ex = c.producer_id, c.epoch, c.answer, c.ex
+    what, unverified = c.what, c.unverified
     if not t.is_superseded(producer_id, epoch):
         return False
     cur = t.current
@@ -60,13 +78,7 @@ def zombie(
         evidence.update(
             current_producer_id=cur.producer_id, current_epoch=cur.epoch, current_client=cur.client
         )
-    where = dict(
-        transactional_id=t.transactional_id,
-        producer_id=producer_id,
-        producer_epoch=epoch,
-        topic=topic,
-        partition=partition,
-    )
+    where = c.where(t.transactional_id)
     if answer == 0:
         sev = judge(0, unverified=unverified, explained_by_loss=False)
         out.append(
@@ -97,21 +109,9 @@ def zombie(
     return True
 
 
-def fenced_by_broker(
-    state: AuditState,
-    t: TxnIdState | None,
-    producer_id: int,
-    epoch: int,
-    answer: int | None,
-    ex: Exchange,
-    out: list[Finding],
-    *,
-    what: str,
-    unverified: bool,
-    topic: str | None = None,
-    partition: int | None = None,
-) -> bool:
+def fenced_by_broker(state: AuditState, t: TxnIdState | None, c: Claim, out: list[Finding]) -> bool:
     """Report a PRODUCER_FENCED / INVALID_PRODUCER_EPOCH answer; False when the answer was another."""
+    producer_id, epoch, answer, ex = c.producer_id, c.epoch, c.answer, c.ex
     if answer not in FENCING_ERRORS:
         return False
     if t is not None:
@@ -122,14 +122,10 @@ def fenced_by_broker(
             FindingKind.PRODUCER_FENCED,
             Severity.WARNING,
             ex.request_ts,
-            f"broker answered {what} of producer id {producer_id} epoch {epoch} with {error_name(answer)}",
+            f"broker answered {c.what} of producer id {producer_id} epoch {epoch} with {error_name(answer)}",
             exchange_evidence(ex, answer),
-            unverified=unverified,
-            transactional_id=t.transactional_id if t else None,
-            producer_id=producer_id,
-            producer_epoch=epoch,
-            topic=topic,
-            partition=partition,
+            unverified=c.unverified,
+            **c.where(t.transactional_id if t else None),
         )
     )
     return True
@@ -204,21 +200,9 @@ def adopt(t: TxnIdState, producer_id: int, epoch: int, ex: Exchange) -> bool:
     return True
 
 
-def epoch_regression(
-    transactional_id: str | None,
-    producer_id: int,
-    epoch: int,
-    highest: int,
-    answer: int | None,
-    ex: Exchange,
-    out: list[Finding],
-    *,
-    what: str,
-    unverified: bool,
-    topic: str | None = None,
-    partition: int | None = None,
-) -> None:
+def epoch_regression(transactional_id: str | None, highest: int, c: Claim, out: list[Finding]) -> None:
     """A request carrying a lower epoch than one already seen for its producer id."""
+    answer, ex, unverified = c.answer, c.ex, c.unverified
     evidence = exchange_evidence(ex, answer)
     evidence["highest_epoch"] = highest
     out.append(
@@ -226,15 +210,11 @@ def epoch_regression(
             FindingKind.EPOCH_REGRESSION,
             judge(answer, unverified=unverified, explained_by_loss=False),
             ex.request_ts,
-            f"{what} of producer id {producer_id} carried epoch {epoch} after epoch {highest}; "
+            f"{c.what} of producer id {c.producer_id} carried epoch {c.epoch} after epoch {highest}; "
             f"{broker_verdict(answer)}",
             evidence,
             unverified=unverified,
-            transactional_id=transactional_id,
-            producer_id=producer_id,
-            producer_epoch=epoch,
-            topic=topic,
-            partition=partition,
+            **c.where(transactional_id),
         )
     )
 

@@ -9,16 +9,9 @@ duplicate: `warning` when the broker deduplicated it, `critical` when it wrote i
 
 from __future__ import annotations
 
+from ksniff.audit import identity
 from ksniff.audit.codes import DUPLICATE_SEQUENCE_NUMBER
 from ksniff.audit.findings import batch_evidence, broker_verdict, judge, make
-from ksniff.audit.identity import (
-    adopt,
-    epoch_regression,
-    fenced_by_broker,
-    highest_epoch,
-    see_producer,
-    zombie,
-)
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.sequences import Placement, distance, last_sequence, next_sequence, place
 from ksniff.audit.state import Accepted, AuditState, PartitionSeq, ProducerState
@@ -48,93 +41,31 @@ def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         answer = b.error_code
         unverified = b.unverified or ex.unverified
         what = f"a write to {b.topic}-{b.partition}"
-        highest = highest_epoch(state, pid)
-        p = see_producer(state, pid, epoch, ex, tid)
+        c = identity.Claim(ex, pid, epoch, answer, what, unverified, b.topic, b.partition)
+        highest = identity.highest_epoch(state, pid)
+        p = identity.see_producer(state, pid, epoch, ex, tid)
         if epoch < highest and pid not in regressed:
             regressed.add(pid)
-            epoch_regression(
-                tid,
-                pid,
-                epoch,
-                highest,
-                answer,
-                ex,
-                out,
-                what=what,
-                unverified=unverified,
-                topic=b.topic,
-                partition=b.partition,
-            )
+            identity.epoch_regression(tid, highest, c, out)
         t = state.txn_id(tid, ex.request_ts) if tid is not None else None
         if t is not None:
-            if zombie(
-                state,
-                t,
-                pid,
-                epoch,
-                answer,
-                ex,
-                out,
-                what=what,
-                unverified=unverified,
-                report_rejection=not fenced_reported,
-                topic=b.topic,
-                partition=b.partition,
-            ):
+            if identity.zombie(state, t, c, out, report_rejection=not fenced_reported):
                 fenced_reported = fenced_reported or answer not in (0, None)
                 _count(p, b, answer == 0)
                 if answer == 0 and h.transactional:
-                    write(
-                        state,
-                        t,
-                        t.zombie_lane(pid, epoch),
-                        ex,
-                        b.topic,
-                        b.partition,
-                        pid,
-                        epoch,
-                        h.records_count,
-                        answer,
-                        out,
-                        unverified=unverified,
-                    )
+                    write(state, t, t.zombie_lane(pid, epoch), ex, b, out, unverified=unverified)
                 continue
-            if answer == 0 and adopt(t, pid, epoch, ex):
+            if answer == 0 and identity.adopt(t, pid, epoch, ex):
                 new_instance(state, t, pid, epoch, ex.request_ts)
         elif epoch < highest:
             _count(p, b, answer == 0)
             continue  # sequences belong to the newer epoch
-        if fenced_by_broker(
-            state,
-            t,
-            pid,
-            epoch,
-            answer,
-            ex,
-            [] if fenced_reported else out,
-            what=what,
-            unverified=unverified,
-            topic=b.topic,
-            partition=b.partition,
-        ):
+        if identity.fenced_by_broker(state, t, c, [] if fenced_reported else out):
             fenced_reported = True
             continue
         _count(p, b, _sequence(state, ex, b, p, out, unverified))
         if t is not None and h.transactional:
-            write(
-                state,
-                t,
-                t,
-                ex,
-                b.topic,
-                b.partition,
-                pid,
-                epoch,
-                h.records_count,
-                answer,
-                out,
-                unverified=unverified,
-            )
+            write(state, t, t, ex, b, out, unverified=unverified)
 
 
 def _count(p: ProducerState, b: ProducedBatch, written: bool) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from ksniff.audit.codes import error_name
 from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.identity import (
+    Claim,
     adopt,
     epoch_regression,
     fenced_by_broker,
@@ -33,7 +34,7 @@ from ksniff.audit.identity import (
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, Lane, TxnIdState, TxnRecord
 from ksniff.audit.txn import ILLEGAL, Trigger, TxnState, next_state
-from ksniff.decode.events import Exchange
+from ksniff.decode.events import Exchange, ProducedBatch
 
 _END = {TxnState.PREPARE_COMMIT: "commit", TxnState.PREPARE_ABORT: "abort"}
 
@@ -205,41 +206,27 @@ def new_instance(state: AuditState, t: TxnIdState, producer_id: int, epoch: int,
         t.state = TxnState.UNKNOWN
 
 
-def identify(
-    state: AuditState,
-    t: TxnIdState,
-    producer_id: int,
-    epoch: int,
-    answer: int | None,
-    ex: Exchange,
-    out: list[Finding],
-    *,
-    what: str,
-) -> Lane | None:
+def identify(state: AuditState, t: TxnIdState, c: Claim, out: list[Finding]) -> Lane | None:
     """Epoch, zombie and fencing checks shared by the transactional requests. Returns the lane the
     request moves (the current instance's, or a superseded one's that the broker still obeys), or None
     when the request moves nothing."""
+    producer_id, epoch, answer, ex = c.producer_id, c.epoch, c.answer, c.ex
     highest = highest_epoch(state, producer_id)
     see_producer(state, producer_id, epoch, ex, t.transactional_id)
     if epoch < highest:
-        epoch_regression(
-            t.transactional_id,
-            producer_id,
-            epoch,
-            highest,
-            answer,
-            ex,
-            out,
-            what=what,
-            unverified=ex.unverified,
-        )
-    if zombie(state, t, producer_id, epoch, answer, ex, out, what=what, unverified=ex.unverified):
+        epoch_regression(t.transactional_id, highest, c, out)
+    if zombie(state, t, c, out):
         return t.zombie_lane(producer_id, epoch) if answer == 0 else None
-    if fenced_by_broker(state, t, producer_id, epoch, answer, ex, out, what=what, unverified=ex.unverified):
+    if fenced_by_broker(state, t, c, out):
         return None
     if answer == 0 and adopt(t, producer_id, epoch, ex):
         new_instance(state, t, producer_id, epoch, ex.request_ts)
     return t
+
+
+def _claim(ex: Exchange, producer_id: int, epoch: int, answer: int | None, what: str) -> Claim:
+    """A transactional request's claim (lost bytes leave it unverified as the exchange says)."""
+    return Claim(ex, producer_id, epoch, answer, what, ex.unverified)
 
 
 def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
@@ -254,15 +241,7 @@ def on_init_producer_id(state: AuditState, ex: Exchange, out: list[Finding]) -> 
     if answer != 0:
         if answer is not None and req.producer_id >= 0:
             fenced_by_broker(
-                state,
-                t,
-                req.producer_id,
-                req.producer_epoch,
-                answer,
-                ex,
-                out,
-                what="InitProducerId",
-                unverified=ex.unverified,
+                state, t, _claim(ex, req.producer_id, req.producer_epoch, answer, "InitProducerId"), out
             )
         return
     pid, epoch = resp.producer_id, resp.producer_epoch
@@ -341,7 +320,7 @@ def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> No
             continue
         t = state.txn_id(tid, ex.request_ts)
         answer = _overall(answers, wanted, ex.response is not None)
-        lane = identify(state, t, pid, epoch, answer, ex, out, what="AddPartitionsToTxn")
+        lane = identify(state, t, _claim(ex, pid, epoch, answer, "AddPartitionsToTxn"), out)
         accepted = [tp for tp in wanted if answers.get(tp) == 0]
         if lane is None or not accepted:
             continue
@@ -368,7 +347,7 @@ def on_add_offsets(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     req = ex.request
     t = state.txn_id(req.transactional_id, ex.request_ts)
     answer = answer_of(ex)
-    lane = identify(state, t, req.producer_id, req.producer_epoch, answer, ex, out, what="AddOffsetsToTxn")
+    lane = identify(state, t, _claim(ex, req.producer_id, req.producer_epoch, answer, "AddOffsetsToTxn"), out)
     if lane is not None and answer == 0:
         rec = enter(
             state,
@@ -392,7 +371,7 @@ def on_txn_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) ->
         codes = [p.error_code for tp in resp.topics for p in tp.partitions]
         answer = next((c for c in codes if c), 0)
     pid, epoch, group = req.producer_id, req.producer_epoch, req.group_id
-    lane = identify(state, t, pid, epoch, answer, ex, out, what="TxnOffsetCommit")
+    lane = identify(state, t, _claim(ex, pid, epoch, answer, "TxnOffsetCommit"), out)
     if lane is None:
         return
     trigger = Trigger.OFFSET_COMMIT_TV2 if ex.api_version >= 5 else Trigger.OFFSET_COMMIT
@@ -472,7 +451,7 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     answer = answer_of(ex)
     pid, epoch = req.producer_id, req.producer_epoch
     what = f"EndTxn({'commit' if req.committed else 'abort'})"
-    lane = identify(state, t, pid, epoch, answer, ex, out, what=what)
+    lane = identify(state, t, _claim(ex, pid, epoch, answer, what), out)
     if lane is None:
         return
     if req.committed:
@@ -543,17 +522,14 @@ def write(
     t: TxnIdState,
     lane: Lane,
     ex: Exchange,
-    topic: str,
-    partition: int,
-    producer_id: int,
-    epoch: int,
-    records: int,
-    answer: int | None,
+    b: ProducedBatch,
     out: list[Finding],
     *,
     unverified: bool,
 ) -> None:
     """A transactional batch that passed the identity checks: judge it against the lane's transaction."""
+    answer, topic, partition, h = b.error_code, b.topic, b.partition, b.header
+    producer_id, epoch, records = h.producer_id, h.producer_epoch, h.records_count
     tv2 = ex.api_version >= 12  # Produce v12+ is only used within a transaction under transaction.version 2
     t.tv2 = t.tv2 or tv2
     trigger = Trigger.WRITE_TV2 if tv2 else Trigger.WRITE
