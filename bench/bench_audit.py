@@ -136,21 +136,28 @@ def bench_file(
     }
 
 
-def print_table(rows: list[dict], repeat: int, extra: list[str]) -> None:
-    ours = " ".join(["ksniff audit", *extra, "--json"])
-    print(f"\n{ours} vs tshark -Y kafka -T fields, median of {repeat}")
-    head = (
-        f"{'capture':8}{'MB':>7}{'packets':>10}{'exchanges':>10}{'ksniff s':>10}{'tshark s':>10}"
-        f"{'ratio':>7}{'cpu ratio':>10}{'ksniff MiB':>12}{'tshark MiB':>12}"
-    )
+def _print_table(title: str, head: str, lines) -> None:
+    """A title, a heading underlined, then one line per row."""
+    print(title)
     print(head)
     print("-" * len(head))
-    for r in rows:
-        print(
+    for line in lines:
+        print(line)
+
+
+def print_table(rows: list[dict], repeat: int, extra: list[str]) -> None:
+    ours = " ".join(["ksniff audit", *extra, "--json"])
+    _print_table(
+        f"\n{ours} vs tshark -Y kafka -T fields, median of {repeat}",
+        f"{'capture':8}{'MB':>7}{'packets':>10}{'exchanges':>10}{'ksniff s':>10}{'tshark s':>10}"
+        f"{'ratio':>7}{'cpu ratio':>10}{'ksniff MiB':>12}{'tshark MiB':>12}",
+        (
             f"{r['capture']:8}{r['mb']:7,.0f}{r['packets']:10,}{r['exchanges']:10,}{r['ksniff_s']:10.2f}"
             f"{r['tshark_s']:10.2f}{r['ratio']:6.2f}x{r['cpu_ratio']:9.2f}x{r['ksniff_rss']:12,.0f}"
             f"{r['tshark_rss']:12,.0f}"
-        )
+            for r in rows
+        ),
+    )
     if any("pure_s" in r for r in rows):
         print("\nthe same with the pure-Python capture walk (KSNIFF_PURE_PYTHON=1), alternating in the run")
         print(
@@ -240,24 +247,20 @@ def bench_live(name: str, tmp: Path, loops: int, pps: int | None, ring: bool) ->
 def print_live(rows: list[dict], name: str, pps: int | None) -> None:
     speed = f"--pps={pps}" if pps else "--topspeed"
     loops = f" --loop={rows[0]['loops']} --unique-ip" if rows[0]["loops"] > 1 else ""
-    print(
+    _print_table(
         f"\nksniff live lo, tcpreplay -K {speed}{loops} -i lo replaying {name} "
-        "(alternating; load: 1-min average)"
-    )
-    head = (
+        "(alternating; load: 1-min average)",
         f"{'read by':9}{'load':>5}{'sent':>10}{'offered/s':>11}{'captured':>10}{'drops':>10}{'missing':>8}"
-        f"{'captured/s':>11}{'exchanges':>10}{'gaps':>8}{'CPU s':>7}{'µs/pkt':>7}{'tail s':>7}{'MiB':>6}"
-    )
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        missing = r["sent"] - r["captured"] - r["kernel_drops"]
-        print(
+        f"{'captured/s':>11}{'exchanges':>10}{'gaps':>8}{'CPU s':>7}{'µs/pkt':>7}{'tail s':>7}{'MiB':>6}",
+        (
             f"{r['mode']:9}{r['load']:5.1f}{r['sent']:10,}{r['pps']:11,.0f}{r['captured']:10,}"
-            f"{r['kernel_drops']:10,}{missing:8,}{r['captured'] / r['replay_s']:11,.0f}{r['exchanges']:10,}"
+            f"{r['kernel_drops']:10,}{r['sent'] - r['captured'] - r['kernel_drops']:8,}"
+            f"{r['captured'] / r['replay_s']:11,.0f}{r['exchanges']:10,}"
             f"{r['gaps']:8,}{r['cpu_s']:7.1f}{r['cpu_s'] * 1e6 / max(r['captured'], 1):7.1f}"
             f"{r['finish_s']:7.1f}{r['rss']:6,.0f}"
-        )
+            for r in rows
+        ),
+    )
 
 
 def main() -> None:
