@@ -39,6 +39,10 @@ cdef enum:
 CODES = (FRAGMENT, CUT_SHORT)  # for the test that keeps them equal to ksniff.capture.packets'
 
 
+# _segment is ksniff.capture.packets.segment_of again, in C: kept because it pays. The walk alone
+# (CaptureFile(path).segments(), CPU, the median of 5 runs alternating in one process each, load average
+# 10-13 on 2 cores) over bench/bench_capture.py's 100 MB pcap of 100,200 frames: 0.160 s pure-Python,
+# 0.071 s compiled; the same file as pcapng: 0.199 s and 0.092 s. test_compiled_walk.py holds them equal.
 cdef inline object _segment(buf, const unsigned char *b, Py_ssize_t p, Py_ssize_t q, Py_ssize_t et_off,
                             Py_ssize_t l2, double ts, object parse, object link):
     """The segment in frame bytes b[p:q], or the code `parse` gives, as ksniff.capture.packets'

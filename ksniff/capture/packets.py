@@ -180,10 +180,12 @@ def segment_of(ts: float, buf, p: int, end: int, link: int, fast: tuple | None):
     without options carrying TCP, whole) is read with the one unpack of `fast` (a `fast_path(link)`).
     Both capture walks call it per frame; the compiled walk (_fastwalk.pyx) reads the same frame the same
     way, straight from the bytes."""
-    if fast is not None and end - p >= fast[2]:
-        et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = fast[1](buf, p)
+    if fast is not None:
+        l2, unpack, size = fast
+        if end - p < size:
+            return parse_frame(ts, buf, p, end, link)
+        et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = unpack(buf, p)
         if et == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x3FFF:
-            l2 = fast[0]
             ip_end = p + l2 + total
             d = p + l2 + 20 + (off >> 4) * 4
             if d <= ip_end <= end:
