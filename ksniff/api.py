@@ -26,6 +26,20 @@ ENGINES = ("local", "spark")
 PathLike = str | os.PathLike
 
 
+class _Table:
+    """One of the result's tables as an attribute of `Audit`, named as the table: its DataFrame (None for
+    a table the audit was not asked for)."""
+
+    def __init__(self, doc: str | None = None) -> None:
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, audit: Audit | None, owner: type | None = None) -> pd.DataFrame | None:
+        return self if audit is None else audit._frames.get(self.name)
+
+
 @dataclass(frozen=True)
 class Audit:
     """One audit's result: `.findings`, `.transactions`, `.exchanges`, `.batches` (and `.records` when
@@ -54,36 +68,17 @@ class Audit:
 
         return {table: with_datetimes(df, table) for table, df in frames(self.result).items()}
 
-    @property
-    def findings(self) -> pd.DataFrame:
-        return self._frames["findings"]
-
-    @property
-    def transactions(self) -> pd.DataFrame:
-        return self._frames["transactions"]
-
-    @property
-    def exchanges(self) -> pd.DataFrame:
-        return self._frames["exchanges"]
-
-    @property
-    def batches(self) -> pd.DataFrame:
-        return self._frames["batches"]
-
-    @property
-    def partitions(self) -> pd.DataFrame:
-        """One row per topic-partition and capture set: its offsets, what was written and read."""
-        return self._frames["partitions"]
-
-    @property
-    def partition_log(self) -> pd.DataFrame:
-        """Each partition's batches in offset order, as the wire showed them."""
-        return self._frames["partition_log"]
-
-    @property
-    def records(self) -> pd.DataFrame | None:
-        """Record keys, values and headers: only when the audit was asked for them (`records=True`)."""
-        return self._frames.get("records")
+    findings = _Table()
+    transactions = _Table()
+    exchanges = _Table()
+    batches = _Table()
+    partitions = _Table(
+        "One row per topic-partition and capture set: its offsets, what was written and read."
+    )
+    partition_log = _Table("Each partition's batches in offset order, as the wire showed them.")
+    records = _Table(
+        "Record keys, values and headers: only when the audit was asked for them (`records=True`)."
+    )
 
     @property
     def producers(self) -> pd.DataFrame:
