@@ -32,6 +32,14 @@ _SLOW_FLAGS = FIN | SYN | RST | TRUNCATED | TICK
 MAX_TALLY_HOLES = 64  # holes remembered per direction of a dropped connection whose bytes are counted
 
 
+def _counter_of(part: str, name: str) -> property:
+    """A counter one of the reassembler's parts keeps, read and set through the reassembler."""
+    return property(
+        lambda self: getattr(getattr(self, part), name),
+        lambda self, n: setattr(getattr(self, part), name, n),
+    )
+
+
 class Reassembler:
     """Turns segment tuples into StreamEvents. Use `events(segments)`; `drop(conn)` stops a connection."""
 
@@ -53,21 +61,8 @@ class Reassembler:
         self.sweep_every = max(1.0, min(self.limits.idle_timeout, self.limits.closed_linger) / 4)
 
     # Counters an engine that runs several reassemblers adds up before asking one of them for warnings.
-    @property
-    def evicted(self) -> int:
-        return self._conns.evicted
-
-    @evicted.setter
-    def evicted(self, n: int) -> None:
-        self._conns.evicted = n
-
-    @property
-    def forced_gaps(self) -> int:
-        return self._ooo.forced_gaps
-
-    @forced_gaps.setter
-    def forced_gaps(self, n: int) -> None:
-        self._ooo.forced_gaps = n
+    evicted = _counter_of("_conns", "evicted")
+    forced_gaps = _counter_of("_ooo", "forced_gaps")
 
     # -- the hot loop -------------------------------------------------------------------------------
 
