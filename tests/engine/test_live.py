@@ -15,11 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+import harness
 import pytest
 from live_cli import replay_copy, start_live
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "pcaps"))
-harness = pytest.importorskip("harness")
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
 pytestmark = [
