@@ -13,7 +13,8 @@ needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksn
 by tasks that read the files; one summary per file, the distinct packet times
 (the local engine's sweep clock, see spark_tasks), a few rows per connection (its opening, its context
 events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
-(producers, transactions, findings) and the run's counters. Exports are written by the executors.
+(producers, transactions, findings), the context group's (capture gaps and the partition logs, folded by
+one task over the exchanges the logs read) and the run's counters. Exports are written by the executors.
 
 It gives exactly the in-process engine's result (ksniff.engine.local); what that takes is explained in
 ksniff.engine.spark_tasks. A capture an executor cannot read is a row carrying the local engine's
@@ -502,8 +503,8 @@ def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit
         for part in parts[1:]:
             frame = frame.unionByName(part)
         frames[table] = frame
-    # The partition logs are folded on the driver (their exchanges go to the context group): their tables
-    # are the joined summary's, numbered as the local export numbers them.
+    # The partition logs' tables are the joined summary's (its partitions came from each set's context
+    # group, folded by one task), numbered as the local export numbers them.
     import pyarrow as pa
 
     from ksniff.engine import spark_tasks as tasks
@@ -710,7 +711,7 @@ def _stages(
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         cached.append(events)
-        small = events.filter(~F.col("kind").isin(tasks.KEYED, tasks.TABLE)).toArrow().to_pylist()
+        small = events.filter(~F.col("kind").isin(tasks.KEYED, tasks.TABLE, tasks.LOG)).toArrow().to_pylist()
     finally:
         segments.unpersist()
     by_kind: dict[int, list[dict]] = {}
@@ -721,7 +722,6 @@ def _stages(
     openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
     conns = {pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)}
     context = sorted((_order(r, last_event), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
-    log_rows = [(_order(r, last_event), r["blob"]) for r in by_kind.get(tasks.LOG, [])]
     group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
     groups: dict[str, set[str]] = {}
     for key, group in group_of.items():
@@ -745,9 +745,19 @@ def _stages(
     cached.append(outputs)
     audited = [pickle.loads(b) for b in outputs.select("blob").toArrow().column(0).to_pylist()]
     # The CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs, which read
-    # the context events with the LOG rows (each once), on the driver.
-    with_logs = sorted(dict([*context, *log_rows]).items())
-    gaps = tasks.context_output(config, end, with_logs, conns)
+    # the context events with the LOG rows (each once), folded by one task where the rows are.
+    folded = (
+        events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG))
+        .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf)).otherwise(F.col("rel")))
+        .repartition(1)
+        .sortWithinPartitions(*tasks.ORDER_COLUMNS)
+        .mapInArrow(tasks.context_fold(config, end, conns), tasks.OUTPUTS_DDL)
+        .select("blob")
+        .toArrow()
+        .column(0)
+        .to_pylist()
+    )
+    gaps = pickle.loads(folded[0]) if folded else tasks.context_output(config, end, [], conns)
     output = merge_outputs([*audited, gaps])
 
     probe = None

@@ -34,7 +34,7 @@ import math
 import os
 import pickle
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -741,7 +741,7 @@ def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tu
 
 
 def context_output(
-    config: EngineConfig, end: RunEnd, context: list[tuple[tuple, bytes]], conns: dict[int, int]
+    config: EngineConfig, end: RunEnd, context: Iterable[tuple[tuple, bytes]], conns: dict[int, int]
 ):
     """The CONTEXT_KEY group: the capture gaps, which belong to no producer, and the partition logs
     (`context` then holds the LOG rows too, in audit order)."""
@@ -749,6 +749,31 @@ def context_output(
     for _order, blob in context:
         auditor.feed(renumber(pickle.loads(blob), conns))
     return auditor.finish(end.last_event)
+
+
+def context_fold(config: EngineConfig, end: RunEnd, conns: dict[int, int]):
+    """mapInArrow over the CONTEXT and LOG rows in one partition, sorted by the audit order: the
+    CONTEXT_KEY group's output (`context_output`), made where the rows are, so the exchanges the partition
+    logs read never reach the driver. An event that is both context and read by the logs came once per
+    kind, with one order: it is folded once."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        def rows() -> Iterator[tuple[tuple, bytes]]:
+            previous = None
+            for batch in batches:
+                orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
+                for order, blob in zip(orders, batch.column("blob").to_pylist(), strict=True):
+                    if order != previous:
+                        previous = order
+                        yield order, blob
+
+        output = context_output(config, end, rows(), conns)
+        yield pa.RecordBatch.from_pydict(
+            {"key": [CONTEXT_KEY], "blob": [dumps(output)]},
+            schema=pa.schema([("key", pa.string()), ("blob", pa.binary())]),
+        )
+
+    return run
 
 
 # -- the tables, built where the events are --------------------------------------------------------------
