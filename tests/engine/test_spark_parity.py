@@ -80,6 +80,8 @@ def comparable(result, inputs: bool = True) -> dict:
             del s["inputs"], s["reasons"]
         for c in doc["clusters"]:
             del c["inputs"]
+        # Warnings name an input as it was given: a file:// URI on Spark, its path locally.
+        doc["warnings"] = [w.replace("file://", "") for w in doc["warnings"]]
     return doc
 
 
