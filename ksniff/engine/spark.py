@@ -603,29 +603,32 @@ def _plan_studied(
 
 
 def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int]):
-    """Rows of spark_tasks.PLAN_INPUTS_DDL for `inputs`: the bytes of those on a file system other than
-    `file:` read by Spark's binaryFile source (the others are opened by the task)."""
+    """Rows of spark_tasks.PLAN_INPUTS_DDL for `inputs`, `grp` from `groups` (file -> group): the bytes
+    of those on a file system other than `file:` read by Spark's binaryFile source (the others are opened
+    by the task)."""
     from ksniff.engine import spark_tasks as tasks
 
-    ddl = tasks.PLAN_INPUTS_DDL
-    local = [
-        (i.file, i.path, i.uri, i.folder, groups[i.file], None)
-        for i in inputs
-        if tasks.local_path(i.uri) is not None
-    ]
+    local = [i for i in inputs if tasks.local_path(i.uri) is not None]
     remote = [i for i in inputs if tasks.local_path(i.uri) is None]
-    out = spark.createDataFrame(local, ddl) if local else None
+    rows = [(i.file, i.path, i.uri, i.folder, groups[i.file], None) for i in local]
+    out = spark.createDataFrame(rows, tasks.PLAN_INPUTS_DDL) if local else None
     if remote:
-        listing = spark.createDataFrame(
-            [(i.file, i.path, i.uri, i.folder, groups[i.file]) for i in remote],
-            "file int, shown string, uri string, folder boolean, grp int",
-        )
-        content = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
-        part = content.join(listing, content["path"] == listing["uri"]).select(
-            "file", listing["shown"].alias("path"), "uri", "folder", "grp", "content"
-        )
+        part = _with_content(spark, remote, "grp", "int", [groups[i.file] for i in remote])
         out = part if out is None else out.unionByName(part)
     return out
+
+
+def _with_content(spark: Any, remote: list[_Input], name: str, sql_type: str, values: list):
+    """Rows (file, path, uri, folder, `name`, content) of inputs on a file system other than `file:`,
+    their bytes read by Spark's binaryFile source (one file per row)."""
+    listing = spark.createDataFrame(
+        [(i.file, i.path, i.uri, i.folder, v) for i, v in zip(remote, values, strict=True)],
+        f"file int, shown string, uri string, folder boolean, {name} {sql_type}",
+    )
+    content = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
+    return content.join(listing, content["path"] == listing["uri"]).select(
+        "file", listing["shown"].alias("path"), "uri", "folder", name, "content"
+    )
 
 
 def _left_out_warnings(left_out: list) -> list[str]:
@@ -757,7 +760,7 @@ def _stages(
         .column(0)
         .to_pylist()
     )
-    gaps = pickle.loads(folded[0]) if folded else tasks.context_output(config, end, [], conns)
+    gaps = pickle.loads(folded[0]) if folded else tasks.context_output(config, end, ())
     output = merge_outputs([*audited, gaps])
 
     probe = None
@@ -853,15 +856,8 @@ def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int):
             )
         )
     if remote:
-        listing = spark.createDataFrame(
-            [(i.file, i.path, i.uri, i.folder, i.offset) for i in remote],
-            "file int, shown string, uri string, folder boolean, offset double",
-        )
-        content = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
-        rows = (
-            content.join(listing, content["path"] == listing["uri"])
-            .select("file", listing["shown"].alias("path"), "uri", "folder", "offset", "content")
-            .repartition(min(len(remote), 4 * parallelism))
+        rows = _with_content(spark, remote, "offset", "double", [i.offset for i in remote]).repartition(
+            min(len(remote), 4 * parallelism)
         )
         parts.append(rows.mapInArrow(tasks.extract, tasks.SEGMENTS_DDL))
     out = parts[0]

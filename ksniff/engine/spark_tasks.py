@@ -121,7 +121,8 @@ EVENTS = pa.schema(
 EVENTS_DDL = ddl(EVENTS)
 ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "n")
 
-OUTPUTS_DDL = "key string, blob binary"
+OUTPUTS = pa.schema([("key", pa.string()), ("blob", pa.binary())])  # stage 3: each group's output
+OUTPUTS_DDL = ddl(OUTPUTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +174,8 @@ class FlowStats:
 
 
 PLAN_INPUTS_DDL = "file int, path string, uri string, folder boolean, grp int, content binary"
-PLANNED_DDL = "file int, grp int, blob binary"
+PLANNED = pa.schema([("file", pa.int32()), ("grp", pa.int32()), ("blob", pa.binary())])
+PLANNED_DDL = ddl(PLANNED)
 SCANNED, SKIPPED, FAILED = "scan", "skipped", "error"
 
 
@@ -202,8 +204,7 @@ def study(ports: tuple[int, ...], auto_detect: bool, limits):
                         except CaptureError as exc:
                             out = (FAILED, str(exc).replace(where, path, 1))
                 yield pa.RecordBatch.from_pydict(
-                    {"file": [file], "grp": [0], "blob": [dumps(out)]},
-                    schema=pa.schema([("file", pa.int32()), ("grp", pa.int32()), ("blob", pa.binary())]),
+                    {"file": [file], "grp": [0], "blob": [dumps(out)]}, schema=PLANNED
                 )
 
     return run
@@ -217,14 +218,13 @@ def anchors(ports: tuple[int, ...], auto_detect: bool, limits):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from ksniff.engine.clock import anchors_of
 
-        schema = pa.schema([("file", pa.int32()), ("grp", pa.int32()), ("blob", pa.binary())])
         with contextlib.ExitStack() as stack:
             group, paths = None, []
 
             def done() -> pa.RecordBatch:
                 found = anchors_of(paths, ports, auto_detect, limits)
                 return pa.RecordBatch.from_pydict(
-                    {"file": [0], "grp": [group], "blob": [dumps(found)]}, schema=schema
+                    {"file": [0], "grp": [group], "blob": [dumps(found)]}, schema=PLANNED
                 )
 
             for batch in batches:
@@ -708,9 +708,7 @@ def fold(
                 auditor.feed(event)
             names.append(group)
             blobs.append(dumps(auditor.finish(end.last_event)))
-        yield pa.RecordBatch.from_pydict(
-            {"key": names, "blob": blobs}, schema=pa.schema([("key", pa.string()), ("blob", pa.binary())])
-        )
+        yield pa.RecordBatch.from_pydict({"key": names, "blob": blobs}, schema=OUTPUTS)
 
     return run
 
@@ -731,47 +729,38 @@ def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tu
 
     def rows() -> Iterator[tuple[str, tuple, bytes]]:
         for batch in batches:
-            orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
-            yield from zip(
-                batch.column("group").to_pylist(), orders, batch.column("blob").to_pylist(), strict=True
-            )
+            for group, (order, blob) in zip(batch.column("group").to_pylist(), _ordered(batch), strict=True):
+                yield group, order, blob
 
     for group, rows_of_group in itertools.groupby(rows(), key=lambda row: row[0]):
         yield group, ((order, blob) for _group, order, blob in rows_of_group)
 
 
-def context_output(
-    config: EngineConfig, end: RunEnd, context: Iterable[tuple[tuple, bytes]], conns: dict[int, int]
-):
-    """The CONTEXT_KEY group: the capture gaps, which belong to no producer, and the partition logs
-    (`context` then holds the LOG rows too, in audit order)."""
+def _ordered(batch: pa.RecordBatch) -> Iterator[tuple[tuple, bytes]]:
+    """A batch of event rows as (audit order, pickled event) pairs."""
+    orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
+    return zip(orders, batch.column("blob").to_pylist(), strict=True)
+
+
+def context_output(config: EngineConfig, end: RunEnd, events: Iterable[DecodeEvent]):
+    """The CONTEXT_KEY group's output: the capture gaps, which belong to no producer, and the partition
+    logs, over the context events and the exchanges the logs read, in audit order."""
     auditor = Auditor(config.audit_config(), key=CONTEXT_KEY)
-    for _order, blob in context:
-        auditor.feed(renumber(pickle.loads(blob), conns))
+    for event in events:
+        auditor.feed(event)
     return auditor.finish(end.last_event)
 
 
 def context_fold(config: EngineConfig, end: RunEnd, conns: dict[int, int]):
     """mapInArrow over the CONTEXT and LOG rows in one partition, sorted by the audit order: the
-    CONTEXT_KEY group's output (`context_output`), made where the rows are, so the exchanges the partition
-    logs read never reach the driver. An event that is both context and read by the logs came once per
-    kind, with one order: it is folded once."""
+    CONTEXT_KEY group's output, made where the rows are, so the exchanges the partition logs read never
+    reach the driver. An event that is both context and read by the logs came once per kind, with one
+    order: `_once` folds it once."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        def rows() -> Iterator[tuple[tuple, bytes]]:
-            previous = None
-            for batch in batches:
-                orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
-                for order, blob in zip(orders, batch.column("blob").to_pylist(), strict=True):
-                    if order != previous:
-                        previous = order
-                        yield order, blob
-
-        output = context_output(config, end, rows(), conns)
-        yield pa.RecordBatch.from_pydict(
-            {"key": [CONTEXT_KEY], "blob": [dumps(output)]},
-            schema=pa.schema([("key", pa.string()), ("blob", pa.binary())]),
-        )
+        rows = (row for batch in batches for row in _ordered(batch))
+        output = context_output(config, end, (event for _order, event in _once(rows, conns)))
+        yield pa.RecordBatch.from_pydict({"key": [CONTEXT_KEY], "blob": [dumps(output)]}, schema=OUTPUTS)
 
     return run
 
