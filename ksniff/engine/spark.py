@@ -35,7 +35,6 @@ import os
 import pickle
 import re
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -63,7 +62,6 @@ _DRIVER_TABLES = ("partitions", "partition_log")  # made from the summary: the p
 # Columns the exchange-level tables carry for --partition-by that the local exports do not have: the
 # cluster of each row's capture set (`cluster` in the tables made from the audit's output).
 _HIDDEN = ("_cluster",)
-SETS_AT_ONCE = 4  # capture sets whose pipelines run side by side
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -81,6 +79,7 @@ class _Input:
     folder: bool  # found in a folder (a file that is not a capture is left out) rather than named
     arg: int
     offset: float = 0.0  # seconds added to its timestamps: its capture set's clock alignment
+    cset: int = 0  # its capture set: the index in the run's plan
 
 
 class _Table:
@@ -434,86 +433,249 @@ def _listing_error(exc: Exception, paths: list[str], uris: list[str]) -> str:
 
 
 def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit:
-    """The inputs grouped into capture sets (ksniff.engine.sets) and each set audited by its own
-    pipeline, as the local engine does; the sets' tables joined, labelled with their set and cluster."""
-    from pyspark.sql import functions as F
-
+    """The inputs grouped into capture sets (ksniff.engine.sets) and all of them audited by one pipeline,
+    the set a part of every key (flows, connection numbers, producer groups, context, the --records
+    budget), as the local engine audits each set on its own; the tables labelled with set and cluster."""
     spark = session.spark
     inputs = _list_inputs(spark, paths)
     planned, warnings, skipped = _plan(session, inputs, paths, config)
-    runs: list[SparkAudit] = []
-    sets: list[capture_sets.CaptureSet] = []
-    found: set[int] = set()
-    staged: list[_Staged | list] = []
-    # The sets' pipelines run side by side (Spark interleaves their jobs: on a small capture most of a
-    # job's time is scheduling); what one set takes from the next is only the --records budget, drawn
-    # below, in order.
-    pool = ThreadPoolExecutor(max(1, min(len(planned), SETS_AT_ONCE)), thread_name_prefix="ksniff-set")
-    futures = [pool.submit(_run_set, session, members, config) for _cset, members in planned]
+    for index, (_cset, members) in enumerate(planned):
+        for m in members:
+            m.cset = index
+    cached: list[Any] = []
     try:
-        for future in futures:  # the first set's error first, as the local engine meets them
-            staged.append(future.result())
-        pool.shutdown()
-        for (cset, _members), done in zip(planned, staged, strict=True):
-            left_out = done if isinstance(done, list) else done.left_out
-            skipped += len(left_out)
-            warnings.extend(_left_out_warnings(left_out))
-            if isinstance(done, list):
-                continue
-            found.update(inputs[m.file].arg for m in done.metas)
-            used = sum(r.summary.decode.records_inflated_bytes for r in runs)  # one --records budget a run
-            run, identity = _finish_set(spark, done, config, used, cset.clocks), done.identity
-            cset = replace(cset, number=len(sets) + 1)
-            stamp_set(run.summary, cset, identity)
-            sets.append(run.summary.capture_sets[0])
-            ids = identity.cluster_ids
-            cluster = ids[0] if len(ids) == 1 else None
-            for table in ("transactions", "findings", "producers"):
-                run._tables[table] = (
-                    run._tables[table]
-                    .withColumn("capture_set", F.lit(cset.number).cast("bigint"))
-                    .withColumn("cluster", F.lit(cluster).cast("string"))
-                )
-            for table in ("exchanges", "batches", "records"):
-                if run._tables.get(table) is not None:
-                    labelled = run._tables[table].withColumn("_cluster", F.lit(cluster).cast("string"))
-                    run._tables[table] = labelled
-            runs.append(run)
-        for i, arg in enumerate(paths):
-            if i not in found and any(x.arg == i for x in inputs):
-                raise CaptureError(f"{arg}: no pcap or pcapng files in this folder")
+        return _pipeline(session, inputs, paths, planned, (warnings, skipped), config, cached)
     except BaseException:
-        pool.shutdown(cancel_futures=True)  # the sets not started are not run; the running ones end
-        for future in futures:
-            done = None if future.cancelled() or future.exception() is not None else future.result()
-            if isinstance(done, _Staged):
-                for df in (done.events, done.outputs, *(done.probe[:1] if done.probe else ())):
-                    df.unpersist()
+        for df in cached:
+            df.unpersist()
         raise
-    files = [i.path for i in inputs]
-    summary = join_results([r.summary for r in runs], sets, files, engine="spark")
-    summary.warnings[:0] = warnings  # inputs skipped while listing folders come first, as locally
-    summary.capture.skipped_files += skipped
-    frames: dict[str, Any] = {}
-    for table in (*TABLES, "producers"):
-        if table in _DRIVER_TABLES:
-            continue
-        parts = [r._tables[table] for r in runs if r._tables.get(table) is not None]
-        frame = parts[0] if parts else None
-        for part in parts[1:]:
-            frame = frame.unionByName(part)
-        frames[table] = frame
-    # The partition logs' tables are the joined summary's (its partitions came from each set's context
-    # group, folded by one task), numbered as the local export numbers them.
+
+
+@dataclass
+class _SetRun:
+    """What the driver learnt of one capture set between the stages."""
+
+    metas: list  # its captures' FileMetas
+    end: Any  # spark_tasks.RunEnd
+    stats: list = field(default_factory=list)  # its flows' FlowStats
+    last_event: float = -math.inf
+    context: list = field(default_factory=list)  # (audit order, pickled event) of its context events
+    identity: Identity = field(default_factory=Identity)
+    outputs: list = field(default_factory=list)  # its key groups' AuditOutputs, then its context group's
+
+
+def _pipeline(
+    session: Session,
+    inputs: list[_Input],
+    paths: list[str],
+    planned: list[tuple[capture_sets.CaptureSet, list[_Input]]],
+    left: tuple[list[str], int],
+    config: EngineConfig,
+    cached: list,
+) -> SparkAudit:
     import pyarrow as pa
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
 
+    spark = session.spark
+    warnings, skipped = left
+    members = [m for _cset, ms in planned for m in ms]
+    total = sum(i.length for i in members)
+    partitions = partitions_for(total, session.parallelism)
+
+    # Stage 1: the files read on the executors. Kept (memory, then disk) because each set's end time,
+    # which stage 2 needs, is known only once every file has been read.
+    segments = _read(spark, members, session.parallelism, total).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        # One pass over stage 1's rows: the files' summaries and each set's distinct packet times.
+        summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
+        metas_of: dict[int, list] = {}
+        times_of: dict[int, list[bytes]] = {}
+        columns = (summaries.column(n).to_pylist() for n in ("cset", "meta", "times"))
+        for cset, meta, times in zip(*columns, strict=True):
+            if meta is not None:
+                metas_of.setdefault(cset, []).append(pickle.loads(meta))
+            elif times is not None:
+                times_of.setdefault(cset, []).append(times)
+        # The local engine's errors in its order: the sets' in plan order, each set's files in order.
+        runs: dict[int, _SetRun] = {}
+        left_out: dict[int, list] = {}
+        every = Reassembler(config.limits).sweep_every
+        for index in range(len(planned)):
+            metas, left_out[index] = _check_inputs(sorted(metas_of.get(index, ()), key=lambda m: m.file))
+            if metas:
+                end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
+                ticks = tasks.sweep_ticks(tasks.merge_times(times_of.get(index, ())), every)
+                runs[index] = _SetRun(metas, tasks.RunEnd(end_ts, ticks))
+        ends = {index: run.end for index, run in runs.items()}
+
+        # Stage 2: per flow of each set, in the merge's order.
+        events = (
+            segments.filter(F.col("flow").isNotNull())
+            .repartition(partitions, "cset", "flow")
+            .sortWithinPartitions("cset", "flow", "pm", "file", "idx")
+            .mapInArrow(tasks.decode(config, ends), tasks.EVENTS_DDL)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        cached.append(events)
+        small = events.filter(~F.col("kind").isin(tasks.KEYED, tasks.TABLE, tasks.LOG)).toArrow().to_pylist()
+    finally:
+        segments.unpersist()
+    conns, group_rows, groups = _between_stages(small, runs)
+    for index, run in runs.items():
+        ends[index] = replace(run.end, last_event=None if run.last_event == -math.inf else run.last_event)
+
+    # Stage 3: per group of producer keys of each set, in audit order, with the set's context events.
+    lasts = spark.createDataFrame(
+        [(index, run.last_event) for index, run in runs.items()] or [(-1, 0.0)], "cset int, last double"
+    )
+
+    def clamped(df):  # a release time past its set's last event is "at the end", as locally
+        rel = F.when(F.col("rel") > F.col("last"), F.lit(math.inf)).otherwise(F.col("rel"))
+        return df.join(F.broadcast(lasts), "cset").withColumn("rel", rel).drop("last")
+
+    group_table = spark.createDataFrame(group_rows or [(-1, "", "")], "cset int, key string, group string")
+    context = {index: run.context for index, run in runs.items()}
+    outputs = (
+        clamped(events.filter(F.col("kind") == tasks.KEYED))
+        .join(F.broadcast(group_table), ["cset", "key"])
+        .repartition(partitions, "cset", "group")
+        .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
+        .mapInArrow(tasks.fold(config, ends, context, conns, groups), tasks.OUTPUTS_DDL)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    cached.append(outputs)
+    audited = outputs.select("cset", "blob").toArrow()
+    for cset, blob in zip(*(audited.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
+        runs[cset].outputs.append(pickle.loads(blob))
+    # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
+    # which read the context events with the LOG rows (each once), folded by one task where the rows are.
+    folded = (
+        clamped(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG)))
+        .repartition(max(1, min(len(runs), partitions)), "cset")
+        .sortWithinPartitions("cset", *tasks.ORDER_COLUMNS)
+        .mapInArrow(tasks.context_fold(config, ends, conns), tasks.OUTPUTS_DDL)
+        .select("cset", "blob")
+        .toArrow()
+    )
+    gaps = {
+        c: pickle.loads(b)
+        for c, b in zip(*(folded.column(n).to_pylist() for n in ("cset", "blob")), strict=True)
+    }
+    for index, run in runs.items():
+        run.outputs.append(gaps.get(index) or tasks.context_output(config, ends[index], ()))
+
+    # The sets' summaries, numbered in plan order among those with captures; the --records budget is
+    # drawn set after set, as the local engine runs them.
+    table_events = events.filter(F.col("kind") == tasks.TABLE)
+    probe = _probe_records(table_events, config) if config.keep_records else None
+    results: list[AuditResult] = []
+    sets: list[capture_sets.CaptureSet] = []
+    labels: dict[int, tuple[int, str | None]] = {}
+    clocks: dict[int, tuple] = {}
+    cut: set[tuple] = set()
+    found: set[int] = set()
+    try:
+        for index, (cset, _members) in enumerate(planned):
+            skipped += len(left_out[index])
+            warnings.extend(_left_out_warnings(left_out[index]))
+            run = runs.get(index)
+            if run is None:
+                continue
+            found.update(inputs[m.file].arg for m in run.metas)
+            records = DecodeStats(by_api={})
+            if probe is not None:
+                used = sum(r.decode.records_inflated_bytes for r in results)  # one --records budget a run
+                cut |= _records_budget(probe, index, config, run.last_event, records, used)
+            capture, decode, warns = _totals(run.metas, run.stats, config, records)
+            info = [InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in run.metas]
+            summary = AuditResult.of_run(
+                "spark",
+                inputs=info,
+                capture=capture,
+                decode=decode,
+                output=merge_outputs(run.outputs),
+                warnings=warns,
+            )
+            if cset.clocks:
+                summary.findings = within_uncertainty(summary.findings, cset.clocks)
+            cset = replace(cset, number=len(sets) + 1)
+            stamp_set(summary, cset, run.identity)
+            sets.append(summary.capture_sets[0])
+            ids = run.identity.cluster_ids
+            labels[index] = (cset.number, ids[0] if len(ids) == 1 else None)
+            clocks[index] = cset.clocks
+            results.append(summary)
+    finally:
+        if probe is not None:
+            probe[0].unpersist()
+    for i, arg in enumerate(paths):
+        if i not in found and any(x.arg == i for x in inputs):
+            raise CaptureError(f"{arg}: no pcap or pcapng files in this folder")
+    summary = join_results(results, sets, [i.path for i in inputs], engine="spark")
+    summary.warnings[:0] = warnings  # inputs skipped while listing folders come first, as locally
+    summary.capture.skipped_files += skipped
+
+    frames: dict[str, Any] = {}
+    clusters = {index: label[1] for index, label in labels.items()}
+    for table in ("exchanges", "batches", "records"):
+        if config.keep_records if table == "records" else config.keep_tables:
+            made = tasks.table_rows(table, conns, clusters, config.max_records_batch, frozenset(cut))
+            frames[table] = table_events.mapInArrow(made, tasks.table_ddl(table, order=True))
+        else:
+            frames[table] = None
+    own_sets = list(labels)
+    for table in ("transactions", "findings"):
+        made = outputs.mapInArrow(tasks.output_rows(table, labels, clocks), tasks.table_ddl(table))
+        # each set's CONTEXT_KEY group's output (its last)
+        context = []
+        for i in own_sets:
+            output = runs[i].outputs[-1]
+            context.append(tasks.judged(output, clocks[i]) if clocks[i] else output)
+        own = tasks.output_batch(table, context, [labels[i] for i in own_sets])
+        if own.num_rows:
+            made = made.unionByName(spark.createDataFrame(pa.Table.from_batches([own])))
+        frames[table] = made
+    frames["producers"] = outputs.mapInArrow(tasks.output_rows("producers", labels), tasks.PRODUCERS_DDL)
+    # The partition logs' tables are the joined summary's (its partitions came from each set's context
+    # group, folded by one task), numbered as the local export numbers them.
     for table in _DRIVER_TABLES:
         frames[table] = spark.createDataFrame(
             pa.Table.from_batches([tasks.summary_batch(table, summary)]), tasks.table_ddl(table)
         )
-    return SparkAudit(spark, summary, frames, [df for r in runs for df in r._cached])
+    return SparkAudit(spark, summary, frames, list(cached))
+
+
+def _between_stages(
+    small: list[dict], runs: dict[int, _SetRun]
+) -> tuple[dict[int, int], list[tuple[int, str, str]], dict[tuple[int, str], frozenset[str]]]:
+    """From stage 2's few rows per connection, per set: its counters and last event time, the local
+    engine's connection numbers (in the merge's order of openings), its context events in audit order,
+    its cluster identity and its producer keys' groups. Returns the connection numbers (ids are unique
+    across sets), the (set, key, group) rows and each (set, group)'s keys."""
+    from ksniff.engine import spark_tasks as tasks
+
+    by_set: dict[int, dict[int, list[dict]]] = {}
+    for row in small:
+        by_set.setdefault(row["cset"], {}).setdefault(row["kind"], []).append(row)
+    conns: dict[int, int] = {}
+    group_rows: list[tuple[int, str, str]] = []
+    groups: dict[tuple[int, str], set[str]] = {}
+    for index, run in runs.items():
+        by_kind = by_set.get(index, {})
+        run.stats = [pickle.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
+        run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
+        openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
+        conns.update({pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)})
+        run.context = sorted((_order(r, run.last_event), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
+        run.identity = _identity(by_kind.get(tasks.IDENTITY, []), run.last_event)
+        group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
+        for key, group in sorted(group_of.items()):
+            group_rows.append((index, key, group))
+            groups.setdefault((index, group), set()).add(key)
+    return conns, group_rows, {g: frozenset(keys) for g, keys in groups.items()}
 
 
 def _plan(
@@ -525,7 +687,7 @@ def _plan(
     directions, time span and cluster; ksniff.engine.sets.study) and, for sets of several hosts, the clock
     anchors of each host's files, are found by Spark tasks where the files are read, on any file system,
     and only those summaries come back. One input, --merge and --separate need none of it: files of a
-    folder that are not captures are then left out where they are read (`_Staged.left_out`)."""
+    folder that are not captures are then left out where they are read (`_check_inputs`)."""
     mode = config.capture_sets
     if mode == capture_sets.AUTO and len(inputs) > 1:
         return _plan_studied(session, inputs, paths, config)
@@ -613,21 +775,28 @@ def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int]):
     rows = [(i.file, i.path, i.uri, i.folder, groups[i.file], None) for i in local]
     out = spark.createDataFrame(rows, tasks.PLAN_INPUTS_DDL) if local else None
     if remote:
-        part = _with_content(spark, remote, "grp", "int", [groups[i.file] for i in remote])
+        part = _with_content(spark, remote, [("grp", "int", [groups[i.file] for i in remote])])
         out = part if out is None else out.unionByName(part)
     return out
 
 
-def _with_content(spark: Any, remote: list[_Input], name: str, sql_type: str, values: list):
-    """Rows (file, path, uri, folder, `name`, content) of inputs on a file system other than `file:`,
-    their bytes read by Spark's binaryFile source (one file per row)."""
+def _with_content(spark: Any, remote: list[_Input], columns: Sequence[tuple[str, str, list]]):
+    """Rows (file, path, uri, folder, *columns, content) of inputs on a file system other than `file:`,
+    their bytes read by Spark's binaryFile source (one file per row); `columns`: (name, SQL type, one
+    value per input)."""
+    names = [name for name, _type, _values in columns]
     listing = spark.createDataFrame(
-        [(i.file, i.path, i.uri, i.folder, v) for i, v in zip(remote, values, strict=True)],
-        f"file int, shown string, uri string, folder boolean, {name} {sql_type}",
+        [
+            (i.file, i.path, i.uri, i.folder, *values)
+            for i, *values in zip(remote, *(v for _n, _t, v in columns), strict=True)
+        ],
+        ", ".join(
+            ["file int, shown string, uri string, folder boolean", *(f"{n} {t}" for n, t, _ in columns)]
+        ),
     )
     content = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
     return content.join(listing, content["path"] == listing["uri"]).select(
-        "file", listing["shown"].alias("path"), "uri", "folder", name, "content"
+        "file", listing["shown"].alias("path"), "uri", "folder", *names, "content"
     )
 
 
@@ -640,187 +809,6 @@ def _left_out_warnings(left_out: list) -> list[str]:
         folder, _sep, name = m.path.rpartition("/")
         folders.setdefault(folder, []).append(name)
     return [_not_captures(folder, names) for folder, names in folders.items()]
-
-
-@dataclass
-class _Staged:
-    """A capture set's pipeline run up to what needs the sets before it: the --records budget."""
-
-    metas: list
-    left_out: list
-    stats: list
-    conns: dict[int, int]
-    last_event: float
-    identity: Identity
-    events: Any  # stage 2's rows, cached
-    outputs: Any  # stage 3's, cached
-    output: Any  # the set's AuditOutput
-    gaps: Any  # the CONTEXT_KEY group's output
-    probe: tuple[Any, dict] | None  # (spark_tasks.record_probe's rows, their aggregate) with --records
-
-
-def _run_set(session: Session, inputs: list[_Input], config: EngineConfig) -> _Staged | list:
-    """One capture set's pipeline: its stages run and cached, or the metas of its files left out when none
-    of them is a capture. Sets run side by side (Spark schedules their jobs together)."""
-    spark = session.spark
-    total = sum(i.length for i in inputs)
-    partitions = partitions_for(total, session.parallelism)
-    cached: list[Any] = []
-    try:
-        return _stages(session, inputs, config, spark, partitions, total, cached)
-    except BaseException:
-        for df in cached:
-            df.unpersist()
-        raise
-
-
-def _stages(
-    session: Session,
-    inputs: list[_Input],
-    config: EngineConfig,
-    spark: Any,
-    partitions: int,
-    total: int,
-    cached: list,
-) -> _Staged | list:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from ksniff.engine import spark_tasks as tasks
-
-    # Stage 1: the files read on the executors. Kept (memory, then disk) because the capture's end time,
-    # which stage 2 needs, is known only once every file has been read.
-    segments = _read(spark, inputs, session.parallelism, total).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        # One pass over stage 1's rows: the files' summaries and each partition's distinct packet times.
-        summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
-        metas = sorted(
-            (pickle.loads(b) for b in summaries.column("meta").to_pylist() if b is not None),
-            key=lambda m: m.file,
-        )
-        metas, left_out = _check_inputs(metas)
-        if not metas:
-            return left_out
-        end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
-        pms = tasks.merge_times(b for b in summaries.column("times").to_pylist() if b is not None)
-        every = Reassembler(config.limits).sweep_every
-        end = tasks.RunEnd(end_ts, tasks.sweep_ticks(pms, every))
-
-        # Stage 2: per flow, in the merge's order.
-        events = (
-            segments.repartition(partitions, "flow")
-            .sortWithinPartitions("flow", "pm", "file", "idx")
-            .mapInArrow(tasks.decode(config, end), tasks.EVENTS_DDL)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        cached.append(events)
-        small = events.filter(~F.col("kind").isin(tasks.KEYED, tasks.TABLE, tasks.LOG)).toArrow().to_pylist()
-    finally:
-        segments.unpersist()
-    by_kind: dict[int, list[dict]] = {}
-    for row in small:
-        by_kind.setdefault(row["kind"], []).append(row)
-    stats = [pickle.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
-    last_event = max((s.last_event_ts for s in stats), default=-math.inf)
-    openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
-    conns = {pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)}
-    context = sorted((_order(r, last_event), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
-    group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
-    groups: dict[str, set[str]] = {}
-    for key, group in group_of.items():
-        groups.setdefault(group, set()).add(key)
-    end = replace(end, last_event=None if last_event == -math.inf else last_event)
-
-    # Stage 3: per group of producer keys, in audit order, with the context events.
-    group_table = spark.createDataFrame(sorted(group_of.items()) or [("", "")], "key string, group string")
-    outputs = (
-        events.filter(F.col("kind") == tasks.KEYED)
-        .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf)).otherwise(F.col("rel")))
-        .join(F.broadcast(group_table), "key")
-        .repartition(partitions, "group")
-        .sortWithinPartitions("group", *tasks.ORDER_COLUMNS)
-        .mapInArrow(
-            tasks.fold(config, end, context, conns, {g: frozenset(k) for g, k in groups.items()}),
-            tasks.OUTPUTS_DDL,
-        )
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    cached.append(outputs)
-    audited = [pickle.loads(b) for b in outputs.select("blob").toArrow().column(0).to_pylist()]
-    # The CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs, which read
-    # the context events with the LOG rows (each once), folded by one task where the rows are.
-    folded = (
-        events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG))
-        .withColumn("rel", F.when(F.col("rel") > F.lit(last_event), F.lit(math.inf)).otherwise(F.col("rel")))
-        .repartition(1)
-        .sortWithinPartitions(*tasks.ORDER_COLUMNS)
-        .mapInArrow(tasks.context_fold(config, end, conns), tasks.OUTPUTS_DDL)
-        .select("blob")
-        .toArrow()
-        .column(0)
-        .to_pylist()
-    )
-    gaps = pickle.loads(folded[0]) if folded else tasks.context_output(config, end, ())
-    output = merge_outputs([*audited, gaps])
-
-    probe = None
-    if config.keep_records:
-        probe = _probe_records(events.filter(F.col("kind") == tasks.TABLE), config)
-    return _Staged(
-        metas,
-        left_out,
-        stats,
-        conns,
-        last_event,
-        _identity(by_kind.get(tasks.IDENTITY, []), last_event),
-        events,
-        outputs,
-        output,
-        gaps,
-        probe,
-    )
-
-
-def _finish_set(
-    spark: Any, staged: _Staged, config: EngineConfig, records_used: int, clocks: tuple = ()
-) -> SparkAudit:
-    """A staged set's audit: its --records budget drawn after the sets before it (`records_used`: the
-    bytes they inflated), its counters, summary and DataFrames. `clocks`: the set's, when it joins
-    captures of several hosts (findings within their uncertainty are marked, as locally)."""
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-
-    from ksniff.engine import spark_tasks as tasks
-
-    metas, conns, outputs, gaps = staged.metas, staged.conns, staged.outputs, staged.gaps
-    table_rows = staged.events.filter(F.col("kind") == tasks.TABLE)
-    cut: frozenset[tuple] = frozenset()
-    records = DecodeStats(by_api={})
-    if staged.probe is not None:
-        cut = _records_budget(staged.probe, config, staged.last_event, records, records_used)
-    capture, decode, warnings = _totals(metas, staged.stats, config, records)
-    inputs_info = [InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in metas]
-    summary = AuditResult.of_run(
-        "spark", inputs=inputs_info, capture=capture, decode=decode, output=staged.output, warnings=warnings
-    )
-    if clocks:
-        summary.findings = within_uncertainty(summary.findings, clocks)
-
-    frames: dict[str, Any] = {}
-    for table in ("exchanges", "batches", "records"):
-        if config.keep_records if table == "records" else config.keep_tables:
-            made = tasks.table_rows(table, conns, config.max_records_batch, cut)
-            frames[table] = table_rows.mapInArrow(made, tasks.table_ddl(table, order=True))
-        else:
-            frames[table] = None
-    for table in ("transactions", "findings"):
-        made = outputs.mapInArrow(tasks.output_rows(table, clocks), tasks.table_ddl(table))
-        own = tasks.output_batch(table, [tasks.judged(gaps, clocks) if clocks else gaps])
-        if own.num_rows:
-            made = made.unionByName(spark.createDataFrame(pa.Table.from_batches([own])))
-        frames[table] = made
-    frames["producers"] = outputs.mapInArrow(tasks.output_rows("producers"), tasks.PRODUCERS_DDL)
-    return SparkAudit(spark, summary, frames, [staged.events, outputs])
 
 
 def _identity(rows: list[dict], last_event: float) -> Identity:
@@ -856,9 +844,8 @@ def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int):
             )
         )
     if remote:
-        rows = _with_content(spark, remote, "offset", "double", [i.offset for i in remote]).repartition(
-            min(len(remote), 4 * parallelism)
-        )
+        extra = [("offset", "double", [i.offset for i in remote]), ("cset", "int", [i.cset for i in remote])]
+        rows = _with_content(spark, remote, extra).repartition(min(len(remote), 4 * parallelism))
         parts.append(rows.mapInArrow(tasks.extract, tasks.SEGMENTS_DDL))
     out = parts[0]
     for part in parts[1:]:
@@ -891,7 +878,7 @@ def _spread(listing: list[_Input], n: int) -> list[list[_Input]]:
 
 def _extract(bins: list[list[_Input]]):
     """Stage 1's task for local files: the files of bin `id` of a spark.range, through spark_tasks.extract."""
-    rows = [[(i.file, i.path, i.uri, i.folder, i.offset) for i in b] for b in bins]
+    rows = [[(i.file, i.path, i.uri, i.folder, i.offset, i.cset) for i in b] for b in bins]
 
     def run(batches):
         import pyarrow as pa
@@ -907,6 +894,7 @@ def _extract(bins: list[list[_Input]]):
                         "uri": [r[2] for r in rows[b]],
                         "folder": [r[3] for r in rows[b]],
                         "offset": [r[4] for r in rows[b]],
+                        "cset": pa.array([r[5] for r in rows[b]], pa.int32()),
                         "content": pa.nulls(len(rows[b]), pa.binary()),
                     }
                 )
@@ -920,9 +908,9 @@ def _order(row: dict, last_event: float) -> tuple:
     return (rel, row["ets"], row["phase"], row["ppm"], row["pfile"], row["pidx"], row["n"])
 
 
-def _probe_records(table_rows: Any, config: EngineConfig) -> tuple[Any, dict]:
+def _probe_records(table_rows: Any, config: EngineConfig) -> tuple[Any, dict[int, dict]]:
     """The --records batches' sizes (spark_tasks.record_probe), computed on the executors, and their
-    aggregate, which alone reaches the driver."""
+    aggregate per capture set, which alone reaches the driver."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -931,44 +919,46 @@ def _probe_records(table_rows: Any, config: EngineConfig) -> tuple[Any, dict]:
     probe = table_rows.mapInArrow(tasks.record_probe(config.max_records_batch), tasks.PROBE_DDL).persist(
         StorageLevel.MEMORY_AND_DISK
     )
-    agg = (
-        probe.agg(
-            F.max("need").alias("need"),
-            F.max("request_need").alias("request_need"),
-            F.sum("used").alias("used"),
-            F.count("*").alias("batches"),
-        )
-        .first()
-        .asDict()
+    aggregates = probe.groupBy("cset").agg(
+        F.max("need").alias("need"),
+        F.max("request_need").alias("request_need"),
+        F.sum("used").alias("used"),
+        F.count("*").alias("batches"),
     )
-    return probe, agg
+    return probe, {row["cset"]: row.asDict() for row in aggregates.collect()}
 
 
 def _records_budget(
-    probed: tuple[Any, dict], config: EngineConfig, last_event: float, stats: DecodeStats, records_used: int
+    probed: tuple[Any, dict[int, dict]],
+    cset: int,
+    config: EngineConfig,
+    last_event: float,
+    stats: DecodeStats,
+    records_used: int,
 ) -> frozenset[tuple]:
-    """The --records decompression caps as the local engine applies them (ksniff.decode.records.Inflation):
-    the executors decompress every batch under the per-batch cap (spark_tasks.record_probe); the request
-    and run caps depend on what came before in audit order, so the driver replays the budget over the
-    batches' sizes in that order. Counts what was inflated and cut into `stats`; returns the batches cut
-    (audit order columns and index in the exchange), whose records the executors leave out. When no cap
-    can bind (checked on an aggregate), nothing but that aggregate reaches the driver."""
+    """The --records decompression caps over capture set `cset` as the local engine applies them
+    (ksniff.decode.records.Inflation): the executors decompress every batch under the per-batch cap
+    (spark_tasks.record_probe); the request and run caps depend on what came before in audit order, so
+    the driver replays the budget over the set's batches' sizes in that order, after `records_used` bytes
+    of the sets before it. Counts what was inflated and cut into `stats`; returns the batches cut (audit
+    order columns and index in the exchange), whose records the executors leave out. When no cap can
+    bind (checked on the set's aggregate), nothing but that aggregate reaches the driver."""
+    from pyspark.sql import functions as F
+
     from ksniff.engine import spark_tasks as tasks
 
-    probe, agg = probed
-    try:
-        if not agg["batches"]:
-            return frozenset()
-        if (
-            agg["need"] <= config.max_records_batch
-            and agg["request_need"] <= config.max_records_request
-            and records_used + agg["used"] + agg["need"] <= config.max_records_run
-        ):
-            stats.records_inflated_bytes += agg["used"]
-            return frozenset()
-        rows = probe.toArrow().to_pylist()
-    finally:
-        probe.unpersist()
+    probe, aggregates = probed
+    agg = aggregates.get(cset)
+    if agg is None or not agg["batches"]:
+        return frozenset()
+    if (
+        agg["need"] <= config.max_records_batch
+        and agg["request_need"] <= config.max_records_request
+        and records_used + agg["used"] + agg["need"] <= config.max_records_run
+    ):
+        stats.records_inflated_bytes += agg["used"]
+        return frozenset()
+    rows = probe.filter(F.col("cset") == cset).toArrow().to_pylist()
     names = tasks.ORDER_COLUMNS
     rows.sort(
         key=lambda r: (

@@ -34,7 +34,7 @@ import math
 import os
 import pickle
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -61,7 +61,7 @@ def dumps(obj) -> bytes:
 INF = math.inf
 
 # Row kinds leaving stage 2.
-KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, FILE_META, LINK, IDENTITY = 0, 1, 2, 3, 4, 5, 6, 7
+KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, LINK, IDENTITY = 0, 1, 2, 3, 4, 6, 7
 LOG = 8  # exchanges the partition logs read (ksniff.audit.keys.is_log_event): for the CONTEXT_KEY group
 
 _SQL_TYPES = {
@@ -82,6 +82,7 @@ def ddl(schema: pa.Schema) -> str:
 
 SEGMENTS = pa.schema(
     [
+        ("cset", pa.int32()),  # the capture set the file is audited in (its index in the run's plan)
         ("flow", pa.binary()),
         ("pm", pa.float64()),
         ("file", pa.int32()),
@@ -106,6 +107,7 @@ SEGMENTS_DDL = ddl(SEGMENTS)
 # Stage 2's rows. `rel`, `ets` and (`phase`, `ppm`, `pfile`, `pidx`, `n`) make the audit order key.
 EVENTS = pa.schema(
     [
+        ("cset", pa.int32()),
         ("kind", pa.int8()),
         ("key", pa.string()),
         ("rel", pa.float64()),
@@ -121,7 +123,8 @@ EVENTS = pa.schema(
 EVENTS_DDL = ddl(EVENTS)
 ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "n")
 
-OUTPUTS = pa.schema([("key", pa.string()), ("blob", pa.binary())])  # stage 3: each group's output
+# Stage 3: each group's output, per capture set.
+OUTPUTS = pa.schema([("cset", pa.int32()), ("key", pa.string()), ("blob", pa.binary())])
 OUTPUTS_DDL = ddl(OUTPUTS)
 
 
@@ -260,7 +263,8 @@ def local_path(uri: str) -> str | None:
 
 
 def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over rows of LISTING_DDL: every TCP segment of each file, then its FileMeta.
+    """mapInArrow over rows of LISTING_DDL (and optional `offset` and `cset` columns, the file's clock
+    offset and capture set): every TCP segment of each file, then its FileMeta.
 
     A `file:` URI is opened where the task runs; any other file system's bytes come in `content` (Spark's
     binaryFile source read them) and go through a temporary file. An input that cannot be read is a
@@ -270,9 +274,10 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
         names = batch.schema.names
         offsets = batch.column("offset").to_pylist() if "offset" in names else [0.0] * batch.num_rows
+        sets = batch.column("cset").to_pylist() if "cset" in names else [0] * batch.num_rows
         contents = batch.column("content")
         for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
-            yield from _extract_input(file, path, uri, folder, contents[i].as_py, offsets[i])
+            yield from _extract_input(file, path, uri, folder, contents[i].as_py, offsets[i], sets[i])
 
 
 @contextlib.contextmanager
@@ -297,18 +302,18 @@ def opened(uri: str, content) -> Iterator[str]:
 
 
 def _extract_input(
-    file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0
+    file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0, cset: int = 0
 ) -> Iterator[pa.RecordBatch]:
     with opened(uri, content) as where:
         try:
             capture = CaptureFile(where)
         except CaptureError as exc:
-            yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), folder))
+            yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), folder), cset)
             return
         try:
-            yield from _extract_file(file, path, capture, offset)
+            yield from _extract_file(file, path, capture, offset, cset)
         except CaptureError as exc:
-            yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), False))
+            yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), False), cset)
         finally:
             capture.close()
 
@@ -319,14 +324,15 @@ def _failed(file: int, path: str, error: str, skipped: bool) -> FileMeta:
     )
 
 
-def _meta_batch(meta: FileMeta) -> pa.RecordBatch:
+def _meta_batch(meta: FileMeta, cset: int) -> pa.RecordBatch:
     row: dict[str, list] = {name: [None] for name in SEGMENTS.names}
+    row["cset"] = [cset]
     row["meta"] = [dumps(meta)]
     return pa.RecordBatch.from_pydict(row, schema=SEGMENTS)
 
 
 def _extract_file(
-    file: int, path: str, capture: CaptureFile, offset: float = 0.0
+    file: int, path: str, capture: CaptureFile, offset: float = 0.0, cset: int = 0
 ) -> Iterator[pa.RecordBatch]:
     """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock)."""
     cols: dict[str, list] = {name: [] for name in SEGMENTS.names}
@@ -340,6 +346,7 @@ def _extract_file(
     # Once per segment: one list per column, appended to through bound methods, made into one Arrow
     # batch per BATCH_ROWS segments (column by column, not row by row).
     (
+        _sets,
         flows,
         pms,
         files,
@@ -393,11 +400,11 @@ def _extract_file(
         cuts.append(payload if truncated else 0)
         idx += 1
         if len(pms) >= BATCH_ROWS:
-            yield _segment_batch(cols, file)
+            yield _segment_batch(cols, file, cset)
             for column in cols.values():
                 column.clear()
     if pms:
-        yield _segment_batch(cols, file)
+        yield _segment_batch(cols, file, cset)
     c = capture.counts
     yield _meta_batch(
         FileMeta(
@@ -414,16 +421,18 @@ def _extract_file(
             c.last_ts,
             pm if idx else None,
             list(capture.warnings),
-        )
+        ),
+        cset,
     )
 
 
-def _segment_batch(cols: dict[str, list], file: int) -> pa.RecordBatch:
+def _segment_batch(cols: dict[str, list], file: int, cset: int) -> pa.RecordBatch:
     n = len(cols["pm"])
+    constant = {"file": file, "cset": cset}
     arrays = [
-        pa.array(cols[name], type=f.type)
-        if name not in ("file", "meta")
-        else (pa.array([file] * n, type=f.type) if name == "file" else pa.nulls(n, type=f.type))
+        pa.array([constant[name]] * n, type=f.type)
+        if name in constant
+        else (pa.nulls(n, type=f.type) if name == "meta" else pa.array(cols[name], type=f.type))
         for name, f in zip(SEGMENTS.names, SEGMENTS, strict=True)
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=SEGMENTS)
@@ -433,13 +442,15 @@ def _segment_batch(cols: dict[str, list], file: int) -> pa.RecordBatch:
 
 
 class _Rows:
-    """Stage 2's output rows, buffered into Arrow batches."""
+    """Stage 2's output rows, buffered into Arrow batches; each of capture set `cset`."""
 
     def __init__(self) -> None:
         self.cols: dict[str, list] = {name: [] for name in EVENTS.names}
+        self.cset = 0
 
     def add(self, kind: int, key: str | None, order: tuple, blob: bytes) -> None:
         c = self.cols
+        c["cset"].append(self.cset)
         c["kind"].append(kind)
         c["key"].append(key)
         for name, value in zip(ORDER_COLUMNS, order, strict=True):
@@ -515,6 +526,7 @@ class _Flow:
         cut it too, at that other segment's position."""
         reassembler = self.reassembler
         for (
+            _cset,
             _flow,
             pm,
             file,
@@ -603,21 +615,24 @@ class _Flow:
                 self.links.add(touched_keys(event))
 
 
-def decode(config: EngineConfig, end: RunEnd):
-    """mapInArrow over segment rows sorted by (flow, pm, file, idx): decode events and counters."""
+def decode(config: EngineConfig, ends: dict[int, RunEnd]):
+    """mapInArrow over segment rows (not the files' summaries) sorted by (cset, flow, pm, file, idx):
+    decode events, and the
+    counters of each capture set (`ends`: each set's RunEnd) the task met."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = _Rows()
-        stats = FlowStats(CaptureStats(), DecodeStats(by_api={}))
-        for flow, segments in itertools.groupby(_segment_rows(batches), key=lambda row: row[0]):
-            if flow is None:  # the files' summaries, passed through
-                for row in segments:
-                    rows.add(FILE_META, None, NO_ORDER, row[-1])
-                continue
-            _Flow(config, end, stats, rows).run(segments)
+        stats: dict[int, FlowStats] = {}
+        for (cset, _flow), segments in itertools.groupby(_segment_rows(batches), key=lambda row: row[:2]):
+            rows.cset = cset
+            if cset not in stats:
+                stats[cset] = FlowStats(CaptureStats(), DecodeStats(by_api={}))
+            _Flow(config, ends[cset], stats[cset], rows).run(segments)
             if rows.full():
                 yield rows.take()
-        rows.add(FLOW_STATS, None, NO_ORDER, dumps(stats))
+        for cset, counted in stats.items():
+            rows.cset = cset
+            rows.add(FLOW_STATS, None, NO_ORDER, dumps(counted))
         yield rows.take()
 
     return run
@@ -631,26 +646,39 @@ def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 # -- stage 3: the audit fold per producer key ------------------------------------------------------------
 
 
-SUMMARY_DDL = "meta binary, times binary"
+SUMMARY = pa.schema([("cset", pa.int32()), ("meta", pa.binary()), ("times", pa.binary())])
+SUMMARY_DDL = ddl(SUMMARY)
 
 
 def summarize(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over stage 1's rows: the files' summaries as they are, and the partition's distinct
-    running-maximum times as one float64 array (the driver merges them into the sweep clock)."""
+    """mapInArrow over stage 1's rows: the files' summaries as they are, and per capture set the
+    partition's distinct running-maximum times as one float64 array (the driver merges them into each
+    set's sweep clock)."""
     import numpy as np
 
+    sets: list[int] = []
     metas: list[bytes] = []
-    parts = []
+    parts: dict[int, list] = {}
     for batch in batches:
         meta = batch.column("meta")
-        metas.extend(b for b in meta.filter(pa.compute.is_valid(meta)).to_pylist())
-        pm = batch.column("pm").drop_null().to_numpy()
-        if len(pm):
-            parts.append(np.unique(pm))
-    times = np.unique(np.concatenate(parts)).tobytes() if parts else None
+        has_meta = pa.compute.is_valid(meta)
+        sets.extend(batch.column("cset").filter(has_meta).to_pylist())
+        metas.extend(meta.filter(has_meta).to_pylist())
+        segments = batch.filter(pa.compute.invert(has_meta))
+        if not segments.num_rows:
+            continue
+        cset_column = segments.column("cset").to_numpy()
+        pm = segments.column("pm").to_numpy()
+        for cset in np.unique(cset_column).tolist():
+            parts.setdefault(cset, []).append(np.unique(pm[cset_column == cset]))
+    times = {cset: np.unique(np.concatenate(p)).tobytes() for cset, p in parts.items()}
     yield pa.RecordBatch.from_pydict(
-        {"meta": [*metas, None], "times": [None] * len(metas) + [times]},
-        schema=pa.schema([("meta", pa.binary()), ("times", pa.binary())]),
+        {
+            "cset": [*sets, *times],
+            "meta": [*metas, *(None for _ in times)],
+            "times": [*(None for _ in metas), *times.values()],
+        },
+        schema=SUMMARY,
     )
 
 
@@ -690,25 +718,31 @@ def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
 
 def fold(
     config: EngineConfig,
-    end: RunEnd,
-    context: list[tuple[tuple, bytes]],
+    ends: dict[int, RunEnd],
+    context: dict[int, list[tuple[tuple, bytes]]],
     conns: dict[int, int],
-    groups: dict[str, frozenset[str]],
+    groups: dict[tuple[int, str], frozenset[str]],
 ):
-    """mapInArrow over KEYED rows sorted by (group, order): one fold per group of keys over its events
-    and the context events, merged in audit order; each group's AuditOutput pickled."""
+    """mapInArrow over KEYED rows sorted by (cset, group, order): one fold per group of keys of a capture
+    set over its events and the set's context events (`context`), merged in audit order; each group's
+    AuditOutput pickled."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        context_events = [(order, renumber(pickle.loads(blob), conns)) for order, blob in context]
-        names: list[str] = []
-        blobs: list[bytes] = []
-        for group, events in _keyed(batches):
-            auditor = Auditor(config.audit_config(), key=group, keys=groups[group])
-            for _order, event in heapq.merge(_once(events, conns), iter(context_events), key=lambda x: x[0]):
+        unpickled: dict[int, list] = {}
+        out: dict[str, list] = {name: [] for name in OUTPUTS.names}
+        for (cset, group), events in _keyed(batches):
+            if cset not in unpickled:
+                unpickled[cset] = [
+                    (order, renumber(pickle.loads(blob), conns)) for order, blob in context.get(cset, ())
+                ]
+            auditor = Auditor(config.audit_config(), key=group, keys=groups[cset, group])
+            merged = heapq.merge(_once(events, conns), iter(unpickled[cset]), key=lambda x: x[0])
+            for _order, event in merged:
                 auditor.feed(event)
-            names.append(group)
-            blobs.append(dumps(auditor.finish(end.last_event)))
-        yield pa.RecordBatch.from_pydict({"key": names, "blob": blobs}, schema=OUTPUTS)
+            out["cset"].append(cset)
+            out["key"].append(group)
+            out["blob"].append(dumps(auditor.finish(ends[cset].last_event)))
+        yield pa.RecordBatch.from_pydict(out, schema=OUTPUTS)
 
     return run
 
@@ -724,16 +758,19 @@ def _once(
             yield order, renumber(pickle.loads(blob), conns)
 
 
-def _keyed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, Iterator[tuple[tuple, bytes]]]]:
-    """Rows sorted by (group, order) as one iterator per group, streamed."""
+def _keyed(
+    batches: Iterator[pa.RecordBatch], by: tuple[str, ...] = ("cset", "group")
+) -> Iterator[tuple[tuple, Iterator[tuple[tuple, bytes]]]]:
+    """Rows sorted by (*by, order) as one iterator per value of `by`, streamed."""
 
-    def rows() -> Iterator[tuple[str, tuple, bytes]]:
+    def rows() -> Iterator[tuple[tuple, tuple, bytes]]:
         for batch in batches:
-            for group, (order, blob) in zip(batch.column("group").to_pylist(), _ordered(batch), strict=True):
-                yield group, order, blob
+            values = zip(*(batch.column(name).to_pylist() for name in by), strict=True)
+            for value, (order, blob) in zip(values, _ordered(batch), strict=True):
+                yield value, order, blob
 
-    for group, rows_of_group in itertools.groupby(rows(), key=lambda row: row[0]):
-        yield group, ((order, blob) for _group, order, blob in rows_of_group)
+    for value, rows_of_group in itertools.groupby(rows(), key=lambda row: row[0]):
+        yield value, ((order, blob) for _value, order, blob in rows_of_group)
 
 
 def _ordered(batch: pa.RecordBatch) -> Iterator[tuple[tuple, bytes]]:
@@ -751,16 +788,20 @@ def context_output(config: EngineConfig, end: RunEnd, events: Iterable[DecodeEve
     return auditor.finish(end.last_event)
 
 
-def context_fold(config: EngineConfig, end: RunEnd, conns: dict[int, int]):
-    """mapInArrow over the CONTEXT and LOG rows in one partition, sorted by the audit order: the
-    CONTEXT_KEY group's output, made where the rows are, so the exchanges the partition logs read never
-    reach the driver. An event that is both context and read by the logs came once per kind, with one
-    order: `_once` folds it once."""
+def context_fold(config: EngineConfig, ends: dict[int, RunEnd], conns: dict[int, int]):
+    """mapInArrow over the CONTEXT and LOG rows sorted by (cset, audit order), each set's in one
+    partition: each set's CONTEXT_KEY group output, made where the rows are, so the exchanges the
+    partition logs read never reach the driver. An event that is both context and read by the logs came
+    once per kind, with one order: `_once` folds it once."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = (row for batch in batches for row in _ordered(batch))
-        output = context_output(config, end, (event for _order, event in _once(rows, conns)))
-        yield pa.RecordBatch.from_pydict({"key": [CONTEXT_KEY], "blob": [dumps(output)]}, schema=OUTPUTS)
+        out: dict[str, list] = {name: [] for name in OUTPUTS.names}
+        for (cset,), rows in _keyed(batches, ("cset",)):
+            output = context_output(config, ends[cset], (event for _order, event in _once(rows, conns)))
+            out["cset"].append(cset)
+            out["key"].append(CONTEXT_KEY)
+            out["blob"].append(dumps(output))
+        yield pa.RecordBatch.from_pydict(out, schema=OUTPUTS)
 
     return run
 
@@ -791,6 +832,7 @@ def table_ddl(table: str, order: bool = False) -> str:
             else "`phase` tinyint"
             for name in ROW_ORDER
         ]
+        columns.append("`_cluster` string")
     return ", ".join(columns)
 
 
@@ -807,6 +849,7 @@ def _table_schema(table: str, order: bool) -> pa.Schema:
             "sub": pa.int64(),
         }
         fields += [pa.field(name, kinds.get(name, pa.float64())) for name in ROW_ORDER]
+        fields.append(pa.field("_cluster", pa.string()))
     return pa.schema(fields)
 
 
@@ -836,10 +879,15 @@ def _arrow_rows(
 
 
 def table_rows(
-    table: str, conns: dict[int, int], per_batch: int = 64 << 20, cut: frozenset[tuple] = frozenset()
+    table: str,
+    conns: dict[int, int],
+    clusters: dict[int, str | None],
+    per_batch: int = 64 << 20,
+    cut: frozenset[tuple] = frozenset(),
 ):
     """mapInArrow over TABLE rows (pickled exchanges): the rows of `exchanges`, `batches` or `records`,
-    with the exchange's connection number as the local engine gives it, and their audit-order columns.
+    with the exchange's connection number as the local engine gives it, their audit-order columns and
+    `_cluster`, the cluster of their capture set (`clusters`, by set; see --partition-by).
     `records`: each batch decompressed under the per-batch cap, except the batches in `cut` (audit order
     columns and the batch's index in its exchange), which the run's request and run caps cut
     (see `record_probe`)."""
@@ -857,21 +905,23 @@ def table_rows(
         ]
 
     schema = _table_schema(table, order=True)
+    hidden = (*ROW_ORDER, "_cluster")
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
+            sets = batch.column("cset").to_pylist()
             rows: list[dict] = []
-            extra: dict[str, list] = {name: [] for name in ROW_ORDER}
-            for order, blob in zip(orders, batch.column("blob").to_pylist(), strict=True):
+            extra: dict[str, list] = {name: [] for name in hidden}
+            for cset, order, blob in zip(sets, orders, batch.column("blob").to_pylist(), strict=True):
                 made = rows_of(renumber(pickle.loads(blob), conns), order)
                 rows.extend(made)
                 for sub in range(len(made)):
-                    for name, value in zip(ROW_ORDER, (*order, sub), strict=True):
+                    for name, value in zip(hidden, (*order, sub, clusters.get(cset)), strict=True):
                         extra[name].append(value)
                 if len(rows) >= BATCH_ROWS:
                     yield _arrow_rows(rows, table, schema, extra)
-                    rows, extra = [], {name: [] for name in ROW_ORDER}
+                    rows, extra = [], {name: [] for name in hidden}
             if rows:
                 yield _arrow_rows(rows, table, schema, extra)
 
@@ -882,7 +932,7 @@ def table_rows(
 
 _UNCAPPED = 1 << 62
 PROBE_DDL = (
-    "rel double, ets double, phase tinyint, ppm double, pfile int, pidx long, n long, batch long, "
+    "cset int, rel double, ets double, phase tinyint, ppm double, pfile int, pidx long, n long, batch long, "
     "need double, used long, request_need double"
 )
 
@@ -923,20 +973,22 @@ def record_probe(per_batch: int):
                 high = mid
         return float(low), 0
 
-    names = (*ORDER_COLUMNS, "batch", "need", "used", "request_need")
+    names = ("cset", *ORDER_COLUMNS, "batch", "need", "used", "request_need")
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             cols: dict[str, list] = {name: [] for name in names}
             orders = zip(*(batch.column(name).to_pylist() for name in ORDER_COLUMNS), strict=True)
-            for order, blob in zip(orders, batch.column("blob").to_pylist(), strict=True):
+            sets = batch.column("cset").to_pylist()
+            for cset, order, blob in zip(sets, orders, batch.column("blob").to_pylist(), strict=True):
                 ex = pickle.loads(blob)
                 before = 0
                 for i, b in enumerate(ex.batches):
                     if b.records is None or b.header.control:
                         continue
                     need, used = probe(b.records)
-                    for name, value in zip(names, (*order, i, need, used, before + need), strict=True):
+                    values = (cset, *order, i, need, used, before + need)
+                    for name, value in zip(names, values, strict=True):
                         cols[name].append(value)
                     before += used
             yield pa.RecordBatch.from_pydict(cols, schema=_PROBE_SCHEMA)
@@ -946,7 +998,7 @@ def record_probe(per_batch: int):
 
 _PROBE_SCHEMA = pa.schema(
     [
-        *(f for f in EVENTS if f.name in ORDER_COLUMNS),
+        *(f for f in EVENTS if f.name == "cset" or f.name in ORDER_COLUMNS),
         pa.field("batch", pa.int64()),
         pa.field("need", pa.float64()),
         pa.field("used", pa.int64()),
@@ -955,18 +1007,23 @@ _PROBE_SCHEMA = pa.schema(
 )
 
 
-def output_rows(table: str, clocks: tuple = ()):
+def output_rows(table: str, labels: dict[int, tuple] | None = None, clocks: dict[int, tuple] | None = None):
     """mapInArrow over the folds' pickled AuditOutputs: the `transactions`, `findings` or `producers`
-    rows of each group. `clocks`: the capture set's (ksniff.engine.clock), when it joins captures of
-    several hosts: findings that rest on an order within their uncertainty are marked as locally."""
+    rows of each group, labelled with their capture set's (number, cluster) from `labels`. `clocks`: a
+    set's clocks (ksniff.engine.clock), when it joins captures of several hosts: findings that rest on an
+    order within their uncertainty are marked as locally."""
     from ksniff.report.tables import finding_row, transaction_row
+
+    labels, clocks = labels or {}, clocks or {}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
+            sets = batch.column("cset").to_pylist()
             outputs = [pickle.loads(b) for b in batch.column("blob").to_pylist()]
-            if clocks and table == "findings":
-                outputs = [judged(o, clocks) for o in outputs]
-            yield output_batch(table, outputs, finding_row, transaction_row)
+            if table == "findings":
+                pairs = zip(sets, outputs, strict=True)
+                outputs = [judged(o, clocks[c]) if clocks.get(c) else o for c, o in pairs]
+            yield output_batch(table, outputs, [labels.get(c) for c in sets], finding_row, transaction_row)
 
     return run
 
@@ -979,17 +1036,31 @@ def judged(output, clocks: tuple):
     return replace(output, findings=tuple(within_uncertainty(list(output.findings), clocks)))
 
 
-def output_batch(table: str, outputs, finding_row=None, transaction_row=None) -> pa.RecordBatch:
-    if table == "producers":
-        rows = [p.as_contract() for o in outputs for p in o.producers]
-        return pa.RecordBatch.from_pylist(rows, schema=PRODUCERS_SCHEMA)
+def output_batch(
+    table: str, outputs, labels: Sequence[tuple | None] = (), finding_row=None, transaction_row=None
+) -> pa.RecordBatch:
+    """The rows of `table` from AuditOutputs, each output's with its (capture set, cluster) label from
+    `labels` when given."""
     if finding_row is None:
         from ksniff.report.tables import finding_row, transaction_row
-    rows = (
-        [transaction_row(t) for o in outputs for t in o.transactions]
-        if table == "transactions"
-        else [finding_row(f) for o in outputs for f in o.findings]
-    )
+
+    def made(output) -> list[dict]:
+        if table == "producers":
+            return [p.as_contract() for p in output.producers]
+        if table == "transactions":
+            return [transaction_row(t) for t in output.transactions]
+        return [finding_row(f) for f in output.findings]
+
+    rows = []
+    for i, output in enumerate(outputs):
+        mine = made(output)
+        if i < len(labels) and labels[i] is not None:
+            number, cluster = labels[i]
+            for row in mine:
+                row["capture_set"], row["cluster"] = number, cluster
+        rows.extend(mine)
+    if table == "producers":
+        return pa.RecordBatch.from_pylist(rows, schema=PRODUCERS_SCHEMA)
     return _arrow_rows(rows, table, _table_schema(table, order=False))
 
 

@@ -71,8 +71,8 @@ def test_findings_rows_are_judged_against_the_sets_clocks(tmp_path: Path) -> Non
     vague = tuple(replace(c, low=c.offset - 1.0, high=c.offset + 1.0) if c.pairs else c for c in cset.clocks)
     halves = [split.findings[::2], split.findings[1::2]]  # two groups' outputs, judged apart
     blobs = [pickle.dumps(AuditOutput((), (), tuple(h))) for h in halves]
-    batch = pa.RecordBatch.from_pydict({"key": ["a", "b"], "blob": blobs})
-    rows = [row for b in output_rows("findings", vague)(iter([batch])) for row in b.to_pylist()]
+    batch = pa.RecordBatch.from_pydict({"cset": [0, 0], "key": ["a", "b"], "blob": blobs})
+    rows = [row for b in output_rows("findings", clocks={0: vague})(iter([batch])) for row in b.to_pylist()]
     expected = [finding_row(f) for h in halves for f in within_uncertainty(list(h), vague)]
     assert rows == [{k: r.get(k) for k in rows[0]} for r in expected]
     zombie = [r for r in rows if r["kind"] == "zombie_write_accepted"]
