@@ -15,9 +15,11 @@ from ksniff.audit.codes import FENCING_ERRORS, error_name
 from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, ProducerState, TxnIdState
+from ksniff.common.codegen import fast_init
 from ksniff.decode.events import Exchange
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A request as the identity checks judge it: the instance that sent it (producer id, epoch), what it
@@ -50,10 +52,12 @@ def see_producer(
     """Note that `producer_id` was seen at `epoch` on this exchange's connection."""
     p = state.producer(producer_id, ex.request_ts)
     epochs = p.epochs
-    if epoch >= 0 and epoch not in epochs:  # the usual case, an epoch already seen, needs no max()
-        if epochs and epoch > max(epochs):
+    if epoch >= 0 and epoch not in epochs:  # the usual case, an epoch already seen, changes nothing
+        if epochs and epoch > p.top_epoch:
             p.started_epochs.add(epoch)  # bumped in front of us: its sequences restart at 0
         epochs.add(epoch)
+        if epoch > p.top_epoch:
+            p.top_epoch = epoch
     p.clients.add(ex.client)
     if ex.client_id:
         p.client_ids.add(ex.client_id)

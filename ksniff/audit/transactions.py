@@ -533,9 +533,8 @@ def write(
     tv2 = ex.api_version >= 12  # Produce v12+ is only used within a transaction under transaction.version 2
     t.tv2 = t.tv2 or tv2
     trigger = Trigger.WRITE_TV2 if tv2 else Trigger.WRITE
-    what = f"transactional write to {topic}-{partition}"
-    where = dict(topic=topic, partition=partition)
-    if illegal(
+    # Once per transactional batch: `illegal`'s words are made only when the lane cannot take the write.
+    if next_state(lane.state, trigger) is None and illegal(
         state,
         t,
         lane,
@@ -546,8 +545,9 @@ def write(
         producer_id,
         epoch,
         unverified=unverified,
-        what=what,
-        **where,
+        what=f"transactional write to {topic}-{partition}",
+        topic=topic,
+        partition=partition,
     ):
         return
     rec = lane.txn
@@ -558,7 +558,7 @@ def write(
             "AddPartitionsToTxn did not add"
         )
         registered = ("registered", sorted(f"{tp}-{p}" for tp, p in rec.registered))
-        subject = dict(producer_id=producer_id, producer_epoch=epoch, **where)
+        subject = dict(producer_id=producer_id, producer_epoch=epoch, topic=topic, partition=partition)
         _unregistered(state, t, rec, ex, answer, out, kind, what, registered, subject, unverified)
     if answer == 0:
         rec = enter(state, lane, trigger, producer_id, epoch, ex.request_ts, client=ex.client)

@@ -35,7 +35,7 @@ from ksniff.decode.sync import BODY_BAD, response_confirmer, response_finder
 from ksniff.decode.values import Struct
 
 if TYPE_CHECKING:
-    from ksniff.decode.context import DecodeContext
+    from ksniff.decode.context import DecodeContext, VersionPlan
     from ksniff.decode.schema import Api
 
 PRODUCE = 0
@@ -63,6 +63,7 @@ class Pending:
     first_ts: float
     last_ts: float
     unverified: bool
+    plan: VersionPlan | None = None  # the API version's, when the generated decoders read its bodies
 
 
 class Connection:
@@ -185,17 +186,29 @@ class Connection:
             ctx.stats.errors += 1
             return
         api_key, api_version = _API_HEAD(payload, 0)
-        api = ctx.apis.get(api_key)
-        head = request_head(payload, api is not None and api.flexible.contains(api_version))
+        plan = ctx.plans.get((api_key, api_version))  # found for every request but a version's first
+        if plan is not None:
+            api = plan.api
+            head = request_head(payload, plan.request_flexible)
+        else:
+            api = ctx.apis.get(api_key)
+            head = request_head(payload, api is not None and api.flexible.contains(api_version))
         if head is None:
             ctx.stats.errors += 1
             return
         correlation_id, client_id, body_offset = head
-        name = api.name if api is not None else f"Unknown{api_key}"
-        counts = ctx.count(name, api_version)
-        counts.requests += 1
-        ctx.stats.requests += 1
-        body, error = ctx.decode(api, api_version, True, payload[body_offset:])
+        if plan is not None:
+            name, counts = plan.name, plan.counts
+            counts.requests += 1
+            ctx.stats.requests += 1
+            body, error = ctx.run(plan.request, api, api_version, True, payload[body_offset:])
+        else:
+            name = api.name if api is not None else f"Unknown{api_key}"
+            counts = ctx.count(name, api_version)
+            counts.requests += 1
+            ctx.stats.requests += 1
+            body, error = ctx.decode(api, api_version, True, payload[body_offset:])
+            plan = ctx.remember(api, api_version, counts)
         if error is not None:
             counts.not_decoded(error)
         self.last_correlation = correlation_id
@@ -213,6 +226,7 @@ class Connection:
             frame.first_ts,
             frame.last_ts,
             self.unverified,
+            plan,
         )
         if api_key == PRODUCE and body is not None and getattr(body, "acks", None) == 0:
             out.append(self._exchange(pending, None, None, None, "no_response"))
@@ -243,17 +257,24 @@ class Connection:
                 break
             out.append(self._unanswered(self.pending.pop(first.correlation_id)))
         api = pending.api
-        flexible = (
-            api is not None and api.flexible.contains(pending.api_version) and not api.response_header_v0
-        )
-        header = parse_response_header(payload, flexible)
-        counts = ctx.count(pending.api_name, pending.api_version)
+        plan = pending.plan
+        if plan is not None:
+            header = parse_response_header(payload, plan.response_flexible)
+            counts = plan.counts
+        else:
+            flexible = (
+                api is not None and api.flexible.contains(pending.api_version) and not api.response_header_v0
+            )
+            header = parse_response_header(payload, flexible)
+            counts = ctx.count(pending.api_name, pending.api_version)
         counts.responses += 1
         counts.exchanges += 1
         ctx.stats.exchanges += 1
         if header is None:
             ctx.stats.errors += 1
             body, error = None, "malformed: response header"
+        elif plan is not None:
+            body, error = ctx.run(plan.response, api, pending.api_version, False, payload[header[1] :])
         else:
             body, error = ctx.decode(api, pending.api_version, False, payload[header[1] :])
         if error is not None:
@@ -368,6 +389,8 @@ class Connection:
     def _produced(
         self, p: Pending, response: Struct | None, response_ts: float | None, unverified: bool
     ) -> tuple[ProducedBatch, ...]:
+        # Once per Produce exchange: each batch made with its fields in order (ProducedBatch's), the
+        # exchange's own values read once.
         request = p.body
         names = self.ctx.topic_names
         answers: dict[tuple[Any, int], Any] = {}
@@ -378,12 +401,15 @@ class Connection:
                     answers[(key, part.index)] = part
         transactional_id = getattr(request, "transactional_id", None)
         acks = getattr(request, "acks", -1)
+        ts, conn, client, broker = p.first_ts, self.conn, self.client, self.broker
+        client_id, correlation_id, api_version = p.client_id, p.correlation_id, p.api_version
         out = []
         for topic in getattr(request, "topic_data", ()) or ():
             key = _topic_key(topic)
             topic_name = key if isinstance(key, str) else names.get(key, str(key))
             for part in getattr(topic, "partition_data", ()) or ():
-                answer = answers.get((key, part.index))
+                index = part.index
+                answer = answers.get((key, index))
                 error_code = None if answer is None else answer.error_code
                 next_offset = None
                 if answer is not None and error_code == 0 and answer.base_offset >= 0:
@@ -393,23 +419,23 @@ class Connection:
                 for i, header in enumerate(records):
                     out.append(
                         ProducedBatch(
-                            ts=p.first_ts,
-                            response_ts=response_ts,
-                            conn=self.conn,
-                            client=self.client,
-                            broker=self.broker,
-                            client_id=p.client_id,
-                            correlation_id=p.correlation_id,
-                            api_version=p.api_version,
-                            transactional_id=transactional_id,
-                            acks=acks,
-                            topic=topic_name,
-                            partition=part.index,
-                            header=header,
-                            error_code=error_code,
-                            base_offset=next_offset,
-                            unverified=unverified,
-                            records=raw[i] if i < len(raw) else None,
+                            ts,
+                            response_ts,
+                            conn,
+                            client,
+                            broker,
+                            client_id,
+                            correlation_id,
+                            api_version,
+                            transactional_id,
+                            acks,
+                            topic_name,
+                            index,
+                            header,
+                            error_code,
+                            next_offset,
+                            unverified,
+                            raw[i] if i < len(raw) else None,
                         )
                     )
                     # Several batches for one partition: the broker's base offset is that of the first;
@@ -423,6 +449,6 @@ def _topic_key(topic: Any, name_field: str = "name") -> Any:
     """Topics are named up to Produce and Fetch v12 and identified by topic id from v13 (Fetch calls
     the name `topic`)."""
     topic_id = getattr(topic, "topic_id", None)
-    if topic_id is not None and topic_id != ZERO_UUID:
+    if topic_id is not None and topic_id is not ZERO_UUID and topic_id != ZERO_UUID:
         return topic_id
     return getattr(topic, name_field, "") or ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ksniff.decode import compiled
@@ -20,6 +21,21 @@ from ksniff.decode.sync import BODY_BAD, BODY_OK, RequestCheck, body_verdict
 from ksniff.decode.values import Struct
 
 BodyDecoder = Callable[[Api, int, bool, Any], Struct]
+
+
+@dataclass(slots=True)
+class VersionPlan:
+    """What a connection's per-frame path needs of one (API key, version) whose bodies the generated
+    decoders read, looked up once: the API, whether its request and response headers are flexible, its
+    counters, and the request and response decoders."""
+
+    api: Api
+    name: str
+    request_flexible: bool  # request header v2
+    response_flexible: bool  # response header v1 (ApiVersions answers with v0 at every version)
+    counts: ApiCounts
+    request: Any
+    response: Any
 
 
 class DecodeContext:
@@ -57,6 +73,29 @@ class DecodeContext:
         self.request_check = RequestCheck(apis, max_frame, verify=self.verify_request)
         self.stats = DecodeStats(by_api={})
         self.topic_names: dict[Any, str] = {}
+        # (API key, version) -> VersionPlan: only versions the tables know, so hostile keys and versions
+        # never grow it; made by `remember` once the version's counters exist.
+        self.plans: dict[tuple[int, int], VersionPlan] = {}
+
+    def remember(self, api: Api | None, version: int, counts: ApiCounts) -> VersionPlan | None:
+        """The VersionPlan of `api` at `version` (made on first call), or None when its bodies are not
+        read by the generated decoders (an unknown API or version, a skipped API, a decoder given in)."""
+        if not self._compiled or self._undecodable(api, version) is not None:
+            return None
+        key = (api.key, version)
+        plan = self.plans.get(key)
+        if plan is None:
+            flexible = api.flexible.contains(version)
+            plan = self.plans[key] = VersionPlan(
+                api,
+                api.name,
+                flexible,
+                flexible and not api.response_header_v0,
+                counts,
+                compiled.decoder_for(api, version, True, self.keep_records),
+                compiled.decoder_for(api, version, False, self.keep_records),
+            )
+        return plan
 
     def topic_name(self, topic_id: Any) -> str:
         """A topic id's name when a Metadata response told it, else the id as a string."""
@@ -89,18 +128,23 @@ class DecodeContext:
             if fn is None:
                 self.stats.undecoded_bodies += 1
                 return None, reason
-            try:
-                value, end = fn(body, self.max_body_items)
-            except TooManyItems:
-                return self._over_item_cap()
-            except Exception:  # noqa: BLE001 - rare: the general path below words the error
-                pass
-            else:
-                if end != len(body):  # bytes the schema does not define: the body is still what it says
-                    self.stats.bodies_with_leftover += 1
-                    self.stats.leftover_bytes += len(body) - end
-                return value, None
+            return self.run(fn, api, version, is_request, body)
         return self._decode(api, version, is_request, body)
+
+    def run(
+        self, fn: Any, api: Api, version: int, is_request: bool, body: memoryview
+    ) -> tuple[Struct | None, str | None]:
+        """`decode` with its generated decoder `fn` already found (a VersionPlan's)."""
+        try:
+            value, end = fn(body, self.max_body_items)
+        except TooManyItems:
+            return self._over_item_cap()
+        except Exception:  # noqa: BLE001 - rare: the general path words the error
+            return self._decode(api, version, is_request, body)
+        if end != len(body):  # bytes the schema does not define: the body is still what it says
+            self.stats.bodies_with_leftover += 1
+            self.stats.leftover_bytes += len(body) - end
+        return value, None
 
     def _over_item_cap(self) -> tuple[None, str]:
         self.stats.bodies_over_item_cap += 1

@@ -169,9 +169,16 @@ class Decoder:
         if isinstance(event, StreamChunk):
             c = self._conns.get(event.conn)
             if c is not None:
-                held, waiting = c.held(), len(c.pending)
+                # Once per chunk: only the splitter of the chunk's direction changes what is held, so
+                # the run-wide totals move by its difference (`_account` when a cap is passed).
+                splitter = c.requests if event.from_src == c.client_is_src else c.responses
+                held, waiting = len(splitter.buf) + splitter.later_len, len(c.pending)
                 out = c.chunk(event.from_src, event.data, event.first_ts, event.last_ts, event.offset)
-                return self._account(c, held, waiting, out)
+                self._partial += len(splitter.buf) + splitter.later_len - held
+                self._in_flight += len(c.pending) - waiting
+                if self._partial > self.max_partial_total or self._in_flight > self.max_in_flight_total:
+                    return self._account(c, 0, 0, out, counted=True)
+                return out
             return self._chunk_slow(event)
         if isinstance(event, StreamGap):
             c = self._conns.get(event.conn)
@@ -193,11 +200,14 @@ class Decoder:
             return self._closed(event.conn, event.ts, event.reason)
         return []
 
-    def _account(self, c: Connection, held: int, waiting: int, out: list[DecodeEvent]) -> list[DecodeEvent]:
+    def _account(
+        self, c: Connection, held: int, waiting: int, out: list[DecodeEvent], counted: bool = False
+    ) -> list[DecodeEvent]:
         """After `c` changed (it held `held` partial bytes and `waiting` requests before): the run-wide
-        totals, and what their caps give up when they are passed."""
-        self._partial += c.held() - held
-        self._in_flight += len(c.pending) - waiting
+        totals, and what their caps give up when they are passed. `counted`: the totals already moved."""
+        if not counted:
+            self._partial += c.held() - held
+            self._in_flight += len(c.pending) - waiting
         while self._partial > self.max_partial_total:
             big = max(self._conns.values(), key=Connection.held)
             held = big.held()
