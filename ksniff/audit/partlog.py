@@ -327,8 +327,8 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
             h.transactional,
             None,
             b.transactional_id,
-            acked=b,
-            acked_ex=ex,
+            b,  # acked
+            ex,  # acked_ex
         )
         if old is not None and old.fetched_ts is not None:
             if not old.same(h):

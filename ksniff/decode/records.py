@@ -134,26 +134,27 @@ def _magic2(view, pos: int, end: int, batch_length: int) -> RecordBatchHeader | 
     control_type = coordinator_epoch = None
     if control and whole:
         control_type, coordinator_epoch = _control_marker(view, pos + HEADER_SIZE, batch_end)
+    # Once per batch: positional, in RecordBatchHeader's field order (keywords cost a fifth more here).
     return RecordBatchHeader(
-        base_offset=base_offset,
-        batch_length=batch_length,
-        partition_leader_epoch=leader_epoch,
-        magic=magic,
-        crc=crc,
-        crc_ok=crc_ok,
-        attributes=attributes,
-        last_offset_delta=last_offset_delta,
-        base_timestamp=base_ts,
-        max_timestamp=max_ts,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        records_count=records_count,
-        codec=codec_name(attributes),
-        transactional=bool(attributes & TRANSACTIONAL_BIT),
-        control=control,
-        control_type=control_type,
-        coordinator_epoch=coordinator_epoch,
+        base_offset,
+        batch_length,
+        leader_epoch,  # partition_leader_epoch
+        magic,
+        crc,
+        crc_ok,
+        attributes,
+        last_offset_delta,
+        base_ts,  # base_timestamp
+        max_ts,  # max_timestamp
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records_count,
+        codec_name(attributes),
+        bool(attributes & TRANSACTIONAL_BIT),  # transactional
+        control,
+        control_type,
+        coordinator_epoch,
     )
 
 
