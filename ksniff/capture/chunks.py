@@ -34,14 +34,25 @@ class ChunkMerger:
             self.flush()
         h.parts = [payload]
         h.p_off, h.p_len, h.p_first, h.p_last = off, n, ts, ts
+        h.p_marks = None
         self.pend = h
+
+    @staticmethod
+    def mark(h: Half, ts: float) -> None:
+        """The pending chunk of `h` goes on with bytes of another capture time, from its current end."""
+        h.p_last = ts
+        if h.p_marks is None:
+            h.p_marks = [(h.p_off + h.p_len, ts)]
+        else:
+            h.p_marks.append((h.p_off + h.p_len, ts))
 
     def deliver(self, h: Half, data, ts: float) -> None:
         """In-order bytes of `h` at its `nxt`."""
         n = len(data)
         if self.pend is h:
             h.parts.append(data)
-            h.p_last = ts
+            if ts != h.p_last:
+                self.mark(h, ts)
             h.p_len += n
         else:
             self.start(h, h.nxt, data, n, ts)
@@ -57,7 +68,13 @@ class ChunkMerger:
         parts = h.parts
         h.parts = None
         data = b"".join(parts)
-        self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last))
+        marks = h.p_marks
+        if marks is None:
+            self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last))
+        else:
+            h.p_marks = None
+            chunk = StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last, tuple(marks))
+            self.out.append(chunk)
         if len(data) <= TAIL_KEPT:
             h.tail, h.tail_off = data, h.p_off
         else:  # a copy of the end, so the whole chunk does not stay alive through it

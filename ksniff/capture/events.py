@@ -45,6 +45,10 @@ class StreamChunk:
     data: bytes
     first_ts: float  # capture time of the segment carrying the first byte
     last_ts: float  # capture time of the segment carrying the last byte
+    # Where the capture time changes within the chunk, when it merged segments of different times:
+    # (stream offset, capture time of the segment from there on), in offset order. A frame's times are
+    # those of the segments carrying its first and last bytes, wherever the chunk was cut.
+    marks: tuple[tuple[int, float], ...] = ()
 
 
 @fast_init

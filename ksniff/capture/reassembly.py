@@ -103,7 +103,8 @@ class Reassembler:
                         h.nxt32 = (seq + n) & MASK
                         if merger.pend is h:
                             h.parts.append(payload)
-                            h.p_last = ts
+                            if ts != h.p_last:
+                                merger.mark(h, ts)
                             h.p_len += n
                             if h.p_len >= max_chunk:
                                 merger.flush()

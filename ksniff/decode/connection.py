@@ -118,19 +118,19 @@ class Connection:
     # -- stream events -----------------------------------------------------------------------------
 
     def chunk(
-        self, from_src: bool, data: bytes, first_ts: float, last_ts: float, offset: int
+        self, from_src: bool, data: bytes, first_ts: float, last_ts: float, offset: int, marks: tuple = ()
     ) -> list[DecodeEvent]:
         out: list[DecodeEvent] = []
         self.last_ts = last_ts
         if from_src == self.client_is_src:
             splitter = self.requests
             before, over = splitter.malformed, splitter.oversized
-            for frame in splitter.feed(data, first_ts, last_ts, offset):
+            for frame in splitter.feed(data, first_ts, last_ts, offset, marks):
                 self._request(frame, out)
         else:
             splitter = self.responses
             before, over = splitter.malformed, splitter.oversized
-            for frame in splitter.feed(data, first_ts, last_ts, offset):
+            for frame in splitter.feed(data, first_ts, last_ts, offset, marks):
                 self._response(frame, out)
         if splitter.malformed != before:
             self.ctx.stats.errors += splitter.malformed - before

@@ -173,7 +173,8 @@ class Decoder:
                 # the run-wide totals move by its difference (`_account` when a cap is passed).
                 splitter = c.requests if event.from_src == c.client_is_src else c.responses
                 held, waiting = len(splitter.buf) + splitter.later_len, len(c.pending)
-                out = c.chunk(event.from_src, event.data, event.first_ts, event.last_ts, event.offset)
+                e = event
+                out = c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
                 self._partial += len(splitter.buf) + splitter.later_len - held
                 self._in_flight += len(c.pending) - waiting
                 if self._partial > self.max_partial_total or self._in_flight > self.max_in_flight_total:
@@ -360,7 +361,7 @@ class Decoder:
         out: list[DecodeEvent] = []
         for g in self._early_gaps.pop(opened.conn, ()):
             out += c.gap(g.from_src, g.offset, g.length, g.ts)
-        out += c.chunk(ev.from_src, ev.data, ev.first_ts, ev.last_ts, ev.offset)
+        out += c.chunk(ev.from_src, ev.data, ev.first_ts, ev.last_ts, ev.offset, ev.marks)
         return self._account(c, 0, 0, out)  # a new connection held nothing before
 
     # -- auto-detection ----------------------------------------------------------------------------
@@ -391,7 +392,7 @@ class Decoder:
         out: list[DecodeEvent] = []
         for e in u.events:
             if isinstance(e, StreamChunk):
-                out += c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset)
+                out += c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
             else:
                 out += c.gap(e.from_src, e.offset, e.length, e.ts)
         return self._account(c, 0, 0, out)

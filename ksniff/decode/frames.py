@@ -52,6 +52,7 @@ class FrameSplitter:
         "max_buffer",
         "buf",
         "buf_ts",
+        "buf_marks",
         "buf_offset",
         "need",
         "syncing",
@@ -88,7 +89,10 @@ class FrameSplitter:
         # at every growth of the bytearray: a fifth of a run over large Produce requests).
         self.later: list[bytes] = []
         self.later_len = 0
-        self.buf_ts = 0.0
+        self.buf_ts = 0.0  # capture time of the buffered bytes' first byte
+        # Where the capture time changes in the buffered bytes and the chunks held in `later`: as
+        # StreamChunk.marks, so each frame gets the times of the segments carrying its first and last bytes.
+        self.buf_marks: list[tuple[int, float]] = []
         self.buf_offset = 0
         self.need = 0  # bytes the buffered frame needs in all (0: size not yet known)
         self.syncing = syncing
@@ -109,6 +113,7 @@ class FrameSplitter:
         """Bytes were lost: whatever is buffered can no longer complete; find the next frame afresh."""
         self.skipped += len(self.buf) + self.later_len
         self.buf.clear()
+        self.buf_marks.clear()
         self.later.clear()
         self.later_len = 0
         self.need = 0
@@ -116,8 +121,10 @@ class FrameSplitter:
         self.next_offset = None
         self.confirm_at = None
 
-    def feed(self, data: bytes, first_ts: float, last_ts: float, offset: int = 0) -> list[Frame]:
-        """Frames completed by this chunk, in order."""
+    def feed(
+        self, data: bytes, first_ts: float, last_ts: float, offset: int = 0, marks: tuple = ()
+    ) -> list[Frame]:
+        """Frames completed by this chunk (StreamChunk's fields), in order."""
         if self.next_offset is not None and offset != self.next_offset and self.buf:
             # Chunks must be contiguous; a jump without a gap event is treated as one.
             self.gap()
@@ -128,6 +135,9 @@ class FrameSplitter:
             if size + 4 == len(data) and self.min_size <= size <= self.max_frame:
                 return [Frame(memoryview(data)[4:], first_ts, last_ts, offset, False)]
         if self.buf:
+            held = self.buf_marks
+            held.append((offset, first_ts))
+            held.extend(marks)
             if self.need and len(self.buf) + self.later_len + len(data) < self.need:
                 self.later.append(data)
                 self.later_len += len(data)
@@ -135,31 +145,33 @@ class FrameSplitter:
             data = b"".join((self.buf, *self.later, data))
             self.later.clear()
             self.later_len = 0
-            later_ts = first_ts
             first_ts, offset = self.buf_ts, self.buf_offset
             self.buf.clear()
+            self.buf_marks = []
             self.need = 0
-            return self._split(data, first_ts, last_ts, offset, later_ts)
-        return self._split(data, first_ts, last_ts, offset, first_ts)
+            return self._split(data, first_ts, offset, held)
+        return self._split(data, first_ts, offset, marks)
 
-    def _split(
-        self, data: bytes, first_ts: float, last_ts: float, offset: int, later_ts: float
-    ) -> list[Frame]:
+    def _split(self, data: bytes, first_ts: float, offset: int, marks) -> list[Frame]:
+        """Frames of `data` (stream offset `offset`, capture time `first_ts` at its first byte, changing
+        at `marks`)."""
         view = memoryview(data)
         end = len(data)
         pos = 0
         frames: list[Frame] = []
         resynced = False
+        # The capture time at stream offset `offset + pos`, marks[m:] still ahead.
+        ts, m, n_marks = first_ts, 0, len(marks)
         while True:
             if self.confirm_at is not None:
                 verdict = self._confirm(data, pos, offset)
                 if verdict == WAIT:
-                    self._keep(data, pos, first_ts, offset)
+                    self._keep(data, pos, offset, marks, m, ts)
                     return frames
                 if verdict == NONE:  # the frame found was an accident: the search goes on from here
                     self.syncing = True
             if self.syncing:
-                pos = self._resync(data, pos)
+                pos = self._resync(data, pos, offset, marks, m, ts)
                 if self.syncing:
                     return frames
                 resynced = True
@@ -177,9 +189,14 @@ class FrameSplitter:
             if stop > end:
                 self.need = 4 + size
                 break
-            frames.append(Frame(view[pos + 4 : stop], first_ts, last_ts, offset + pos, resynced))
-            # Later frames began in the newest chunk (a buffered frame only ever starts the data).
-            first_ts = later_ts
+            while m < n_marks and marks[m][0] <= offset + pos:
+                ts = marks[m][1]
+                m += 1
+            frame_first = ts
+            while m < n_marks and marks[m][0] < offset + stop:
+                ts = marks[m][1]
+                m += 1
+            frames.append(Frame(view[pos + 4 : stop], frame_first, ts, offset + pos, resynced))
             if resynced and self.confirm is not None:
                 # A frame found by resynchronisation may be a plausible accident (a body that decodes while
                 # the bytes after it are not yet seen): the header after it must be plausible too before
@@ -189,7 +206,7 @@ class FrameSplitter:
             resynced = False
             pos = stop
         if pos < end:
-            self._keep(data, pos, first_ts, offset)
+            self._keep(data, pos, offset, marks, m, ts)
         return frames
 
     def _confirm(self, data: bytes, pos: int, offset: int) -> int:
@@ -201,13 +218,22 @@ class FrameSplitter:
             self.confirm_at = None
         return verdict
 
-    def _keep(self, data: bytes, pos: int, ts: float, offset: int) -> None:
+    def _keep(self, data: bytes, pos: int, offset: int, marks, m: int, ts: float) -> None:
+        """Buffer data[pos:] (no bytes are buffered), with its capture times: `ts` before marks[m:]."""
         self.buf += memoryview(data)[pos:]
-        self.buf_ts = ts
         self.buf_offset = offset + pos
+        self._keep_marks(offset + pos, marks, m, ts)
 
-    def _resync(self, data: bytes, pos: int) -> int:
-        """Advance to the next plausible frame; when none is found, keep a tail for the next chunk."""
+    def _keep_marks(self, at: int, marks, m: int, ts: float) -> None:
+        while m < len(marks) and marks[m][0] <= at:
+            ts = marks[m][1]
+            m += 1
+        self.buf_ts = ts
+        self.buf_marks = list(marks[m:])
+
+    def _resync(self, data: bytes, pos: int, offset: int, marks, m: int, ts: float) -> int:
+        """Advance to the next plausible frame; when none is found, keep a tail for the next chunk (with
+        its capture times: `ts` at data[pos], changing at marks[m:])."""
         if self.finder is None:
             self.syncing = False
             return pos
@@ -224,6 +250,7 @@ class FrameSplitter:
         self.skipped += keep_from - pos
         self.buf += memoryview(data)[keep_from:]
         self.buf_offset = (self.next_offset or 0) - len(self.buf)
+        self._keep_marks(self.buf_offset, marks, m, ts)
         return len(data)
 
 
