@@ -905,7 +905,9 @@ def _extract(bins: list[list[_Input]]):
 
 def _order(row: dict, last_event: float) -> tuple:
     rel = math.inf if row["rel"] > last_event else row["rel"]
-    return (rel, row["ets"], row["phase"], row["ppm"], row["pfile"], row["pidx"], row["n"])
+    from ksniff.engine.spark_tasks import ORDER_COLUMNS
+
+    return (rel, *(row[c] for c in ORDER_COLUMNS[1:]))
 
 
 def _probe_records(table_rows: Any, config: EngineConfig) -> tuple[Any, dict[int, dict]]:

@@ -17,8 +17,13 @@ Matching the in-process engine exactly means reproducing three things it gets fr
   (`pm`, `file`, `idx`) sorts every segment into exactly the merge's order, even in files whose clock
   steps back. Connection ids are numbered in that order of the segment that opened each connection.
 - Where the reassembler cuts chunks. It merges consecutive segments of one direction into one chunk until
-  any other connection delivers data or an event; frame timestamps come from chunk boundaries. Stage 1
-  marks each segment after which traffic of another flow came (`flush`), and stage 2 flushes there.
+  any other connection delivers data or an event, which decides when a decode event leaves (a frame's
+  times are its own segments', StreamChunk.marks). Stage 1 marks each segment after which traffic of
+  another flow came (`flush`), and stage 2 flushes there, before that segment's own events.
+- The order of events at one place. A sweep closes idle connections of every flow at once, in the order
+  they opened; a chunk cut by another flow's segment leaves before that segment's own events. The order
+  key carries the opening of the event's connection (`opm`, `oconn`) before the task's serial `n`, so
+  events of different flows (decoded by different tasks) never tie.
 - The reorder window. The in-process engine releases a decode event once capture time passes its
   request time plus the window, or at the end; events released together go out by request time. Stage 2
   computes that release time from the push clock (the merge's running maximum, `pm`).
@@ -116,12 +121,14 @@ EVENTS = pa.schema(
         ("ppm", pa.float64()),
         ("pfile", pa.int32()),
         ("pidx", pa.int64()),
+        ("opm", pa.float64()),
+        ("oconn", pa.int64()),
         ("n", pa.int64()),
         ("blob", pa.binary()),
     ]
 )
 EVENTS_DDL = ddl(EVENTS)
-ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "n")
+ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "opm", "oconn", "n")
 
 # Stage 3: each group's output, per capture set.
 OUTPUTS = pa.schema([("cset", pa.int32()), ("key", pa.string()), ("blob", pa.binary())])
@@ -466,7 +473,7 @@ class _Rows:
         return batch
 
 
-NO_ORDER = (0.0, 0.0, 0, 0.0, 0, 0, 0)
+NO_ORDER = (0.0, 0.0, 0, 0.0, 0, 0, 0.0, 0, 0)
 
 
 def event_ts(event: DecodeEvent) -> float:
@@ -489,10 +496,10 @@ class _Flow:
     def _conn_id(self, _sip: bytes, _sp: int, _dip: bytes, _dp: int, _ts: float) -> int:
         # Unique across the run (the opening segment's file and index); renumbered on the driver in the
         # merge's order of openings, which is how the in-process reassembler numbers connections.
-        pm, file, idx = self.position
-        conn = (file << 40) | idx
+        pm, file, place = self.position
+        conn = (file << 40) | (place >> 1)  # a connection opens at a segment of its own (place 2 idx + 1)
         self.opened_at[conn] = self.position
-        self.rows.add(CONN, None, (0.0, 0.0, 0, pm, file, idx, 0), dumps(conn))
+        self.rows.add(CONN, None, (0.0, 0.0, 0, pm, file, place, pm, conn, 0), dumps(conn))
         return conn
 
     def run(self, segments: Iterator[tuple]) -> None:
@@ -502,7 +509,7 @@ class _Flow:
         for event in reassembler.events(self._segments(segments), finish=False, sweeps=False):
             self._feed(event, 0, self.position)
         if self.end.end_ts is not None:
-            self._sweep_until(self.end.end_ts, self.position[1])
+            self._sweep_until(self.end.end_ts)
         reassembler.finish(self.end.end_ts)
         while reassembler.out:
             event = reassembler.out.popleft()
@@ -545,16 +552,18 @@ class _Flow:
             fidx,
             _meta,
         ) in rows:
+            # A segment's place among the events of its position: a chunk another flow's segment cut
+            # (2 idx) leaves before that segment's own events (2 idx + 1).
             if fpm is not None:
-                self.position = (fpm, file, fidx)
+                self.position = (fpm, file, 2 * fidx)
                 reassembler.flush()
                 while reassembler.out:
                     self._feed(reassembler.out.popleft(), 0, self.position)
-            self._sweep_until(pm, file)
-            self.position = (pm, file, idx)
+            self._sweep_until(pm)
+            self.position = (pm, file, 2 * idx + 1)
             yield (ts, src, sport, dst, dport, seq, ack, flags, cut if flags & TRUNCATED else payload)
 
-    def _sweep_until(self, pm: float, file: int) -> None:
+    def _sweep_until(self, pm: float) -> None:
         """The idle sweeps the in-process reassembler ran up to merge position `pm`: each at the first
         segment of the run with ts >= its time, so before any segment whose running maximum reached it."""
         ticks, reassembler = self.end.ticks, self.reassembler
@@ -566,7 +575,7 @@ class _Flow:
                 break
             now = ticks[self.tick]
             self.tick += 1
-            self.position = (now, file, -1)
+            self.position = (now, -1, -1)  # before any segment at `now`, every flow's sweep at once
             reassembler.sweep(now)
             while reassembler.out:
                 self._feed(reassembler.out.popleft(), 0, self.position)
@@ -595,7 +604,8 @@ class _Flow:
             clock = self.end.end_ts if phase == 1 else pm
             rel = max(clock if clock is not None else -INF, ets + self.config.reorder_window)
         self.stats.serial += 1  # the order events left the decoder in, within one position
-        order = (rel, ets, phase, pm, file, idx, self.stats.serial)
+        opm, _file, _place = self._opening(event.conn)
+        order = (rel, ets, phase, pm, file, idx, opm, event.conn, self.stats.serial)
         blob = dumps(event)
         if isinstance(event, Exchange):
             self.brokers.add(event.broker)
@@ -827,7 +837,7 @@ def table_ddl(table: str, order: bool = False) -> str:
     columns = [f"`{name}` {_SPARK_TYPES[dtype]}" for name, dtype in SCHEMAS[table].items()]
     if order:
         columns += [
-            f"`{name}` {'bigint' if name in ('pfile', 'pidx', 'n', 'sub') else 'double'}"
+            f"`{name}` {'bigint' if name in ('pfile', 'pidx', 'oconn', 'n', 'sub') else 'double'}"
             if name != "phase"
             else "`phase` tinyint"
             for name in ROW_ORDER
@@ -845,6 +855,7 @@ def _table_schema(table: str, order: bool) -> pa.Schema:
             "phase": pa.int8(),
             "pfile": pa.int64(),
             "pidx": pa.int64(),
+            "oconn": pa.int64(),
             "n": pa.int64(),
             "sub": pa.int64(),
         }
@@ -932,8 +943,8 @@ def table_rows(
 
 _UNCAPPED = 1 << 62
 PROBE_DDL = (
-    "cset int, rel double, ets double, phase tinyint, ppm double, pfile int, pidx long, n long, batch long, "
-    "need double, used long, request_need double"
+    "cset int, rel double, ets double, phase tinyint, ppm double, pfile int, pidx long, opm double, "
+    "oconn long, n long, batch long, need double, used long, request_need double"
 )
 
 
