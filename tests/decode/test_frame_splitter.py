@@ -54,3 +54,34 @@ def test_a_gap_inside_a_frame_held_in_several_chunks_gives_it_up():
     assert splitter.buffered == 400_000
     splitter.gap()
     assert splitter.buffered == 0 and splitter.skipped == 400_000
+
+
+def test_a_frames_times_are_its_own_segments_however_the_segments_were_merged_into_chunks():
+    # The reassembler merges consecutive segments into one chunk until other traffic cuts it, and says
+    # where the capture time changes inside it (StreamChunk.marks). Whatever the merging, a frame's
+    # times are those of the segments holding its first and last bytes: a request's time is when it was
+    # sent, not when the chunk it shares with the request before it started.
+    rng = random.Random(29)
+    sizes = [rng.choice((8, 40, 700, 3000, 70_000)) for _ in range(200)]
+    data, frames = _stream(sizes)
+    segments, pos = [], 0  # (offset, time) of each segment
+    while pos < len(data):
+        segments.append((pos, 5000.0 + len(segments)))
+        pos += rng.choice((1, 5, 90, 1448, 9000))
+    ends = [off for off, _ts in segments[1:]] + [len(data)]
+    for cut_every in (1, 3, 50):  # segments per chunk
+        splitter = FrameSplitter(min_size=4)
+        got = []
+        for first in range(0, len(segments), cut_every):
+            mine = segments[first : first + cut_every]
+            start, stop = mine[0][0], ends[first + len(mine) - 1]
+            marks = tuple(mine[1:])
+            got += splitter.feed(data[start:stop], mine[0][1], mine[-1][1], start, marks)
+        assert [(f.offset, bytes(f.payload)) for f in got] == frames
+
+        def time_at(offset: int) -> float:
+            return max((s for s in segments if s[0] <= offset), key=lambda s: s[0])[1]
+
+        assert [(f.first_ts, f.last_ts) for f in got] == [
+            (time_at(f.offset), time_at(f.offset + 3 + len(f.payload))) for f in got
+        ]

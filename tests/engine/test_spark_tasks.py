@@ -78,3 +78,51 @@ def test_findings_rows_are_judged_against_the_sets_clocks(tmp_path: Path) -> Non
     zombie = [r for r in rows if r["kind"] == "zombie_write_accepted"]
     assert {r["severity"] for r in zombie} == {"critical", "warning"}  # the coordinator's stay critical
     assert all("clock_uncertainty_s" in r["evidence"] for r in zombie if r["severity"] == "warning")
+
+
+@pytest.mark.skipif(not (PCAPS / "txn_confluent_tansu_loss.pcap").exists(), reason="no corpus captures")
+def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opened(tmp_path: Path) -> None:
+    """Traffic an hour later closes the connections a capture's first packets left open at one idle
+    sweep, in every flow at once. Each flow decoded by a task of its own (as Spark spreads them), the
+    sweep's events never tie in the audit order (a tie once folded one connection's capture gap away as
+    a duplicate of another's) and come in the order their connections opened, as the in-process sweep
+    gives them."""
+    import itertools
+    import pickle
+
+    import pyarrow as pa
+    from pcap_edit import again_later
+
+    from ksniff.capture import Reassembler
+    from ksniff.config import EngineConfig
+    from ksniff.decode.events import ConnectionEnded, ConnectionLost
+    from ksniff.engine import spark_tasks as tasks
+
+    capture = PCAPS / "txn_confluent_tansu_loss.pcap"
+    path = str(again_later(capture, tmp_path / "twice.pcap", 3600, first=100))
+    listing = pa.RecordBatch.from_pydict(
+        {"file": [0], "path": [path], "uri": [path], "folder": [False], "content": pa.nulls(1, pa.binary())}
+    )
+    table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
+    segments = table.filter(pa.compute.is_valid(table.column("flow")))
+    meta = pickle.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
+    config = EngineConfig()
+    pms = sorted(set(segments.column("pm").to_pylist()))
+    end = tasks.RunEnd(meta.max_ts, tasks.sweep_ticks(pms, Reassembler(config.limits).sweep_every))
+    rows = sorted(segments.to_pylist(), key=lambda r: (r["flow"], r["pm"], r["file"], r["idx"]))
+    events = []
+    for _flow, mine in itertools.groupby(rows, key=lambda r: r["flow"]):  # one task per flow
+        batch = pa.RecordBatch.from_pylist(list(mine), schema=tasks.SEGMENTS)
+        for out in tasks.decode(config, {0: end})(iter([batch])):
+            for r in out.to_pylist():
+                if r["kind"] == tasks.CONTEXT:
+                    events.append((tuple(r[c] for c in tasks.ORDER_COLUMNS), pickle.loads(r["blob"])))
+    orders = [order for order, _event in events]
+    assert len(set(orders)) == len(orders)
+    later = min(ts for ts in pms if ts > meta.first_ts + 1800)  # the later traffic's first packet
+    swept = [
+        (o, e) for o, e in sorted(events) if isinstance(e, ConnectionLost | ConnectionEnded) and e.ts == later
+    ]
+    assert [e.reason for _o, e in swept] == ["idle"] * 4  # four connections the first part left open
+    opened = [(o[tasks.ORDER_COLUMNS.index("opm")], e.conn) for o, e in swept]
+    assert opened == sorted(opened)
