@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, Exchange
+from ksniff.decode.schema import Primitive
 from ksniff.decode.values import Struct
 
 CONTEXT_KEY = "@context"
@@ -112,17 +113,45 @@ def touched_keys(event: DecodeEvent) -> frozenset[str]:
 
 
 def _named_in(body: Struct, found: set[str]) -> None:
-    for name, value in zip(body._fields, body, strict=True):
+    for i, kind in _fields_to_read(type(body)):
+        value = body[i]
         if isinstance(value, tuple):
             for item in value:
                 if isinstance(item, Struct):
                     _named_in(item, found)
-        elif name.endswith("producer_id") and isinstance(value, int) and value >= 0:
-            found.add(f"pid:{value}")
-        elif name.endswith("group_id") and isinstance(value, str) and value:
-            found.add(f"group:{value}")
-        elif name.endswith("transactional_id") and isinstance(value, str) and value:
+        elif kind == _PID:
+            if isinstance(value, int) and value >= 0:
+                found.add(f"pid:{value}")
+        elif kind == _GROUP:
+            if isinstance(value, str) and value:
+                found.add(f"group:{value}")
+        elif kind == _TXN and isinstance(value, str) and value:
             found.add(value)
+
+
+_NESTED, _PID, _GROUP, _TXN = 0, 1, 2, 3
+_READ: dict[type, tuple[tuple[int, int], ...]] = {}
+
+
+def _fields_to_read(cls: type[Struct]) -> tuple[tuple[int, int], ...]:
+    """The fields of a Struct class `_named_in` must look at, with what each may name: those whose name
+    says producer id, group id or transactional id, and those that may hold records (a schema field of a
+    primitive type never does). Worked out once per class: every field of every record was read before."""
+    plan = _READ.get(cls)
+    if plan is None:
+        schema = cls._schema
+        steps = []
+        for i, name in enumerate(cls._fields):
+            if name.endswith("producer_id"):
+                steps.append((i, _PID))
+            elif name.endswith("group_id"):
+                steps.append((i, _GROUP))
+            elif name.endswith("transactional_id"):
+                steps.append((i, _TXN))
+            elif schema is None or i >= len(schema) or not isinstance(schema[i].type, Primitive):
+                steps.append((i, _NESTED))
+        plan = _READ[cls] = tuple(steps)
+    return plan
 
 
 def fold_groups(touched: Iterable[Iterable[str]]) -> dict[str, str]:

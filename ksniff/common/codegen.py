@@ -61,4 +61,18 @@ def fast_init(cls: T) -> T:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     cls.__init__ = init
+    # Pickled (the Spark engine ships every decode event between its stages) as the class and its field
+    # values in order, remade through that `__init__`: a slotted dataclass's own `__getstate__` and
+    # `__setstate__` look up its fields by name on every call (twice the time of the whole pickling).
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = "".join(f"self.{name}, " for name in names)
+    reduce = define(
+        f"def __reduce__(self):\n    return (_cls, ({values}))\n",
+        "__reduce__",
+        {"_cls": cls},
+        f"<ksniff {cls.__name__}.__reduce__>",
+    )
+    reduce.__qualname__ = f"{cls.__qualname__}.__reduce__"
+    reduce.__module__ = cls.__module__
+    cls.__reduce__ = reduce
     return cls

@@ -5,13 +5,14 @@ schema is present at every version, so the audit reads `request.transactional_id
 without asking which version it was. One Struct class is made per schema struct and shared by the
 interpreter and the compiled decoders, so their results compare equal exactly when their values do.
 
-Structs pickle (for engines that ship events between processes) by where their schema struct sits in the
-protocol tables: (API key, request or response, path of field names). Unpickling makes or finds the very
-class the decoders use for that struct, in any process.
+Structs pickle (for engines that ship events between processes) as their class and values; the class, once
+per pickle, by where its schema struct sits in the protocol tables: (API key, request or response, path of
+field names). Unpickling makes or finds the very class the decoders use for that struct, in any process.
 """
 
 from __future__ import annotations
 
+import copyreg
 from operator import itemgetter
 from typing import Any
 
@@ -21,7 +22,11 @@ from ksniff.decode.schema import Array, Field, Primitive
 UNKNOWN_TAGS = "_unknown_tags"
 
 
-class Struct(tuple):
+class _StructClass(type):
+    """The type of the generated record classes: pickled by place (see `_reduce_class`)."""
+
+
+class Struct(tuple, metaclass=_StructClass):
     """Base of the generated record classes. `_fields` lists names in wire order; `_unknown_tags` holds
     (tag, raw bytes) of tagged fields the schema does not know."""
 
@@ -38,12 +43,9 @@ class Struct(tuple):
         return type(self)(changes.get(n, v) for n, v in zip(self._fields, self, strict=True))
 
     def __reduce__(self) -> tuple:
-        # The class was made at run time, so pickle cannot find it by its name: send where its schema
-        # struct sits instead. A class made outside the protocol tables travels by its field names.
-        place = None if self._schema is None else _places().get(id(self._schema))
-        if place is None:
-            return _by_names, (type(self).__name__, self._fields, tuple(self))
-        return _at, (*place, tuple(self))
+        # The class itself goes by `_reduce_class`, once per pickle (pickle's memo): each record is then
+        # its values only.
+        return type(self), (tuple(self),)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dicts and lists all the way down (for JSON and tabular exports)."""
@@ -77,7 +79,20 @@ def _new_class(name: str, names: tuple[str, ...], fields: tuple[Field, ...] | No
     attrs: dict[str, Any] = {"__slots__": (), "_fields": names, "_schema": fields}
     for i, n in enumerate(names):
         attrs[n] = property(itemgetter(i), doc=f"field {i}")
-    return type(name, (Struct,), attrs)
+    return _StructClass(name, (Struct,), attrs)
+
+
+def _reduce_class(cls: type[Struct]) -> tuple:
+    # The class was made at run time, so pickle cannot find it by its name: send the number of its schema
+    # struct's place in the protocol tables instead (every process running this ksniff numbers them
+    # alike; pickles never outlive a run). A class made outside the tables travels by its field names.
+    place = None if cls._schema is None else _places().get(id(cls._schema))
+    if place is None:
+        return _class_by_names, (cls.__name__, cls._fields)
+    return _class_numbered, (_numbers()[place],)
+
+
+copyreg.pickle(_StructClass, _reduce_class)
 
 
 Place = tuple[int, bool, tuple[str, ...]]  # (API key, is request, field names from the message down)
@@ -103,6 +118,29 @@ def _places() -> dict[int, Place]:
     return _place_of
 
 
+_numbered: list[Place] = []
+_number_of: dict[Place, int] = {}
+_class_of_number: dict[int, type[Struct]] = {}
+
+
+def _numbers() -> dict[Place, int]:
+    """Every place of the protocol tables, numbered in the order the tables list them."""
+    if not _number_of:
+        for place in _places().values():
+            if place not in _number_of:
+                _number_of[place] = len(_numbered)
+                _numbered.append(place)
+    return _number_of
+
+
+def _class_numbered(n: int) -> type[Struct]:
+    cls = _class_of_number.get(n)
+    if cls is None:
+        _numbers()
+        cls = _class_of_number[n] = class_at(*_numbered[n])
+    return cls
+
+
 def class_at(api_key: int, is_request: bool, path: tuple[str, ...]) -> type[Struct]:
     """The Struct class of the schema struct at `path` (field names) in an API's request or response."""
     place = (api_key, is_request, path)
@@ -120,19 +158,15 @@ def class_at(api_key: int, is_request: bool, path: tuple[str, ...]) -> type[Stru
     return cls
 
 
-def _at(api_key: int, is_request: bool, path: tuple[str, ...], values: tuple) -> Struct:
-    return class_at(api_key, is_request, path)(values)
-
-
 _by_name: dict[tuple[str, tuple[str, ...]], type[Struct]] = {}
 
 
-def _by_names(name: str, names: tuple[str, ...], values: tuple) -> Struct:
-    """A Struct of a class made outside the tables, rebuilt from its name and field names (cached)."""
+def _class_by_names(name: str, names: tuple[str, ...]) -> type[Struct]:
+    """The class of Structs made outside the tables, rebuilt from its name and field names (cached)."""
     cls = _by_name.get((name, names))
     if cls is None:
         cls = _by_name[(name, names)] = _new_class(name, names)
-    return cls(values)
+    return cls
 
 
 def camel(name: str) -> str:

@@ -520,7 +520,8 @@ def _pipeline(
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         cached.append(events)
-        small = events.filter(~F.col("kind").isin(tasks.KEYED, tasks.TABLE, tasks.LOG)).toArrow().to_pylist()
+        bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG)
+        small = events.filter(~F.col("kind").isin(*bulk)).toArrow().to_pylist()
     finally:
         segments.unpersist()
     conns, group_rows, groups = _between_stages(small, runs)
@@ -539,7 +540,7 @@ def _pipeline(
     group_table = spark.createDataFrame(group_rows or [(-1, "", "")], "cset int, key string, group string")
     context = {index: run.context for index, run in runs.items()}
     outputs = (
-        clamped(events.filter(F.col("kind") == tasks.KEYED))
+        clamped(events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG)))
         .join(F.broadcast(group_table), ["cset", "key"])
         .repartition(partitions, "cset", "group")
         .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
@@ -553,7 +554,7 @@ def _pipeline(
     # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
     # which read the context events with the LOG rows (each once), folded by one task where the rows are.
     folded = (
-        clamped(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG)))
+        clamped(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)))
         .repartition(max(1, min(len(runs), partitions)), "cset")
         .sortWithinPartitions("cset", *tasks.ORDER_COLUMNS)
         .mapInArrow(tasks.context_fold(config, ends, conns), tasks.OUTPUTS_DDL)

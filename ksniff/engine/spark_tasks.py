@@ -68,6 +68,9 @@ INF = math.inf
 # Row kinds leaving stage 2.
 KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, LINK, IDENTITY = 0, 1, 2, 3, 4, 6, 7
 LOG = 8  # exchanges the partition logs read (ksniff.audit.keys.is_log_event): for the CONTEXT_KEY group
+# A KEYED row whose exchange the partition logs read too (its first key's): the CONTEXT_KEY group takes it,
+# so a keyed exchange the logs read is stored and shuffled once, not once more as a LOG row.
+KEYED_LOG = 9
 
 _SQL_TYPES = {
     pa.binary(): "binary",
@@ -613,16 +616,16 @@ class _Flow:
                 self.rows.add(IDENTITY, None, order, blob)
             if self.config.keep_tables or self.config.keep_records:
                 self.rows.add(TABLE, None, order, blob)
-        if is_log_event(event):
-            self.rows.add(LOG, None, order, blob)
+        log = is_log_event(event)
+        keys = () if is_context(event) else producer_keys(event)
         if is_context(event):
             self.rows.add(CONTEXT, None, order, blob)
-        else:
-            keys = producer_keys(event)
-            for key in keys:
-                self.rows.add(KEYED, key, order, blob)
-            if keys:
-                self.links.add(touched_keys(event))
+        elif keys:
+            for i, key in enumerate(keys):
+                self.rows.add(KEYED_LOG if log and not i else KEYED, key, order, blob)
+            self.links.add(touched_keys(event))
+        if log and not keys:
+            self.rows.add(LOG, None, order, blob)
 
 
 def decode(config: EngineConfig, ends: dict[int, RunEnd]):
@@ -733,9 +736,9 @@ def fold(
     conns: dict[int, int],
     groups: dict[tuple[int, str], frozenset[str]],
 ):
-    """mapInArrow over KEYED rows sorted by (cset, group, order): one fold per group of keys of a capture
-    set over its events and the set's context events (`context`), merged in audit order; each group's
-    AuditOutput pickled."""
+    """mapInArrow over KEYED and KEYED_LOG rows sorted by (cset, group, order): one fold per group of keys
+    of a capture set over its events and the set's context events (`context`), merged in audit order;
+    each group's AuditOutput pickled."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         unpickled: dict[int, list] = {}
@@ -799,7 +802,7 @@ def context_output(config: EngineConfig, end: RunEnd, events: Iterable[DecodeEve
 
 
 def context_fold(config: EngineConfig, ends: dict[int, RunEnd], conns: dict[int, int]):
-    """mapInArrow over the CONTEXT and LOG rows sorted by (cset, audit order), each set's in one
+    """mapInArrow over the CONTEXT, LOG and KEYED_LOG rows sorted by (cset, audit order), each set's in one
     partition: each set's CONTEXT_KEY group output, made where the rows are, so the exchanges the
     partition logs read never reach the driver. An event that is both context and read by the logs came
     once per kind, with one order: `_once` folds it once."""
