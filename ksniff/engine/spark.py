@@ -484,46 +484,77 @@ def _pipeline(
     members = [m for _cset, ms in planned for m in ms]
     total = sum(i.length for i in members)
     partitions = partitions_for(total, session.parallelism)
+    # A capture set of one file (not too large for one task's memory) has every flow in that file: it is
+    # decoded where it is read, and nothing of it is shuffled before the audit, when there are such files
+    # enough to keep every core busy (one file's flows are then decoded one after the other by its task).
+    # The others' segments go to their flows' tasks (stage 2).
+    direct = [ms[0] for _cset, ms in planned if len(ms) == 1 and ms[0].length <= tasks.DIRECT_MAX_BYTES]
+    if len(direct) < session.parallelism:
+        direct = []
+    direct_sets = {m.cset for m in direct}
+    shuffled = [m for m in members if m.cset not in direct_sets]
 
-    # Stage 1: the files read on the executors. Kept (memory, then disk) because each set's end time,
-    # which stage 2 needs, is known only once every file has been read.
-    segments = _read(spark, members, session.parallelism, total).persist(StorageLevel.MEMORY_AND_DISK)
+    metas_of: dict[int, list] = {}
+    times_of: dict[int, list[bytes]] = {}
+    every = Reassembler(config.limits).sweep_every
+    parts = []
+    segments = None
     try:
-        # One pass over stage 1's rows: the files' summaries and each set's distinct packet times.
-        summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
-        metas_of: dict[int, list] = {}
-        times_of: dict[int, list[bytes]] = {}
-        columns = (summaries.column(n).to_pylist() for n in ("cset", "meta", "times"))
-        for cset, meta, times in zip(*columns, strict=True):
-            if meta is not None:
-                metas_of.setdefault(cset, []).append(pickle.loads(meta))
-            elif times is not None:
-                times_of.setdefault(cset, []).append(times)
-        # The local engine's errors in its order: the sets' in plan order, each set's files in order.
-        runs: dict[int, _SetRun] = {}
-        left_out: dict[int, list] = {}
-        every = Reassembler(config.limits).sweep_every
-        for index in range(len(planned)):
-            metas, left_out[index] = _check_inputs(sorted(metas_of.get(index, ()), key=lambda m: m.file))
-            if metas:
+        if shuffled:
+            # Stage 1: the files read on the executors. Kept (memory, then disk) because each set's end
+            # time, which stage 2 needs, is known only once every file has been read.
+            segments = _read(spark, shuffled, session.parallelism, total).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            # One pass over stage 1's rows: the files' summaries and each set's distinct packet times.
+            summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
+            columns = (summaries.column(n).to_pylist() for n in ("cset", "meta", "times"))
+            for cset, meta, times in zip(*columns, strict=True):
+                if meta is not None:
+                    metas_of.setdefault(cset, []).append(pickle.loads(meta))
+                elif times is not None:
+                    times_of.setdefault(cset, []).append(times)
+            ends = {}
+            for index in sorted({m.cset for m in shuffled}):
+                metas = metas_of.get(index, ())
+                if any(m.error for m in metas):
+                    if not direct:  # the first error in plan order is this one: at once
+                        _check_inputs(sorted(metas, key=lambda m: m.file))
+                    continue  # reported below, in plan order, once the direct sets' files are read
                 end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
                 ticks = tasks.sweep_ticks(tasks.merge_times(times_of.get(index, ())), every)
-                runs[index] = _SetRun(metas, tasks.RunEnd(end_ts, ticks))
-        ends = {index: run.end for index, run in runs.items()}
-
-        # Stage 2: per flow of each set, in the merge's order.
-        events = (
-            segments.filter(F.col("flow").isNotNull())
-            .repartition(partitions, "cset", "flow")
-            .sortWithinPartitions("cset", "flow", "pm", "file", "idx")
-            .mapInArrow(tasks.decode(config, ends), tasks.EVENTS_DDL)
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+                ends[index] = tasks.RunEnd(end_ts, ticks)
+            # Stage 2: per flow of each set, in the merge's order.
+            parts.append(
+                segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))
+                .repartition(partitions, "cset", "flow")
+                .sortWithinPartitions("cset", "flow", "pm", "file", "idx")
+                .mapInArrow(tasks.decode(config, ends), tasks.EVENTS_DDL)
+            )
+        if direct:
+            parts.append(_read(spark, direct, session.parallelism, total, decode=config))
+        events = parts[0]
+        for part in parts[1:]:
+            events = events.unionByName(part)
+        events = events.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(events)
         bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG)
         small = events.filter(~F.col("kind").isin(*bulk)).toArrow().to_pylist()
     finally:
-        segments.unpersist()
+        if segments is not None:
+            segments.unpersist()
+    for row in small:  # the files decoded where they were read say how their walks went
+        if row["kind"] == tasks.FILE_META:
+            metas_of.setdefault(row["cset"], []).append(pickle.loads(row["blob"]))
+    # The local engine's errors in its order: the sets' in plan order, each set's files in order.
+    runs: dict[int, _SetRun] = {}
+    left_out: dict[int, list] = {}
+    for index in range(len(planned)):
+        metas, left_out[index] = _check_inputs(sorted(metas_of.get(index, ()), key=lambda m: m.file))
+        if metas:
+            end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
+            runs[index] = _SetRun(metas, tasks.RunEnd(end_ts))
+    ends = {index: run.end for index, run in runs.items()}
     conns, group_rows, groups = _between_stages(small, runs)
     for index, run in runs.items():
         ends[index] = replace(run.end, last_event=None if run.last_event == -math.inf else run.last_event)
@@ -828,26 +859,27 @@ def _identity(rows: list[dict], last_event: float) -> Identity:
     return identity
 
 
-def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int):
-    """Stage 1: segment rows of every input. Files on a `file:` file system are opened by the task that
-    reads them, spread over a few tasks per core by size; any other file system's are read by Spark's
-    binaryFile source (one file per row: a capture is read in one piece, see the README)."""
+def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int, decode: EngineConfig | None = None):
+    """Stage 1: segment rows of every input, or with `decode` (each input the only file of its capture
+    set) stage 2's rows, each file decoded where it is read (spark_tasks.extract_decoded). Files on a
+    `file:` file system are opened by the task that reads them, spread over a few tasks per core by
+    size; any other file system's are read by Spark's binaryFile source (one file per row: a capture is
+    read in one piece, see the README)."""
     from ksniff.engine import spark_tasks as tasks
 
     local = [i for i in inputs if tasks.local_path(i.uri) is not None]
     remote = [i for i in inputs if tasks.local_path(i.uri) is None]
+    ddl = tasks.SEGMENTS_DDL if decode is None else tasks.EVENTS_DDL
     parts = []
     if local:
         bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)))
         parts.append(
-            spark.range(0, len(bins), 1, numPartitions=len(bins)).mapInArrow(
-                _extract(bins), tasks.SEGMENTS_DDL
-            )
+            spark.range(0, len(bins), 1, numPartitions=len(bins)).mapInArrow(_extract(bins, decode), ddl)
         )
     if remote:
         extra = [("offset", "double", [i.offset for i in remote]), ("cset", "int", [i.cset for i in remote])]
         rows = _with_content(spark, remote, extra).repartition(min(len(remote), 4 * parallelism))
-        parts.append(rows.mapInArrow(tasks.extract, tasks.SEGMENTS_DDL))
+        parts.append(rows.mapInArrow(tasks.extract if decode is None else tasks.extract_decoded(decode), ddl))
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)
@@ -877,8 +909,9 @@ def _spread(listing: list[_Input], n: int) -> list[list[_Input]]:
     return [b for b in bins if b]
 
 
-def _extract(bins: list[list[_Input]]):
-    """Stage 1's task for local files: the files of bin `id` of a spark.range, through spark_tasks.extract."""
+def _extract(bins: list[list[_Input]], decode: EngineConfig | None = None):
+    """Stage 1's task for local files: the files of bin `id` of a spark.range, through spark_tasks.extract
+    (or, with `decode`, spark_tasks.extract_decoded)."""
     rows = [[(i.file, i.path, i.uri, i.folder, i.offset, i.cset) for i in b] for b in bins]
 
     def run(batches):
@@ -899,7 +932,8 @@ def _extract(bins: list[list[_Input]]):
                         "content": pa.nulls(len(rows[b]), pa.binary()),
                     }
                 )
-                yield from tasks.extract(iter([listing]))
+                read = tasks.extract if decode is None else tasks.extract_decoded(decode)
+                yield from read(iter([listing]))
 
     return run
 

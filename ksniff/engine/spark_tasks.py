@@ -68,6 +68,7 @@ INF = math.inf
 # Row kinds leaving stage 2.
 KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, LINK, IDENTITY = 0, 1, 2, 3, 4, 6, 7
 LOG = 8  # exchanges the partition logs read (ksniff.audit.keys.is_log_event): for the CONTEXT_KEY group
+FILE_META = 5  # a file's FileMeta, from a file decoded where it was read (`extract_decoded`)
 # A KEYED row whose exchange the partition logs read too (its first key's): the CONTEXT_KEY group takes it,
 # so a keyed exchange the logs read is stored and shuffled once, not once more as a LOG row.
 KEYED_LOG = 9
@@ -288,6 +289,45 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         contents = batch.column("content")
         for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
             yield from _extract_input(file, path, uri, folder, contents[i].as_py, offsets[i], sets[i])
+
+
+DIRECT_MAX_BYTES = 256 << 20  # the largest file decoded where it is read (its segments held by one task)
+
+
+def extract_decoded(config: EngineConfig):
+    """mapInArrow over rows like `extract`'s, each file the only one of its capture set: every flow of the
+    file lives in it, so its segments are put into stage 2's order and decoded by this task (`decode`,
+    with the file's own sweep clock and end), and stage 2's rows leave it, with the file's FileMeta as a
+    FILE_META row: nothing of the file is shuffled before the audit."""
+    import numpy as np
+
+    every = Reassembler(config.limits).sweep_every
+
+    def one(segments: list[pa.RecordBatch], meta_row: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        cset = meta_row.column("cset")[0].as_py()
+        blob = meta_row.column("meta")[0].as_py()
+        meta = pickle.loads(blob)
+        rows = _Rows()
+        rows.cset = cset
+        rows.add(FILE_META, None, NO_ORDER, blob)
+        yield rows.take()
+        if meta.error or meta.skipped or not segments:
+            return  # the driver stops the run with the error, or leaves the file out
+        table = pa.Table.from_batches(segments, schema=SEGMENTS)
+        end = RunEnd(meta.max_ts, sweep_ticks(np.unique(table.column("pm").to_numpy()), every))
+        order = pa.compute.sort_indices(table, sort_keys=[(c, "ascending") for c in ("flow", "pm", "idx")])
+        yield from decode(config, {cset: end})(iter(table.take(order).to_batches(BATCH_ROWS)))
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        segments: list[pa.RecordBatch] = []
+        for batch in extract(batches):
+            if batch.column("meta").null_count:  # segments of the file being read
+                segments.append(batch)
+            else:  # its summary, the last batch of each file
+                yield from one(segments, batch)
+                segments = []
+
+    return run
 
 
 @contextlib.contextmanager
