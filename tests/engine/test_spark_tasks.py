@@ -126,3 +126,55 @@ def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opene
     assert [e.reason for _o, e in swept] == ["idle"] * 4  # four connections the first part left open
     opened = [(o[tasks.ORDER_COLUMNS.index("opm")], e.conn) for o, e in swept]
     assert opened == sorted(opened)
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+@pytest.mark.parametrize(
+    "name", ["txn_confluent_tansu_loss.pcap", "consume_tansu.pcap", "two_ports_tansu.pcap"]
+)
+def test_a_file_decoded_where_it_is_read_gives_what_its_flows_tasks_give(name: str) -> None:
+    """A capture set of one file is decoded by the task that reads it (nothing shuffled): the rows are
+    those its segments give when shuffled to their flows' tasks and decoded there, plus the file's
+    summary, which the driver reads instead of stage 1's."""
+    import pickle
+
+    import numpy as np
+    import pyarrow as pa
+
+    from ksniff.capture import Reassembler
+    from ksniff.config import EngineConfig
+    from ksniff.engine import spark_tasks as tasks
+
+    path = str(PCAPS / name)
+    listing = pa.RecordBatch.from_pydict(
+        {
+            "file": [3],
+            "path": [path],
+            "uri": [path],
+            "folder": [False],
+            "content": pa.nulls(1, pa.binary()),
+            "cset": pa.array([7], pa.int32()),
+        }
+    )
+    config = EngineConfig(keep_tables=True)
+    direct = pa.Table.from_batches(list(tasks.extract_decoded(config)(iter([listing]))), schema=tasks.EVENTS)
+
+    table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
+    segments = table.filter(pa.compute.is_valid(table.column("flow")))
+    meta = table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py()
+    ticks = tasks.sweep_ticks(
+        np.unique(segments.column("pm").to_numpy()), Reassembler(config.limits).sweep_every
+    )
+    end = tasks.RunEnd(pickle.loads(meta).max_ts, ticks)
+    ordered = segments.take(
+        pa.compute.sort_indices(segments, [(c, "ascending") for c in ("flow", "pm", "idx")])
+    )
+    shuffled = pa.Table.from_batches(
+        list(tasks.decode(config, {7: end})(iter(ordered.to_batches()))), schema=tasks.EVENTS
+    )
+
+    rows = direct.to_pylist()
+    assert rows[0]["kind"] == tasks.FILE_META and rows[0]["cset"] == 7 and rows[0]["blob"] == meta
+    assert rows[1:] == shuffled.to_pylist()
+    kinds = {r["kind"] for r in rows}
+    assert kinds >= {tasks.TABLE, tasks.CONN, tasks.FLOW_STATS} and kinds & {tasks.KEYED, tasks.KEYED_LOG}
