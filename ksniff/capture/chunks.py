@@ -68,13 +68,9 @@ class ChunkMerger:
         parts = h.parts
         h.parts = None
         data = b"".join(parts)
-        marks = h.p_marks
-        if marks is None:
-            self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last))
-        else:
-            h.p_marks = None
-            chunk = StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last, tuple(marks))
-            self.out.append(chunk)
+        marks, h.p_marks = h.p_marks, None
+        marks = () if marks is None else tuple(marks)
+        self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last, marks))
         if len(data) <= TAIL_KEPT:
             h.tail, h.tail_off = data, h.p_off
         else:  # a copy of the end, so the whole chunk does not stay alive through it

@@ -189,13 +189,11 @@ class FrameSplitter:
             if stop > end:
                 self.need = 4 + size
                 break
-            while m < n_marks and marks[m][0] <= offset + pos:
-                ts = marks[m][1]
-                m += 1
-            frame_first = ts
-            while m < n_marks and marks[m][0] < offset + stop:
-                ts = marks[m][1]
-                m += 1
+            if m < n_marks:  # the chunk merged segments of several times: this frame's own
+                frame_first, m = _time_at(marks, m, ts, offset + pos)
+                ts, m = _time_at(marks, m, frame_first, offset + stop - 1)
+            else:
+                frame_first = ts
             frames.append(Frame(view[pos + 4 : stop], frame_first, ts, offset + pos, resynced))
             if resynced and self.confirm is not None:
                 # A frame found by resynchronisation may be a plausible accident (a body that decodes while
@@ -225,10 +223,7 @@ class FrameSplitter:
         self._keep_marks(offset + pos, marks, m, ts)
 
     def _keep_marks(self, at: int, marks, m: int, ts: float) -> None:
-        while m < len(marks) and marks[m][0] <= at:
-            ts = marks[m][1]
-            m += 1
-        self.buf_ts = ts
+        self.buf_ts, m = _time_at(marks, m, ts, at)
         self.buf_marks = list(marks[m:])
 
     def _resync(self, data: bytes, pos: int, offset: int, marks, m: int, ts: float) -> int:
@@ -252,6 +247,15 @@ class FrameSplitter:
         self.buf_offset = (self.next_offset or 0) - len(self.buf)
         self._keep_marks(self.buf_offset, marks, m, ts)
         return len(data)
+
+
+def _time_at(marks, m: int, ts: float, at: int) -> tuple[float, int]:
+    """The capture time of stream offset `at`, given `ts` before marks[m:] (StreamChunk.marks), and the
+    index of the first mark after `at`."""
+    while m < len(marks) and marks[m][0] <= at:
+        ts = marks[m][1]
+        m += 1
+    return ts, m
 
 
 def _wait_need(data: bytes, at: int) -> int:
