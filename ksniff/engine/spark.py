@@ -456,7 +456,6 @@ class _SetRun:
     """What the driver learnt of one capture set between the stages."""
 
     metas: list  # its captures' FileMetas
-    end: Any  # spark_tasks.RunEnd
     stats: list = field(default_factory=list)  # its flows' FlowStats
     last_event: float = -math.inf
     context: list = field(default_factory=list)  # (audit order, pickled event) of its context events
@@ -473,7 +472,6 @@ def _pipeline(
     config: EngineConfig,
     cached: list,
 ) -> SparkAudit:
-    import pyarrow as pa
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -482,82 +480,20 @@ def _pipeline(
     spark = session.spark
     warnings, skipped = left
     members = [m for _cset, ms in planned for m in ms]
-    total = sum(i.length for i in members)
-    partitions = partitions_for(total, session.parallelism)
-    # A capture set of one file (not too large for one task's memory) has every flow in that file: it is
-    # decoded where it is read, and nothing of it is shuffled before the audit, when there are such files
-    # enough to keep every core busy (one file's flows are then decoded one after the other by its task).
-    # The others' segments go to their flows' tasks (stage 2).
-    direct = [ms[0] for _cset, ms in planned if len(ms) == 1 and ms[0].length <= tasks.DIRECT_MAX_BYTES]
-    if len(direct) < session.parallelism:
-        direct = []
-    direct_sets = {m.cset for m in direct}
-    shuffled = [m for m in members if m.cset not in direct_sets]
-
-    metas_of: dict[int, list] = {}
-    times_of: dict[int, list[bytes]] = {}
-    every = Reassembler(config.limits).sweep_every
-    parts = []
-    segments = None
-    try:
-        if shuffled:
-            # Stage 1: the files read on the executors. Kept (memory, then disk) because each set's end
-            # time, which stage 2 needs, is known only once every file has been read.
-            segments = _read(spark, shuffled, session.parallelism, total).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
-            # One pass over stage 1's rows: the files' summaries and each set's distinct packet times.
-            summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
-            columns = (summaries.column(n).to_pylist() for n in ("cset", "meta", "times"))
-            for cset, meta, times in zip(*columns, strict=True):
-                if meta is not None:
-                    metas_of.setdefault(cset, []).append(pickle.loads(meta))
-                elif times is not None:
-                    times_of.setdefault(cset, []).append(times)
-            ends = {}
-            for index in sorted({m.cset for m in shuffled}):
-                metas = metas_of.get(index, ())
-                if any(m.error for m in metas):
-                    if not direct:  # the first error in plan order is this one: at once
-                        _check_inputs(sorted(metas, key=lambda m: m.file))
-                    continue  # reported below, in plan order, once the direct sets' files are read
-                end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
-                ticks = tasks.sweep_ticks(tasks.merge_times(times_of.get(index, ())), every)
-                ends[index] = tasks.RunEnd(end_ts, ticks)
-            # Stage 2: per flow of each set, in the merge's order.
-            parts.append(
-                segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))
-                .repartition(partitions, "cset", "flow")
-                .sortWithinPartitions("cset", "flow", "pm", "file", "idx")
-                .mapInArrow(tasks.decode(config, ends), tasks.EVENTS_DDL)
-            )
-        if direct:
-            parts.append(_read(spark, direct, session.parallelism, total, decode=config))
-        events = parts[0]
-        for part in parts[1:]:
-            events = events.unionByName(part)
-        events = events.persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(events)
-        bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG)
-        small = events.filter(~F.col("kind").isin(*bulk)).toArrow().to_pylist()
-    finally:
-        if segments is not None:
-            segments.unpersist()
-    for row in small:  # the files decoded where they were read say how their walks went
-        if row["kind"] == tasks.FILE_META:
-            metas_of.setdefault(row["cset"], []).append(pickle.loads(row["blob"]))
+    partitions = partitions_for(sum(i.length for i in members), session.parallelism)
+    events, small, metas_of = _decoded(session, planned, config, partitions, cached)
     # The local engine's errors in its order: the sets' in plan order, each set's files in order.
     runs: dict[int, _SetRun] = {}
     left_out: dict[int, list] = {}
     for index in range(len(planned)):
         metas, left_out[index] = _check_inputs(sorted(metas_of.get(index, ()), key=lambda m: m.file))
         if metas:
-            end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
-            runs[index] = _SetRun(metas, tasks.RunEnd(end_ts))
-    ends = {index: run.end for index, run in runs.items()}
+            runs[index] = _SetRun(metas)
     conns, group_rows, groups = _between_stages(small, runs)
-    for index, run in runs.items():
-        ends[index] = replace(run.end, last_event=None if run.last_event == -math.inf else run.last_event)
+    ends = {
+        index: tasks.RunEnd(last_event=None if run.last_event == -math.inf else run.last_event)
+        for index, run in runs.items()
+    }
 
     # Stage 3: per group of producer keys of each set, in audit order, with the set's context events.
     lasts = spark.createDataFrame(
@@ -650,23 +586,47 @@ def _pipeline(
     summary.warnings[:0] = warnings  # inputs skipped while listing folders come first, as locally
     summary.capture.skipped_files += skipped
 
+    frames = _frames(
+        spark, config, table_events, outputs, summary, runs, labels, clocks, conns, frozenset(cut)
+    )
+    return SparkAudit(spark, summary, frames, list(cached))
+
+
+def _frames(
+    spark: Any,
+    config: EngineConfig,
+    table_events: Any,
+    outputs: Any,
+    summary: AuditResult,
+    runs: dict[int, _SetRun],
+    labels: dict[int, tuple[int, str | None]],
+    clocks: dict[int, tuple],
+    conns: dict[int, int],
+    cut: frozenset[tuple],
+) -> dict[str, Any]:
+    """The run's tables as DataFrames, made by the executors from the TABLE rows (`exchanges`,
+    `batches`, `records`) and the folds' outputs, each row labelled with its capture set and cluster;
+    the partition logs' two tables from the joined summary."""
+    import pyarrow as pa
+
+    from ksniff.engine import spark_tasks as tasks
+
     frames: dict[str, Any] = {}
     clusters = {index: label[1] for index, label in labels.items()}
     for table in ("exchanges", "batches", "records"):
         if config.keep_records if table == "records" else config.keep_tables:
-            made = tasks.table_rows(table, conns, clusters, config.max_records_batch, frozenset(cut))
+            made = tasks.table_rows(table, conns, clusters, config.max_records_batch, cut)
             frames[table] = table_events.mapInArrow(made, tasks.table_ddl(table, order=True))
         else:
             frames[table] = None
     own_sets = list(labels)
     for table in ("transactions", "findings"):
         made = outputs.mapInArrow(tasks.output_rows(table, labels, clocks), tasks.table_ddl(table))
-        # each set's CONTEXT_KEY group's output (its last)
-        context = []
+        gap_outputs = []  # each set's CONTEXT_KEY group's output (its last)
         for i in own_sets:
             output = runs[i].outputs[-1]
-            context.append(tasks.judged(output, clocks[i]) if clocks[i] else output)
-        own = tasks.output_batch(table, context, [labels[i] for i in own_sets])
+            gap_outputs.append(tasks.judged(output, clocks[i]) if clocks[i] else output)
+        own = tasks.output_batch(table, gap_outputs, [labels[i] for i in own_sets])
         if own.num_rows:
             made = made.unionByName(spark.createDataFrame(pa.Table.from_batches([own])))
         frames[table] = made
@@ -677,7 +637,89 @@ def _pipeline(
         frames[table] = spark.createDataFrame(
             pa.Table.from_batches([tasks.summary_batch(table, summary)]), tasks.table_ddl(table)
         )
-    return SparkAudit(spark, summary, frames, list(cached))
+    return frames
+
+
+def _decoded(
+    session: Session,
+    planned: list[tuple[capture_sets.CaptureSet, list[_Input]]],
+    config: EngineConfig,
+    partitions: int,
+    cached: list,
+) -> tuple[Any, list[dict], dict[int, list]]:
+    """Stages 1 and 2: every capture set's decode events (cached), the few rows per file and connection
+    the driver reads between the stages, and each set's FileMetas."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from ksniff.engine import spark_tasks as tasks
+
+    spark = session.spark
+    members = [m for _cset, ms in planned for m in ms]
+    total = sum(i.length for i in members)
+    # A capture set of one file (not too large for one task's memory) has every flow in that file: it is
+    # decoded where it is read, and nothing of it is shuffled before the audit, when there are such files
+    # enough to keep every core busy (one file's flows are then decoded one after the other by its task).
+    # The others' segments go to their flows' tasks (stage 2).
+    direct = [ms[0] for _cset, ms in planned if len(ms) == 1 and ms[0].length <= tasks.DIRECT_MAX_BYTES]
+    if len(direct) < session.parallelism:
+        direct = []
+    direct_sets = {m.cset for m in direct}
+    shuffled = [m for m in members if m.cset not in direct_sets]
+
+    metas_of: dict[int, list] = {}
+    times_of: dict[int, list[bytes]] = {}
+    every = Reassembler(config.limits).sweep_every
+    parts = []
+    segments = None
+    try:
+        if shuffled:
+            # Stage 1: the files read on the executors. Kept (memory, then disk) because each set's end
+            # time, which stage 2 needs, is known only once every file has been read.
+            segments = _read(spark, shuffled, session.parallelism, total).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+            # One pass over stage 1's rows: the files' summaries and each set's distinct packet times.
+            summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
+            columns = (summaries.column(n).to_pylist() for n in ("cset", "meta", "times"))
+            for cset, meta, times in zip(*columns, strict=True):
+                if meta is not None:
+                    metas_of.setdefault(cset, []).append(pickle.loads(meta))
+                elif times is not None:
+                    times_of.setdefault(cset, []).append(times)
+            ends = {}
+            for index in sorted({m.cset for m in shuffled}):
+                metas = metas_of.get(index, ())
+                if any(m.error for m in metas):
+                    if not direct:  # the first error in plan order is this one: at once
+                        _check_inputs(sorted(metas, key=lambda m: m.file))
+                    continue  # reported below, in plan order, once the direct sets' files are read
+                end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
+                ticks = tasks.sweep_ticks(tasks.merge_times(times_of.get(index, ())), every)
+                ends[index] = tasks.RunEnd(end_ts, ticks)
+            # Stage 2: per flow of each set, in the merge's order.
+            parts.append(
+                segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))
+                .repartition(partitions, "cset", "flow")
+                .sortWithinPartitions("cset", "flow", "pm", "file", "idx")
+                .mapInArrow(tasks.decode(config, ends), tasks.EVENTS_DDL)
+            )
+        if direct:
+            parts.append(_read(spark, direct, session.parallelism, total, decode=config))
+        events = parts[0]
+        for part in parts[1:]:
+            events = events.unionByName(part)
+        events = events.persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(events)
+        bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG)
+        small = events.filter(~F.col("kind").isin(*bulk)).toArrow().to_pylist()
+    finally:
+        if segments is not None:
+            segments.unpersist()
+    for row in small:  # the files decoded where they were read say how their walks went
+        if row["kind"] == tasks.FILE_META:
+            metas_of.setdefault(row["cset"], []).append(pickle.loads(row["blob"]))
+    return events, small, metas_of
 
 
 def _between_stages(

@@ -86,7 +86,7 @@ _SQL_TYPES = {
 
 def ddl(schema: pa.Schema) -> str:
     """The Spark DDL string of an Arrow schema of flat columns (what mapInArrow is told it returns)."""
-    return ", ".join(f"{f.name} {_SQL_TYPES[f.type]}" for f in schema)
+    return ", ".join(f"`{f.name}` {_SQL_TYPES[f.type]}" for f in schema)
 
 
 SEGMENTS = pa.schema(
@@ -657,8 +657,9 @@ class _Flow:
             if self.config.keep_tables or self.config.keep_records:
                 self.rows.add(TABLE, None, order, blob)
         log = is_log_event(event)
-        keys = () if is_context(event) else producer_keys(event)
-        if is_context(event):
+        context = is_context(event)
+        keys = () if context else producer_keys(event)
+        if context:
             self.rows.add(CONTEXT, None, order, blob)
         elif keys:
             for i, key in enumerate(keys):
@@ -670,8 +671,7 @@ class _Flow:
 
 def decode(config: EngineConfig, ends: dict[int, RunEnd]):
     """mapInArrow over segment rows (not the files' summaries) sorted by (cset, flow, pm, file, idx):
-    decode events, and the
-    counters of each capture set (`ends`: each set's RunEnd) the task met."""
+    decode events, and the counters of each capture set the task met (`ends`: each set's RunEnd)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = _Rows()
@@ -861,7 +861,6 @@ def context_fold(config: EngineConfig, ends: dict[int, RunEnd], conns: dict[int,
 
 # -- the tables, built where the events are --------------------------------------------------------------
 
-_SPARK_TYPES = {"float64": "double", "Int64": "bigint", "boolean": "boolean", "string": "string"}
 _ARROW_TYPES = {"float64": pa.float64(), "Int64": pa.int64(), "boolean": pa.bool_(), "string": pa.string()}
 # Each exported row keeps the place of its exchange in the audit order (and of itself within the
 # exchange), so a writer can give the rows in exactly the local engine's order.
@@ -875,18 +874,7 @@ PRODUCERS_DDL = (
 
 
 def table_ddl(table: str, order: bool = False) -> str:
-    from ksniff.report.tables import SCHEMAS
-
-    columns = [f"`{name}` {_SPARK_TYPES[dtype]}" for name, dtype in SCHEMAS[table].items()]
-    if order:
-        columns += [
-            f"`{name}` {'bigint' if name in ('pfile', 'pidx', 'oconn', 'n', 'sub') else 'double'}"
-            if name != "phase"
-            else "`phase` tinyint"
-            for name in ROW_ORDER
-        ]
-        columns.append("`_cluster` string")
-    return ", ".join(columns)
+    return ddl(_table_schema(table, order))
 
 
 def _table_schema(table: str, order: bool) -> pa.Schema:
@@ -985,10 +973,6 @@ def table_rows(
 # -- the --records decompression budget ---------------------------------------------------------------------
 
 _UNCAPPED = 1 << 62
-PROBE_DDL = (
-    "cset int, rel double, ets double, phase tinyint, ppm double, pfile int, pidx long, opm double, "
-    "oconn long, n long, batch long, need double, used long, request_need double"
-)
 
 
 def record_probe(per_batch: int):
@@ -1059,6 +1043,7 @@ _PROBE_SCHEMA = pa.schema(
         pa.field("request_need", pa.float64()),
     ]
 )
+PROBE_DDL = ddl(_PROBE_SCHEMA)
 
 
 def output_rows(table: str, labels: dict[int, tuple] | None = None, clocks: dict[int, tuple] | None = None):
