@@ -6,8 +6,9 @@ without asking which version it was. One Struct class is made per schema struct 
 interpreter and the compiled decoders, so their results compare equal exactly when their values do.
 
 Structs pickle (for engines that ship events between processes) as their class and values; the class, once
-per pickle, by where its schema struct sits in the protocol tables: (API key, request or response, path of
-field names). Unpickling makes or finds the very class the decoders use for that struct, in any process.
+per pickle, by the number of its schema struct's place in the protocol tables ((API key, request or
+response, path of field names), numbered alike by every process of one ksniff). Unpickling makes or finds
+the very class the decoders use for that struct, in any process.
 """
 
 from __future__ import annotations
