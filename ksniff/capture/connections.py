@@ -86,18 +86,26 @@ class ConnectionTable:
                 del self.table[h.key]
         self.conns.pop(conn.id, None)
 
-    def sweep(self, now: float) -> None:
-        """Expires idle connections and forgets closed ones, as of capture time `now`."""
-        idle_before = now - self.limits.idle_timeout
-        linger_before = now - self.limits.closed_linger
+    def sweep(self, now: float) -> float:
+        """Expires idle connections and forgets closed ones, as of capture time `now`. Returns the
+        earliest time after which a later sweep can change anything (inf when nothing is tracked)."""
+        idle, linger = self.limits.idle_timeout, self.limits.closed_linger
+        idle_before = now - idle
+        linger_before = now - linger
+        due = float("inf")
         for conn in list(self.conns.values()):
             last = conn.last_ts()
             if conn.closed is not None:
                 if last < linger_before:
                     self.forget(conn)
+                elif last + linger < due:
+                    due = last + linger
             elif last < idle_before:
                 self.close(conn, now, "idle")
                 self.forget(conn)
+            elif last + idle < due:
+                due = last + idle
+        return due
 
     def _evict(self, now: float) -> None:
         """At the connection cap: forget closed ones first, then close the longest idle."""

@@ -9,13 +9,17 @@ output queue (`chunks`), and the per-direction state (`halves`).
 The reassembler consumes the flat tuples of `ksniff.capture.packets` from any source. An engine that
 runs one reassembler per connection (naming connections itself: `conn_id`) drives from
 outside what a single reassembler decides on its own segments' times: `events(..., sweeps=False)` plus
-`sweep(now)` at the whole capture's sweep times (every `sweep_every` seconds), `flush()` where another
-connection's traffic would have cut the chunk being merged, and `open_connections` to know whether a
-sweep can change anything.
+`sweeps(now)` as the whole capture's clock passes its sweep times, `flush()` where another connection's
+traffic would have cut the chunk being merged.
+
+Idle expiry sweeps at fixed times of capture time, the multiples of `sweep_every` seconds, each as the
+capture's clock (its latest timestamp so far) reaches it: where the sweeps fall, and so when an idle
+connection closes, depends on nothing but the clock, not on which segments happened to come when.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 
 from ksniff.capture.chunks import ChunkMerger
@@ -56,7 +60,8 @@ class Reassembler:
         self._conns = ConnectionTable(self.limits, self.stats, self._merger, self._ooo, conn_id)
         self.out = self._merger.out
         self._now = 0.0
-        self._next_sweep = float("-inf")
+        # The next sweep time not swept yet (a multiple of sweep_every): `sweeps(now)` has work from then.
+        self.next_sweep = float("-inf")
         # Seconds of capture time between two idle sweeps: a few per timeout.
         self.sweep_every = max(1.0, min(self.limits.idle_timeout, self.limits.closed_linger) / 4)
 
@@ -81,13 +86,12 @@ class Reassembler:
         slow = self._segment
         max_chunk = self.limits.max_chunk_bytes
         ts = None
-        sweep_at = self._next_sweep if sweeps else float("inf")
+        sweep_at = self.next_sweep if sweeps else float("inf")
         for seg in segments:
             ts, sip, sp, dip, dp, seq, ack, flags, payload = seg
             if ts >= sweep_at:  # idle expiry runs on capture time, a few times per timeout
-                if ts >= self._next_sweep:
-                    self.sweep(ts)
-                sweep_at = self._next_sweep
+                self.sweep(ts)
+                sweep_at = self.next_sweep
             h = table_get((sip, sp, dip, dp))
             if h is None or not h.fast or flags & _SLOW_FLAGS:
                 slow(h, seg)
@@ -186,11 +190,26 @@ class Reassembler:
     # -- hooks for engines --------------------------------------------------------------------------
 
     def sweep(self, now: float) -> None:
-        """Expires idle connections and forgets closed ones, as of capture time `now`; the events (closes,
-        their gaps) go to `out`. `events` calls it every `sweep_every` seconds unless told not to."""
-        self._now = max(self._now, now)
-        self._next_sweep = now + self.sweep_every
-        self._conns.sweep(now)
+        """Runs the sweeps due by capture time `now`; the events (closes, their gaps) go to `out`.
+        `events` calls it as the clock moves unless told not to."""
+        for _ in self.sweeps(now):
+            pass
+
+    def sweeps(self, now: float) -> Iterator[float]:
+        """The idle sweeps due by capture time `now`, in time order: one at each multiple of
+        `sweep_every` up to `now` not swept yet, each expiring connections idle `idle_timeout` before it
+        and forgetting closed ones after `closed_linger`. Yields each sweep's time once its events are
+        in `out`. Sweeps that cannot change anything are skipped: when nothing is tracked, and between
+        two sweeps of one call (no segment comes in between) until the first connection is due."""
+        every = self.sweep_every
+        line = self.next_sweep
+        if now > self._now:
+            self._now = now
+        while line <= now and self._conns.conns:
+            due = self._conns.sweep(line)
+            yield line
+            line = max(line + every, _multiple_after(due, every))
+        self.next_sweep = _multiple_after(now, every)
 
     def drop(self, conn_id: int, tally: int = 0) -> None:
         """Stop reassembling a connection: nothing more is buffered or emitted for it. With `tally` (a
@@ -270,6 +289,14 @@ class Reassembler:
 
     def warnings(self) -> list[str]:
         return self._conns.warnings() + self._ooo.warnings()
+
+
+def _multiple_after(t: float, every: float) -> float:
+    """The first multiple of `every` strictly after `t` (inf after inf)."""
+    if t == float("inf"):
+        return t
+    line = (math.floor(t / every) + 1) * every
+    return line if line > t else line + every
 
 
 def _signed(a: int, b: int) -> int:

@@ -10,8 +10,7 @@
 The driver never opens a capture and never holds a table row. What it collects is what stitches the
 stages together and what the terminal report prints: with several inputs, what the capture-set planner
 needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksniff.engine.clock), found
-by tasks that read the files; one summary per file, the distinct packet times
-(the local engine's sweep clock, see spark_tasks), a few rows per connection (its opening, its context
+by tasks that read the files; one summary per file, a few rows per connection (its opening, its context
 events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
 (producers, transactions, findings), the context group's (capture gaps and the partition logs, folded by
 one task over the exchanges the logs read) and the run's counters. Exports are written by the executors.
@@ -668,8 +667,6 @@ def _decoded(
     shuffled = [m for m in members if m.cset not in direct_sets]
 
     metas_of: dict[int, list] = {}
-    times_of: dict[int, list[bytes]] = {}
-    every = Reassembler(config.limits).sweep_every
     parts = []
     segments = None
     try:
@@ -679,14 +676,10 @@ def _decoded(
             segments = _read(spark, shuffled, session.parallelism, total).persist(
                 StorageLevel.MEMORY_AND_DISK
             )
-            # One pass over stage 1's rows: the files' summaries and each set's distinct packet times.
-            summaries = segments.mapInArrow(tasks.summarize, tasks.SUMMARY_DDL).toArrow()
-            columns = (summaries.column(n).to_pylist() for n in ("cset", "meta", "times"))
-            for cset, meta, times in zip(*columns, strict=True):
-                if meta is not None:
-                    metas_of.setdefault(cset, []).append(pickle.loads(meta))
-                elif times is not None:
-                    times_of.setdefault(cset, []).append(times)
+            # The files' summaries, one row each: what went wrong, and each set's end.
+            summaries = segments.where(F.col("meta").isNotNull()).select("cset", "meta").toArrow()
+            for cset, meta in zip(*(summaries.column(n).to_pylist() for n in ("cset", "meta")), strict=True):
+                metas_of.setdefault(cset, []).append(pickle.loads(meta))
             ends = {}
             for index in sorted({m.cset for m in shuffled}):
                 metas = metas_of.get(index, ())
@@ -695,8 +688,7 @@ def _decoded(
                         _check_inputs(sorted(metas, key=lambda m: m.file))
                     continue  # reported below, in plan order, once the direct sets' files are read
                 end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
-                ticks = tasks.sweep_ticks(tasks.merge_times(times_of.get(index, ())), every)
-                ends[index] = tasks.RunEnd(end_ts, ticks)
+                ends[index] = tasks.RunEnd(end_ts)
             # Stage 2: per flow of each set, in the merge's order.
             parts.append(
                 segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))

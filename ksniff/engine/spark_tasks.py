@@ -31,7 +31,6 @@ Matching the in-process engine exactly means reproducing three things it gets fr
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import heapq
 import itertools
@@ -144,9 +143,6 @@ class RunEnd:
     """What the driver learns of the whole run after stage 1, for stages 2 and 3."""
 
     end_ts: float | None = None  # the capture's last segment time: where the reassembler closes everything
-    # When the in-process reassembler sweeps for idle connections: it does so on capture time, at the
-    # first segment of any connection at least `every` seconds after the last sweep (see `sweep_ticks`).
-    ticks: tuple[float, ...] = ()
     last_event: float | None = None  # the latest capture event time: where the local engine ends the audit
 
 
@@ -297,11 +293,8 @@ DIRECT_MAX_BYTES = 256 << 20  # the largest file decoded where it is read (its s
 def extract_decoded(config: EngineConfig):
     """mapInArrow over rows like `extract`'s, each file the only one of its capture set: every flow of the
     file lives in it, so its segments are put into stage 2's order and decoded by this task (`decode`,
-    with the file's own sweep clock and end), and stage 2's rows leave it, with the file's FileMeta as a
-    FILE_META row: nothing of the file is shuffled before the audit."""
-    import numpy as np
-
-    every = Reassembler(config.limits).sweep_every
+    with the file's own end), and stage 2's rows leave it, with the file's FileMeta as a FILE_META row:
+    nothing of the file is shuffled before the audit."""
 
     def one(segments: list[pa.RecordBatch], meta_row: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         cset = meta_row.column("cset")[0].as_py()
@@ -314,7 +307,7 @@ def extract_decoded(config: EngineConfig):
         if meta.error or meta.skipped or not segments:
             return  # the driver stops the run with the error, or leaves the file out
         table = pa.Table.from_batches(segments, schema=SEGMENTS)
-        end = RunEnd(meta.max_ts, sweep_ticks(np.unique(table.column("pm").to_numpy()), every))
+        end = RunEnd(meta.max_ts)
         order = pa.compute.sort_indices(table, sort_keys=[(c, "ascending") for c in ("flow", "pm", "idx")])
         yield from decode(config, {cset: end})(iter(table.take(order).to_batches(BATCH_ROWS)))
 
@@ -547,7 +540,6 @@ class _Flow:
 
     def run(self, segments: Iterator[tuple]) -> None:
         reassembler = self.reassembler
-        self.tick = 0
         # Sweeps come from the run's clock (`_sweep_until`), not this flow's own segments.
         for event in reassembler.events(self._segments(segments), finish=False, sweeps=False):
             self._feed(event, 0, self.position)
@@ -607,19 +599,13 @@ class _Flow:
             yield (ts, src, sport, dst, dport, seq, ack, flags, cut if flags & TRUNCATED else payload)
 
     def _sweep_until(self, pm: float) -> None:
-        """The idle sweeps the in-process reassembler ran up to merge position `pm`: each at the first
-        segment of the run with ts >= its time, so before any segment whose running maximum reached it."""
-        ticks, reassembler = self.end.ticks, self.reassembler
-        while self.tick < len(ticks) and ticks[self.tick] <= pm:
-            if not reassembler.open_connections:
-                # Nothing a sweep could touch until the next segment: skip the run's ticks up to it
-                # (a flow is short next to a long capture's thousands of ticks).
-                self.tick = bisect.bisect_right(ticks, pm, self.tick)
-                break
-            now = ticks[self.tick]
-            self.tick += 1
+        """The idle sweeps the in-process reassembler ran up to merge position `pm` (its clock then): at
+        the sweep times up to it, before any segment whose running maximum reached them."""
+        reassembler = self.reassembler
+        if pm < reassembler.next_sweep:
+            return
+        for now in reassembler.sweeps(pm):
             self.position = (now, -1, -1)  # before any segment at `now`, every flow's sweep at once
-            reassembler.sweep(now)
             while reassembler.out:
                 self._feed(reassembler.out.popleft(), 0, self.position)
 
@@ -697,64 +683,6 @@ def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 
 
 # -- stage 3: the audit fold per producer key ------------------------------------------------------------
-
-
-SUMMARY = pa.schema([("cset", pa.int32()), ("meta", pa.binary()), ("times", pa.binary())])
-SUMMARY_DDL = ddl(SUMMARY)
-
-
-def summarize(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow over stage 1's rows: the files' summaries as they are, and per capture set the
-    partition's distinct running-maximum times as one float64 array (the driver merges them into each
-    set's sweep clock)."""
-    import numpy as np
-
-    sets: list[int] = []
-    metas: list[bytes] = []
-    parts: dict[int, list] = {}
-    for batch in batches:
-        meta = batch.column("meta")
-        has_meta = pa.compute.is_valid(meta)
-        sets.extend(batch.column("cset").filter(has_meta).to_pylist())
-        metas.extend(meta.filter(has_meta).to_pylist())
-        segments = batch.filter(pa.compute.invert(has_meta))
-        if not segments.num_rows:
-            continue
-        cset_column = segments.column("cset").to_numpy()
-        pm = segments.column("pm").to_numpy()
-        for cset in np.unique(cset_column).tolist():
-            parts.setdefault(cset, []).append(np.unique(pm[cset_column == cset]))
-    times = {cset: np.unique(np.concatenate(p)).tobytes() for cset, p in parts.items()}
-    yield pa.RecordBatch.from_pydict(
-        {
-            "cset": [*sets, *times],
-            "meta": [*metas, *(None for _ in times)],
-            "times": [*(None for _ in metas), *times.values()],
-        },
-        schema=SUMMARY,
-    )
-
-
-def merge_times(blobs) -> list[float]:
-    import numpy as np
-
-    arrays = [np.frombuffer(b, dtype=np.float64) for b in blobs]
-    return np.unique(np.concatenate(arrays)).tolist() if arrays else []
-
-
-def sweep_ticks(pms, every: float) -> tuple[float, ...]:
-    """The times of the in-process reassembler's sweeps, from the sorted distinct running maxima of
-    every file: the first at the first segment, each next at the first segment `every` seconds on."""
-    import numpy as np
-
-    values = np.asarray(pms, dtype=np.float64)
-    ticks: list[float] = []
-    i = 0
-    while i < len(values):
-        tick = float(values[i])
-        ticks.append(tick)
-        i = int(np.searchsorted(values, tick + every, side="left"))
-    return tuple(ticks)
 
 
 def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from capture_builders import Flow, run_file, streams, write_ip_packets
 
@@ -373,6 +375,47 @@ def test_sweeps_on_the_callers_clock(tmp_path):
     r.out.clear()
     r.sweep(segs[3][0] + 5.0)  # not idle long enough yet
     assert not r.out and r.open_connections == 1
-    r.sweep(segs[3][0] + 10.5)
-    assert [e.reason for e in r.out if isinstance(e, ConnectionClosed)] == ["idle"]
+    # Sweeps run at the multiples of sweep_every: the first one past the idle timeout closes it.
+    at = (math.floor((segs[3][0] + 10.0) / 2.5) + 1) * 2.5
+    r.sweep(at - 0.01)
+    assert not r.out and r.open_connections == 1
+    r.sweep(at + 1.0)
+    assert [(e.reason, e.ts) for e in r.out if isinstance(e, ConnectionClosed)] == [("idle", at)]
     assert r.open_connections == 0
+
+
+def test_an_idle_connection_closes_at_a_sweep_time_whatever_traffic_ends_the_silence(tmp_path):
+    """Idle expiry runs at fixed times of capture time (the multiples of sweep_every): a connection left
+    open closes at the first of them past its idle timeout, whichever later packet of which connection
+    moved the clock past it. Two connections idle since different times close at their own sweep times,
+    and one silence crossing many sweep times at once gives what sweeping at every one of them gives."""
+    from capture_builders import LINKS, pcap_bytes
+
+    from ksniff.capture import Reassembler, iter_segments
+
+    limits = CaptureLimits(idle_timeout=10.0)  # sweeps every 2.5 s
+    a, b = Flow(), Flow(client=("10.0.0.3", 40001))
+    c = Flow(client=("10.0.0.5", 40002))
+    linktype, frame = LINKS["EN10MB"]
+    opening = [(1000.0 + i * 0.001, p) for i, p in enumerate(a.handshake() + [a.send(True, b"abc")])]
+    opening += [(1004.0 + i * 0.001, p) for i, p in enumerate(b.handshake() + [b.send(True, b"de")])]
+    closes = []
+    for later in (1030.3, 1047.9):  # the silence ends earlier or later, with another connection's SYN
+        path = tmp_path / f"{later}.pcap"
+        path.write_bytes(
+            pcap_bytes([(t, frame(p)) for t, p in [*opening, (later, c.handshake()[0])]], linktype)
+        )
+        events, _run = run_file(path, limits)
+        closes.append([(e.conn, e.reason, e.ts) for e in kinds(events, ConnectionClosed)])
+
+        r = Reassembler(limits)  # the same segments, swept at every sweep time one by one
+        segs = list(iter_segments(str(path)))
+        one_by_one = list(r.events(iter(segs[:-1]), finish=False))
+        t = r.next_sweep
+        while t <= later:
+            r.sweep(t)
+            t += r.sweep_every
+        one_by_one += list(r.events(iter(segs[-1:])))
+        assert [(e.conn, e.reason, e.ts) for e in kinds(one_by_one, ConnectionClosed)] == closes[-1]
+    first, second = closes
+    assert first[:2] == second[:2] == [(1, "idle", 1012.5), (2, "idle", 1015.0)]

@@ -108,7 +108,7 @@ def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opene
     meta = pickle.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
     config = EngineConfig()
     pms = sorted(set(segments.column("pm").to_pylist()))
-    end = tasks.RunEnd(meta.max_ts, tasks.sweep_ticks(pms, Reassembler(config.limits).sweep_every))
+    end = tasks.RunEnd(meta.max_ts)
     rows = sorted(segments.to_pylist(), key=lambda r: (r["flow"], r["pm"], r["file"], r["idx"]))
     events = []
     for _flow, mine in itertools.groupby(rows, key=lambda r: r["flow"]):  # one task per flow
@@ -120,10 +120,16 @@ def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opene
     orders = [order for order, _event in events]
     assert len(set(orders)) == len(orders)
     later = min(ts for ts in pms if ts > meta.first_ts + 1800)  # the later traffic's first packet
+    idle = [e for _o, e in events if isinstance(e, ConnectionEnded) and e.reason == "idle"]
+    assert len(idle) == 4  # four connections the first part left open
+    # Closed at one sweep time (a multiple of sweep_every), the first one past the idle timeout.
+    every, timeout = Reassembler(config.limits).sweep_every, config.limits.idle_timeout
+    (at,) = {e.ts for e in idle}
+    assert at % every == 0 and 0 < at - max(ts for ts in pms if ts < later) - timeout <= every
     swept = [
-        (o, e) for o, e in sorted(events) if isinstance(e, ConnectionLost | ConnectionEnded) and e.ts == later
+        (o, e) for o, e in sorted(events) if isinstance(e, ConnectionLost | ConnectionEnded) and e.ts == at
     ]
-    assert [e.reason for _o, e in swept] == ["idle"] * 4  # four connections the first part left open
+    assert {e.conn for _o, e in swept} == {e.conn for e in idle}
     opened = [(o[tasks.ORDER_COLUMNS.index("opm")], e.conn) for o, e in swept]
     assert opened == sorted(opened)
 
@@ -138,10 +144,8 @@ def test_a_file_decoded_where_it_is_read_gives_what_its_flows_tasks_give(name: s
     summary, which the driver reads instead of stage 1's."""
     import pickle
 
-    import numpy as np
     import pyarrow as pa
 
-    from ksniff.capture import Reassembler
     from ksniff.config import EngineConfig
     from ksniff.engine import spark_tasks as tasks
 
@@ -162,10 +166,7 @@ def test_a_file_decoded_where_it_is_read_gives_what_its_flows_tasks_give(name: s
     table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
     segments = table.filter(pa.compute.is_valid(table.column("flow")))
     meta = table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py()
-    ticks = tasks.sweep_ticks(
-        np.unique(segments.column("pm").to_numpy()), Reassembler(config.limits).sweep_every
-    )
-    end = tasks.RunEnd(pickle.loads(meta).max_ts, ticks)
+    end = tasks.RunEnd(pickle.loads(meta).max_ts)
     ordered = segments.take(
         pa.compute.sort_indices(segments, [(c, "ascending") for c in ("flow", "pm", "idx")])
     )
