@@ -52,13 +52,17 @@ class _Tables:
     def __init__(self, opts: Options) -> None:
         from ksniff.engine.local import RowFanout
         from ksniff.report.filters import FilteredRows
-        from ksniff.report.formats import ReportError
-        from ksniff.report.stream import TableExport
-        from ksniff.report.timeline import ProducerRows
 
-        self.export = None
-        self.producer = ProducerRows(opts.producer) if opts.producer else None
+        # The exports' and the timeline's modules are loaded only when their option is given.
+        self.export = self.producer = None
+        if opts.producer:
+            from ksniff.report.timeline import ProducerRows
+
+            self.producer = ProducerRows(opts.producer)
         if opts.csv_dir or opts.parquet_dir:
+            from ksniff.report.formats import ReportError
+            from ksniff.report.stream import TableExport
+
             try:
                 self.export = TableExport(
                     csv_dir=opts.csv_dir, parquet_dir=opts.parquet_dir, records=opts.records
@@ -170,7 +174,7 @@ def run_audit(
     conf: tuple[tuple[str, str], ...] = (),
 ) -> int:
     from ksniff.capture import CaptureError
-    from ksniff.engine.spark import is_uri
+    from ksniff.common.paths import is_uri
     from ksniff.report.formats import ReportError
 
     out, err = _consoles(opts)
@@ -206,11 +210,14 @@ def run_audit(
                 "writes local paths"
             )
     from ksniff.engine.local import audit_paths
-    from ksniff.report.progress import progress
 
     with _Tables(opts) as tables:
         try:
-            bar = progress(err, 0) if err.is_terminal and not opts.quiet else None
+            bar = None
+            if err.is_terminal and not opts.quiet:
+                from ksniff.report.progress import progress  # rich's progress bar: only when one is shown
+
+                bar = progress(err, 0)
             try:
                 result = audit_paths(
                     captures,

@@ -43,6 +43,7 @@ from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.capture.run import add_file_counts, truncation_warnings
 from ksniff.common.counters import add_counters
+from ksniff.common.paths import is_uri
 from ksniff.config import EngineConfig
 from ksniff.decode.decoder import limit_warnings
 from ksniff.decode.events import DecodeStats
@@ -61,12 +62,6 @@ _DRIVER_TABLES = ("partitions", "partition_log")  # made from the summary: the p
 # Columns the exchange-level tables carry for --partition-by that the local exports do not have: the
 # cluster of each row's capture set (`cluster` in the tables made from the audit's output).
 _HIDDEN = ("_cluster",)
-_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-
-
-def is_uri(path: str) -> bool:
-    """Whether `path` names a file system by scheme (`file:`, `hdfs://`, `s3a://`, ...)."""
-    return bool(_URI.match(path)) and not (len(path) > 1 and path[1] == ":" and len(path.split(":")[0]) == 1)
 
 
 @dataclass

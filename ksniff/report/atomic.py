@@ -9,7 +9,6 @@ line the CLI prints as is.
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -60,7 +59,7 @@ def create_temporary(path: str) -> tuple[str, int]:
     while True:
         # The writer's process id in the name: a later run can tell a temporary file whose writer died
         # (killed with -9, the machine lost power) from one still being written.
-        tmp = os.path.join(directory, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        tmp = os.path.join(directory, f".{name}.{os.getpid()}-{os.urandom(4).hex()}.tmp")
         try:
             return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:

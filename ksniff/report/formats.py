@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from ksniff.common.cells import json_default
 from ksniff.report.atomic import ReportError, ensure_parent, write_atomically
-from ksniff.report.stream import write_tables
 
 if TYPE_CHECKING:
     from ksniff.result import AuditResult
@@ -106,6 +105,8 @@ class CsvFormat:
 
     def write(self, result: AuditResult, target: str) -> None:
         # The tables are written in chunks by ksniff.report.stream, as the local engine does while it runs.
+        from ksniff.report.stream import write_tables  # the table writer: only when tables are asked for
+
         write_tables(result, csv_dir=target)
 
 
@@ -113,6 +114,8 @@ class ParquetFormat:
     name = "parquet"
 
     def write(self, result: AuditResult, target: str) -> None:
+        from ksniff.report.stream import write_tables
+
         write_tables(result, parquet_dir=target)
 
 

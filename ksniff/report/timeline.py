@@ -3,7 +3,6 @@ they happened, and the instances (client address and id) that spoke for it."""
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -78,6 +77,8 @@ def no_such_producer(result: AuditResult, producer: str, exchanges: Sequence[dic
         return text
     # Only ids of a plausible length are compared: difflib's cost grows with the product of the lengths.
     candidates = [t for t in txn_ids if len(t) <= CLOSE_MATCH_CHARS] + [str(p) for p in pids]
+    import difflib  # only here, for an id that matched nothing: not loaded by every report
+
     close = difflib.get_close_matches(
         producer[:CLOSE_MATCH_CHARS], candidates[:CLOSE_MATCH_IDS], n=KNOWN_IDS_SHOWN, cutoff=0.5
     )

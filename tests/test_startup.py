@@ -1,0 +1,70 @@
+"""What a plain `ksniff audit FILE --json OUT` loads: only what the local audit and its report use.
+
+Every module loaded is start-up time each run pays before its first packet (most of a run over a
+capture of a hundred megabytes: bench/README.md, "Start-up"). The Spark engine, the table exports, the
+HTML page, the progress bar and the optional codecs are loaded by the runs that use them; these tests
+hold that by the modules a run leaves loaded, not by timing it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CAPTURE = ROOT / "tests" / "pcaps" / "txn_confluent_tansu.pcap"
+
+# Run in a child: the CLI as a user runs it, then the names of the modules it left loaded.
+CHILD = """
+import json, sys
+from ksniff.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    code = e.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+NOT_FOR_A_PLAIN_AUDIT = (
+    "pandas",
+    "pyarrow",
+    "pyspark",
+    "ksniff.engine.spark",
+    "ksniff.engine.spark_session",
+    "ksniff.report.stream",
+    "ksniff.report.html",
+    "ksniff.report.progress",
+    "rich.progress",
+    "zstandard",
+    "secrets",
+)
+
+
+def loaded(*args: str) -> set[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    doc = json.loads(done.stdout.splitlines()[-1])
+    assert doc["code"] in (0, 1), done.stderr
+    return set(doc["modules"])
+
+
+def test_a_plain_audit_loads_no_engine_or_export_it_does_not_use(tmp_path):
+    modules = loaded("audit", str(CAPTURE), "--json", str(tmp_path / "out.json"), "--quiet")
+    assert "ksniff.engine.local" in modules
+    assert sorted(m for m in NOT_FOR_A_PLAIN_AUDIT if m in modules) == []
+
+
+EXPORTS = [("--csv", "ksniff.report.stream"), ("--html", "ksniff.report.html")]
+
+
+@pytest.mark.parametrize(("option", "module"), EXPORTS)
+def test_an_export_loads_its_writer(tmp_path, option, module):
+    target = tmp_path / ("tables" if option == "--csv" else "page.html")
+    assert module in loaded("audit", str(CAPTURE), option, str(target), "--quiet")
+    assert target.exists()
