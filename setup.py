@@ -31,16 +31,18 @@ def extensions() -> list:
     except ImportError:
         print("ksniff: Cython not found; the pure-Python capture walk will be used")
         return []
-    ext = Extension(
-        "ksniff.capture._fastwalk",
-        ["ksniff/capture/_fastwalk.pyx"],
-        optional=True,
-        extra_compile_args=["-O2"],
-    )
+    # The capture walk, and the CRC-32C of record batches (else the crc32c package computes it).
+    exts = [
+        Extension(name, [path], optional=True, extra_compile_args=["-O2"])
+        for name, path in (
+            ("ksniff.capture._fastwalk", "ksniff/capture/_fastwalk.pyx"),
+            ("ksniff.decode._crc", "ksniff/decode/_crc.pyx"),
+        )
+    ]
     try:
-        return cythonize([ext], language_level=3, quiet=True)
+        return cythonize(exts, language_level=3, quiet=True)
     except Exception as exc:
-        print(f"ksniff: Cython could not translate the capture walk ({exc}); the pure-Python walk is used")
+        print(f"ksniff: Cython could not translate the compiled parts ({exc}); the pure-Python ones are used")
         return []
 
 

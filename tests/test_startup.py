@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ksniff.decode import crc
+
 ROOT = Path(__file__).resolve().parent.parent
 CAPTURE = ROOT / "tests" / "pcaps" / "txn_confluent_tansu.pcap"
 
@@ -58,6 +60,17 @@ def test_a_plain_audit_loads_no_engine_or_export_it_does_not_use(tmp_path):
     modules = loaded("audit", str(CAPTURE), "--json", str(tmp_path / "out.json"), "--quiet")
     assert "ksniff.engine.local" in modules
     assert sorted(m for m in NOT_FOR_A_PLAIN_AUDIT if m in modules) == []
+
+
+def test_the_compiled_crc_spares_the_package_metadata(tmp_path):
+    """The crc32c package reads its own version through importlib.metadata when imported; the compiled
+    CRC-32C, where it is built, spares every run that (tests/decode/test_crc.py holds the two equal)."""
+    modules = loaded("audit", str(CAPTURE), "--json", str(tmp_path / "out.json"), "--quiet")
+    assert "ksniff.decode.crc" in modules
+    if crc.ENGINE == "compiled":
+        assert "importlib.metadata" not in modules and "crc32c" not in modules
+    else:
+        assert "crc32c" in modules
 
 
 EXPORTS = [("--csv", "ksniff.report.stream"), ("--html", "ksniff.report.html")]

@@ -1,4 +1,4 @@
-"""Whether the compiled capture walk is in use.
+"""Whether the compiled capture walk is in use (and how compiled modules are loaded).
 
 `ksniff.capture._fastwalk` is built from `_fastwalk.pyx` by the project's build when Cython and a C
 compiler are there; when it is missing (no compiler), or `KSNIFF_PURE_PYTHON` is set to anything but
@@ -14,16 +14,18 @@ import os
 BATCH = 1024  # records walked per call of the compiled walk (its segments are then yielded one by one)
 
 
-def _load():
+def load(module: str):
+    """The compiled module `module`, or None when it is not built or KSNIFF_PURE_PYTHON is set (also the
+    decode room's CRC-32C, ksniff.decode.crc)."""
     if os.environ.get("KSNIFF_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        return importlib.import_module("ksniff.capture._fastwalk")
+        return importlib.import_module(module)
     except ImportError:
         return None
 
 
-fastwalk = _load()
+fastwalk = load("ksniff.capture._fastwalk")
 
 
 def engine_name() -> str:

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cramjam
-import crc32c
 
+from ksniff.decode.crc import crc32c
 from ksniff.decode.events import RecordBatchHeader
 from ksniff.decode.reader import Reader
 
@@ -128,7 +128,7 @@ def _magic2(view, pos: int, end: int, batch_length: int) -> RecordBatchHeader | 
     ) = _unpack_header(view, pos)
     batch_end = pos + LOG_OVERHEAD + batch_length
     whole = batch_end <= end
-    crc_ok = (crc32c.crc32c(view[pos + CRC_START : batch_end]) == crc) if whole else None
+    crc_ok = (crc32c(view[pos + CRC_START : batch_end]) == crc) if whole else None
     control = bool(attributes & CONTROL_BIT)
     control_type = coordinator_epoch = None
     if control and whole:
