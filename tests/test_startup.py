@@ -43,6 +43,7 @@ NOT_FOR_A_PLAIN_AUDIT = (
     "rich.progress",
     "zstandard",
     "secrets",
+    "socket",
 )
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 from ksniff.capture.events import Endpoint
 
 MASK = 0xFFFFFFFF
@@ -12,7 +10,12 @@ INF = float("inf")
 
 
 def ip_text(packed: bytes) -> str:
-    return socket.inet_ntop(socket.AF_INET if len(packed) == 4 else socket.AF_INET6, packed)
+    """An address as inet_ntop writes it: a dotted quad, or IPv6's shortest form."""
+    if len(packed) == 4:
+        return f"{packed[0]}.{packed[1]}.{packed[2]}.{packed[3]}"
+    import socket  # only for IPv6: the module and its enums are a few ms of every run's start-up
+
+    return socket.inet_ntop(socket.AF_INET6, packed)
 
 
 class Conn:

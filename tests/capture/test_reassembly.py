@@ -419,3 +419,19 @@ def test_an_idle_connection_closes_at_a_sweep_time_whatever_traffic_ends_the_sil
         assert [(e.conn, e.reason, e.ts) for e in kinds(one_by_one, ConnectionClosed)] == closes[-1]
     first, second = closes
     assert first[:2] == second[:2] == [(1, "idle", 1012.5), (2, "idle", 1015.0)]
+
+
+def test_addresses_are_written_as_inet_ntop_writes_them():
+    import random
+    import socket
+
+    from ksniff.capture.halves import ip_text
+
+    rng = random.Random(4)
+    fours = [bytes(4), b"\xff" * 4, b"\x7f\x00\x00\x01", *(rng.randbytes(4) for _ in range(200))]
+    mapped = bytes(10) + b"\xff\xff\x7f\x00\x00\x01"  # ::ffff:127.0.0.1
+    sixes = [bytes(16), bytes(15) + b"\x01", mapped, *(rng.randbytes(16) for _ in range(50))]
+    for packed in fours:
+        assert ip_text(packed) == socket.inet_ntop(socket.AF_INET, packed)
+    for packed in sixes:
+        assert ip_text(packed) == socket.inet_ntop(socket.AF_INET6, packed)
