@@ -12,7 +12,9 @@ then the modules whose own import time is largest in that empty audit (`python -
 per module over the repetitions). With `--callgrind` the first three are also counted in instructions
 (valgrind), which the machine's load does not move.
 
-    python bench/startup.py [--repeat 9] [--capture bench/out/bulk.pcap] [--callgrind] [--tree DIR]
+    python bench/startup.py [--repeat 9] [--capture bench/out/bulk.pcap] [--callgrind] [--tree DIR]...
+
+With several `--tree`, each command runs in each checkout in turn (before and after a change).
 """
 
 from __future__ import annotations
@@ -75,13 +77,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--capture", type=Path, action="append", default=[], help="also time a whole audit of it")
     ap.add_argument("--callgrind", action="store_true", help="count instructions too (valgrind)")
-    ap.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose ksniff is measured")
+    ap.add_argument(
+        "--tree", type=Path, action="append", help="a checkout whose ksniff is measured (repeat: alternating)"
+    )
     ap.add_argument("--top", type=int, default=20, help="modules listed by own import time")
     args = ap.parse_args()
-    tree = args.tree.resolve()
+    trees = [t.resolve() for t in args.tree or [ROOT]]
     py = sys.executable
-    # Bytecode compiled first, or every run would count compiling every module (PYTHONDONTWRITEBYTECODE).
-    subprocess.run([py, "-m", "compileall", "-q", "ksniff"], cwd=tree, check=True, capture_output=True)
+    for tree in trees:  # bytecode compiled first, or runs would count compiling (PYTHONDONTWRITEBYTECODE)
+        subprocess.run([py, "-m", "compileall", "-q", "ksniff"], cwd=tree, check=True, capture_output=True)
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         empty = tmp / "empty.pcap"
@@ -98,35 +102,51 @@ def main() -> None:
         }
         for capture in args.capture:
             commands[f"audit {capture.name}"] = audit(capture)
-        times = collections.defaultdict(list)
-        own = collections.defaultdict(list)
+        times = collections.defaultdict(list)  # (tree, command): CPU seconds
+        own = {tree: collections.defaultdict(list) for tree in trees}
+        loads = []
         for _ in range(args.repeat):
             for label, cmd in commands.items():
-                times[label].append(cpu(cmd, tree))
-            for module, us in import_times(commands["empty audit"], tree).items():
-                own[module].append(us)
+                for tree in trees:
+                    times[tree, label].append(cpu(cmd, tree))
+            for tree in trees:
+                for module, us in import_times(commands["empty audit"], tree).items():
+                    own[tree][module].append(us)
+            loads.append(os.getloadavg()[0])
         counts = {}
         if args.callgrind:
             for label in ("interpreter", "imports (import ksniff.cli)", "empty audit"):
-                counts[label] = instructions(commands[label], tree, tmp)
-    load = os.getloadavg()[0]
-    print(f"CPU seconds (user + system), median of {args.repeat}, alternating; load average {load:.1f}")
-    for label, values in times.items():
-        count = f"  {counts[label] / 1e6:8,.0f} M instructions" if label in counts else ""
-        print(f"  {label:<32} {statistics.median(values):6.3f}  (min {min(values):.3f}){count}")
+                for tree in trees:
+                    counts[tree, label] = instructions(commands[label], tree, tmp)
+    print(
+        f"CPU seconds (user + system), median of {args.repeat}, alternating; "
+        f"load average {min(loads):.1f}-{max(loads):.1f}"
+    )
+    for label in commands:
+        for tree in trees:
+            values = times[tree, label]
+            count = f"  {counts[tree, label] / 1e6:8,.0f} M instructions" if (tree, label) in counts else ""
+            where = f"  {tree.name}" if len(trees) > 1 else ""
+            print(f"  {label:<32} {statistics.median(values):6.3f}  (min {min(values):.3f}){count}{where}")
+    for tree in trees:
+        print_imports(own[tree], args.top, tree.name if len(trees) > 1 else "")
+
+
+def print_imports(own: dict[str, list[int]], top: int, tree: str) -> None:
     total = sum(statistics.median(v) for v in own.values()) / 1000
-    print(f"\nimports of the empty audit: {len(own)} modules, {total:.0f} ms of own import time (medians)")
+    where = f" ({tree})" if tree else ""
+    print(f"\nimports, empty audit{where}: {len(own)} modules, {total:.0f} ms own import time (medians)")
+    print("  by package (ksniff by room):")
     by_package = collections.Counter()
     for module, values in own.items():
-        top = module.split(".")[0]
-        key = ".".join(module.split(".")[:2]) if top == "ksniff" else top
+        first = module.split(".")[0]
+        key = ".".join(module.split(".")[:2]) if first == "ksniff" else first
         by_package[key] += statistics.median(values)
-    print("  by package (ksniff by room):")
-    for key, us in by_package.most_common(args.top):
+    for key, us in by_package.most_common(top):
         print(f"    {key:<36} {us / 1000:6.1f} ms")
     print("  modules, own time:")
     ranked = sorted(own.items(), key=lambda kv: -statistics.median(kv[1]))
-    for module, values in ranked[: args.top]:
+    for module, values in ranked[:top]:
         print(f"    {module:<36} {statistics.median(values) / 1000:6.1f} ms")
 
 
