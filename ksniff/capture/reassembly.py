@@ -107,8 +107,12 @@ class Reassembler:
                         h.nxt32 = (seq + n) & MASK
                         if merger.pend is h:
                             h.parts.append(payload)
-                            if ts != h.p_last:
-                                merger.mark(h, ts)
+                            if ts != h.p_last:  # ChunkMerger.mark, inline: most bulk segments come here
+                                h.p_last = ts
+                                if h.p_marks is None:
+                                    h.p_marks = [(h.p_off + h.p_len, ts)]
+                                else:
+                                    h.p_marks.append((h.p_off + h.p_len, ts))
                             h.p_len += n
                             if h.p_len >= max_chunk:
                                 merger.flush()

@@ -11,8 +11,10 @@ buffered at all.
 from __future__ import annotations
 
 import struct
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from ksniff.decode.reader import Reader
 
@@ -249,13 +251,15 @@ class FrameSplitter:
         return len(data)
 
 
+_OFFSET = itemgetter(0)  # a mark's stream offset
+
+
 def _time_at(marks, m: int, ts: float, at: int) -> tuple[float, int]:
     """The capture time of stream offset `at`, given `ts` before marks[m:] (StreamChunk.marks), and the
-    index of the first mark after `at`."""
-    while m < len(marks) and marks[m][0] <= at:
-        ts = marks[m][1]
-        m += 1
-    return ts, m
+    index of the first mark after `at`. Marks are in stream order, so a binary search: a chunk of bulk
+    data has a mark per segment, a couple of hundred, and a frame spans many of them."""
+    after = bisect_right(marks, at, m, key=_OFFSET)
+    return (marks[after - 1][1] if after > m else ts), after
 
 
 def _wait_need(data: bytes, at: int) -> int:
