@@ -20,7 +20,7 @@ from ksniff.decode.events import Exchange
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Claim:
     """A request as the identity checks judge it: the instance that sent it (producer id, epoch), what it
     did (`what`, and where: topic and partition), its exchange, the broker's answer, and whether lost

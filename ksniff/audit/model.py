@@ -53,7 +53,7 @@ class FindingKind(str, Enum):
 
 # Findings and transactions are made per event (a transaction per EndTxn): built through their slots.
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Finding:
     kind: str  # a FindingKind value, or a newer kind the audit adds
     severity: str  # a Severity value
@@ -96,7 +96,7 @@ class Finding:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Transaction:
     transactional_id: str
     producer_id: int | None

@@ -159,7 +159,7 @@ class TxnIdState(Lane):
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Accepted:
     """What a retry of an accepted batch is compared with."""
 

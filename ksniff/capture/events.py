@@ -15,7 +15,7 @@ from ksniff.common.counters import MAX, MIN
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Endpoint:
     ip: str
     port: int
@@ -25,7 +25,7 @@ class Endpoint:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ConnectionOpened:
     conn: int  # unique within one run; never reused, even when a 4-tuple is
     src: Endpoint
@@ -35,7 +35,7 @@ class ConnectionOpened:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class StreamChunk:
     """In-order bytes of one direction, starting at `offset` of that direction's stream."""
 
@@ -52,7 +52,7 @@ class StreamChunk:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class StreamGap:
     """Bytes [offset, offset + length) of one direction are missing from the capture."""
 
@@ -64,7 +64,7 @@ class StreamGap:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ConnectionClosed:
     conn: int
     ts: float

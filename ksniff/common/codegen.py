@@ -34,9 +34,13 @@ def define(source: str, name: str, namespace: dict[str, Any], filename: str = "<
 
 
 def fast_init(cls: T) -> T:
-    """Class decorator, placed above `@dataclass(frozen=True, slots=True)`."""
+    """Class decorator, placed above `@dataclass(frozen=True, slots=True, init=False)`: the dataclass's own
+    `__init__` would be generated only to be replaced (generating the dataclasses' methods from source is
+    a third of every run's start-up, bench/README.md), so it must not be asked for."""
+    if cls.__dataclass_params__.init:
+        raise TypeError(f"fast_init: declare {cls.__name__} with @dataclass(..., init=False)")
     params, body = [], []
-    namespace: dict[str, object] = {}
+    namespace: dict[str, object] = {"_cls": cls}
     for f in dataclasses.fields(cls):
         if not f.init or f.kw_only:
             raise TypeError(f"fast_init: {cls.__name__}.{f.name} needs the dataclass's own __init__")
@@ -56,23 +60,20 @@ def fast_init(cls: T) -> T:
         body.append(f"    _set_{f.name}(self, {f.name})")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"fast_init: {cls.__name__} has a __post_init__")
-    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n"
-    init = define(source, "__init__", namespace, f"<ksniff {cls.__name__}.__init__>")
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    cls.__init__ = init
     # Pickled (the Spark engine ships every decode event between its stages) as the class and its field
     # values in order, remade through that `__init__`: a slotted dataclass's own `__getstate__` and
     # `__setstate__` look up its fields by name on every call (twice the time of the whole pickling).
-    names = [f.name for f in dataclasses.fields(cls)]
-    values = "".join(f"self.{name}, " for name in names)
-    reduce = define(
-        f"def __reduce__(self):\n    return (_cls, ({values}))\n",
-        "__reduce__",
-        {"_cls": cls},
-        f"<ksniff {cls.__name__}.__reduce__>",
+    # Both functions from one source: one compile per class.
+    values = "".join(f"self.{f.name}, " for f in dataclasses.fields(cls))
+    source = (
+        f"def __init__(self, {', '.join(params)}):\n"
+        + "\n".join(body or ["    pass"])
+        + f"\n\n\ndef __reduce__(self):\n    return (_cls, ({values}))\n"
     )
-    reduce.__qualname__ = f"{cls.__qualname__}.__reduce__"
-    reduce.__module__ = cls.__module__
-    cls.__reduce__ = reduce
+    define(source, "__init__", namespace, f"<ksniff {cls.__name__}>")
+    for name in ("__init__", "__reduce__"):
+        function = namespace[name]
+        function.__qualname__ = f"{cls.__qualname__}.{name}"
+        function.__module__ = cls.__module__
+        setattr(cls, name, function)
     return cls

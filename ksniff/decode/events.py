@@ -26,7 +26,7 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class RecordBatchHeader:
     """The 61-byte header of a magic-2 record batch (or the few fields of a magic 0/1 message set)."""
 
@@ -52,7 +52,7 @@ class RecordBatchHeader:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ProducedBatch:
     """One record batch written by a Produce request, with the broker's answer for its partition."""
 
@@ -81,7 +81,7 @@ ISOLATION_LEVELS = {0: "read_uncommitted", 1: "read_committed"}
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class FetchedPartition:
     """One partition of a Fetch answer, beside what the fetcher asked of it: what the broker said is at
     which offsets (batch headers only, never records), and the offsets that bound what may be read."""
@@ -119,7 +119,7 @@ class FetchedPartition:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Exchange:
     """A request matched with its response (or a request that got none)."""
 
@@ -148,7 +148,7 @@ class Exchange:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ConnectionLost:
     """Bytes of a Kafka connection went missing: what the audit needs to mark findings unverified."""
 
@@ -162,7 +162,7 @@ class ConnectionLost:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class ConnectionEnded:
     conn: int
     client: str
