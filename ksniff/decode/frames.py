@@ -256,8 +256,8 @@ _OFFSET = itemgetter(0)  # a mark's stream offset
 
 def _time_at(marks, m: int, ts: float, at: int) -> tuple[float, int]:
     """The capture time of stream offset `at`, given `ts` before marks[m:] (StreamChunk.marks), and the
-    index of the first mark after `at`. Marks are in stream order, so a binary search: a chunk of bulk
-    data has a mark per segment, a couple of hundred, and a frame spans many of them."""
+    index of the first mark after `at`. Marks are in stream order, so a binary search: bulk data has a
+    mark per segment, up to a couple of hundred per chunk, and a frame of bulk data spans hundreds."""
     after = bisect_right(marks, at, m, key=_OFFSET)
     return (marks[after - 1][1] if after > m else ts), after
 
