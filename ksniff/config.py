@@ -10,11 +10,11 @@ use in the method of the room it tunes, and the flag in ksniff.options.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ksniff.audit import AuditConfig
 from ksniff.capture import CaptureLimits
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode import Decoder
 from ksniff.decode.decoder import (
     DEFAULT_MAX_IN_FLIGHT,
@@ -48,7 +48,7 @@ def parse_ports(values: Iterable[str | int]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(ports))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class EngineConfig:
     ports: tuple[int, ...] = DEFAULT_PORTS  # broker ports (the side on one of them is the broker)
     auto_detect: bool = True  # also find Kafka on any other port

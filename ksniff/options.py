@@ -9,10 +9,10 @@ where the results go and how they are shown. The contract: docs/contract.md.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
 import click
 
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.config import EngineConfig
 from ksniff.report.filters import ResultFilter
 
@@ -29,7 +29,7 @@ def abort(message: str, code: int = EXIT_ERROR) -> None:
     sys.exit(code)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Options:
     """What both commands take (docs/contract.md), after parsing."""
 

@@ -5,12 +5,12 @@ time, in the report and in the JSON's `finding_groups`; the `findings` list keep
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ksniff.audit.model import Finding
+from ksniff.common.frozen import frozen_dataclass
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class FindingGroup:
     """Findings of the same kind, producer, place and cause (the request and the broker's answer): a
     zombie retrying EndTxn 49 times is one group of 49, not 49 findings on screen."""

@@ -9,18 +9,17 @@ activity, judged by the broker's answer: rejected -> `producer_fenced` (warning)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ksniff.audit.codes import FENCING_ERRORS, error_name
 from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, ProducerState, TxnIdState
 from ksniff.common.codegen import fast_init
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode.events import Exchange
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class Claim:
     """A request as the identity checks judge it: the instance that sent it (producer id, epoch), what it
     did (`what`, and where: topic and partition), its exchange, the broker's answer, and whether lost

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Any
 
 from ksniff.common.codegen import fast_init
+from ksniff.common.frozen import frozen_dataclass
 
 
 class Severity(str, Enum):
@@ -53,7 +54,7 @@ class FindingKind(str, Enum):
 
 # Findings and transactions are made per event (a transaction per EndTxn): built through their slots.
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class Finding:
     kind: str  # a FindingKind value, or a newer kind the audit adds
     severity: str  # a Severity value
@@ -96,7 +97,7 @@ class Finding:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class Transaction:
     transactional_id: str
     producer_id: int | None
@@ -132,7 +133,7 @@ class Transaction:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class ProducerSummary:
     transactional_id: str | None
     producer_id: int | None
@@ -182,7 +183,7 @@ def stamp(items, capture_set: int, cluster: str | None) -> None:
         cls.cluster.__set__(item, cluster)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class PartitionSummary:
     """One topic-partition's log as the wire showed it (ksniff.audit.partlog): its offsets, who wrote
     which of them, which transaction each batch belongs to and how it ended, who read it."""
@@ -237,7 +238,7 @@ class PartitionSummary:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class AuditOutput:
     producers: tuple[ProducerSummary, ...]
     transactions: tuple[Transaction, ...]

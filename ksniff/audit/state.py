@@ -17,13 +17,14 @@ from ksniff.audit.model import Finding, Transaction
 from ksniff.audit.partlog import LogState
 from ksniff.audit.txn import TxnState
 from ksniff.common.codegen import fast_init
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode.events import Exchange
 
 # How many accepted batches per partition are remembered to recognise a retry (brokers cache five).
 RECENT_BATCHES = 16
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class AuditConfig:
     txn_timeout_ms: int = 60000  # when the producer's own TransactionTimeoutMillis was not seen
     # An exchange seen again (captured at both ends) within this many seconds counts once.
@@ -159,7 +160,7 @@ class TxnIdState(Lane):
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class Accepted:
     """What a retry of an accepted batch is compared with."""
 

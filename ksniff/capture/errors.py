@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ksniff.common.frozen import frozen_dataclass
 
 
 class CaptureError(Exception):
     """An input that cannot be read at all; the message is one line meant for the user."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CaptureLimits:
     """Memory caps of the reassembler. What a cap drops is counted and becomes a gap, never silence."""
 

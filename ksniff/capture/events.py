@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 from ksniff.common.codegen import fast_init
 from ksniff.common.counters import MAX, MIN
+from ksniff.common.frozen import frozen_dataclass
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class Endpoint:
     ip: str
     port: int
@@ -25,7 +26,7 @@ class Endpoint:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class ConnectionOpened:
     conn: int  # unique within one run; never reused, even when a 4-tuple is
     src: Endpoint
@@ -35,7 +36,7 @@ class ConnectionOpened:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class StreamChunk:
     """In-order bytes of one direction, starting at `offset` of that direction's stream."""
 
@@ -52,7 +53,7 @@ class StreamChunk:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class StreamGap:
     """Bytes [offset, offset + length) of one direction are missing from the capture."""
 
@@ -64,7 +65,7 @@ class StreamGap:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class ConnectionClosed:
     conn: int
     ts: float
@@ -74,7 +75,7 @@ class ConnectionClosed:
 StreamEvent = ConnectionOpened | StreamChunk | StreamGap | ConnectionClosed
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class InputInfo:
     """One capture source, as the JSON document's `inputs` lists it."""
 

@@ -34,9 +34,10 @@ def define(source: str, name: str, namespace: dict[str, Any], filename: str = "<
 
 
 def fast_init(cls: T) -> T:
-    """Class decorator, placed above `@dataclass(frozen=True, slots=True, init=False)`: the dataclass's own
-    `__init__` would be generated only to be replaced (generating the dataclasses' methods from source is
-    a third of every run's start-up, bench/README.md), so it must not be asked for."""
+    """Class decorator, placed above `@frozen_dataclass(init=False)` (ksniff.common.frozen): the
+    dataclass's own `__init__` would be generated only to be replaced (generating the dataclasses'
+    methods from source was a third of every run's start-up, bench/README.md), so it must not be asked
+    for."""
     if cls.__dataclass_params__.init:
         raise TypeError(f"fast_init: declare {cls.__name__} with @dataclass(..., init=False)")
     params, body = [], []

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ksniff.common.codegen import fast_init
+from ksniff.common.frozen import frozen_dataclass
 
 SEQUENCE_MODULUS = 1 << 31  # producer sequences are int32 and wrap from 2^31 - 1 to 0
 
@@ -26,7 +27,7 @@ def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class RecordBatchHeader:
     """The 61-byte header of a magic-2 record batch (or the few fields of a magic 0/1 message set)."""
 
@@ -52,7 +53,7 @@ class RecordBatchHeader:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class ProducedBatch:
     """One record batch written by a Produce request, with the broker's answer for its partition."""
 
@@ -81,7 +82,7 @@ ISOLATION_LEVELS = {0: "read_uncommitted", 1: "read_committed"}
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class FetchedPartition:
     """One partition of a Fetch answer, beside what the fetcher asked of it: what the broker said is at
     which offsets (batch headers only, never records), and the offsets that bound what may be read."""
@@ -119,7 +120,7 @@ class FetchedPartition:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class Exchange:
     """A request matched with its response (or a request that got none)."""
 
@@ -148,7 +149,7 @@ class Exchange:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class ConnectionLost:
     """Bytes of a Kafka connection went missing: what the audit needs to mark findings unverified."""
 
@@ -162,7 +163,7 @@ class ConnectionLost:
 
 
 @fast_init
-@dataclass(frozen=True, slots=True, init=False)
+@frozen_dataclass(init=False)
 class ConnectionEnded:
     conn: int
     client: str

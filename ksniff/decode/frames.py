@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode.reader import Reader
 
 DEFAULT_MAX_FRAME = 100 * 2**20  # Kafka's socket.request.max.bytes
@@ -276,7 +277,7 @@ def _wait_need(data: bytes, at: int) -> int:
     return need
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class RequestHeader:
     api_key: int
     api_version: int

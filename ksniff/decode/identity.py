@@ -13,8 +13,7 @@ together with the capture set it was seen in (ksniff.engine.sets).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode.events import Exchange
 
 IDENTITY_APIS = frozenset({"Metadata", "DescribeCluster", "FindCoordinator"})
@@ -24,7 +23,7 @@ MAX_ENTRIES = 100_000
 _KEY_TYPES = {0: "group", 1: "transaction", 2: "share"}
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Broker:
     node_id: int
     host: str
@@ -38,7 +37,7 @@ class Broker:
         return {"node_id": self.node_id, "host": self.host, "port": self.port}
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class ClusterInfo:
     """One cluster as a capture set saw it (the JSON document's `clusters` rows)."""
 

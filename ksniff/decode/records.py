@@ -12,10 +12,10 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import cramjam
 
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode.crc import crc32c
 from ksniff.decode.events import RecordBatchHeader
 from ksniff.decode.reader import Reader
@@ -212,7 +212,7 @@ def _legacy(view, pos: int, end: int, size: int, magic: int) -> RecordBatchHeade
 # -- records, on request only -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Record:
     offset: int
     timestamp: int

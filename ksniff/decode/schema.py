@@ -11,13 +11,15 @@ Field names are Kafka's own (from its message JSON specs) in snake_case: `Transa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from ksniff.common.frozen import frozen_dataclass
 
 MAX_VERSION = 0x7FFF
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class VersionRange:
     """An inclusive range of versions, written like Kafka's specs: "3+", "0-12", "none"."""
 
@@ -50,7 +52,7 @@ class VersionRange:
 NONE = VersionRange(1, 0)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Primitive:
     name: str  # "bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "string",
     # "bytes", "uuid", "records"
@@ -82,7 +84,7 @@ FIXED_FORMATS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Array:
     """An array of a primitive or of a struct (a list of fields)."""
 
@@ -98,7 +100,7 @@ def STRUCT(fields: list[Field]) -> tuple[Field, ...]:  # noqa: N802
     return tuple(fields)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Field:
     name: str
     type: Primitive | Array | tuple[Field, ...]
@@ -138,7 +140,7 @@ def F(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Api:
     """One API: its key, Kafka's name for it, the versions the tables know, and where it is flexible."""
 

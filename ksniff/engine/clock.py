@@ -37,6 +37,7 @@ from ksniff.audit.transactions import add_partitions_entries
 from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.reassembly import Reassembler
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
 
@@ -264,7 +265,7 @@ def bounds(a: Anchors, b: Anchors) -> tuple[float, float, int]:
     return low, high, pairs
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class Clock:
     """A group of files' offset (seconds added to their timestamps) and what bounds it."""
 

@@ -34,6 +34,7 @@ from ksniff.capture.files import CaptureFile
 from ksniff.capture.halves import ip_text
 from ksniff.capture.packets import ACK, FIN, RST, SYN
 from ksniff.capture.reassembly import Reassembler
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
 from ksniff.decode.identity import Identity
@@ -69,7 +70,7 @@ class FileScan:
     named: tuple[dict, dict] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class CaptureSet:
     """Inputs audited together: `number` (1, 2, ... in the order of their first file), why they joined."""
 

@@ -51,6 +51,7 @@ from ksniff.capture.events import CaptureStats, ConnectionOpened
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.packets import FIN, RST, SYN, TRUNCATED
 from ksniff.common.counters import add_counters
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.config import EngineConfig
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, DecodeStats, Exchange
 from ksniff.decode.identity import IDENTITY_APIS
@@ -138,7 +139,7 @@ OUTPUTS = pa.schema([("cset", pa.int32()), ("key", pa.string()), ("blob", pa.bin
 OUTPUTS_DDL = ddl(OUTPUTS)
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class RunEnd:
     """What the driver learns of the whole run after stage 1, for stages 2 and 3."""
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.result import AuditResult
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
@@ -48,7 +48,7 @@ def parse_time(text: str) -> float:
     return moment.timestamp()
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class ResultFilter:
     severity: str | None = None  # the least severity kept
     kinds: frozenset[str] = frozenset()

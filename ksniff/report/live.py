@@ -4,7 +4,6 @@ transactional id (oldest first, aged by the wall clock) and the latest findings.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -12,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ksniff.audit.model import Finding, Transaction
+from ksniff.common.frozen import frozen_dataclass
 from ksniff.report.findings import SEVERITY_STYLE, finding_message
 from ksniff.report.text import duration, more, shown
 
@@ -19,7 +19,7 @@ OPEN_SHOWN = 8
 LATEST_FINDINGS = 5
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass
 class LiveSnapshot:
     """The counters of a live run at one moment, taken by the engine between two events."""
 
