@@ -7,18 +7,19 @@ holds or in the order of its tables.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from operator import itemgetter
 from typing import Any
 
 from ksniff.audit.groups import fold_findings, group_contract
 from ksniff.audit.model import AuditOutput, Finding, PartitionSummary, ProducerSummary, Transaction, stamp
 from ksniff.capture.events import CaptureStats, InputInfo
+from ksniff.common.frozen import slotted_dataclass
 from ksniff.common.version import VERSION as __version__
 from ksniff.decode.events import DecodeStats
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class AuditResult:
     inputs: list[InputInfo]
     capture: CaptureStats

@@ -17,16 +17,17 @@ run, which is given every Produce and InitProducerId: keys.LOG_APIS), so each fi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ksniff.audit.codes import error_name
 from ksniff.audit.findings import exchange_evidence, make
 from ksniff.audit.model import Finding, FindingKind, Severity
+from ksniff.common.frozen import slotted_dataclass
 from ksniff.decode.events import Exchange
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Refused:
     """A client's refused InitProducerId, waiting for a write with producer id -1."""
 
@@ -35,7 +36,7 @@ class Refused:
     reported: bool = False
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class IdempotenceWatch:
     refused: dict[tuple[str, str], Refused] = field(default_factory=dict)
 

@@ -36,13 +36,14 @@ for everything else, so that gigabytes of Fetch traffic cost a few counters per 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ksniff.audit.codes import FENCING_ERRORS, error_name
 from ksniff.audit.findings import exchange_evidence, judge, make
 from ksniff.audit.keys import LOG_APIS  # noqa: E402,F401 - the exchanges folded here
 from ksniff.audit.model import Finding, FindingKind, PartitionSummary, Severity
+from ksniff.common.frozen import slotted_dataclass
 from ksniff.decode.events import (
     ISOLATION_LEVELS,
     Exchange,
@@ -70,7 +71,7 @@ KINDS = (
 )
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Placed:
     """One batch at its offsets, as acknowledged (Produce answer) and/or as fetched (Fetch answer)."""
 
@@ -103,7 +104,7 @@ class Placed:
         return self.last - self.base + 1
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Read:
     """A read_committed consumer given a transactional batch whose transaction had not ended yet."""
 
@@ -119,7 +120,7 @@ class Read:
     ex: Exchange
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Reader:
     """Counters of one client reading one partition at one isolation level."""
 
@@ -133,7 +134,7 @@ class Reader:
     next_offset: int | None = None
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Position:
     """Where a consumer's next Fetch of a partition on one connection should ask from."""
 
@@ -142,7 +143,7 @@ class Position:
     explained: bool = False  # an error, ListOffsets or OffsetFetch since the last answer
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class ProducerOnPartition:
     producer_id: int
     transactional_id: str | None = None
@@ -155,7 +156,7 @@ class ProducerOnPartition:
     last_sequence: int | None = None
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class PartitionLog:
     topic: str
     partition: int
@@ -222,7 +223,7 @@ class PartitionLog:
             s.last_sequence = last_seq if s.last_sequence is None else max(s.last_sequence, last_seq)
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class TxnWrite:
     """An accepted transactional batch, kept until its transaction's EndTxn."""
 
@@ -234,7 +235,7 @@ class TxnWrite:
     batch: ProducedBatch
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class LogState:
     logs: dict[tuple[str, int], PartitionLog] = field(default_factory=dict)
     # (producer id, epoch) -> accepted transactional batches since its last EndTxn

@@ -9,7 +9,7 @@ the cluster's transaction.version are shared, and those arrive as context events
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ksniff.audit.idempotence import IdempotenceWatch
 from ksniff.audit.keys import CONTEXT_KEY
@@ -17,7 +17,7 @@ from ksniff.audit.model import Finding, Transaction
 from ksniff.audit.partlog import LogState
 from ksniff.audit.txn import TxnState
 from ksniff.common.codegen import fast_init
-from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.decode.events import Exchange
 
 # How many accepted batches per partition are remembered to recognise a retry (brokers cache five).
@@ -31,7 +31,7 @@ class AuditConfig:
     duplicate_window_s: float = 5.0
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Instance:
     """One producer instance: the (producer id, epoch) a transactional id was handed, and who holds it."""
 
@@ -42,7 +42,7 @@ class Instance:
     client_id: str | None = None
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class ProducerState:
     """One producer id: its epochs, where it was seen, and what it wrote."""
 
@@ -67,7 +67,7 @@ class ProducerState:
         return self.top_epoch
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class TxnRecord:
     """A transaction being built; `as_transaction` gives the contract's row."""
 
@@ -117,7 +117,7 @@ class TxnRecord:
         )
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Lane:
     """Where one instance of a transactional id stands in the transaction table (ksniff.audit.txn)."""
 
@@ -126,7 +126,7 @@ class Lane:
     txn: TxnRecord | None = None  # the transaction open or last ended
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class TxnIdState(Lane):
     """One transactional id: its current instance (whose lane it is), the ones it superseded, and the
     lanes of superseded instances whose requests a broker still accepted (their transactions count)."""
@@ -170,7 +170,7 @@ class Accepted:
     answered_ts: float | None  # when the client could have had the answer
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class PartitionSeq:
     """Sequence numbers of one producer id on one partition."""
 
@@ -191,7 +191,7 @@ class PartitionSeq:
         self.recent[base] = batch
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class AuditState:
     """Everything the fold knows. `keys`: the producer keys it owns (a Spark group: keys that share state,
     see ksniff.audit.keys.touched_keys); None: all. `key` names the group (CONTEXT_KEY for the group that

@@ -8,11 +8,11 @@ out which side is the Kafka client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ksniff.common.codegen import fast_init
 from ksniff.common.counters import MAX, MIN
-from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 
 
 @fast_init
@@ -86,7 +86,7 @@ class InputInfo:
     bytes: int
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class CaptureStats:
     """Counters of the capture stage: the JSON document's `capture` block, plus what limits dropped.
     Parts of a run add up with ksniff.common.counters.add_counters."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ksniff.common.frozen import slotted_dataclass
 from ksniff.decode.events import (
     ConnectionEnded,
     ConnectionLost,
@@ -47,7 +47,7 @@ _API_HEAD = struct.Struct(">hh").unpack_from
 _CORRELATION = struct.Struct(">i").unpack_from
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Pending:
     """A request waiting for its response."""
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from ksniff.common.frozen import slotted_dataclass
 from ksniff.decode import compiled
 from ksniff.decode.events import ApiCounts, DecodeStats
 from ksniff.decode.frames import parse_request_header
@@ -23,7 +23,7 @@ from ksniff.decode.values import Struct
 BodyDecoder = Callable[[Api, int, bool, Any], Struct]
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class VersionPlan:
     """What a connection's per-frame path needs of one (API key, version) whose bodies the generated
     decoders read, looked up once: the API, whether its request and response headers are flexible, its

@@ -10,7 +10,7 @@ so the capture room can stop reassembling them. TLS on a Kafka port is counted, 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ksniff.capture.events import (
@@ -20,6 +20,7 @@ from ksniff.capture.events import (
     StreamEvent,
     StreamGap,
 )
+from ksniff.common.frozen import slotted_dataclass
 from ksniff.decode.connection import Connection
 from ksniff.decode.context import BodyDecoder, DecodeContext
 from ksniff.decode.events import DecodeEvent, DecodeStats, ElsewhereCounts
@@ -52,7 +53,7 @@ def _default_apis() -> Mapping[int, Api]:
     return ALL_APIS
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class _Undecided:
     """A connection on no Kafka port, held until its first request and response say what it is."""
 

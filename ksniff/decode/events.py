@@ -9,11 +9,11 @@ Record data inside Produce requests is replaced by the parsed batch headers (`Re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ksniff.common.codegen import fast_init
-from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 
 SEQUENCE_MODULUS = 1 << 31  # producer sequences are int32 and wrap from 2^31 - 1 to 0
 
@@ -175,7 +175,7 @@ class ConnectionEnded:
 DecodeEvent = Exchange | ConnectionLost | ConnectionEnded
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class ApiCounts:
     requests: int = 0
     responses: int = 0
@@ -204,7 +204,7 @@ class ApiCounts:
 NOT_DECODED = ("skipped_api", "unknown_version", "unknown_api", "malformed", "over_item_cap")
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class ElsewhereCounts:
     """Connections on a port the run was not told to read (named ports only) whose first request and
     response look like Kafka, and their TCP payload bytes (both directions)."""
@@ -213,7 +213,7 @@ class ElsewhereCounts:
     bytes: int = 0
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class DecodeStats:
     """Counters of the decode stage: the JSON document's `decode` block."""
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 from operator import itemgetter
 
-from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.decode.reader import Reader
 
 DEFAULT_MAX_FRAME = 100 * 2**20  # Kafka's socket.request.max.bytes
@@ -37,7 +36,7 @@ Finder = Callable[[bytes, int], tuple[int, int]]
 Confirm = Callable[[bytes, int], tuple[int, int]]
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Frame:
     payload: memoryview  # the bytes after the size prefix
     first_ts: float  # capture time of the frame's first byte

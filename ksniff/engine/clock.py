@@ -31,13 +31,13 @@ import bisect
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from ksniff.audit.transactions import add_partitions_entries
 from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.reassembly import Reassembler
-from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
 
@@ -46,7 +46,7 @@ STEP = 1e-4
 _APIS = frozenset({"InitProducerId", "AddPartitionsToTxn", "EndTxn", "Produce"})
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class Anchors:
     """One group of files' events that order it against other groups."""
 

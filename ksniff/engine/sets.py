@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from ksniff.capture import CaptureError
 from ksniff.capture.errors import CaptureLimits
@@ -34,7 +34,7 @@ from ksniff.capture.files import CaptureFile
 from ksniff.capture.halves import ip_text
 from ksniff.capture.packets import ACK, FIN, RST, SYN
 from ksniff.capture.reassembly import Reassembler
-from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
 from ksniff.decode.identity import Identity
@@ -52,7 +52,7 @@ _MOD = 1 << 32
 _HALF = 1 << 31
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class FileScan:
     """What the identification pass learnt of one file."""
 

@@ -39,7 +39,7 @@ import os
 import pickle
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
@@ -51,7 +51,7 @@ from ksniff.capture.events import CaptureStats, ConnectionOpened
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.packets import FIN, RST, SYN, TRUNCATED
 from ksniff.common.counters import add_counters
-from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.config import EngineConfig
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, DecodeStats, Exchange
 from ksniff.decode.identity import IDENTITY_APIS
@@ -147,7 +147,7 @@ class RunEnd:
     last_event: float | None = None  # the latest capture event time: where the local engine ends the audit
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class FileMeta:
     """One file's walk, as stage 1 reports it: the capture run's per-file summary."""
 
@@ -168,7 +168,7 @@ class FileMeta:
     skipped: bool = False  # found in a folder and not a capture: left out, as the local walk does
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class FlowStats:
     """What one stage-2 task's reassemblers and decoders counted."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ksniff.audit.model import Finding, ProducerSummary, Transaction
+from ksniff.common.frozen import slotted_dataclass
 from ksniff.report.text import clock, more, ranges, shown
 
 PRODUCERS_SHOWN = 30
@@ -92,7 +93,7 @@ STORIES_SHOWN = 30
 INSTANCES_SHOWN = 6  # pid/epoch steps in one cell; --verbose shows all
 
 
-@dataclass(slots=True)
+@slotted_dataclass
 class TransactionalStory:
     """One transactional id across its instances: producer ids and epochs in the order they appeared,
     who took over from whom and when, how its transactions ended, its findings by severity."""

@@ -1,5 +1,6 @@
-"""frozen_dataclass behaves as `@dataclass(frozen=True, slots=True)`: equality, hash, repr, frozenness,
-replace and pickling the same as the dataclass's own, for no, one and several fields."""
+"""frozen_dataclass behaves as `@dataclass(frozen=True, slots=True)` and slotted_dataclass as
+`@dataclass(slots=True)`: equality, hash, repr, frozenness or mutability, replace and pickling the same as
+the dataclass's own, for no, one and several fields."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from ksniff.common.codegen import fast_init
-from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.decode.events import RecordBatchHeader
 
 
@@ -131,3 +132,42 @@ def test_a_field_that_opts_out_of_comparison_is_refused():
 def test_ksniffs_events_use_it():
     header = RecordBatchHeader.__eq__
     assert header.__module__ == "ksniff.decode.events" and "_compare_and_show" in header.__code__.co_qualname
+
+
+@slotted_dataclass
+class Counts:
+    seen: int = 0
+    names: list = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TheirCounts:
+    seen: int = 0
+    names: list = field(default_factory=list)
+
+
+def test_a_slotted_class_is_mutable_compared_and_shown_as_the_dataclass():
+    ours, theirs = Counts(), TheirCounts()
+    ours.seen += 2
+    theirs.seen += 2
+    ours.names.append("x")
+    theirs.names.append("x")
+    assert repr(ours) == shown(ours, theirs) == "Counts(seen=2, names=['x'])"
+    assert ours == Counts(2, ["x"]) and ours != Counts(3, ["x"]) and ours != theirs
+    assert Counts.__hash__ is None and TheirCounts.__hash__ is None
+    with pytest.raises(TypeError):
+        hash(ours)
+    assert Counts().names is not Counts().names and not hasattr(ours, "__dict__")
+    assert dataclasses.replace(ours, seen=5) == Counts(5, ["x"])
+    assert pickle.loads(pickle.dumps(ours)) == ours
+
+
+def test_a_class_with_its_own_comparison_is_refused():
+    with pytest.raises(TypeError, match="defines __eq__"):
+
+        @slotted_dataclass
+        class _Own:
+            a: int
+
+            def __eq__(self, other):
+                return True
