@@ -299,11 +299,31 @@ def _audit_set(
     tables: RowSink | None,
     records_used: int = 0,
 ) -> AuditResult:
-    """One capture set's run; `records_used`: bytes earlier sets' records already drew from the run's
-    decompression budget."""
-    run = read_files(list(cset.paths), config.limits)
-    if cset.clocks:  # captures of several hosts: each file on the set's time line
-        run.offsets = [cset.offset_of(f.path) for f in run.files]
+    """One capture set's run, labelled as the set's; `records_used`: bytes earlier sets' records already
+    drew from the run's decompression budget."""
+    offset_of = cset.offset_of if cset.clocks else None
+    result, identity = audit_capture(list(cset.paths), config, offset_of, progress, tables, records_used)
+    if cset.clocks:
+        result.findings = within_uncertainty(result.findings, cset.clocks)
+    stamp_set(result, cset, identity)
+    return result
+
+
+def audit_capture(
+    paths: Sequence[str],
+    config: EngineConfig,
+    offset_of: Callable[[str], float] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    tables: RowSink | None = None,
+    records_used: int = 0,
+) -> tuple[AuditResult, Identity]:
+    """The audit of one capture: `paths` read as one (each file's timestamps moved by `offset_of(path)`
+    seconds, the capture set's clock alignment). The result is the set's before it is labelled as one,
+    with what the capture's answers named (its Identity). The Spark engine runs this where a capture set
+    of one file is read."""
+    run = read_files(list(paths), config.limits)
+    if offset_of is not None:  # captures of several hosts: each file on the set's time line
+        run.offsets = [offset_of(f.path) for f in run.files]
     pipeline = Pipeline(
         config,
         on_not_kafka=run.drop,
@@ -327,7 +347,4 @@ def _audit_set(
                     due = time.monotonic() + PROGRESS_SECONDS
             progress(run.bytes_total, run.bytes_total)  # read: what is left is the audit's end
         result = pipeline.result(run, "local")
-    if cset.clocks:
-        result.findings = within_uncertainty(result.findings, cset.clocks)
-    stamp_set(result, cset, pipeline.identity)
-    return result
+    return result, pipeline.identity

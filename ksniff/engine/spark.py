@@ -1,6 +1,9 @@
 """The Spark engine: the capture, decode and audit rooms' own code as a PySpark job.
 
-    inputs (paths or Hadoop URIs) --(Spark lists them; executors read them)--> segment rows
+    inputs (paths or Hadoop URIs) --(Spark lists them; executors read them)-->
+      a capture set of one file: audited by the task that reads it (the local engine's code)
+          --> its result, its exchanges and batches rows
+      the others: segment rows
           --(repartition by flow, sort into the merge's order)--> Reassembler + Decoder per flow
           --> decode events (pickled), keyed by producer
           --(repartition by group of producer keys, sort into the audit's order)--> one Auditor per group
@@ -10,7 +13,8 @@
 The driver never opens a capture and never holds a table row. What it collects is what stitches the
 stages together and what the terminal report prints: with several inputs, what the capture-set planner
 needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksniff.engine.clock), found
-by tasks that read the files; one summary per file, a few rows per connection (its opening, its context
+by tasks that read the files; one summary per file; each set audited where it was read, its result
+(without table rows); of the other sets, a few rows per connection (its opening, its context
 events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
 (producers, transactions, findings), the context group's (capture gaps and the partition logs, folded by
 one task over the exchanges the logs read) and the run's counters. Exports are written by the executors.
@@ -455,6 +459,7 @@ class _SetRun:
     context: list = field(default_factory=list)  # (audit order, pickled event) of its context events
     identity: Identity = field(default_factory=Identity)
     outputs: list = field(default_factory=list)  # its key groups' AuditOutputs, then its context group's
+    audited: AuditResult | None = None  # its whole result, when it was audited where it was read
 
 
 def _pipeline(
@@ -498,36 +503,43 @@ def _pipeline(
         rel = F.when(F.col("rel") > F.col("last"), F.lit(math.inf)).otherwise(F.col("rel"))
         return df.join(F.broadcast(lasts), "cset").withColumn("rel", rel).drop("last")
 
-    group_table = spark.createDataFrame(group_rows or [(-1, "", "")], "cset int, key string, group string")
-    context = {index: run.context for index, run in runs.items()}
-    outputs = (
-        clamped(events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG)))
-        .join(F.broadcast(group_table), ["cset", "key"])
-        .repartition(partitions, "cset", "group")
-        .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
-        .mapInArrow(tasks.fold(config, ends, context, conns, groups), tasks.OUTPUTS_DDL)
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    cached.append(outputs)
-    audited = outputs.select("cset", "blob").toArrow()
-    for cset, blob in zip(*(audited.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
-        runs[cset].outputs.append(pickle.loads(blob))
-    # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
-    # which read the context events with the LOG rows (each once), folded by one task where the rows are.
-    folded = (
-        clamped(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)))
-        .repartition(max(1, min(len(runs), partitions)), "cset")
-        .sortWithinPartitions("cset", *tasks.ORDER_COLUMNS)
-        .mapInArrow(tasks.context_fold(config, ends, conns), tasks.OUTPUTS_DDL)
-        .select("cset", "blob")
-        .toArrow()
-    )
-    gaps = {
-        c: pickle.loads(b)
-        for c, b in zip(*(folded.column(n).to_pylist() for n in ("cset", "blob")), strict=True)
-    }
-    for index, run in runs.items():
-        run.outputs.append(gaps.get(index) or tasks.context_output(config, ends[index], ()))
+    # Sets audited where they were read have nothing to fold: when all were, neither fold runs.
+    folding = [index for index, run in runs.items() if run.audited is None]
+    if folding:
+        group_table = spark.createDataFrame(
+            group_rows or [(-1, "", "")], "cset int, key string, group string"
+        )
+        context = {index: run.context for index, run in runs.items()}
+        outputs = (
+            clamped(events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG)))
+            .join(F.broadcast(group_table), ["cset", "key"])
+            .repartition(partitions, "cset", "group")
+            .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
+            .mapInArrow(tasks.fold(config, ends, context, conns, groups), tasks.OUTPUTS_DDL)
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        cached.append(outputs)
+        audited = outputs.select("cset", "blob").toArrow()
+        for cset, blob in zip(*(audited.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
+            runs[cset].outputs.append(pickle.loads(blob))
+        # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
+        # which read the context events with the LOG rows (each once), folded by one task where they are.
+        folded = (
+            clamped(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)))
+            .repartition(max(1, min(len(folding), partitions)), "cset")
+            .sortWithinPartitions("cset", *tasks.ORDER_COLUMNS)
+            .mapInArrow(tasks.context_fold(config, ends, conns), tasks.OUTPUTS_DDL)
+            .select("cset", "blob")
+            .toArrow()
+        )
+        gaps = {
+            c: pickle.loads(b)
+            for c, b in zip(*(folded.column(n).to_pylist() for n in ("cset", "blob")), strict=True)
+        }
+        for index in folding:
+            runs[index].outputs.append(gaps.get(index) or tasks.context_output(config, ends[index], ()))
+    else:
+        outputs = spark.createDataFrame([], tasks.OUTPUTS_DDL)
 
     # The sets' summaries, numbered in plan order among those with captures; the --records budget is
     # drawn set after set, as the local engine runs them.
@@ -547,20 +559,25 @@ def _pipeline(
             if run is None:
                 continue
             found.update(inputs[m.file].arg for m in run.metas)
-            records = DecodeStats(by_api={})
-            if probe is not None:
-                used = sum(r.decode.records_inflated_bytes for r in results)  # one --records budget a run
-                cut |= _records_budget(probe, index, config, run.last_event, records, used)
-            capture, decode, warns = _totals(run.metas, run.stats, config, records)
-            info = [InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in run.metas]
-            summary = AuditResult.of_run(
-                "spark",
-                inputs=info,
-                capture=capture,
-                decode=decode,
-                output=merge_outputs(run.outputs),
-                warnings=warns,
-            )
+            if run.audited is not None:
+                summary = replace(run.audited, engine="spark")
+            else:
+                records = DecodeStats(by_api={})
+                if probe is not None:
+                    used = sum(r.decode.records_inflated_bytes for r in results)  # one --records budget
+                    cut |= _records_budget(probe, index, config, run.last_event, records, used)
+                capture, decode, warns = _totals(run.metas, run.stats, config, records)
+                info = [
+                    InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in run.metas
+                ]
+                summary = AuditResult.of_run(
+                    "spark",
+                    inputs=info,
+                    capture=capture,
+                    decode=decode,
+                    output=merge_outputs(run.outputs),
+                    warnings=warns,
+                )
             if cset.clocks:
                 summary.findings = within_uncertainty(summary.findings, cset.clocks)
             cset = replace(cset, number=len(sets) + 1)
@@ -580,8 +597,9 @@ def _pipeline(
     summary.warnings[:0] = warnings  # inputs skipped while listing folders come first, as locally
     summary.capture.skipped_files += skipped
 
+    stored = events.filter(F.col("kind") == tasks.TABLE_ROWS)
     frames = _frames(
-        spark, config, table_events, outputs, summary, runs, labels, clocks, conns, frozenset(cut)
+        spark, config, table_events, stored, outputs, summary, runs, labels, clocks, conns, frozenset(cut)
     )
     return SparkAudit(spark, summary, frames, list(cached))
 
@@ -590,6 +608,7 @@ def _frames(
     spark: Any,
     config: EngineConfig,
     table_events: Any,
+    stored: Any,
     outputs: Any,
     summary: AuditResult,
     runs: dict[int, _SetRun],
@@ -599,9 +618,11 @@ def _frames(
     cut: frozenset[tuple],
 ) -> dict[str, Any]:
     """The run's tables as DataFrames, made by the executors from the TABLE rows (`exchanges`,
-    `batches`, `records`) and the folds' outputs, each row labelled with its capture set and cluster;
-    the partition logs' two tables from the joined summary."""
+    `batches`, `records`), the rows of sets audited where they were read (`stored`: TABLE_ROWS) and the
+    folds' outputs, each row labelled with its capture set and cluster; the rows of sets audited where
+    they were read, and the partition logs' two tables, from the joined summary."""
     import pyarrow as pa
+    from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
 
@@ -610,21 +631,37 @@ def _frames(
     for table in ("exchanges", "batches", "records"):
         if config.keep_records if table == "records" else config.keep_tables:
             made = tasks.table_rows(table, conns, clusters, config.max_records_batch, cut)
-            frames[table] = table_events.mapInArrow(made, tasks.table_ddl(table, order=True))
+            ddl = tasks.table_ddl(table, order=True)
+            frames[table] = table_events.mapInArrow(made, ddl)
+            if table != "records":
+                mine = stored.filter(F.col("key") == table).mapInArrow(
+                    tasks.stored_rows(table, clusters), ddl
+                )
+                frames[table] = frames[table].unionByName(mine)
         else:
             frames[table] = None
     own_sets = list(labels)
     for table in ("transactions", "findings"):
         made = outputs.mapInArrow(tasks.output_rows(table, labels, clocks), tasks.table_ddl(table))
-        gap_outputs = []  # each set's CONTEXT_KEY group's output (its last)
+        # Each set's CONTEXT_KEY group's output (its last), or its whole result if audited where read.
+        own_outputs = []
         for i in own_sets:
-            output = runs[i].outputs[-1]
-            gap_outputs.append(tasks.judged(output, clocks[i]) if clocks[i] else output)
-        own = tasks.output_batch(table, gap_outputs, [labels[i] for i in own_sets])
+            output = runs[i].audited or runs[i].outputs[-1]
+            own_outputs.append(tasks.judged(output, clocks[i]) if clocks[i] else output)
+        own = tasks.output_batch(table, own_outputs, [labels[i] for i in own_sets])
         if own.num_rows:
             made = made.unionByName(spark.createDataFrame(pa.Table.from_batches([own])))
         frames[table] = made
     frames["producers"] = outputs.mapInArrow(tasks.output_rows("producers", labels), tasks.PRODUCERS_DDL)
+    audited = [i for i in own_sets if runs[i].audited is not None]
+    if audited:
+        own = tasks.output_batch(
+            "producers", [runs[i].audited for i in audited], [labels[i] for i in audited]
+        )
+        if own.num_rows:
+            frames["producers"] = frames["producers"].unionByName(
+                spark.createDataFrame(pa.Table.from_batches([own]), tasks.PRODUCERS_DDL)
+            )
     # The partition logs' tables are the joined summary's (its partitions came from each set's context
     # group, folded by one task), numbered as the local export numbers them.
     for table in _DRIVER_TABLES:
@@ -632,6 +669,9 @@ def _frames(
             pa.Table.from_batches([tasks.summary_batch(table, summary)]), tasks.table_ddl(table)
         )
     return frames
+
+
+SHUFFLED_COST = 3.0  # CPU of the shuffled way against auditing where read (2.2-3x measured, README)
 
 
 def _decoded(
@@ -652,12 +692,20 @@ def _decoded(
     members = [m for _cset, ms in planned for m in ms]
     total = sum(i.length for i in members)
     # A capture set of one file (not too large for one task's memory) has every flow in that file: it is
-    # decoded where it is read, and nothing of it is shuffled before the audit, when there are such files
-    # enough to keep every core busy (one file's flows are then decoded one after the other by its task).
+    # audited by the task that reads it, with the local engine's code, and nothing of it is shuffled. That
+    # costs a third of what shuffling its segments to their flows' tasks and its events to their producer
+    # groups' does (SHUFFLED_COST), so a file goes the shuffled way only when its share of the run is more
+    # than that much above a core's (one large capture on many cores: its connections decoded in
+    # parallel). With --records, whose decompression budget is drawn set after set, such files are only
+    # decoded where they are read, and only when there are enough of them to keep every core busy.
     # The others' segments go to their flows' tasks (stage 2).
     direct = [ms[0] for _cset, ms in planned if len(ms) == 1 and ms[0].length <= tasks.DIRECT_MAX_BYTES]
-    if len(direct) < session.parallelism:
-        direct = []
+    if config.keep_records:
+        if len(direct) < session.parallelism:
+            direct = []
+    else:
+        fair = SHUFFLED_COST * total / session.parallelism
+        direct = [m for m in direct if m.length <= fair]
     direct_sets = {m.cset for m in direct}
     shuffled = [m for m in members if m.cset not in direct_sets]
 
@@ -692,13 +740,16 @@ def _decoded(
                 .mapInArrow(tasks.decode(config, ends), tasks.EVENTS_DDL)
             )
         if direct:
-            parts.append(_read(spark, direct, session.parallelism, total, decode=config))
+            # Without --records (whose budget is drawn set after set), each such set is audited where
+            # it is read, by the local engine's code; with it, decoded there (its events audited below).
+            how = tasks.extract_decoded if config.keep_records else tasks.extract_audited
+            parts.append(_read(spark, direct, session.parallelism, total, direct=(how, config)))
         events = parts[0]
         for part in parts[1:]:
             events = events.unionByName(part)
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(events)
-        bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG)
+        bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG, tasks.TABLE_ROWS)
         small = events.filter(~F.col("kind").isin(*bulk)).toArrow().to_pylist()
     finally:
         if segments is not None:
@@ -726,12 +777,16 @@ def _between_stages(
     groups: dict[tuple[int, str], set[str]] = {}
     for index, run in runs.items():
         by_kind = by_set.get(index, {})
+        for r in by_kind.get(tasks.AUDITED, []):  # audited where it was read: its whole result
+            run.audited, run.identity = pickle.loads(r["blob"])
+            break
         run.stats = [pickle.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
         openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
         conns.update({pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)})
         run.context = sorted((_order(r, run.last_event), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
-        run.identity = _identity(by_kind.get(tasks.IDENTITY, []), run.last_event)
+        if run.audited is None:
+            run.identity = _identity(by_kind.get(tasks.IDENTITY, []), run.last_event)
         group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
         for key, group in sorted(group_of.items()):
             group_rows.append((index, key, group))
@@ -888,9 +943,10 @@ def _identity(rows: list[dict], last_event: float) -> Identity:
     return identity
 
 
-def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int, decode: EngineConfig | None = None):
-    """Stage 1: segment rows of every input, or with `decode` (each input the only file of its capture
-    set) stage 2's rows, each file decoded where it is read (spark_tasks.extract_decoded). Files on a
+def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int, direct=None):
+    """Stage 1: segment rows of every input, or with `direct` (each input the only file of its capture
+    set; spark_tasks.extract_decoded or extract_audited and the engine config) stage 2's rows, each file
+    decoded or audited where it is read. Files on a
     `file:` file system are opened by the task that reads them, spread over a few tasks per core by
     size; any other file system's are read by Spark's binaryFile source (one file per row: a capture is
     read in one piece, see the README)."""
@@ -898,17 +954,18 @@ def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int, decode
 
     local = [i for i in inputs if tasks.local_path(i.uri) is not None]
     remote = [i for i in inputs if tasks.local_path(i.uri) is None]
-    ddl = tasks.SEGMENTS_DDL if decode is None else tasks.EVENTS_DDL
+    ddl = tasks.SEGMENTS_DDL if direct is None else tasks.EVENTS_DDL
+    read = tasks.extract if direct is None else direct[0](direct[1])
     parts = []
     if local:
         bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)))
         parts.append(
-            spark.range(0, len(bins), 1, numPartitions=len(bins)).mapInArrow(_extract(bins, decode), ddl)
+            spark.range(0, len(bins), 1, numPartitions=len(bins)).mapInArrow(_extract(bins, read), ddl)
         )
     if remote:
         extra = [("offset", "double", [i.offset for i in remote]), ("cset", "int", [i.cset for i in remote])]
         rows = _with_content(spark, remote, extra).repartition(min(len(remote), 4 * parallelism))
-        parts.append(rows.mapInArrow(tasks.extract if decode is None else tasks.extract_decoded(decode), ddl))
+        parts.append(rows.mapInArrow(read, ddl))
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)
@@ -938,15 +995,13 @@ def _spread(listing: list[_Input], n: int) -> list[list[_Input]]:
     return [b for b in bins if b]
 
 
-def _extract(bins: list[list[_Input]], decode: EngineConfig | None = None):
-    """Stage 1's task for local files: the files of bin `id` of a spark.range, through spark_tasks.extract
-    (or, with `decode`, spark_tasks.extract_decoded)."""
+def _extract(bins: list[list[_Input]], read):
+    """Stage 1's task for local files: the files of bin `id` of a spark.range, through `read`
+    (spark_tasks.extract, or what extract_decoded or extract_audited made)."""
     rows = [[(i.file, i.path, i.uri, i.folder, i.offset, i.cset) for i in b] for b in bins]
 
     def run(batches):
         import pyarrow as pa
-
-        from ksniff.engine import spark_tasks as tasks
 
         for batch in batches:
             for b in batch.column(0).to_pylist():
@@ -961,7 +1016,6 @@ def _extract(bins: list[list[_Input]], decode: EngineConfig | None = None):
                         "content": pa.nulls(len(rows[b]), pa.binary()),
                     }
                 )
-                read = tasks.extract if decode is None else tasks.extract_decoded(decode)
                 yield from read(iter([listing]))
 
     return run

@@ -1,6 +1,10 @@
 """What the Spark engine's tasks run: plain functions over Arrow batches, importable without pyspark.
 
-Three stages, each the capture, decode or audit room's own code applied to a slice of the data:
+A capture set of one file (most sets of a folder of captures) is audited by the task that reads it,
+with the local engine's own code (`extract_audited`): its result and its table rows leave the task,
+nothing else. The sets that must meet across files (several files of one capture, several hosts' files
+on one time line), and files too large for one task, go through three stages, each the capture, decode
+or audit room's own code applied to a slice of the data:
 
 1. `extract`: one task per capture file reads its TCP segments into rows, with the keys that put the
    segments of all files back into the in-process engine's order (`pm`, `file`, `idx`, below).
@@ -20,10 +24,11 @@ Matching the in-process engine exactly means reproducing three things it gets fr
   any other connection delivers data or an event, which decides when a decode event leaves (a frame's
   times are its own segments', StreamChunk.marks). Stage 1 marks each segment after which traffic of
   another flow came (`flush`), and stage 2 flushes there, before that segment's own events.
-- The order of events at one place. A sweep closes idle connections of every flow at once, in the order
-  they opened; a chunk cut by another flow's segment leaves before that segment's own events. The order
-  key carries the opening of the event's connection (`opm`, `oconn`) before the task's serial `n`, so
-  events of different flows (decoded by different tasks) never tie.
+- The order of events at one place. A sweep (at fixed times of capture time, ksniff.capture.reassembly)
+  closes idle connections of every flow at once, in the order they opened; a chunk cut by another flow's
+  segment leaves before that segment's own events. The order key carries the opening of the event's
+  connection (`opm`, `oconn`) before the task's serial `n`, so events of different flows (decoded by
+  different tasks) never tie.
 - The reorder window. The in-process engine releases a decode event once capture time passes its
   request time plus the window, or at the end; events released together go out by request time. Stage 2
   computes that release time from the push clock (the merge's running maximum, `pm`).
@@ -72,6 +77,9 @@ FILE_META = 5  # a file's FileMeta, from a file decoded where it was read (`extr
 # A KEYED row whose exchange the partition logs read too (its first key's): the CONTEXT_KEY group takes it,
 # so a keyed exchange the logs read is stored and shuffled once, not once more as a LOG row.
 KEYED_LOG = 9
+# From a capture set of one file audited where it was read (`extract_audited`): the set's AuditResult
+# and Identity, and its table rows as Arrow IPC (`key`: the table), already in their final form.
+AUDITED, TABLE_ROWS = 10, 11
 
 _SQL_TYPES = {
     pa.binary(): "binary",
@@ -320,6 +328,126 @@ def extract_decoded(config: EngineConfig):
             else:  # its summary, the last batch of each file
                 yield from one(segments, batch)
                 segments = []
+
+    return run
+
+
+def extract_audited(config: EngineConfig):
+    """mapInArrow over rows like `extract`'s, each file the only one of its capture set and the run
+    keeping no records (whose decompression budget is drawn set after set): the set is audited by this
+    task with the local engine's own code (ksniff.engine.local.audit_capture), so nothing of it is
+    shuffled or pickled event by event. Rows out: the file's FileMeta (FILE_META), the set's result and
+    identity (AUDITED), and its `exchanges` and `batches` rows (TABLE_ROWS, Arrow IPC with the row-order
+    columns: the set, then the order the local engine made them in)."""
+
+    def one(file: int, path: str, uri: str, folder: bool, content, cset: int) -> Iterator[pa.RecordBatch]:
+        from ksniff.engine.local import audit_capture
+
+        rows = _Rows()
+        rows.cset = cset
+        with opened(uri, content) as where:
+            try:
+                CaptureFile(where).close()
+                tables = _TableRows(cset) if config.keep_tables else None
+                result, identity = audit_capture([where], config, tables=tables)
+            except CaptureError as exc:
+                meta = _failed(file, path, str(exc).replace(where, path, 1), folder)
+                rows.add(FILE_META, None, NO_ORDER, dumps(meta))
+                yield rows.take()
+                return
+        if where != path:  # a temporary copy, or a file: URI's own path: named as the user named it
+            result.inputs = [replace(i, path=path) for i in result.inputs]
+            result.warnings = [w.replace(where, path) for w in result.warnings]
+        info = result.inputs[0]
+        meta = FileMeta(
+            file,
+            path,
+            info.format,
+            info.linktype.split(","),
+            info.bytes,
+            info.packets,
+            0,
+            0,
+            0,
+            None,
+            None,
+            None,
+        )
+        rows.add(FILE_META, None, NO_ORDER, dumps(meta))
+        rows.add(AUDITED, None, NO_ORDER, dumps((result, identity)))
+        if tables is not None:
+            for table, blob in tables.blobs():
+                rows.add(TABLE_ROWS, table, NO_ORDER, blob)
+        yield rows.take()
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder", "cset")]
+            contents = batch.column("content")
+            for i, (file, path, uri, folder, cset) in enumerate(zip(*columns, strict=True)):
+                yield from one(file, path, uri, folder, contents[i].as_py, cset)
+
+    return run
+
+
+class _TableRows:
+    """The local engine's table rows (a RowSink) as Arrow IPC, each row with its row-order columns: the
+    capture set, then the order the engine made the table's rows in."""
+
+    def __init__(self, cset: int) -> None:
+        self.cset = cset
+        self.rows: dict[str, list[dict]] = {"exchanges": [], "batches": []}
+        self.made = {"exchanges": 0, "batches": 0}
+        self.done: list[tuple[str, bytes]] = []
+
+    def add(self, table: str, rows: Iterable[dict]) -> None:
+        mine = self.rows[table]
+        mine.extend(rows)
+        if len(mine) >= BATCH_ROWS:
+            self._take(table)
+
+    def _take(self, table: str) -> None:
+        rows = self.rows[table]
+        if not rows:
+            return
+        first = self.made[table]
+        self.made[table] += len(rows)
+        zeros = [0] * len(rows)
+        extra = {name: zeros for name in ROW_ORDER}
+        extra["oset"] = [self.cset] * len(rows)
+        extra["n"] = list(range(first, first + len(rows)))
+        batch = _arrow_rows(rows, table, _stored_schema(table), extra)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        self.done.append((table, sink.getvalue().to_pybytes()))
+        self.rows[table] = []
+
+    def blobs(self) -> list[tuple[str, bytes]]:
+        for table in self.rows:
+            self._take(table)
+        return self.done
+
+
+def _stored_schema(table: str) -> pa.Schema:
+    """A table's schema with its row-order columns, without `_cluster` (known once the set's identity is)."""
+    schema = _table_schema(table, order=True)
+    return schema.remove(schema.get_field_index("_cluster"))
+
+
+def stored_rows(table: str, clusters: dict[int, str | None]):
+    """mapInArrow over TABLE_ROWS rows of `table` (`extract_audited`): the rows themselves, each with
+    `_cluster`, the cluster of its capture set (`clusters`, by set)."""
+    schema = _table_schema(table, order=True)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for cset, blob in zip(
+                batch.column("cset").to_pylist(), batch.column("blob").to_pylist(), strict=True
+            ):
+                for stored in pa.ipc.open_stream(blob):
+                    cluster = pa.array([clusters.get(cset)] * stored.num_rows, pa.string())
+                    yield pa.RecordBatch.from_arrays([*stored.columns, cluster], schema=schema)
 
     return run
 
@@ -793,7 +921,9 @@ def context_fold(config: EngineConfig, ends: dict[int, RunEnd], conns: dict[int,
 _ARROW_TYPES = {"float64": pa.float64(), "Int64": pa.int64(), "boolean": pa.bool_(), "string": pa.string()}
 # Each exported row keeps the place of its exchange in the audit order (and of itself within the
 # exchange), so a writer can give the rows in exactly the local engine's order.
-ROW_ORDER = (*ORDER_COLUMNS, "sub")
+# A table row's place in the local export's order after its time: its capture set (the sets' rows are
+# joined by time, set after set), its exchange's audit order and its place among the exchange's rows.
+ROW_ORDER = ("oset", *ORDER_COLUMNS, "sub")
 PRODUCERS_DDL = (
     "transactional_id string, producer_id bigint, epochs array<bigint>, clients array<string>, "
     "client_ids array<string>, batches bigint, records bigint, "
@@ -812,6 +942,7 @@ def _table_schema(table: str, order: bool) -> pa.Schema:
     fields = [pa.field(name, _ARROW_TYPES[dtype]) for name, dtype in SCHEMAS[table].items()]
     if order:
         kinds = {
+            "oset": pa.int32(),
             "phase": pa.int8(),
             "pfile": pa.int64(),
             "pidx": pa.int64(),
@@ -888,7 +1019,7 @@ def table_rows(
                 made = rows_of(renumber(pickle.loads(blob), conns), order)
                 rows.extend(made)
                 for sub in range(len(made)):
-                    for name, value in zip(hidden, (*order, sub, clusters.get(cset)), strict=True):
+                    for name, value in zip(hidden, (cset, *order, sub, clusters.get(cset)), strict=True):
                         extra[name].append(value)
                 if len(rows) >= BATCH_ROWS:
                     yield _arrow_rows(rows, table, schema, extra)

@@ -179,3 +179,65 @@ def test_a_file_decoded_where_it_is_read_gives_what_its_flows_tasks_give(name: s
     assert rows[1:] == shuffled.to_pylist()
     kinds = {r["kind"] for r in rows}
     assert kinds >= {tasks.TABLE, tasks.CONN, tasks.FLOW_STATS} and kinds & {tasks.KEYED, tasks.KEYED_LOG}
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+@pytest.mark.parametrize("name", ["txn_confluent_tansu_loss.pcap", "consume_tansu.pcap"])
+def test_a_set_of_one_file_audited_where_it_is_read_is_the_local_result(name: str, tmp_path: Path) -> None:
+    """A capture set of one file is audited by the task that reads it: its result is the local engine's
+    for that file (named as the user named it), and its table rows are the local export's, in its order,
+    each with its set in the row-order columns. A file that is not a capture is the local one-line error."""
+    import pickle
+
+    import pyarrow as pa
+
+    from ksniff.config import EngineConfig
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.local import audit_paths
+    from ksniff.result import stamp_set
+
+    path = str(PCAPS / name)
+    bad = tmp_path / "notes.pcap"
+    bad.write_text("not a capture\n")
+    listing = pa.RecordBatch.from_pydict(
+        {
+            "file": [3, 4],
+            "path": ["s3a://bucket/" + name, str(bad)],
+            "uri": [path, str(bad)],
+            "folder": [False, False],
+            "content": pa.nulls(2, pa.binary()),
+            "cset": pa.array([7, 8], pa.int32()),
+        }
+    )
+    config = EngineConfig(keep_tables=True)
+    rows = pa.Table.from_batches(list(tasks.extract_audited(config)(iter([listing]))), schema=tasks.EVENTS)
+    by_kind: dict[int, list[dict]] = {}
+    for r in rows.to_pylist():
+        by_kind.setdefault(r["kind"], []).append(r)
+    assert set(by_kind) == {tasks.FILE_META, tasks.AUDITED, tasks.TABLE_ROWS}
+    ok, failed = (pickle.loads(r["blob"]) for r in by_kind[tasks.FILE_META])
+    assert (ok.file, ok.error, failed.file) == (3, None, 4)
+    with pytest.raises(Exception) as local_error:
+        audit_paths([str(bad)], config)
+    assert failed.error == str(local_error.value)
+
+    (audited,) = by_kind[tasks.AUDITED]
+    result, identity = pickle.loads(audited["blob"])
+    local = audit_paths([path], config)
+    assert [i.path for i in result.inputs] == ["s3a://bucket/" + name]
+    result.inputs = local.inputs
+    stamp_set(result, local.capture_sets[0], identity)  # labelled by the driver, once sets are numbered
+    assert result.as_contract() == local.as_contract()
+    assert identity.cluster_ids == [c["id"] for c in local.clusters]
+
+    for table in ("exchanges", "batches"):
+        stored = rows.filter(pa.compute.equal(rows.column("key"), table))
+        made = pa.Table.from_batches(list(tasks.stored_rows(table, {7: "c"})(iter(stored.to_batches()))))
+        got = made.to_pylist()
+        assert {r["oset"] for r in got} == {7} and {r["_cluster"] for r in got} == {"c"}
+        assert [r["n"] for r in got] == list(range(len(got)))
+        public = [
+            {k: v for k, v in r.items() if k in local_row}
+            for r, local_row in zip(got, getattr(local, table), strict=True)
+        ]
+        assert public == getattr(local, table)
