@@ -319,8 +319,8 @@ def audit_capture(
 ) -> tuple[AuditResult, Identity]:
     """The audit of one capture: `paths` read as one (each file's timestamps moved by `offset_of(path)`
     seconds, the capture set's clock alignment). The result is the set's before it is labelled as one,
-    with what the capture's answers named (its Identity). The Spark engine runs this where a capture set
-    of one file is read."""
+    with what the capture's answers named (its Identity). The Spark engine runs this in the task that
+    reads a capture set's files, for a set small enough for one task."""
     run = read_files(list(paths), config.limits)
     if offset_of is not None:  # captures of several hosts: each file on the set's time line
         run.offsets = [offset_of(f.path) for f in run.files]

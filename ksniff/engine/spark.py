@@ -1,8 +1,8 @@
 """The Spark engine: the capture, decode and audit rooms' own code as a PySpark job.
 
     inputs (paths or Hadoop URIs) --(Spark lists them; executors read them)-->
-      a capture set of one file: audited by the task that reads it (the local engine's code)
-          --> its result, its exchanges and batches rows
+      a capture set small enough for one task: audited by the task that reads its files (the local
+          engine's code) --> its result, its exchanges and batches rows
       the others: segment rows
           --(repartition by flow, sort into the merge's order)--> Reassembler + Decoder per flow
           --> decode events (pickled), keyed by producer
@@ -691,22 +691,23 @@ def _decoded(
     spark = session.spark
     members = [m for _cset, ms in planned for m in ms]
     total = sum(i.length for i in members)
-    # A capture set of one file (not too large for one task's memory) has every flow in that file: it is
-    # audited by the task that reads it, with the local engine's code, and nothing of it is shuffled. That
-    # costs a third of what shuffling its segments to their flows' tasks and its events to their producer
-    # groups' does (SHUFFLED_COST), so a file goes the shuffled way only when its share of the run is more
-    # than that much above a core's (one large capture on many cores: its connections decoded in
-    # parallel). With --records, whose decompression budget is drawn set after set, such files are only
-    # decoded where they are read, and only when there are enough of them to keep every core busy.
-    # The others' segments go to their flows' tasks (stage 2).
-    direct = [ms[0] for _cset, ms in planned if len(ms) == 1 and ms[0].length <= tasks.DIRECT_MAX_BYTES]
+    # A capture set small enough for one task's memory (one file, or the few files of a short capture or
+    # of several hosts) is audited by the task that reads it, with the local engine's code, and nothing of
+    # it is shuffled. That costs a third of what shuffling its segments to their flows' tasks and its
+    # events to their producer groups' does (SHUFFLED_COST), so a set goes the shuffled way only when its
+    # share of the run is more than that much above a core's (one large capture on many cores: its
+    # connections decoded in parallel). With --records, whose decompression budget is drawn set after
+    # set, sets of one file are only decoded where they are read, and only when there are enough of them
+    # to keep every core busy. The others' segments go to their flows' tasks (stage 2).
+    small = [ms for _cset, ms in planned if sum(m.length for m in ms) <= tasks.DIRECT_MAX_BYTES]
     if config.keep_records:
+        direct = [ms for ms in small if len(ms) == 1]
         if len(direct) < session.parallelism:
             direct = []
     else:
         fair = SHUFFLED_COST * total / session.parallelism
-        direct = [m for m in direct if m.length <= fair]
-    direct_sets = {m.cset for m in direct}
+        direct = [ms for ms in small if sum(m.length for m in ms) <= fair]
+    direct_sets = {ms[0].cset for ms in direct}
     shuffled = [m for m in members if m.cset not in direct_sets]
 
     metas_of: dict[int, list] = {}
@@ -743,7 +744,7 @@ def _decoded(
             # Without --records (whose budget is drawn set after set), each such set is audited where
             # it is read, by the local engine's code; with it, decoded there (its events audited below).
             how = tasks.extract_decoded if config.keep_records else tasks.extract_audited
-            parts.append(_read(spark, direct, session.parallelism, total, direct=(how, config)))
+            parts.append(_read_sets(spark, direct, session.parallelism, total, how(config)))
         events = parts[0]
         for part in parts[1:]:
             events = events.unionByName(part)
@@ -943,29 +944,64 @@ def _identity(rows: list[dict], last_event: float) -> Identity:
     return identity
 
 
-def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int, direct=None):
-    """Stage 1: segment rows of every input, or with `direct` (each input the only file of its capture
-    set; spark_tasks.extract_decoded or extract_audited and the engine config) stage 2's rows, each file
-    decoded or audited where it is read. Files on a
-    `file:` file system are opened by the task that reads them, spread over a few tasks per core by
-    size; any other file system's are read by Spark's binaryFile source (one file per row: a capture is
-    read in one piece, see the README)."""
+def _read_sets(spark: Any, sets: list[list[_Input]], parallelism: int, total: int, read):
+    """Stage 2's rows of capture sets each decoded or audited where its files are read (`read`:
+    spark_tasks.extract_decoded or extract_audited, made for the run), a set's files in one task, in
+    order. `file:` inputs are opened by the tasks, the sets spread over a few tasks per core by size; any
+    other file system's are read by Spark's binaryFile source and brought together by set."""
+    from ksniff.engine import spark_tasks as tasks
+
+    local = [ms for ms in sets if all(tasks.local_path(m.uri) is not None for m in ms)]
+    remote = [m for ms in sets if any(tasks.local_path(m.uri) is None for m in ms) for m in ms]
+    place = {id(m): n for ms in sets for n, m in enumerate(ms)}  # a file's place in its set's order
+    parts = []
+    if local:
+        bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)), _set_length)
+        flat = [[m for ms in b for m in ms] for b in bins]
+        parts.append(
+            spark.range(0, len(flat), 1, numPartitions=len(flat)).mapInArrow(
+                _extract(flat, read), tasks.EVENTS_DDL
+            )
+        )
+    if remote:
+        extra = [
+            ("offset", "double", [i.offset for i in remote]),
+            ("cset", "int", [i.cset for i in remote]),
+            ("place", "int", [place[id(i)] for i in remote]),
+        ]
+        rows = _with_content(spark, remote, extra).repartition(min(len(remote), 4 * parallelism), "cset")
+        rows = rows.sortWithinPartitions("cset", "place")
+        parts.append(rows.mapInArrow(read, tasks.EVENTS_DDL))
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out
+
+
+def _set_length(members: list[_Input]) -> int:
+    return sum(m.length for m in members)
+
+
+def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int):
+    """Stage 1: segment rows of every input. Files on a `file:` file system are opened by the task that
+    reads them, spread over a few tasks per core by size; any other file system's are read by Spark's
+    binaryFile source (one file per row: a capture is read in one piece, see the README)."""
     from ksniff.engine import spark_tasks as tasks
 
     local = [i for i in inputs if tasks.local_path(i.uri) is not None]
     remote = [i for i in inputs if tasks.local_path(i.uri) is None]
-    ddl = tasks.SEGMENTS_DDL if direct is None else tasks.EVENTS_DDL
-    read = tasks.extract if direct is None else direct[0](direct[1])
     parts = []
     if local:
         bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)))
         parts.append(
-            spark.range(0, len(bins), 1, numPartitions=len(bins)).mapInArrow(_extract(bins, read), ddl)
+            spark.range(0, len(bins), 1, numPartitions=len(bins)).mapInArrow(
+                _extract(bins, tasks.extract), tasks.SEGMENTS_DDL
+            )
         )
     if remote:
         extra = [("offset", "double", [i.offset for i in remote]), ("cset", "int", [i.cset for i in remote])]
         rows = _with_content(spark, remote, extra).repartition(min(len(remote), 4 * parallelism))
-        parts.append(rows.mapInArrow(read, ddl))
+        parts.append(rows.mapInArrow(tasks.extract, tasks.SEGMENTS_DDL))
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)
@@ -981,17 +1017,18 @@ def _check_inputs(metas: list) -> tuple[list, list]:
     return [m for m in metas if not m.skipped], [m for m in metas if m.skipped]
 
 
-def _spread(listing: list[_Input], n: int) -> list[list[_Input]]:
-    """The files in `n` bins of about equal size, largest first into the lightest bin: one task per file
-    cost more in Spark's per-task overhead than reading a small file does."""
+def _spread(items: list, n: int, size=lambda e: e.length) -> list[list]:
+    """The files (or sets of files, with `size`) in `n` bins of about equal size, largest first into the
+    lightest bin: one task per file cost more in Spark's per-task overhead than reading a small file
+    does."""
     import heapq
 
     heap = [(0, b) for b in range(max(1, n))]
-    bins: list[list[_Input]] = [[] for _ in heap]
-    for entry in sorted(listing, key=lambda e: -e.length):
+    bins: list[list] = [[] for _ in heap]
+    for entry in sorted(items, key=lambda e: -size(e)):
         load, b = heapq.heappop(heap)
         bins[b].append(entry)
-        heapq.heappush(heap, (load + entry.length, b))
+        heapq.heappush(heap, (load + size(entry), b))
     return [b for b in bins if b]
 
 

@@ -1,10 +1,10 @@
 """What the Spark engine's tasks run: plain functions over Arrow batches, importable without pyspark.
 
-A capture set of one file (most sets of a folder of captures) is audited by the task that reads it,
-with the local engine's own code (`extract_audited`): its result and its table rows leave the task,
-nothing else. The sets that must meet across files (several files of one capture, several hosts' files
-on one time line), and files too large for one task, go through three stages, each the capture, decode
-or audit room's own code applied to a slice of the data:
+A capture set small enough for one task (a file of a folder of captures, a short capture's rotated
+files, several hosts' files on one time line) is audited by the task that reads its files, with the
+local engine's own code (`extract_audited`): its result and its table rows leave the task, nothing
+else. Larger sets, or one large capture on many cores, go through three stages, each the capture,
+decode or audit room's own code applied to a slice of the data:
 
 1. `extract`: one task per capture file reads its TCP segments into rows, with the keys that put the
    segments of all files back into the in-process engine's order (`pm`, `file`, `idx`, below).
@@ -77,7 +77,7 @@ FILE_META = 5  # a file's FileMeta, from a file decoded where it was read (`extr
 # A KEYED row whose exchange the partition logs read too (its first key's): the CONTEXT_KEY group takes it,
 # so a keyed exchange the logs read is stored and shuffled once, not once more as a LOG row.
 KEYED_LOG = 9
-# From a capture set of one file audited where it was read (`extract_audited`): the set's AuditResult
+# From a capture set audited where its files were read (`extract_audited`): the set's AuditResult
 # and Identity, and its table rows as Arrow IPC (`key`: the table), already in their final form.
 AUDITED, TABLE_ROWS = 10, 11
 
@@ -333,47 +333,60 @@ def extract_decoded(config: EngineConfig):
 
 
 def extract_audited(config: EngineConfig):
-    """mapInArrow over rows like `extract`'s, each file the only one of its capture set and the run
-    keeping no records (whose decompression budget is drawn set after set): the set is audited by this
-    task with the local engine's own code (ksniff.engine.local.audit_capture), so nothing of it is
-    shuffled or pickled event by event. Rows out: the file's FileMeta (FILE_META), the set's result and
-    identity (AUDITED), and its `exchanges` and `batches` rows (TABLE_ROWS, Arrow IPC with the row-order
-    columns: the set, then the order the local engine made them in)."""
+    """mapInArrow over rows like `extract`'s (with `offset` and `cset`), each capture set's files together
+    and in order, the run keeping no records (whose decompression budget is drawn set after set): each
+    set is audited by this task with the local engine's own code (ksniff.engine.local.audit_capture), so
+    nothing of it is shuffled or pickled event by event. Rows out: each file's FileMeta (FILE_META), the
+    set's result and identity (AUDITED), and its `exchanges` and `batches` rows (TABLE_ROWS, Arrow IPC
+    with the row-order columns: the set, then the order the local engine made them in). A file that
+    cannot be read is its FileMeta with the local engine's error, and its set is not audited (the driver
+    stops the run with the error); a file of a folder that is not a capture is left out of its set."""
 
-    def one(file: int, path: str, uri: str, folder: bool, content, cset: int) -> Iterator[pa.RecordBatch]:
+    def one(cset: int, files: list[tuple]) -> Iterator[pa.RecordBatch]:
         from ksniff.engine.local import audit_capture
 
         rows = _Rows()
         rows.cset = cset
-        with opened(uri, content) as where:
-            try:
-                CaptureFile(where).close()
-                tables = _TableRows(cset) if config.keep_tables else None
-                result, identity = audit_capture([where], config, tables=tables)
-            except CaptureError as exc:
-                meta = _failed(file, path, str(exc).replace(where, path, 1), folder)
-                rows.add(FILE_META, None, NO_ORDER, dumps(meta))
+        with contextlib.ExitStack() as stack:
+            kept = []  # (file, path, where, offset) of the captures
+            failed = False
+            for file, path, uri, folder, content, offset in files:
+                where = stack.enter_context(opened(uri, content))
+                try:
+                    CaptureFile(where).close()
+                except CaptureError as exc:
+                    meta = _failed(file, path, str(exc).replace(where, path, 1), folder)
+                    rows.add(FILE_META, None, NO_ORDER, dumps(meta))
+                    failed = failed or not meta.skipped
+                    continue
+                kept.append((file, path, where, offset))
+            if failed or not kept:
                 yield rows.take()
                 return
-        if where != path:  # a temporary copy, or a file: URI's own path: named as the user named it
-            result.inputs = [replace(i, path=path) for i in result.inputs]
-            result.warnings = [w.replace(where, path) for w in result.warnings]
-        info = result.inputs[0]
-        meta = FileMeta(
-            file,
-            path,
-            info.format,
-            info.linktype.split(","),
-            info.bytes,
-            info.packets,
-            0,
-            0,
-            0,
-            None,
-            None,
-            None,
-        )
-        rows.add(FILE_META, None, NO_ORDER, dumps(meta))
+            tables = _TableRows(cset) if config.keep_tables else None
+            offsets = {where: offset for _file, _path, where, offset in kept}
+            offset_of = offsets.get if any(offsets.values()) else None
+            try:
+                result, identity = audit_capture([k[2] for k in kept], config, offset_of, tables=tables)
+            except CaptureError as exc:  # met in the middle of a file: the first file it names
+                text = str(exc)
+                file, path, where, _offset = next((k for k in kept if k[2] in text), kept[0])
+                rows.add(
+                    FILE_META, None, NO_ORDER, dumps(_failed(file, path, text.replace(where, path), False))
+                )
+                yield rows.take()
+                return
+        named = {where: path for _file, path, where, _offset in kept if where != path}
+        if named:  # temporary copies, or file: URIs' own paths: named as the user named them
+            result.inputs = [replace(i, path=named.get(i.path, i.path)) for i in result.inputs]
+            for where, path in named.items():
+                result.warnings = [w.replace(where, path) for w in result.warnings]
+        for (file, path, _where, _offset), info in zip(kept, result.inputs, strict=True):
+            linktypes = info.linktype.split(",")
+            meta = FileMeta(
+                file, path, info.format, linktypes, info.bytes, info.packets, 0, 0, 0, None, None, None
+            )
+            rows.add(FILE_META, None, NO_ORDER, dumps(meta))
         rows.add(AUDITED, None, NO_ORDER, dumps((result, identity)))
         if tables is not None:
             for table, blob in tables.blobs():
@@ -381,11 +394,19 @@ def extract_audited(config: EngineConfig):
         yield rows.take()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder", "cset")]
-            contents = batch.column("content")
-            for i, (file, path, uri, folder, cset) in enumerate(zip(*columns, strict=True)):
-                yield from one(file, path, uri, folder, contents[i].as_py, cset)
+        def files() -> Iterator[tuple]:
+            for batch in batches:
+                columns = [
+                    batch.column(name).to_pylist() for name in ("cset", "file", "path", "uri", "folder")
+                ]
+                has_offset = "offset" in batch.schema.names
+                columns.append(batch.column("offset").to_pylist() if has_offset else [0.0] * batch.num_rows)
+                contents = batch.column("content")
+                for i, (cset, file, path, uri, folder, offset) in enumerate(zip(*columns, strict=True)):
+                    yield cset, (file, path, uri, folder, contents[i].as_py, offset or 0.0)
+
+        for cset, group in itertools.groupby(files(), key=lambda f: f[0]):
+            yield from one(cset, [f for _cset, f in group])
 
     return run
 

@@ -230,8 +230,25 @@ def test_corpus_as_paths_matches_local(spark) -> None:
     assert_same(audit_paths(paths, CONFIG), audit_paths_spark(paths, CONFIG, spark=spark))
 
 
+@pytest.fixture(params=["where-read", "shuffled"])
+def way(request, monkeypatch):
+    """A capture set small enough for one task is audited where its files are read; the same sets made
+    to go the shuffled way (segments to their flows' tasks, events to their producer groups), as a set
+    too large for one task does. Checks afterwards that the run went the way it was meant to."""
+    from ksniff.engine import spark_tasks as tasks
+
+    made = []
+    if request.param == "shuffled":
+        monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 0)
+    else:
+        audited = tasks.extract_audited
+        monkeypatch.setattr(tasks, "extract_audited", lambda config: made.append(config) or audited(config))
+    yield request.param
+    assert bool(made) == (request.param == "where-read")
+
+
 @pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) is not installed")
-def test_rotated_files_match_the_whole_capture(spark, tmp_path: Path) -> None:
+def test_rotated_files_match_the_whole_capture(spark, tmp_path: Path, way: str) -> None:
     from ksniff.engine.spark import audit_paths_spark
 
     whole = max(CORPUS, key=lambda p: p.stat().st_size)
@@ -371,7 +388,7 @@ def test_local_engine_refuses_uri_outputs(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
-def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Path) -> None:
+def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Path, way: str) -> None:
     """The executors read each capture of a host on its set's time line: per-broker captures of the mock
     cluster with clocks moved by seconds give the single capture's outcomes and findings, as locally."""
     from test_clock import _findings, _outcomes, per_broker

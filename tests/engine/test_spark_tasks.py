@@ -241,3 +241,49 @@ def test_a_set_of_one_file_audited_where_it_is_read_is_the_local_result(name: st
             for r, local_row in zip(got, getattr(local, table), strict=True)
         ]
         assert public == getattr(local, table)
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+def test_a_set_of_rotated_files_audited_where_it_is_read_is_the_local_result(tmp_path: Path) -> None:
+    """A capture set of several files (a capture rotated mid-connection) is audited by one task, its
+    files in the set's order: the local engine's result for those files as one set, each file's summary
+    in its own row, the set's table rows in the local order."""
+    import pickle
+
+    import pyarrow as pa
+    from pcap_edit import split
+
+    from ksniff.config import EngineConfig
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.local import audit_paths
+    from ksniff.result import stamp_set
+
+    parts = [str(p) for p in split(PCAPS / "txn_confluent_tansu_loss.pcap", tmp_path, 3)]
+    config = EngineConfig(keep_tables=True, capture_sets="merge")
+    local = audit_paths(parts, config)
+    assert local.capture.packets and [i.path for i in local.inputs] == parts
+    listing = pa.RecordBatch.from_pydict(
+        {
+            "file": [5, 6, 7],
+            "path": parts,
+            "uri": parts,
+            "folder": [False] * 3,
+            "content": pa.nulls(3, pa.binary()),
+            "offset": [0.0] * 3,
+            "cset": pa.array([2] * 3, pa.int32()),
+        }
+    )
+    rows = pa.Table.from_batches(list(tasks.extract_audited(config)(iter([listing]))), schema=tasks.EVENTS)
+    metas = [pickle.loads(r["blob"]) for r in rows.to_pylist() if r["kind"] == tasks.FILE_META]
+    assert [(m.file, m.path, m.packets) for m in metas] == [
+        (5 + n, i.path, i.packets) for n, i in enumerate(local.inputs)
+    ]
+    (audited,) = [r for r in rows.to_pylist() if r["kind"] == tasks.AUDITED]
+    result, identity = pickle.loads(audited["blob"])
+    stamp_set(result, local.capture_sets[0], identity)
+    assert result.as_contract() == local.as_contract()
+    stored = rows.filter(pa.compute.equal(rows.column("key"), "exchanges"))
+    made = pa.Table.from_batches(
+        list(tasks.stored_rows("exchanges", {})(iter(stored.to_batches())))
+    ).to_pylist()
+    assert [{k: r[k] for k in local.exchanges[0]} for r in made] == local.exchanges

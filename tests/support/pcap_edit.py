@@ -30,3 +30,24 @@ def again_later(capture: Path, out: Path, seconds: int, first: int | None = None
         head += 16 + struct.unpack_from("<I", data, head + 8)[0]
     out.write_bytes(data[:head] + bytes(later))
     return out
+
+
+def split(capture: Path, out: Path, parts: int) -> list[Path]:
+    """`capture` (classic pcap) cut into `parts` files of about equal packet counts in `out`, as a
+    rotating capture (tcpdump -C) cuts a long one: connections go on from one file into the next."""
+    import struct
+
+    data = capture.read_bytes()
+    records = []
+    pos = 24
+    while pos + 16 <= len(data):
+        end = pos + 16 + struct.unpack_from("<I", data, pos + 8)[0]
+        records.append(data[pos:end])
+        pos = end
+    per = -(-len(records) // parts)
+    paths = []
+    for n in range(parts):
+        path = out / f"{capture.stem}_{n:02d}.pcap"
+        path.write_bytes(data[:24] + b"".join(records[n * per : (n + 1) * per]))
+        paths.append(path)
+    return paths
