@@ -778,9 +778,9 @@ def _between_stages(
     groups: dict[tuple[int, str], set[str]] = {}
     for index, run in runs.items():
         by_kind = by_set.get(index, {})
-        for r in by_kind.get(tasks.AUDITED, []):  # audited where it was read: its whole result
-            run.audited, run.identity = pickle.loads(r["blob"])
-            break
+        audited = by_kind.get(tasks.AUDITED)
+        if audited:  # audited where its files were read: its whole result, and what it named
+            run.audited, run.identity = pickle.loads(audited[0]["blob"])
         run.stats = [pickle.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
         openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))

@@ -14,7 +14,7 @@ decode or audit room's own code applied to a slice of the data:
 3. `fold`: events partitioned by producer key and sorted by that order key; one Auditor per key, over
    its own events and the context events every key must see (ksniff.audit.keys).
 
-Matching the in-process engine exactly means reproducing three things it gets from one global pass:
+Matching the in-process engine exactly means reproducing four things it gets from one global pass:
 
 - The order segments are processed in. `heapq.merge` of the files by timestamp puts a segment at
   position (running maximum of ts within its file, file index, index within the file): that triple
