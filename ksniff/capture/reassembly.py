@@ -212,7 +212,7 @@ class Reassembler:
         while line <= now and self._conns.conns:
             due = self._conns.sweep(line)
             yield line
-            line = max(line + every, _multiple_after(due, every))
+            line = max(_multiple_after(line, every), _multiple_after(due, every))
         self.next_sweep = _multiple_after(now, every)
 
     def drop(self, conn_id: int, tally: int = 0) -> None:
@@ -296,8 +296,9 @@ class Reassembler:
 
 
 def _multiple_after(t: float, every: float) -> float:
-    """The first multiple of `every` strictly after `t` (inf after inf)."""
-    if t == float("inf"):
+    """The first multiple of `every` strictly after `t` (itself for an infinite `t`). Every sweep time is
+    one of these, so a sweep falls on the same float whichever engine's task asks for it."""
+    if math.isinf(t):
         return t
     line = (math.floor(t / every) + 1) * every
     return line if line > t else line + every
