@@ -717,7 +717,7 @@ def _decoded(
         if shuffled:
             # Stage 1: the files read on the executors. Kept (memory, then disk) because each set's end
             # time, which stage 2 needs, is known only once every file has been read.
-            segments = _read(spark, shuffled, session.parallelism, total).persist(
+            segments = _read(spark, [[m] for m in shuffled], session.parallelism, total).persist(
                 StorageLevel.MEMORY_AND_DISK
             )
             # The files' summaries, one row each: what went wrong, and each set's end.
@@ -744,7 +744,7 @@ def _decoded(
             # Without --records (whose budget is drawn set after set), each such set is audited where
             # it is read, by the local engine's code; with it, decoded there (its events audited below).
             how = tasks.extract_decoded if config.keep_records else tasks.extract_audited
-            parts.append(_read_sets(spark, direct, session.parallelism, total, how(config)))
+            parts.append(_read(spark, direct, session.parallelism, total, how(config), together=True))
         events = parts[0]
         for part in parts[1:]:
             events = events.unionByName(part)
@@ -944,68 +944,51 @@ def _identity(rows: list[dict], last_event: float) -> Identity:
     return identity
 
 
-def _read_sets(spark: Any, sets: list[list[_Input]], parallelism: int, total: int, read):
-    """Stage 2's rows of capture sets each decoded or audited where its files are read (`read`:
-    spark_tasks.extract_decoded or extract_audited, made for the run), a set's files in one task, in
-    order. `file:` inputs are opened by the tasks, the sets spread over a few tasks per core by size; any
-    other file system's are read by Spark's binaryFile source and brought together by set."""
+def _read(
+    spark: Any, groups: list[list[_Input]], parallelism: int, total: int, read=None, together: bool = False
+):
+    """The rows `read` makes of the inputs, a list of files per group: stage 1's segment rows
+    (spark_tasks.extract, the default; a group per file), or with `together` stage 2's rows of capture
+    sets each decoded or audited where its files are read (spark_tasks.extract_decoded or
+    extract_audited, made for the run; a group per set, whose files one task reads in the set's order).
+    `file:` inputs are opened by the tasks, the groups spread over a few tasks per core by size; any
+    other file system's are read by Spark's binaryFile source (one file per row: a capture is read in one
+    piece, see the README), brought together by set when `together`."""
     from ksniff.engine import spark_tasks as tasks
 
-    local = [ms for ms in sets if all(tasks.local_path(m.uri) is not None for m in ms)]
-    remote = [m for ms in sets if any(tasks.local_path(m.uri) is None for m in ms) for m in ms]
-    place = {id(m): n for ms in sets for n, m in enumerate(ms)}  # a file's place in its set's order
+    read = read or tasks.extract
+    ddl = tasks.EVENTS_DDL if together else tasks.SEGMENTS_DDL
+    local = [g for g in groups if all(tasks.local_path(m.uri) is not None for m in g)]
+    remote = [m for g in groups if any(tasks.local_path(m.uri) is None for m in g) for m in g]
     parts = []
     if local:
-        bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)), _set_length)
-        flat = [[m for ms in b for m in ms] for b in bins]
+        bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)), _group_length)
+        files = [[m for g in b for m in g] for b in bins]
         parts.append(
-            spark.range(0, len(flat), 1, numPartitions=len(flat)).mapInArrow(
-                _extract(flat, read), tasks.EVENTS_DDL
-            )
+            spark.range(0, len(files), 1, numPartitions=len(files)).mapInArrow(_extract(files, read), ddl)
         )
     if remote:
+        place = {id(m): n for g in groups for n, m in enumerate(g)}  # a file's place in its group
         extra = [
             ("offset", "double", [i.offset for i in remote]),
             ("cset", "int", [i.cset for i in remote]),
             ("place", "int", [place[id(i)] for i in remote]),
         ]
-        rows = _with_content(spark, remote, extra).repartition(min(len(remote), 4 * parallelism), "cset")
-        rows = rows.sortWithinPartitions("cset", "place")
-        parts.append(rows.mapInArrow(read, tasks.EVENTS_DDL))
+        n = min(len(remote), 4 * parallelism)
+        rows = _with_content(spark, remote, extra)
+        if together:
+            rows = rows.repartition(n, "cset").sortWithinPartitions("cset", "place")
+        else:
+            rows = rows.repartition(n)
+        parts.append(rows.mapInArrow(read, ddl))
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)
     return out
 
 
-def _set_length(members: list[_Input]) -> int:
-    return sum(m.length for m in members)
-
-
-def _read(spark: Any, inputs: list[_Input], parallelism: int, total: int):
-    """Stage 1: segment rows of every input. Files on a `file:` file system are opened by the task that
-    reads them, spread over a few tasks per core by size; any other file system's are read by Spark's
-    binaryFile source (one file per row: a capture is read in one piece, see the README)."""
-    from ksniff.engine import spark_tasks as tasks
-
-    local = [i for i in inputs if tasks.local_path(i.uri) is not None]
-    remote = [i for i in inputs if tasks.local_path(i.uri) is None]
-    parts = []
-    if local:
-        bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)))
-        parts.append(
-            spark.range(0, len(bins), 1, numPartitions=len(bins)).mapInArrow(
-                _extract(bins, tasks.extract), tasks.SEGMENTS_DDL
-            )
-        )
-    if remote:
-        extra = [("offset", "double", [i.offset for i in remote]), ("cset", "int", [i.cset for i in remote])]
-        rows = _with_content(spark, remote, extra).repartition(min(len(remote), 4 * parallelism))
-        parts.append(rows.mapInArrow(tasks.extract, tasks.SEGMENTS_DDL))
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    return out
+def _group_length(group: list[_Input]) -> int:
+    return sum(m.length for m in group)
 
 
 def _check_inputs(metas: list) -> tuple[list, list]:
@@ -1017,15 +1000,14 @@ def _check_inputs(metas: list) -> tuple[list, list]:
     return [m for m in metas if not m.skipped], [m for m in metas if m.skipped]
 
 
-def _spread(items: list, n: int, size=lambda e: e.length) -> list[list]:
-    """The files (or sets of files, with `size`) in `n` bins of about equal size, largest first into the
-    lightest bin: one task per file cost more in Spark's per-task overhead than reading a small file
-    does."""
+def _spread(groups: list[list[_Input]], n: int, size) -> list[list]:
+    """The groups of files in `n` bins of about equal size, largest first into the lightest bin: one
+    task per file cost more in Spark's per-task overhead than reading a small file does."""
     import heapq
 
     heap = [(0, b) for b in range(max(1, n))]
     bins: list[list] = [[] for _ in heap]
-    for entry in sorted(items, key=lambda e: -size(e)):
+    for entry in sorted(groups, key=lambda e: -size(e)):
         load, b = heapq.heappop(heap)
         bins[b].append(entry)
         heapq.heappush(heap, (load + size(entry), b))
@@ -1033,7 +1015,7 @@ def _spread(items: list, n: int, size=lambda e: e.length) -> list[list]:
 
 
 def _extract(bins: list[list[_Input]], read):
-    """Stage 1's task for local files: the files of bin `id` of a spark.range, through `read`
+    """The task for local files: the files of bin `id` of a spark.range, through `read`
     (spark_tasks.extract, or what extract_decoded or extract_audited made)."""
     rows = [[(i.file, i.path, i.uri, i.folder, i.offset, i.cset) for i in b] for b in bins]
 

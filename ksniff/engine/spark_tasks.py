@@ -286,6 +286,13 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     binaryFile source read them) and go through a temporary file. An input that cannot be read is a
     FileMeta with the one-line error the local engine gives (or `skipped`, for a file found in a folder
     that is not a capture), never a task failure for Spark to retry."""
+    for file, path, uri, folder, content, offset, cset in _listed(batches):
+        yield from _extract_input(file, path, uri, folder, content, offset, cset)
+
+
+def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
+    """(file, path, uri, folder, content, offset, cset) of each listing row; `content()` gives the bytes
+    Spark read, for a file system other than `file:`; no `offset` or `cset` column: 0."""
     for batch in batches:
         columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
         names = batch.schema.names
@@ -293,7 +300,7 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         sets = batch.column("cset").to_pylist() if "cset" in names else [0] * batch.num_rows
         contents = batch.column("content")
         for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
-            yield from _extract_input(file, path, uri, folder, contents[i].as_py, offsets[i], sets[i])
+            yield file, path, uri, folder, contents[i].as_py, offsets[i] or 0.0, sets[i]
 
 
 DIRECT_MAX_BYTES = 256 << 20  # the largest file decoded where it is read (its segments held by one task)
@@ -394,19 +401,8 @@ def extract_audited(config: EngineConfig):
         yield rows.take()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        def files() -> Iterator[tuple]:
-            for batch in batches:
-                columns = [
-                    batch.column(name).to_pylist() for name in ("cset", "file", "path", "uri", "folder")
-                ]
-                has_offset = "offset" in batch.schema.names
-                columns.append(batch.column("offset").to_pylist() if has_offset else [0.0] * batch.num_rows)
-                contents = batch.column("content")
-                for i, (cset, file, path, uri, folder, offset) in enumerate(zip(*columns, strict=True)):
-                    yield cset, (file, path, uri, folder, contents[i].as_py, offset or 0.0)
-
-        for cset, group in itertools.groupby(files(), key=lambda f: f[0]):
-            yield from one(cset, [f for _cset, f in group])
+        for cset, group in itertools.groupby(_listed(batches), key=lambda f: f[-1]):
+            yield from one(cset, [f[:-1] for f in group])
 
     return run
 
