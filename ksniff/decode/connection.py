@@ -25,12 +25,12 @@ from ksniff.decode.events import (
 from ksniff.decode.frames import (
     MIN_REQUEST,
     MIN_RESPONSE,
-    Frame,
     FrameSplitter,
     parse_response_header,
     request_head,
 )
 from ksniff.decode.reader import ZERO_UUID
+from ksniff.decode.records import RecordSet
 from ksniff.decode.sync import BODY_BAD, response_confirmer, response_finder
 from ksniff.decode.values import Struct
 
@@ -44,7 +44,9 @@ METADATA = 3
 INF = float("inf")
 
 _API_HEAD = struct.Struct(">hh").unpack_from
-_CORRELATION = struct.Struct(">i").unpack_from
+_CORRELATION = _SIZE = struct.Struct(">i").unpack_from
+# parse_response_header's answer without tagged fields: v0 (no tagged fields at all), v1 (an empty set).
+_HEADER_V0, _HEADER_V1 = (None, 4), (None, 5)
 
 
 @slotted_dataclass
@@ -122,16 +124,27 @@ class Connection:
     ) -> list[DecodeEvent]:
         out: list[DecodeEvent] = []
         self.last_ts = last_ts
-        if from_src == self.client_is_src:
-            splitter = self.requests
-            before, over = splitter.malformed, splitter.oversized
+        to_broker = from_src == self.client_is_src
+        splitter = self.requests if to_broker else self.responses
+        n = len(data)
+        if not splitter.buf and not splitter.syncing and splitter.confirm_at is None and n >= 4:
+            # The common case, FrameSplitter.feed's own first test inline: a chunk holding exactly one
+            # whole frame (a small request or response), handled without the splitter's call and Frame.
+            size = _SIZE(data, 0)[0]
+            if size + 4 == n and splitter.min_size <= size <= splitter.max_frame:
+                splitter.next_offset = offset + n
+                if to_broker:
+                    self._request(memoryview(data)[4:], first_ts, last_ts, out)
+                else:
+                    self._response(memoryview(data)[4:], last_ts, out)
+                return out
+        before, over = splitter.malformed, splitter.oversized
+        if to_broker:
             for frame in splitter.feed(data, first_ts, last_ts, offset, marks):
-                self._request(frame, out)
+                self._request(frame.payload, frame.first_ts, frame.last_ts, out)
         else:
-            splitter = self.responses
-            before, over = splitter.malformed, splitter.oversized
             for frame in splitter.feed(data, first_ts, last_ts, offset, marks):
-                self._response(frame, out)
+                self._response(frame.payload, frame.last_ts, out)
         if splitter.malformed != before:
             self.ctx.stats.errors += splitter.malformed - before
             self.ctx.stats.oversized_frames += splitter.oversized - over
@@ -179,9 +192,9 @@ class Connection:
 
     # -- requests ----------------------------------------------------------------------------------
 
-    def _request(self, frame: Frame, out: list[DecodeEvent]) -> None:
+    def _request(self, payload: memoryview, first_ts: float, last_ts: float, out: list[DecodeEvent]) -> None:
+        """One request frame (its payload: the bytes after the size prefix, and its capture times)."""
         ctx = self.ctx
-        payload = frame.payload
         if len(payload) < MIN_REQUEST:
             ctx.stats.errors += 1
             return
@@ -201,7 +214,15 @@ class Connection:
             name, counts = plan.name, plan.counts
             counts.requests += 1
             ctx.stats.requests += 1
-            body, error = ctx.run(plan.request, api, api_version, True, payload[body_offset:])
+            view = payload[body_offset:]
+            try:  # `ctx.run` inline: the generated decoder called directly, `run` only when it raised
+                body, end = plan.request(view, ctx.max_body_items)
+                error = None
+            except Exception:  # noqa: BLE001 - run again by `run`, which says why
+                body, error = ctx.run(plan.request, api, api_version, True, view)
+            else:
+                if end != len(view):
+                    ctx.leftover(len(view) - end)
         else:
             name = api.name if api is not None else f"Unknown{api_key}"
             counts = ctx.count(name, api_version)
@@ -223,8 +244,8 @@ class Connection:
             client_id,
             body,
             error,
-            frame.first_ts,
-            frame.last_ts,
+            first_ts,
+            last_ts,
             self.unverified,
             plan,
         )
@@ -241,9 +262,9 @@ class Connection:
 
     # -- responses ---------------------------------------------------------------------------------
 
-    def _response(self, frame: Frame, out: list[DecodeEvent]) -> None:
+    def _response(self, payload: memoryview, last_ts: float, out: list[DecodeEvent]) -> None:
+        """One response frame (its payload, and the capture time of its last byte)."""
         ctx = self.ctx
-        payload = frame.payload
         correlation_id = _CORRELATION(payload, 0)[0]
         ctx.stats.responses += 1
         pending = self.pending.pop(correlation_id, None)
@@ -259,7 +280,12 @@ class Connection:
         api = pending.api
         plan = pending.plan
         if plan is not None:
-            header = parse_response_header(payload, plan.response_flexible)
+            if not plan.response_flexible:  # parse_response_header's answers, inline
+                header = _HEADER_V0
+            elif len(payload) > 4 and payload[4] == 0:
+                header = _HEADER_V1
+            else:
+                header = parse_response_header(payload, True)
             counts = plan.counts
         else:
             flexible = (
@@ -274,14 +300,22 @@ class Connection:
             ctx.stats.errors += 1
             body, error = None, "malformed: response header"
         elif plan is not None:
-            body, error = ctx.run(plan.response, api, pending.api_version, False, payload[header[1] :])
+            view = payload[header[1] :]
+            try:  # `ctx.run` inline, as for requests
+                body, end = plan.response(view, ctx.max_body_items)
+                error = None
+            except Exception:  # noqa: BLE001 - run again by `run`, which says why
+                body, error = ctx.run(plan.response, api, pending.api_version, False, view)
+            else:
+                if end != len(view):
+                    ctx.leftover(len(view) - end)
         else:
             body, error = ctx.decode(api, pending.api_version, False, payload[header[1] :])
         if error is not None:
             counts.not_decoded(error)
         if body is not None and pending.api_key == METADATA:
             self._learn_topic_ids(body)
-        out.append(self._exchange(pending, body, error, frame.last_ts, "ok"))
+        out.append(self._exchange(pending, body, error, last_ts, "ok"))
 
     def _learn_topic_ids(self, body: Struct) -> None:
         for topic in getattr(body, "topics", None) or ():
@@ -391,23 +425,25 @@ class Connection:
     ) -> tuple[ProducedBatch, ...]:
         # Once per Produce exchange: each batch made with its fields in order (ProducedBatch's), the
         # exchange's own values read once.
+        # A Produce body (a Struct of the Produce schema, as are its topics and partitions: every field
+        # present at every version) read by attribute.
         request = p.body
         names = self.ctx.topic_names
         answers: dict[tuple[Any, int], Any] = {}
         if response is not None:
-            for topic in getattr(response, "responses", ()) or ():
-                key = _topic_key(topic)
-                for part in getattr(topic, "partition_responses", ()) or ():
+            for topic in response.responses or ():
+                key = _produce_topic_key(topic)
+                for part in topic.partition_responses or ():
                     answers[(key, part.index)] = part
-        transactional_id = getattr(request, "transactional_id", None)
-        acks = getattr(request, "acks", -1)
+        transactional_id = request.transactional_id
+        acks = request.acks
         ts, conn, client, broker = p.first_ts, self.conn, self.client, self.broker
         client_id, correlation_id, api_version = p.client_id, p.correlation_id, p.api_version
         out = []
-        for topic in getattr(request, "topic_data", ()) or ():
-            key = _topic_key(topic)
+        for topic in request.topic_data or ():
+            key = _produce_topic_key(topic)
             topic_name = key if isinstance(key, str) else names.get(key, str(key))
-            for part in getattr(topic, "partition_data", ()) or ():
+            for part in topic.partition_data or ():
                 index = part.index
                 answer = answers.get((key, index))
                 error_code = None if answer is None else answer.error_code
@@ -415,7 +451,7 @@ class Connection:
                 if answer is not None and error_code == 0 and answer.base_offset >= 0:
                     next_offset = answer.base_offset
                 records = part.records or ()
-                raw = getattr(records, "raw", ())
+                raw = records.raw if records.__class__ is RecordSet else ()
                 for i, header in enumerate(records):
                     out.append(
                         ProducedBatch(
@@ -443,6 +479,14 @@ class Connection:
                     if next_offset is not None:
                         next_offset += header.last_offset_delta + 1
         return tuple(out)
+
+
+def _produce_topic_key(topic: Struct) -> Any:
+    """`_topic_key` of a Produce request's or response's topic (both fields are in its class)."""
+    topic_id = topic.topic_id
+    if topic_id is not None and topic_id is not ZERO_UUID and topic_id != ZERO_UUID:
+        return topic_id
+    return topic.name or ""
 
 
 def _topic_key(topic: Any, name_field: str = "name") -> Any:
