@@ -1,8 +1,9 @@
-"""The optional compiled part of ksniff: `ksniff.capture._fastwalk`, built from its .pyx by Cython.
+"""The optional compiled parts of ksniff (`ksniff.capture._fastwalk`, `ksniff.decode._crc`,
+`ksniff.common._slots`), built from their .pyx by Cython.
 
-Everything else (metadata, dependencies, packages) is in pyproject.toml. The extension is optional: when
-Cython is missing or no C compiler works, the build goes on without it and ksniff runs its pure-Python
-walk (the reference the compiled one is tested against).
+Everything else (metadata, dependencies, packages) is in pyproject.toml. The extensions are optional: when
+Cython is missing or no C compiler works, the build goes on without them and ksniff runs its pure-Python
+code (the reference each compiled part is tested against).
 """
 
 from setuptools import Extension, setup
@@ -31,12 +32,14 @@ def extensions() -> list:
     except ImportError:
         print("ksniff: Cython not found; the pure-Python capture walk will be used")
         return []
-    # The capture walk, and the CRC-32C of record batches (else the crc32c package computes it).
+    # The capture walk, the CRC-32C of record batches (else the crc32c package computes it), and the
+    # events' slot store (else their __init__ stores each field through its descriptor).
     exts = [
         Extension(name, [path], optional=True, extra_compile_args=["-O2"])
         for name, path in (
             ("ksniff.capture._fastwalk", "ksniff/capture/_fastwalk.pyx"),
             ("ksniff.decode._crc", "ksniff/decode/_crc.pyx"),
+            ("ksniff.common._slots", "ksniff/common/_slots.pyx"),
         )
     ]
     try:
