@@ -68,20 +68,38 @@ def json_text(result: AuditResult) -> str:
 _ONE_LINE = json.JSONEncoder(default=json_default, separators=(", ", ": ")).encode
 
 
+def _one_line_encoder():
+    """`_ONE_LINE` for many values of one document: the C encoder that `JSONEncoder.encode` makes on
+    every call (with its options and its circular-reference table), made once; the same text for every
+    value (json's own `encode` with these options: ASCII only, NaN allowed, keys in their order)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _ONE_LINE
+    encode = make(
+        {}, json_default, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
+
+    def one_line(value) -> str:
+        return "".join(encode(value, 0))
+
+    return one_line
+
+
 def _two_levels(doc: dict) -> str:
     """Indented like `json.dumps(indent=2)` down to the top-level keys and their items (one producer,
     transaction or finding per line); each item's own value is on that one line."""
+    one_line = _one_line_encoder()
     parts = []
     for key, value in doc.items():
-        name = _ONE_LINE(key)
+        name = one_line(key)
         if isinstance(value, list) and value:
-            items = ",\n    ".join(_ONE_LINE(v) for v in value)
+            items = ",\n    ".join([one_line(v) for v in value])
             parts.append(f"  {name}: [\n    {items}\n  ]")
         elif isinstance(value, dict) and value:
-            items = ",\n    ".join(f"{_ONE_LINE(k)}: {_ONE_LINE(v)}" for k, v in value.items())
+            items = ",\n    ".join([f"{one_line(k)}: {one_line(v)}" for k, v in value.items()])
             parts.append(f"  {name}: {{\n    {items}\n  }}")
         else:
-            parts.append(f"  {name}: {_ONE_LINE(value)}")
+            parts.append(f"  {name}: {one_line(value)}")
     return "{\n" + ",\n".join(parts) + "\n}"
 
 
