@@ -380,7 +380,9 @@ class Decoder:
         prefix = u.prefix[ev.from_src]
         if len(prefix) < 64:
             prefix += ev.data[: 64 - len(prefix)]
-        verdict = self._verdict(u)
+            verdict = self._verdict(u)
+        else:  # the verdict reads only the first 64 bytes of each side: unchanged since the last chunk
+            verdict = None
         if verdict is None:
             if u.size > DETECT_BUFFER:
                 self._not_kafka(u.opened.conn)
@@ -405,7 +407,9 @@ class Decoder:
         prefix = u.prefix[ev.from_src]
         if len(prefix) < 64:
             prefix += ev.data[: 64 - len(prefix)]
-        verdict = self._verdict(u)
+            verdict = self._verdict(u)
+        else:
+            verdict = None
         if verdict is None and u.size <= WATCH_BUFFER:
             return []
         conn = u.opened.conn
