@@ -114,9 +114,10 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_cpu(roots: list[int]) -> float:
-    """CPU seconds of the processes under `roots` (theirs and their reaped children's)."""
-    kids, total, todo, seen = _children(), 0, list(roots), set()
+def tree_cpu(roots: list[int]) -> tuple[float, float]:
+    """CPU seconds of the processes under `roots` (theirs and their reaped children's): all of them, and
+    the JVMs' (driver, master, workers, executors) among them."""
+    kids, total, jvm, todo, seen = _children(), 0, 0, list(roots), set()
     while todo:
         pid = todo.pop()
         if pid in seen:
@@ -124,12 +125,15 @@ def tree_cpu(roots: list[int]) -> float:
         seen.add(pid)
         try:
             with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+                head, rest = f.read().rsplit(")", 1)
+            ticks = sum(int(x) for x in rest.split()[11:15])  # utime stime cutime cstime
         except (OSError, IndexError, ValueError):
             continue
+        total += ticks
+        if head.endswith("(java"):
+            jvm += ticks
         todo.extend(kids.get(pid, []))
-    return total / _TICK
+    return total / _TICK, jvm / _TICK
 
 
 def driver_jvm_peak_mib() -> float | None:
@@ -206,11 +210,12 @@ def run_target(target: str, folder: Path, scales: list[int]) -> None:
             if target == "local":
                 cpu0 = time.process_time()
                 wall, result = timed(audit_paths, paths, config)
-                cpu, shuffled, jvm = time.process_time() - cpu0, 0, None
+                cpu, shuffled, jvm, jvm_cpu = time.process_time() - cpu0, 0, None, 0.0
             else:
-                cpu0, shuffled0 = tree_cpu(roots), shuffle_bytes(session.spark)
+                (cpu0, jvm0), shuffled0 = tree_cpu(roots), shuffle_bytes(session.spark)
                 wall, result = timed(audit_paths_spark, paths, config, spark=session.spark)
-                cpu = tree_cpu(roots) - cpu0
+                cpu1, jvm1 = tree_cpu(roots)
+                cpu, jvm_cpu = cpu1 - cpu0, jvm1 - jvm0
                 after = shuffle_bytes(session.spark)
                 shuffled = None if after is None or shuffled0 is None else after - shuffled0
                 jvm = driver_jvm_peak_mib()
@@ -219,7 +224,8 @@ def run_target(target: str, folder: Path, scales: list[int]) -> None:
             memory = f"{py:.0f}/{jvm:.0f}" if jvm else f"{py:.0f}/-"
             print(
                 f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.2f} "
-                f"{'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} {memory:>19}",
+                f"{jvm_cpu / size:>8.2f} {'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} "
+                f"{memory:>19}",
                 flush=True,
             )
     finally:
@@ -252,11 +258,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     print(
-        f"cpus {os.cpu_count()}; CPU: seconds per captured MB, all processes of the run; driver: peak "
-        "MiB of ksniff's process / the driver JVM"
+        f"cpus {os.cpu_count()}; CPU: seconds per captured MB, all processes of the run (JVM: the JVMs' "
+        "part of it); driver: peak MiB of ksniff's process / the driver JVM"
     )
     print(
-        f"{'target':>9} {'copies':>6} {'files':>5} {'MB':>6} {'wall s':>7} {'CPU s/MB':>8} "
+        f"{'target':>9} {'copies':>6} {'files':>5} {'MB':>6} {'wall s':>7} {'CPU s/MB':>8} {'JVM s/MB':>8} "
         f"{'shuffle MB':>10} {'driver MiB (py/jvm)':>19}",
         flush=True,
     )
