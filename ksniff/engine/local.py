@@ -286,7 +286,8 @@ def audit_paths(
         used = sum(r.decode.records_inflated_bytes for r in results)  # one --records budget per run
         results.append(_audit_set(cset, config, step if progress is not None else None, tables, used))
         done += sum(i.bytes for i in results[-1].inputs)
-    result = join_results(results, planned, files, engine="local")
+    # Each set as its audit labelled it: with the clusters its answers named, not only those planning saw.
+    result = join_results(results, [r.capture_sets[0] for r in results], files, engine="local")
     result.warnings[:0] = skipped_warnings  # inputs skipped while expanding folders come first
     result.capture.skipped_files += skipped_files
     return result

@@ -50,6 +50,7 @@ CLOCK_SLACK = 300.0  # seconds two hosts' clocks may disagree by and their captu
 MAX_SERVERS = 10_000  # addresses connections were opened to, remembered per file
 _MOD = 1 << 32
 _HALF = 1 << 31
+INF = float("inf")
 
 
 @slotted_dataclass
@@ -261,6 +262,26 @@ def _same_cluster(a: FileScan, b: FileScan) -> str | None:
     return None
 
 
+def _alone_in_time(groups: Sequence[Sequence[FileScan]]) -> list[bool]:
+    """Per group of files, whether no other group's files ran within CLOCK_SLACK of its own: every join by
+    cluster needs that (`_same_cluster`, `_to_brokers_of`), so such a group needs no identification.
+    A group with no packet is alone; spans are compared in one sweep over their sorted starts."""
+    spans = []
+    for g, scans in enumerate(groups):
+        times = [(sc.first_ts, sc.last_ts) for sc in scans if sc.first_ts is not None]
+        if times:
+            spans.append((min(t[0] for t in times), max(t[1] for t in times), g))
+    alone = [True] * len(groups)
+    spans.sort()
+    reach, reacher = -INF, -1  # the latest end among the spans started so far, and whose it is
+    for first, last, g in spans:
+        if first - CLOCK_SLACK <= reach:
+            alone[g] = alone[reacher] = False
+        if last > reach:
+            reach, reacher = last, g
+    return alone
+
+
 def _address(ip: bytes, port: int) -> str:
     text = ip_text(ip)
     return f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
@@ -323,11 +344,16 @@ def plan(
             join(i, j, f"{_name(scans[j].path)} and {_name(scans[i].path)} carry the same TCP connection")
     # Identity: per group of files that continue one another, the earliest files until one names a
     # cluster (the later parts of a rotated capture rarely repeat the clients' first Metadata requests).
+    # Only groups that ran at the same time as another group (give or take CLOCK_SLACK) can join it by
+    # cluster: the others are not identified here (their audit learns their clusters all the same).
     components: dict[int, list[int]] = {}
     for i in range(len(paths)):
         components.setdefault(root(i), []).append(i)
     clock_group = {i: root(i) for i in range(len(paths))}  # files that continue one another share a clock
-    for members in components.values():
+    alone = _alone_in_time([[scans[m] for m in members] for members in components.values()])
+    for members, by_itself in zip(components.values(), alone, strict=True):
+        if by_itself:
+            continue
         for m in sorted(members, key=lambda k: (scans[k].first_ts is None, scans[k].first_ts or 0.0)):
             identify(scans[m], ports, auto_detect, limits)
             if scans[m].clusters:
@@ -379,9 +405,15 @@ def plan(
     by_group = dict(zip(several, found_anchors, strict=True))
     index = {p: k for k, p in enumerate(paths)}
     sets = []
+    lone = {r for r, by_itself in zip(components, alone, strict=True) if by_itself}  # roots never joined
     for number, (members, groups_) in enumerate(found, start=1):
         why = [r for m in members for r in reasons.get(m, ())]
-        if not why:
+        if not why and root(members[0]) in lone:
+            why = [
+                f"no other input ran at the same time (within {CLOCK_SLACK:.0f} s), nor shares a TCP "
+                "connection"
+            ]
+        elif not why:
             named = sorted({c for m in members for c in scans[m].clusters})
             why = [
                 f"no other input shares its cluster ({', '.join(map(repr, named))}) while it ran, "

@@ -99,3 +99,29 @@ def test_rotated_files_join_among_unrelated_ones(tmp_path: Path) -> None:
     other = str(PCAPS / "txn_confluent_tansu.pcap")
     sets = plan([*parts, other])
     assert [s.paths for s in sets] == [tuple(parts), (other,)]
+
+
+def test_captures_apart_in_time_are_not_identified_before_their_audit(monkeypatch) -> None:
+    """Captures taken days apart cannot be one cluster's at once: they are planned without the
+    identification pass, say so, and still name their clusters (learnt by their audits); captures taken
+    minutes apart are identified as before."""
+    import ksniff.engine.sets as sets
+
+    apart = [str(PCAPS / f"{name}_write_tansu.pcap") for name in ("lost", "duplicate")]
+    near = [str(PCAPS / name) for name in ("hanging_tansu.pcap", "hanging_mock.pcap")]
+    identified: list[str] = []
+    real = sets.identify
+    monkeypatch.setattr(sets, "identify", lambda sc, *a, **k: (identified.append(sc.path), real(sc, *a, **k)))
+    result = audit_paths(apart, CONFIG)
+    assert identified == []
+    assert [s.reasons for s in result.capture_sets] == [
+        ("no other input ran at the same time (within 300 s), nor shares a TCP connection",)
+    ] * 2
+    for cset, path in zip(result.capture_sets, apart, strict=True):
+        alone = audit_paths([path], CONFIG)
+        assert cset.cluster_ids == ("tansu_cluster",) == alone.capture_sets[0].cluster_ids
+    assert _rows(result.findings) == sum((_rows(audit_paths([p], CONFIG).findings) for p in apart), Counter())
+
+    result = audit_paths(near, CONFIG)
+    assert sorted(identified) == sorted(near)
+    assert all("shares its cluster" in s.reasons[0] for s in result.capture_sets)
