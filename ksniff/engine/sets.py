@@ -7,7 +7,9 @@ file (`scan`) notes:
 - every TCP direction it saw (4-tuple, the sequence numbers it covered), over the whole file;
 - the cluster id and brokers that the first Metadata or DescribeCluster answer names, looked for in the
   first `IDENTITY_BYTES` of the file (clients ask for metadata as they connect); only those two APIs'
-  bodies are decoded, and the decoding stops at the first answer that names a cluster.
+  bodies are decoded, and the decoding stops at the first answer that names a cluster. Files whose group
+  ran at no time near another group's are not looked at: only captures at overlapping times can join by
+  cluster.
 
 `plan` then joins files into sets: two files are one set when they carry the same TCP connection
 (a direction with the same 4-tuple whose sequence numbers meet or overlap: rotated files of one capture,
