@@ -1,5 +1,5 @@
 """The optional compiled parts of ksniff (`ksniff.capture._fastwalk`, `ksniff.decode._crc`,
-`ksniff.common._slots`), built from their .pyx by Cython.
+`ksniff.common._slots`, `ksniff.decode._bodies`), built from their .pyx by Cython.
 
 Everything else (metadata, dependencies, packages) is in pyproject.toml. The extensions are optional: when
 Cython is missing or no C compiler works, the build goes on without them and ksniff runs its pure-Python
@@ -33,13 +33,15 @@ def extensions() -> list:
         print("ksniff: Cython not found; the pure-Python capture walk will be used")
         return []
     # The capture walk, the CRC-32C of record batches (else the crc32c package computes it), and the
-    # events' slot store (else their __init__ stores each field through its descriptor).
+    # events' slot store (else their __init__ stores each field through its descriptor), and the body
+    # reader (else the generated decoders read every body).
     exts = [
         Extension(name, [path], optional=True, extra_compile_args=["-O2"])
         for name, path in (
             ("ksniff.capture._fastwalk", "ksniff/capture/_fastwalk.pyx"),
             ("ksniff.decode._crc", "ksniff/decode/_crc.pyx"),
             ("ksniff.common._slots", "ksniff/common/_slots.pyx"),
+            ("ksniff.decode._bodies", "ksniff/decode/_bodies.pyx"),
         )
     ]
     try:

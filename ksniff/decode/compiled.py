@@ -13,6 +13,7 @@ import struct
 import uuid
 from typing import Any
 
+from ksniff.capture.compiled import load
 from ksniff.common.codegen import define
 from ksniff.decode import interp
 from ksniff.decode.reader import MAX_BODY_ITEMS, Incomplete, Malformed, Reader, TooManyItems
@@ -341,3 +342,73 @@ def decode_body(
     if strict and pos != len(view):
         raise Malformed(pos, "<end>", f"{len(view) - pos} bytes after the body")
     return value
+
+
+# -- the compiled body reader ---------------------------------------------------------------------------
+# `ksniff.decode._bodies` (Cython, optional as the capture walk is: absent without a compiler, not loaded
+# with KSNIFF_PURE_PYTHON set) reads a body by walking a program made here from the same tables, field by
+# field as `_Gen` writes them; whatever it does not take (an error, tagged fields, the item budget
+# passed) it hands to the generated decoder, which stays the reference.
+
+
+_bodies = load("ksniff.decode._bodies")
+
+
+def _program(m: Any, fields: tuple[Field, ...], cls: type[Struct], version: int, flexible: bool) -> Any:
+    ops = []
+    for f in fields:
+        if f.tag is not None or not f.versions.contains(version):
+            ops.append(m.Op(m.CONST, value=default_of(f)))
+        else:
+            ops.append(_op(m, f, f.type, version, flexible, f.nullable.contains(version)))
+    return m.Program(cls, flexible, tuple(ops))
+
+
+def _op(m: Any, f: Field, t: Any, version: int, flexible: bool, nullable: bool) -> Any:
+    if isinstance(t, Primitive):
+        kind = t.name
+        if kind in _FIXED:
+            return m.Op(m.FIXED, code=ord(_FIXED[kind]))
+        if kind == "uuid":
+            return m.Op(m.UUID)
+        if kind == "string":
+            return m.Op(m.STRING, nullable=nullable)
+        if kind == "records":
+            return m.Op(m.RECORDS, nullable=nullable, wide=True)
+        return m.Op(m.SECRET if f.secret else m.BYTES, nullable=nullable, wide=True)
+    if isinstance(t, Array):
+        of = t.of
+        if isinstance(of, Primitive):
+            min_size = interp.MIN_SIZE.get(of.name, 1)
+            if of.name in _FIXED and of.name != "bool":
+                code = ord(_FIXED[of.name])
+                return m.Op(m.ARRAY_FIXED, code=code, nullable=nullable, wide=True, min_size=min_size)
+            element = _op(m, f, of, version, flexible, False)  # elements are never null
+            return m.Op(m.ARRAY_OF, nullable=nullable, wide=True, element=element, min_size=min_size)
+        sub = _program(m, of, struct_class(of, camel(f.name)), version, flexible)
+        element = m.Op(m.STRUCT, sub=sub)
+        return m.Op(m.ARRAY_OF, nullable=nullable, wide=True, element=element, min_size=1)
+    return m.Op(
+        m.STRUCT, nullable=nullable, sub=_program(m, t, struct_class(t, camel(f.name)), version, flexible)
+    )
+
+
+_fast_cache: dict[tuple[int, int, bool, bool], tuple[Api, Any]] = {}
+
+
+def fast_decoder_for(api: Api, version: int, is_request: bool, keep_records: bool = False) -> Any:
+    """`decoder_for`'s decoder (the same call and results), read by the compiled body reader when it is
+    built; else the generated decoder itself."""
+    m = _bodies
+    python = decoder_for(api, version, is_request, keep_records)
+    if m is None:
+        return python
+    key = (id(api), version, is_request, keep_records)
+    hit = _fast_cache.get(key)
+    if hit is None or hit[0] is not api:
+        flexible = api.flexible.contains(version)
+        fields = api.request if is_request else api.response
+        program = _program(m, fields, interp.message_class(api, is_request), version, flexible)
+        parse = parse_batches_keeping_records if keep_records else parse_batches
+        hit = _fast_cache[key] = (api, m.Body(program, python, parse, uuid.UUID))
+    return hit[1]

@@ -92,8 +92,8 @@ class DecodeContext:
                 flexible,
                 flexible and not api.response_header_v0,
                 counts,
-                compiled.decoder_for(api, version, True, self.keep_records),
-                compiled.decoder_for(api, version, False, self.keep_records),
+                compiled.fast_decoder_for(api, version, True, self.keep_records),
+                compiled.fast_decoder_for(api, version, False, self.keep_records),
             )
         return plan
 

@@ -1,0 +1,296 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The compiled body reader: a message body of one (API, version, direction) read by walking a program
+made from the same tables as the generated decoders (ksniff.decode.compiled), in C.
+
+The program (`Program`, made by `compiled.fast_decoder_for`) lists the struct's fields as the generated
+decoder reads them: a constant for a field absent at that version or tagged, a fixed-size number, a
+string, bytes, a UUID, record batches, an array or a nested struct. Values are built as the generated
+decoder builds them (the same Struct classes, the same ints, strings, bytes and tuples; record batches by
+the same parse function), so the two give equal bodies. Only the plain path is here: at the first thing
+that is not (bytes missing, a bad length, a tagged-field section that is not empty, the item budget
+passed) the body is read again by the generated decoder, which words the error or reads the tags
+exactly as before. The generated decoder is the reference: tests/decode/test_compiled_bodies.py holds
+the two to the same results on every body of the corpus and the protocol fixtures.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.float cimport PyFloat_FromDouble
+from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from cpython.ref cimport Py_INCREF
+from libc.string cimport memcpy
+
+
+cdef extern from "Python.h":
+    object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+
+
+# Op kinds (Program entries), as `compiled.fast_decoder_for` writes them.
+CONST, FIXED, STRING, BYTES, SECRET, UUID, RECORDS, ARRAY_FIXED, ARRAY_OF, STRUCT = range(10)
+cdef enum:
+    K_CONST, K_FIXED, K_STRING, K_BYTES, K_SECRET, K_UUID, K_RECORDS, K_ARRAY_FIXED, K_ARRAY_OF, K_STRUCT
+
+
+class Fallback(Exception):
+    """Not the plain path: the generated decoder reads this body."""
+
+
+cdef object _FALLBACK = Fallback
+
+
+cdef struct Cursor:
+    const unsigned char *p
+    Py_ssize_t pos
+    Py_ssize_t end
+    long long budget  # array elements and record batches the body may still make
+
+
+cdef class Op:
+    cdef public int kind
+    cdef public int code  # FIXED, ARRAY_FIXED: the struct format character; ARRAY_OF: the element's Op
+    cdef public bint nullable
+    cdef public bint wide  # a length prefix of INT32 (bytes, records, arrays) rather than INT16 (strings)
+    cdef public object value  # CONST: the value
+    cdef public Program sub  # STRUCT: its program
+    cdef public Op element  # ARRAY_OF: how each element is read
+    cdef public Py_ssize_t min_size  # ARRAY_OF of primitives: bytes per element at least
+
+    def __init__(self, int kind, int code=0, bint nullable=False, bint wide=False, value=None,
+                 Program sub=None, Op element=None, Py_ssize_t min_size=1):
+        self.kind, self.code, self.nullable, self.wide = kind, code, nullable, wide
+        self.value, self.sub, self.element, self.min_size = value, sub, element, min_size
+
+
+cdef class Program:
+    cdef public object cls  # the Struct class made
+    cdef public bint flexible
+    cdef public tuple ops
+
+    def __init__(self, cls, bint flexible, tuple ops):
+        self.cls, self.flexible, self.ops = cls, flexible, ops
+
+
+cdef inline int _need(Cursor *c, Py_ssize_t n) except -1:
+    if c.end - c.pos < n:
+        raise _FALLBACK()
+    return 0
+
+
+cdef inline long long _be(const unsigned char *q, int size):
+    cdef unsigned long long v = 0
+    cdef int i
+    for i in range(size):
+        v = (v << 8) | q[i]
+    return <long long> v
+
+
+cdef object _fixed(Cursor *c, int code):
+    cdef const unsigned char *q
+    cdef unsigned long long bits
+    cdef double d
+    if code == b'b':
+        _need(c, 1)
+        q = c.p + c.pos
+        c.pos += 1
+        return PyLong_FromLong(<signed char> q[0])
+    if code == b'?':
+        _need(c, 1)
+        q = c.p + c.pos
+        c.pos += 1
+        return q[0] != 0
+    if code == b'h':
+        _need(c, 2)
+        q = c.p + c.pos
+        c.pos += 2
+        return PyLong_FromLong(<short> ((q[0] << 8) | q[1]))
+    if code == b'H':
+        _need(c, 2)
+        q = c.p + c.pos
+        c.pos += 2
+        return PyLong_FromLong((q[0] << 8) | q[1])
+    if code == b'i':
+        _need(c, 4)
+        q = c.p + c.pos
+        c.pos += 4
+        return PyLong_FromLong(<int> <unsigned int> _be(q, 4))
+    if code == b'I':
+        _need(c, 4)
+        q = c.p + c.pos
+        c.pos += 4
+        return PyLong_FromUnsignedLong(<unsigned int> _be(q, 4))
+    if code == b'q':
+        _need(c, 8)
+        q = c.p + c.pos
+        c.pos += 8
+        return PyLong_FromLongLong(_be(q, 8))
+    if code == b'd':
+        _need(c, 8)
+        q = c.p + c.pos
+        c.pos += 8
+        bits = <unsigned long long> _be(q, 8)
+        memcpy(&d, &bits, 8)
+        return PyFloat_FromDouble(d)
+    raise _FALLBACK()
+
+
+cdef Py_ssize_t _uvarint(Cursor *c) except -2:
+    """A compact length: the unsigned varint less one (-1: null), as the generated decoder reads it."""
+    cdef Py_ssize_t start = c.pos
+    cdef unsigned long long result = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    while True:
+        if c.pos >= c.end or c.pos - start >= 5:
+            raise _FALLBACK()
+        b = c.p[c.pos]
+        c.pos += 1
+        result |= (<unsigned long long> (b & 0x7F)) << shift
+        if b < 0x80:
+            return <Py_ssize_t> (result & 0xFFFFFFFF) - 1
+        shift += 7
+
+
+cdef Py_ssize_t _length(Cursor *c, bint flexible, bint wide) except -2:
+    """A length prefix (-1 for null): uvarint - 1 when flexible, else INT32 (`wide`) or INT16."""
+    cdef const unsigned char *q
+    if flexible:
+        if c.pos < c.end and c.p[c.pos] < 0x80:
+            c.pos += 1
+            return <Py_ssize_t> c.p[c.pos - 1] - 1
+        return _uvarint(c)
+    if wide:
+        _need(c, 4)
+        q = c.p + c.pos
+        c.pos += 4
+        return <int> <unsigned int> _be(q, 4)
+    _need(c, 2)
+    q = c.p + c.pos
+    c.pos += 2
+    return <short> ((q[0] << 8) | q[1])
+
+
+cdef object _value(Op op, Cursor *c, bint flexible, object view, object parse, object make_uuid):
+    cdef Py_ssize_t n, i, start
+    cdef object v, items
+    cdef int kind = op.kind
+    if kind == K_FIXED:
+        return _fixed(c, op.code)
+    if kind == K_UUID:
+        _need(c, 16)
+        v = make_uuid(bytes=PyBytes_FromStringAndSize(<const char *> (c.p + c.pos), 16))
+        c.pos += 16
+        return v
+    if kind == K_STRUCT:
+        if op.nullable:
+            _need(c, 1)
+            if c.p[c.pos] >= 0x80:
+                c.pos += 1
+                return None
+            c.pos += 1
+        return _struct(op.sub, c, view, parse, make_uuid)
+    n = _length(c, flexible, op.wide)
+    if n < 0:
+        if n == -1 and op.nullable:
+            return None
+        raise _FALLBACK()
+    if kind == K_STRING:
+        if n > c.end - c.pos:
+            raise _FALLBACK()
+        v = PyUnicode_DecodeUTF8(<const char *> (c.p + c.pos), n, "replace")
+        c.pos += n
+        return v
+    if kind == K_BYTES:
+        if n > c.end - c.pos:
+            raise _FALLBACK()
+        v = PyBytes_FromStringAndSize(<const char *> (c.p + c.pos), n)
+        c.pos += n
+        return v
+    if kind == K_SECRET:
+        if n > c.end - c.pos:
+            raise _FALLBACK()
+        c.pos += n
+        return n
+    if kind == K_RECORDS:
+        if n > c.end - c.pos:
+            raise _FALLBACK()
+        v = parse(view[c.pos : c.pos + n], c.budget if c.budget > 0 else 0)
+        c.budget -= len(v)
+        if c.budget < 0:
+            raise _FALLBACK()
+        c.pos += n
+        return v
+    if kind == K_ARRAY_FIXED or kind == K_ARRAY_OF:
+        if n * op.min_size > c.end - c.pos:
+            raise _FALLBACK()
+        c.budget -= n
+        if c.budget < 0:
+            raise _FALLBACK()
+        items = PyTuple_New(n)
+        for i in range(n):
+            if kind == K_ARRAY_FIXED:
+                v = _fixed(c, op.code)
+            else:
+                v = _value(op.element, c, flexible, view, parse, make_uuid)
+            Py_INCREF(v)
+            PyTuple_SET_ITEM(items, i, v)
+        return items
+    raise _FALLBACK()
+
+
+cdef object _struct(Program prog, Cursor *c, object view, object parse, object make_uuid):
+    cdef tuple ops = prog.ops
+    cdef Py_ssize_t n = len(ops), i
+    cdef object values = PyTuple_New(n + 1)
+    cdef object v
+    cdef Op op
+    cdef bint flexible = prog.flexible
+    for i in range(n):
+        op = <Op> ops[i]
+        if op.kind == K_CONST:
+            v = op.value
+        else:
+            v = _value(op, c, flexible, view, parse, make_uuid)
+        Py_INCREF(v)
+        PyTuple_SET_ITEM(values, i, v)
+    if flexible:
+        # The tagged-field section: nearly always empty (one zero byte); any tag is the generated
+        # decoder's to read.
+        if c.pos < c.end and c.p[c.pos] == 0:
+            c.pos += 1
+        else:
+            raise _FALLBACK()
+    v = ()
+    Py_INCREF(v)
+    PyTuple_SET_ITEM(values, n, v)
+    return prog.cls(values)
+
+
+cdef class Body:
+    """`decode(view, items) -> (Struct, end)` of one (API, version, direction), as the generated
+    decoder's: the program in C, the generated decoder (`python`) for every body it does not take."""
+
+    cdef public Program program
+    cdef public object python
+    cdef object parse
+    cdef object make_uuid
+
+    def __init__(self, Program program, python, parse, make_uuid):
+        self.program, self.python, self.parse, self.make_uuid = program, python, parse, make_uuid
+
+    def __call__(self, view, long long items):
+        cdef Py_buffer buf
+        cdef Cursor c
+        PyObject_GetBuffer(view, &buf, PyBUF_SIMPLE)
+        try:
+            c.p = <const unsigned char *> buf.buf
+            c.pos = 0
+            c.end = buf.len
+            c.budget = items
+            value = _struct(self.program, &c, view, self.parse, self.make_uuid)
+            return value, c.pos
+        except Fallback:
+            pass
+        finally:
+            PyBuffer_Release(&buf)
+        return self.python(view, items)

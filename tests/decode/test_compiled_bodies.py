@@ -1,0 +1,185 @@
+"""The compiled body reader (`ksniff.decode._bodies`) against the generated decoders, the reference: the
+same value and end (or the same error) on every fixture of the tables, under every item budget, on
+truncations, mutations and random bytes; the plain fixtures read by the compiled path itself (not handed
+back); and the same decode events for every capture of the corpus.
+
+Where the project is built without a C compiler the module is missing and these tests skip; in CI (`CI`
+set) it must have been built, so there they fail instead."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import random
+from pathlib import Path
+
+import pytest
+from decode_builders import frame, produce_request, produce_response, record_batch
+from decode_encoder import fixture
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ksniff.capture import read_files
+from ksniff.config import EngineConfig
+from ksniff.decode import compiled
+from ksniff.decode.apis import ALL_APIS, FULL_BODY
+
+PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
+CORPUS = sorted(p for p in PCAPS.iterdir() if p.suffix in (".pcap", ".pcapng"))
+
+CASES = [
+    pytest.param(api, v, is_request, id=f"{api.name}-v{v}-{'req' if is_request else 'resp'}")
+    for api in FULL_BODY
+    for v in range(api.valid.low, api.valid.high + 1)
+    for is_request in (True, False)
+]
+
+
+def _bodies():
+    try:
+        return importlib.import_module("ksniff.decode._bodies")
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("the compiled body reader was not built (pip install -e . needs Cython and gcc)")
+        pytest.skip("the compiled body reader is not built here")
+
+
+@pytest.fixture(autouse=True)
+def built():
+    _bodies()
+    if compiled._bodies is None:
+        pytest.skip("KSNIFF_PURE_PYTHON is set: the compiled body reader is not loaded")
+
+
+class Counted:
+    """The generated decoder, counting the bodies handed back to it."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, view, items):
+        self.calls += 1
+        return self.fn(view, items)
+
+
+def readers(api, version, is_request, keep_records=False):
+    """(compiled reader whose hand-backs are counted, generated decoder)."""
+    fast = compiled.fast_decoder_for(api, version, is_request, keep_records)
+    python = compiled.decoder_for(api, version, is_request, keep_records)
+    assert fast.python is python
+    parse = compiled.parse_batches_keeping_records if keep_records else compiled.parse_batches
+    counted = Counted(python)
+    return compiled._bodies.Body(fast.program, counted, parse, compiled.uuid.UUID), counted, python
+
+
+def outcome(fn, data, items):
+    try:
+        value, end = fn(memoryview(data), items)
+    except Exception as e:  # noqa: BLE001 - the same exception from both, whatever it is
+        return "error", type(e), str(e)
+    return "ok", value, end, type(value), tuple(type(v) for v in value)
+
+
+def same(api, version, is_request, data, items=1_000_000, keep_records=False):
+    fast, counted, python = readers(api, version, is_request, keep_records)
+    ours, ref = outcome(fast, data, items), outcome(python, data, items)
+    assert ours == ref
+    if ours[0] == "ok" and keep_records:
+        assert [getattr(v, "raw", None) for v in ours[1]] == [getattr(v, "raw", None) for v in ref[1]]
+    return ours, counted.calls
+
+
+@pytest.mark.parametrize("api, version, is_request", CASES)
+@pytest.mark.parametrize("nulls, tags", [(False, True), (True, True), (False, False), (True, False)])
+def test_equal_on_table_fixtures(api, version, is_request, nulls, tags):
+    data = fixture(api, version, is_request, nulls=nulls, tags=tags)
+    (kind, *_), handed_back = same(api, version, is_request, data)
+    assert kind == "ok"
+    if not tags:  # no tagged field: the compiled path reads the whole body itself
+        assert handed_back == 0
+
+
+@pytest.mark.parametrize("api, version, is_request", CASES)
+def test_equal_under_every_item_budget(api, version, is_request):
+    data = fixture(api, version, is_request, nulls=False, tags=False)
+    for budget in range(12):
+        same(api, version, is_request, data, items=budget)
+
+
+@pytest.mark.parametrize("api, version, is_request", CASES)
+def test_equal_on_truncations(api, version, is_request):
+    data = fixture(api, version, is_request, tags=False)
+    for n in range(len(data)):
+        same(api, version, is_request, data[:n])
+
+
+@pytest.mark.parametrize("api, version, is_request", CASES)
+def test_equal_on_mutations(api, version, is_request):
+    data = bytearray(fixture(api, version, is_request, tags=False))
+    if not data:
+        pytest.skip("empty body at this version")
+    rnd = random.Random(f"{api.key}-{version}-{is_request}")
+    for _ in range(30):
+        mutated = bytearray(data)
+        for _ in range(rnd.randint(1, 3)):
+            mutated[rnd.randrange(len(mutated))] = rnd.getrandbits(8)
+        same(api, version, is_request, bytes(mutated))
+
+
+@pytest.mark.parametrize("version", range(0, 14))
+@pytest.mark.parametrize("keep_records", [False, True])
+def test_equal_on_real_client_produce(version, keep_records):
+    produce = ALL_APIS[0]
+    batches = [record_batch(sequence=i, codec=c) for i, c in enumerate(("none", "gzip", "zstd"))]
+    import uuid
+
+    ids = {"orders": uuid.UUID(int=5)}
+    req = frame(
+        produce_request(
+            version,
+            transactional_id="tx" if version >= 3 else None,
+            partitions={("orders", 0): batches},
+            topic_ids=ids,
+        ),
+        version,
+        1,
+    )
+    resp = frame(produce_response(version, topic_ids=ids), version, 1)
+    flexible = produce.flexible.contains(version)
+    req_body = req[4 + 10 + len("ksniff-test") + (1 if flexible else 0) :]
+    resp_body = resp[8 + (1 if flexible else 0) :]
+    for is_request, body in ((True, req_body), (False, resp_body)):
+        (kind, *_), handed_back = same(produce, version, is_request, body, keep_records=keep_records)
+        assert kind == "ok" and handed_back == 0
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(CASES), st.binary(max_size=80))
+def test_equal_on_random_bytes(case, data):
+    api, version, is_request = case.values
+    same(api, version, is_request, data)
+
+
+def test_made_once_per_version():
+    api = ALL_APIS[0]
+    assert compiled.fast_decoder_for(api, 9, True) is compiled.fast_decoder_for(api, 9, True)
+    assert compiled.fast_decoder_for(api, 9, True) is not compiled.fast_decoder_for(api, 9, False)
+
+
+def _decoded(path: Path) -> list:
+    run = read_files([str(path)])
+    decoder = EngineConfig(keep_tables=False).decoder(run.drop, run.drop)
+    out = []
+    for event in run:
+        out.extend(decoder.feed(event))
+    out.extend(decoder.finish())
+    return [out, decoder.stats.as_contract()]
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_corpus_decode_events_identical(path, monkeypatch):
+    """Every exchange (bodies, batches, answers) and the decode counters of every capture of the corpus."""
+    ours = _decoded(path)
+    monkeypatch.setattr(compiled, "_bodies", None)
+    assert compiled.fast_decoder_for(ALL_APIS[0], 9, True) is compiled.decoder_for(ALL_APIS[0], 9, True)
+    assert ours == _decoded(path)
