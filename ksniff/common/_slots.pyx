@@ -31,7 +31,8 @@ cdef extern from "Python.h":
 
 
 cdef int T_OBJECT_EX = 16  # structmember.h: the member type of a __slots__ entry
-DEF MAX_FIELDS = 64
+cdef enum:
+    MAX_FIELDS = 64
 
 
 cdef class Layout:
