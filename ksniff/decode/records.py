@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import cramjam
 
+from ksniff.capture.compiled import load
 from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode.crc import crc32c
 from ksniff.decode.events import RecordBatchHeader
@@ -69,11 +70,22 @@ class RecordSet(tuple):
 NO_LIMIT = 1 << 62
 
 
-def parse_batches(view: memoryview | bytes, limit: int = NO_LIMIT) -> tuple[RecordBatchHeader, ...]:
+def parse_batches_python(view: memoryview | bytes, limit: int = NO_LIMIT) -> tuple[RecordBatchHeader, ...]:
     """Headers of every batch in a records field, in order. A trailing partial batch (Fetch responses may
     end with one) is reported with crc_ok=None when its header is whole, and otherwise ignored. With
     `limit`, at most `limit + 1` headers are made: more than `limit` means over the caller's budget."""
     return tuple([h for h, _, _ in _walk(view, limit)])  # a list first: cheaper than a generator into tuple()
+
+
+# `parse_batches`: the compiled walk of the headers (ksniff.decode._bodies.BatchWalk) when it is built,
+# which hands a field with message sets or a whole control batch to `parse_batches_python`, the
+# reference it is held to (tests/decode/test_compiled_bodies.py); else that function itself.
+_compiled = load("ksniff.decode._bodies")
+parse_batches = (
+    parse_batches_python
+    if _compiled is None
+    else _compiled.BatchWalk(RecordBatchHeader, crc32c, CODECS, parse_batches_python)
+)
 
 
 def parse_batches_keeping_records(view: memoryview | bytes, limit: int = NO_LIMIT) -> RecordSet:

@@ -8,20 +8,22 @@ set) it must have been built, so there they fail instead."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import random
 from pathlib import Path
 
 import pytest
-from decode_builders import frame, produce_request, produce_response, record_batch
+from decode_builders import CODECS, control_batch, frame, produce_request, produce_response, record_batch
 from decode_encoder import fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from ksniff.capture import read_files
 from ksniff.config import EngineConfig
-from ksniff.decode import compiled
+from ksniff.decode import compiled, records
 from ksniff.decode.apis import ALL_APIS, FULL_BODY
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
@@ -183,3 +185,75 @@ def test_corpus_decode_events_identical(path, monkeypatch):
     monkeypatch.setattr(compiled, "_bodies", None)
     assert compiled.fast_decoder_for(ALL_APIS[0], 9, True) is compiled.decoder_for(ALL_APIS[0], 9, True)
     assert ours == _decoded(path)
+
+
+# -- record batch headers ---------------------------------------------------------------------------------
+
+
+def _walks(data: bytes, limit: int = records.NO_LIMIT) -> tuple:
+    """(compiled walk, Python walk) of one records field: values and types, field by field."""
+    assert records.parse_batches is not records.parse_batches_python
+    out = []
+    for walk in (records.parse_batches, records.parse_batches_python):
+        headers = walk(memoryview(data), limit)
+        assert type(headers) is tuple
+        out.append([(h, tuple(type(v) for v in dataclasses.astuple(h))) for h in headers])
+    return tuple(out)
+
+
+def _fields() -> list[bytes]:
+    kinds = [
+        record_batch(),
+        record_batch(producer_id=-1, epoch=-1, sequence=-1, transactional=False),
+        record_batch(producer_id=2**40, epoch=32000, sequence=2**31 - 5, records=7, base_offset=2**40),
+    ]
+    kinds += [record_batch(sequence=i, codec=c) for i, c in enumerate(CODECS)]
+    kinds.append(control_batch(77, 3, True, 10, coordinator_epoch=5))
+    kinds.append(control_batch(77, 3, False, 11))
+    legacy = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    legacy.append(0, timestamp=1_700_000_000_000, key=b"k", value=b"v")
+    kinds.append(bytes(legacy.build()))
+    return kinds
+
+
+FIELDS = _fields()
+
+
+@pytest.mark.parametrize("i", range(len(FIELDS)))
+def test_batch_headers_equal_alone_and_in_runs(i):
+    data = FIELDS[i]
+    ours, ref = _walks(data)
+    assert ours == ref and ours
+    ours, ref = _walks(data + FIELDS[0] + data)
+    assert ours == ref and len(ours) >= 3
+
+
+def test_batch_headers_equal_on_every_cut_and_limit():
+    run = FIELDS[0] + FIELDS[3] + FIELDS[1]
+    for n in range(len(run) + 1):
+        ours, ref = _walks(run[:n])
+        assert ours == ref, n
+    for limit in range(5):
+        ours, ref = _walks(run, limit)
+        assert ours == ref, limit
+
+
+def test_batch_headers_equal_with_a_bad_crc_and_unknown_codec():
+    data = bytearray(FIELDS[0])
+    data[-1] ^= 0xFF  # the CRC no longer matches
+    ours, ref = _walks(bytes(data))
+    assert ours == ref and ours[0][0].crc_ok is False
+    data = bytearray(FIELDS[0])
+    data[22] |= 0x07  # codec 7: unknown (the CRC is then off too)
+    ours, ref = _walks(bytes(data))
+    assert ours == ref and ours[0][0].codec == "unknown"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.integers(0, len(FIELDS) - 1), st.integers(0, 200), st.integers(0, 255))
+def test_batch_headers_equal_on_random_and_mutated_bytes(data, i, where, value):
+    assert _walks(data)[0] == _walks(data)[1]
+    mutated = bytearray(FIELDS[i])
+    mutated[where % len(mutated)] = value
+    ours, ref = _walks(bytes(mutated))
+    assert ours == ref
