@@ -84,6 +84,9 @@ class Connection:
         self.last_correlation: int | None = None
         self.unverified = False
         self.last_ts = 0.0  # of the latest bytes seen: when the capture ends, the connection ends here
+        # How much `chunk` changed the bytes the splitters hold, until the decoder adds it to its run-wide
+        # total (a chunk holding one whole frame changes nothing).
+        self.moved = 0
 
         def last() -> int | None:
             return self.last_correlation
@@ -139,12 +142,14 @@ class Connection:
                     self._response(memoryview(data)[4:], last_ts, out)
                 return out
         before, over = splitter.malformed, splitter.oversized
+        held = len(splitter.buf) + splitter.later_len
         if to_broker:
             for frame in splitter.feed(data, first_ts, last_ts, offset, marks):
                 self._request(frame.payload, frame.first_ts, frame.last_ts, out)
         else:
             for frame in splitter.feed(data, first_ts, last_ts, offset, marks):
                 self._response(frame.payload, frame.last_ts, out)
+        self.moved += len(splitter.buf) + splitter.later_len - held
         if splitter.malformed != before:
             self.ctx.stats.errors += splitter.malformed - before
             self.ctx.stats.oversized_frames += splitter.oversized - over

@@ -170,14 +170,16 @@ class Decoder:
         if isinstance(event, StreamChunk):
             c = self._conns.get(event.conn)
             if c is not None:
-                # Once per chunk: only the splitter of the chunk's direction changes what is held, so
-                # the run-wide totals move by its difference (`_account` when a cap is passed).
-                splitter = c.requests if event.from_src == c.client_is_src else c.responses
-                held, waiting = len(splitter.buf) + splitter.later_len, len(c.pending)
+                # Once per chunk: the run-wide totals move by what the chunk changed, the bytes its
+                # splitter holds (`Connection.moved`) and the requests in flight (`_account` when a cap
+                # is passed).
+                waiting = len(c.pending)
                 e = event
                 out = c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
-                self._partial += len(splitter.buf) + splitter.later_len - held
                 self._in_flight += len(c.pending) - waiting
+                if c.moved:
+                    self._partial += c.moved
+                    c.moved = 0
                 if self._partial > self.max_partial_total or self._in_flight > self.max_in_flight_total:
                     return self._account(c, 0, 0, out, counted=True)
                 return out
@@ -210,6 +212,7 @@ class Decoder:
         if not counted:
             self._partial += c.held() - held
             self._in_flight += len(c.pending) - waiting
+            c.moved = 0  # counted by the line above
         while self._partial > self.max_partial_total:
             big = max(self._conns.values(), key=Connection.held)
             held = big.held()
