@@ -13,6 +13,7 @@ exactly as before. The generated decoder is the reference: tests/decode/test_com
 the two to the same results on every body of the corpus and the protocol fixtures.
 """
 
+from cpython.object cimport PyObject
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.float cimport PyFloat_FromDouble
@@ -24,6 +25,7 @@ from libc.string cimport memcpy
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
+    PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
 
 
 # Op kinds (Program entries), as `compiled.fast_decoder_for` writes them.
@@ -373,4 +375,103 @@ cdef class BatchWalk:
                 pos = batch_end
         finally:
             PyBuffer_Release(&buf)
+        return tuple(out)
+
+
+# -- the batches of a Produce exchange ------------------------------------------------------------------
+
+
+cdef inline object _field(object struct, Py_ssize_t i):
+    return <object> PyTuple_GET_ITEM(struct, i)
+
+
+cdef class ProducedBatches:
+    """`Connection._produced` in C: each record batch of a Produce request with the broker's answer for
+    its partition, as ProducedBatch events (`batch`), built from the request's and response's Structs by
+    field position. `classes` are the Struct classes it reads (request, topic, partition, response,
+    response topic, response partition) and `fields` the positions of the fields it reads in each; a
+    body of any other class returns None (the Python method then runs)."""
+
+    cdef tuple classes
+    cdef Py_ssize_t r_tid, r_acks, r_topics, t_name, t_id, t_parts, p_index, p_records
+    cdef Py_ssize_t s_topics, st_name, st_id, st_parts, sp_index, sp_error, sp_base
+    cdef object batch, record_set, zero_uuid
+
+    def __init__(self, tuple classes, tuple fields, batch, record_set, zero_uuid):
+        (self.r_tid, self.r_acks, self.r_topics, self.t_name, self.t_id, self.t_parts, self.p_index,
+         self.p_records, self.s_topics, self.st_name, self.st_id, self.st_parts, self.sp_index,
+         self.sp_error, self.sp_base) = fields
+        self.classes, self.batch, self.record_set, self.zero_uuid = classes, batch, record_set, zero_uuid
+
+    cdef object _key(self, object topic, Py_ssize_t name_at, Py_ssize_t id_at):
+        topic_id = _field(topic, id_at)
+        if topic_id is not None and topic_id is not self.zero_uuid and topic_id != self.zero_uuid:
+            return topic_id
+        return _field(topic, name_at) or ""
+
+    def __call__(self, request, response, dict names, tuple head, response_ts, unverified):
+        """`head`: (ts, conn, client, broker, client_id, correlation_id, api_version) of the exchange."""
+        cdef dict answers = {}
+        cdef list out = []
+        cdef Py_ssize_t i, n_raw
+        if type(request) is not self.classes[0] or (
+            response is not None and type(response) is not self.classes[3]
+        ):
+            return None
+        ts, conn, client, broker, client_id, correlation_id, api_version = head
+        if response is not None:
+            for topic in _field(response, self.s_topics) or ():
+                if type(topic) is not self.classes[4]:
+                    return None
+                key = self._key(topic, self.st_name, self.st_id)
+                for part in _field(topic, self.st_parts) or ():
+                    if type(part) is not self.classes[5]:
+                        return None
+                    answers[(key, _field(part, self.sp_index))] = part
+        transactional_id = _field(request, self.r_tid)
+        acks = _field(request, self.r_acks)
+        for topic in _field(request, self.r_topics) or ():
+            if type(topic) is not self.classes[1]:
+                return None
+            key = self._key(topic, self.t_name, self.t_id)
+            topic_name = key if isinstance(key, str) else names.get(key, str(key))
+            for part in _field(topic, self.t_parts) or ():
+                if type(part) is not self.classes[2]:
+                    return None
+                index = _field(part, self.p_index)
+                answer = answers.get((key, index))
+                error_code = None if answer is None else _field(answer, self.sp_error)
+                next_offset = None
+                if answer is not None and error_code == 0 and _field(answer, self.sp_base) >= 0:
+                    next_offset = _field(answer, self.sp_base)
+                records = _field(part, self.p_records) or ()
+                raw = records.raw if type(records) is self.record_set else ()
+                n_raw = len(raw)
+                i = 0
+                for header in records:
+                    out.append(
+                        self.batch(
+                            ts,
+                            response_ts,
+                            conn,
+                            client,
+                            broker,
+                            client_id,
+                            correlation_id,
+                            api_version,
+                            transactional_id,
+                            acks,
+                            topic_name,
+                            index,
+                            header,
+                            error_code,
+                            next_offset,
+                            unverified,
+                            raw[i] if i < n_raw else None,
+                        )
+                    )
+                    # Several batches for one partition: each later one starts where the previous ends.
+                    if next_offset is not None:
+                        next_offset += header.last_offset_delta + 1
+                    i += 1
         return tuple(out)

@@ -13,6 +13,7 @@ import struct
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+from ksniff.capture.compiled import load
 from ksniff.common.frozen import slotted_dataclass
 from ksniff.decode.events import (
     ConnectionEnded,
@@ -350,7 +351,21 @@ class Connection:
         batches: tuple[ProducedBatch, ...] = ()
         fetched: tuple[FetchedPartition, ...] = ()
         if p.api_key == PRODUCE and p.body is not None:
-            batches = self._produced(p, response, response_ts, unverified)
+            if _PRODUCED is not None:
+                head = (
+                    p.first_ts,
+                    self.conn,
+                    self.client,
+                    self.broker,
+                    p.client_id,
+                    p.correlation_id,
+                    p.api_version,
+                )
+                batches = _PRODUCED(p.body, response, self.ctx.topic_names, head, response_ts, unverified)
+                if batches is None:  # a body of other classes than the Produce schema's
+                    batches = self._produced(p, response, response_ts, unverified)
+            else:
+                batches = self._produced(p, response, response_ts, unverified)
         elif p.api_key == FETCH and response is not None and p.body is not None:
             fetched = self._fetched(p, response, response_ts, unverified)
         return Exchange(
@@ -501,3 +516,39 @@ def _topic_key(topic: Any, name_field: str = "name") -> Any:
     if topic_id is not None and topic_id is not ZERO_UUID and topic_id != ZERO_UUID:
         return topic_id
     return getattr(topic, name_field, "") or ""
+
+
+def _compiled_produced() -> Any:
+    """`Connection._produced` in C (ksniff.decode._bodies.ProducedBatches, when built), reading the
+    Structs of the Produce schema by field position; `_produced` is the reference it is held to
+    (tests/decode/test_compiled_bodies.py) and runs for any other body."""
+    m = load("ksniff.decode._bodies")
+    if getattr(m, "ProducedBatches", None) is None:
+        return None
+    from ksniff.decode.apis.producer import PRODUCE as API
+    from ksniff.decode.interp import message_class
+    from ksniff.decode.values import camel, struct_class
+
+    def nested(fields: tuple, name: str) -> tuple:
+        f = next(f for f in fields if f.name == name)
+        return f.type.of, struct_class(f.type.of, camel(name))
+
+    request, response = message_class(API, True), message_class(API, False)
+    topic_fields, topic = nested(API.request, "topic_data")
+    _, part = nested(topic_fields, "partition_data")
+    answer_fields, answer_topic = nested(API.response, "responses")
+    _, answer = nested(answer_fields, "partition_responses")
+    named = (
+        (request, "transactional_id", "acks", "topic_data"),
+        (topic, "name", "topic_id", "partition_data"),
+        (part, "index", "records"),
+        (response, "responses"),
+        (answer_topic, "name", "topic_id", "partition_responses"),
+        (answer, "index", "error_code", "base_offset"),
+    )
+    fields = tuple(cls._fields.index(name) for cls, *names in named for name in names)
+    classes = (request, topic, part, response, answer_topic, answer)
+    return m.ProducedBatches(classes, fields, ProducedBatch, RecordSet, ZERO_UUID)
+
+
+_PRODUCED = _compiled_produced()

@@ -181,8 +181,11 @@ def _decoded(path: Path) -> list:
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_corpus_decode_events_identical(path, monkeypatch):
     """Every exchange (bodies, batches, answers) and the decode counters of every capture of the corpus."""
+    from ksniff.decode import connection
+
     ours = _decoded(path)
     monkeypatch.setattr(compiled, "_bodies", None)
+    monkeypatch.setattr(connection, "_PRODUCED", None)
     assert compiled.fast_decoder_for(ALL_APIS[0], 9, True) is compiled.decoder_for(ALL_APIS[0], 9, True)
     assert ours == _decoded(path)
 
@@ -257,3 +260,72 @@ def test_batch_headers_equal_on_random_and_mutated_bytes(data, i, where, value):
     mutated[where % len(mutated)] = value
     ours, ref = _walks(bytes(mutated))
     assert ours == ref
+
+
+# -- the batches of a Produce exchange --------------------------------------------------------------------
+
+
+def _bodies_of(version: int, partitions: dict, answers: dict | None, ids: dict, keep_records: bool):
+    produce = ALL_APIS[0]
+    flexible = produce.flexible.contains(version)
+    req = frame(produce_request(version, partitions=partitions, topic_ids=ids), version, 1)
+    body = req[4 + 10 + len("ksniff-test") + (1 if flexible else 0) :]
+    request, _ = compiled.decoder_for(produce, version, True, keep_records)(memoryview(body), 1_000_000)
+    if answers is None:
+        return request, None
+    resp = frame(produce_response(version, answers=answers, topic_ids=ids), version, 1)
+    response, _ = compiled.decoder_for(produce, version, False)(
+        memoryview(resp[8 + (1 if flexible else 0) :]), 100
+    )
+    return request, response
+
+
+@pytest.mark.parametrize("version", [3, 7, 9, 12, 13])
+@pytest.mark.parametrize("keep_records", [False, True])
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {("orders", 0): (0, 100), ("orders", 3): (0, -1), ("audit", 1): (47, -1)},
+        {("orders", 0): (0, 5)},  # the other partitions got no answer
+        None,  # no response (acks=0, unanswered)
+    ],
+    ids=["answered", "partly", "none"],
+)
+def test_produced_batches_equal(version, keep_records, answers):
+    """Several topics, partitions and batches per partition (each later batch's offset after the one
+    before it), errors, refused offsets, named topics, topic ids known and not known."""
+    from ksniff.decode.connection import _PRODUCED, Connection, Pending
+    from ksniff.decode.context import DecodeContext
+
+    assert _PRODUCED is not None
+    import uuid
+
+    ids = {"orders": uuid.UUID(int=5), "audit": uuid.UUID(int=9)}
+    partitions = {
+        ("orders", 0): [record_batch(sequence=0, records=3), record_batch(sequence=3, records=2)],
+        ("orders", 3): [record_batch(sequence=0)],
+        ("audit", 1): [record_batch(sequence=0, records=4)],
+    }
+    request, response = _bodies_of(version, partitions, answers, ids, keep_records)
+    ctx = DecodeContext(ALL_APIS, max_frame=1 << 20, max_in_flight=10, keep_records=keep_records)
+    ctx.topic_names[uuid.UUID(int=5)] = "orders"  # learnt from a Metadata answer; "audit" was not
+    c = Connection(ctx, 7, "10.0.0.1:5000", "10.0.0.2:9092", True, False)
+    p = Pending(1, ALL_APIS[0], 0, "Produce", version, 11, "app", request, None, 1.0, 1.2, False, None)
+    for unverified in (False, True):
+        ref = c._produced(p, response, 2.5 if response else None, unverified)
+        head = (p.first_ts, c.conn, c.client, c.broker, p.client_id, p.correlation_id, p.api_version)
+        ours = _PRODUCED(request, response, ctx.topic_names, head, 2.5 if response else None, unverified)
+        assert type(ours) is tuple and len(ours) == 4
+        assert ours == ref
+        assert [tuple(map(type, dataclasses.astuple(b))) for b in ours] == [
+            tuple(map(type, dataclasses.astuple(b))) for b in ref
+        ]
+
+
+def test_produced_batches_leave_other_bodies_to_python():
+    from ksniff.decode.connection import _PRODUCED
+
+    request, response = _bodies_of(9, {("orders", 0): [record_batch()]}, {("orders", 0): (0, 1)}, {}, False)
+    head = (1.0, 7, "c", "b", None, 1, 9)
+    assert _PRODUCED(tuple(request), response, {}, head, None, False) is None  # not a ProduceRequest
+    assert _PRODUCED(request, tuple(response), {}, head, None, False) is None
