@@ -13,10 +13,10 @@
   module is one line, not a task failure retried on every executor.
 - Spark Connect (`sc://`): ksniff's code goes as an artifact; the server's Python workers need ksniff's
   dependencies (e.g. a server started with PYSPARK_PYTHON set to the Python ksniff is installed in).
-- The driver's JVM start-up: when ksniff starts the driver's JVM itself, the classes Spark loads are
-  kept in a class-data archive (the JVM's own AppCDS, `ClassArchive`) in ksniff's cache folder, made by
-  the first run and mapped by every later one: about half the JVM's start-up CPU and a third of the wall
-  time of a session's start and first jobs. Nothing about how Spark runs changes.
+- The driver's JVM: when ksniff starts it itself, it compiles with the JIT's first tier only, and the
+  classes Spark loads are kept in a class-data archive (the JVM's own AppCDS, `ClassArchive`) in
+  ksniff's cache folder, made by the first run and mapped by every later one (`driver_jvm_options`).
+  Together they halve a session's start-up and take most of the JVM's CPU off a run.
 """
 
 from __future__ import annotations
@@ -104,10 +104,37 @@ def _probe(_rows):
 
 _CHECKED: set[str] = set()  # applications whose executors passed the probe
 
-ARCHIVE_ENV = "KSNIFF_SPARK_CLASS_ARCHIVE"  # "0": no class-data archive for the driver's JVM
+TUNING_ENV = "KSNIFF_SPARK_JVM_TUNING"  # "0": ksniff adds no option to the driver JVM it starts
 ARCHIVE_DUMP_SECONDS = 120  # the most a first run waits for its JVM to write the archive as it exits
-# JVM options of the user's or the administrator's that ksniff's class-data options would clash with.
+# JVM options of the user's that ksniff's own would clash with: class data, and the JIT's tiers.
 _CDS_OPTIONS = ("Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "SharedClassListFile")
+_JIT_OPTIONS = ("TieredStopAtLevel", "TieredCompilation")
+# The driver JVM compiles with the JIT's first tier only: in a ksniff run the JVM moves bytes between
+# the files, Python and the outputs while Python does the work, and the optimising tier's compilations
+# cost more CPU than they ever give back (on 2 cores: 0.04 -> 0.01 CPU s per MB of captures, the JVM's
+# part, at 367 MB of captures; a run with Parquet and CSV exports of 52,800 exchanges 59 s -> 37 s).
+_FIRST_TIER = "-XX:TieredStopAtLevel=1"
+
+
+def driver_jvm_options(conf: Sequence[tuple[str, str]]) -> tuple[str, ClassArchive | None]:
+    """What ksniff adds to the options of the driver JVM it is about to start, and the class-data archive
+    among them. Nothing when a JVM already runs in this process (it was started with its options), when
+    an administrator's spark-defaults.conf gives the driver's Java options, or with KSNIFF_SPARK_JVM_TUNING=0;
+    each part is left out when the user's own options (--conf, PYSPARK_SUBMIT_ARGS) mention its kind."""
+    from pyspark import SparkContext
+
+    if os.environ.get(TUNING_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return "", None
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return "", None
+    if _administered():
+        return "", None
+    said = " ".join([*(v for k, v in conf if "JavaOptions" in k), os.environ.get("PYSPARK_SUBMIT_ARGS", "")])
+    options = [] if any(o in said for o in _JIT_OPTIONS) else [_FIRST_TIER]
+    archive = None if any(o in said for o in _CDS_OPTIONS) else ClassArchive.here()
+    if archive is not None:
+        options.append(archive.java_options())
+    return " ".join(options), archive
 
 
 class ClassArchive:
@@ -126,18 +153,8 @@ class ClassArchive:
         self.writing: str | None = None  # the archive this run's JVM writes as it exits
 
     @classmethod
-    def for_launch(cls, conf: Sequence[tuple[str, str]]) -> ClassArchive | None:
-        """The archive for a driver JVM ksniff is about to start, or None: turned off, a JVM already running
-        in this process, or JVM options of the user's that mention class data."""
-        if os.environ.get(ARCHIVE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-            return None
-        from pyspark import SparkContext
-
-        if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
-            return None
-        said = " ".join(v for k, v in conf if "JavaOptions" in k) + " " + _configured_java_options()
-        if any(o in said for o in _CDS_OPTIONS):
-            return None
+    def here(cls) -> ClassArchive | None:
+        """The archive for this machine's Java and pyspark (None: no Java found, no cache folder)."""
         java = java_binary()
         folder = _cache_folder()
         if java is None or folder is None:
@@ -223,18 +240,14 @@ def _archive_key(java: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _configured_java_options() -> str:
-    """Driver JVM options that Spark's configuration files or PYSPARK_SUBMIT_ARGS give."""
-    said = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
-    if "--driver-java-options" in said or "JavaOptions" in said:
-        return said
+def _administered() -> bool:
+    """Whether Spark's configuration files give the driver's Java options (an administrator's choice that
+    a --conf from ksniff would replace)."""
     conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(os.environ.get("SPARK_HOME", ""), "conf")
     with contextlib.suppress(OSError):
         with open(os.path.join(conf_dir, "spark-defaults.conf"), encoding="utf-8", errors="replace") as fh:
-            lines = [ln for ln in fh if "JavaOptions" in ln and not ln.lstrip().startswith("#")]
-            if lines:  # an administrator's driver options: ksniff adds nothing to them
-                return " ".join(lines) + " " + " ".join(_CDS_OPTIONS)
-    return ""
+            return any("JavaOptions" in ln and not ln.lstrip().startswith("#") for ln in fh)
+    return False
 
 
 class Session:
@@ -280,12 +293,10 @@ class Session:
             os.environ["PYSPARK_PYTHON"] = python
         master = self.master or _configured_master() or "local[*]"  # Spark's own default
         builder = builder.master(master)  # never an earlier session's master left in this process's JVM
-        self._archive = ClassArchive.for_launch(self.conf)
-        if self._archive is not None:
+        options, self._archive = driver_jvm_options(self.conf)
+        if options:
             said = dict(self.conf).get("spark.driver.extraJavaOptions", "")
-            builder = builder.config(
-                "spark.driver.extraJavaOptions", f"{said} {self._archive.java_options()}".strip()
-            )
+            builder = builder.config("spark.driver.extraJavaOptions", f"{said} {options}".strip())
         if is_local(master):
             # Local workers are this machine: this Python, and ksniff from where the driver imported it.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -1,6 +1,6 @@
-"""The driver JVM's class-data archive (ksniff.engine.spark_session.ClassArchive): written by the first run
-that starts a JVM, mapped by the next ones, never forced on a JVM whose class-data options someone else
-set."""
+"""The options ksniff gives the driver JVM it starts (ksniff.engine.spark_session.driver_jvm_options): the
+JIT's first tier, and a class-data archive written by the first run that starts a JVM and mapped by the
+next ones; never forced on a JVM whose options someone else set."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ SESSION = textwrap.dedent(
 
 def _session(cache: Path) -> tuple[dict, str]:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
-    env.pop("KSNIFF_SPARK_CLASS_ARCHIVE", None)
+    env.pop("KSNIFF_SPARK_JVM_TUNING", None)
     done = subprocess.run(
         [sys.executable, "-c", SESSION], env=env, capture_output=True, text=True, timeout=600, cwd=cache
     )
@@ -60,6 +60,7 @@ def test_the_first_run_writes_the_archive_and_the_next_maps_it(tmp_path: Path) -
     assert len(archives) == 1 and archives[0].stat().st_size > 0
     assert not list(folder.glob("*.tmp"))  # written under a name of its own, renamed once complete
     assert any(arg.startswith("-XX:ArchiveClassesAtExit=") for arg in first["cmdline"])
+    assert "-XX:TieredStopAtLevel=1" in first["cmdline"]
 
     second, second_out = _session(tmp_path)
     assert f"-XX:SharedArchiveFile={archives[0]}" in second["cmdline"]
@@ -70,26 +71,40 @@ def test_the_first_run_writes_the_archive_and_the_next_maps_it(tmp_path: Path) -
     assert sorted(folder.glob("spark-driver-*.jsa")) == archives
 
 
-def test_archive_options_are_never_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_driver_options_are_never_forced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pyspark import SparkContext
 
-    from ksniff.engine.spark_session import ClassArchive
+    from ksniff.engine.spark_session import driver_jvm_options
 
     monkeypatch.setattr(SparkContext, "_gateway", None)  # as in a process that has not started a JVM
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.delenv("KSNIFF_SPARK_JVM_TUNING", raising=False)
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))
-    archive = ClassArchive.for_launch([])
-    assert archive is not None and "-XX:ArchiveClassesAtExit=" in archive.java_options()
+    options, archive = driver_jvm_options([])
+    assert archive is not None
+    assert options == f"-XX:TieredStopAtLevel=1 {archive.java_options()}"
+    assert "-XX:ArchiveClassesAtExit=" in options
     Path(archive.path).write_bytes(b"archive")
-    assert ClassArchive.for_launch([]).java_options().startswith(f"-XX:SharedArchiveFile={archive.path} ")
+    options, _ = driver_jvm_options([])
+    assert f"-XX:SharedArchiveFile={archive.path} " in options
 
-    # The user's own class-data options, an administrator's driver options, the switch: nothing added.
-    assert ClassArchive.for_launch([("spark.driver.extraJavaOptions", "-Xshare:off")]) is None
+    # The user's own options of either kind leave that kind out; the other stays.
+    user = "spark.driver.extraJavaOptions"
+    assert driver_jvm_options([(user, "-Xshare:off")]) == ("-XX:TieredStopAtLevel=1", None)
+    options, archive = driver_jvm_options([(user, "-XX:+TieredCompilation")])
+    assert "Tiered" not in options and archive is not None
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--driver-java-options -XX:TieredStopAtLevel=4 pyspark-shell")
+    assert "Tiered" not in driver_jvm_options([])[0]
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
+    # An administrator's driver options, a JVM already running, the switch: nothing added.
     (tmp_path / "conf").mkdir()
     (tmp_path / "conf" / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Xmx2g\n")
-    assert ClassArchive.for_launch([]) is None
+    assert driver_jvm_options([]) == ("", None)
     (tmp_path / "conf" / "spark-defaults.conf").write_text("# spark.driver.extraJavaOptions -Xmx2g\n")
-    assert ClassArchive.for_launch([]) is not None
-    monkeypatch.setenv("KSNIFF_SPARK_CLASS_ARCHIVE", "0")
-    assert ClassArchive.for_launch([]) is None
+    assert driver_jvm_options([])[0]
+    monkeypatch.setattr(SparkContext, "_gateway", object())
+    assert driver_jvm_options([]) == ("", None)
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    monkeypatch.setenv("KSNIFF_SPARK_JVM_TUNING", "0")
+    assert driver_jvm_options([]) == ("", None)
