@@ -120,8 +120,12 @@ def _seen_twice(state: AuditState, ex: Exchange) -> bool:
         _forget_before(seen, ts - window)
         state.seen_pruned_ts = ts
     key = (ex.client, ex.broker, ex.api_key, ex.correlation_id)
-    earlier = seen.pop(key, None)  # set again below, at the end: the dict stays in order of time seen
-    if earlier is not None and earlier[0] != ex.conn and abs(ts - earlier[1]) <= window:
+    earlier = seen.get(key)
+    if earlier is None:  # the usual case: a new key goes at the end, where the latest times are
+        seen[key] = (ex.conn, ts)
+        return False
+    del seen[key]  # set again below, at the end: the dict stays in order of time seen
+    if earlier[0] != ex.conn and abs(ts - earlier[1]) <= window:
         seen[key] = earlier
         return True
     seen[key] = (ex.conn, ts)

@@ -29,10 +29,14 @@ class Claim:
     producer_id: int
     epoch: int
     answer: int | None
-    what: str
+    what: str | None  # None: "a write to TOPIC-PARTITION" (`described`), worded only for a finding
     unverified: bool
     topic: str | None = None
     partition: int | None = None
+
+    def described(self) -> str:
+        """What the request did, in a finding's words."""
+        return self.what if self.what is not None else f"a write to {self.topic}-{self.partition}"
 
     def where(self, transactional_id: str | None) -> dict:
         """The finding's subject fields."""
@@ -72,9 +76,9 @@ def zombie(
 ) -> bool:
     """Judge a request from a superseded instance; False when the instance is not superseded."""
     producer_id, epoch, answer, ex = c.producer_id, c.epoch, c.answer, c.ex
-    what, unverified = c.what, c.unverified
     if not t.is_superseded(producer_id, epoch):
         return False
+    what, unverified = c.described(), c.unverified
     cur = t.current
     evidence = exchange_evidence(ex, answer)
     if cur is not None:
@@ -125,7 +129,8 @@ def fenced_by_broker(state: AuditState, t: TxnIdState | None, c: Claim, out: lis
             FindingKind.PRODUCER_FENCED,
             Severity.WARNING,
             ex.request_ts,
-            f"broker answered {c.what} of producer id {producer_id} epoch {epoch} with {error_name(answer)}",
+            f"broker answered {c.described()} of producer id {producer_id} epoch {epoch} with "
+            f"{error_name(answer)}",
             exchange_evidence(ex, answer),
             unverified=c.unverified,
             **c.where(t.transactional_id if t else None),
@@ -213,7 +218,7 @@ def epoch_regression(transactional_id: str | None, highest: int, c: Claim, out: 
             FindingKind.EPOCH_REGRESSION,
             judge(answer, unverified=unverified, explained_by_loss=False),
             ex.request_ts,
-            f"{c.what} of producer id {c.producer_id} carried epoch {c.epoch} after epoch {highest}; "
+            f"{c.described()} of producer id {c.producer_id} carried epoch {c.epoch} after epoch {highest}; "
             f"{broker_verdict(answer)}",
             evidence,
             unverified=unverified,

@@ -40,8 +40,7 @@ def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
             continue
         answer = b.error_code
         unverified = b.unverified or ex.unverified
-        what = f"a write to {b.topic}-{b.partition}"
-        c = identity.Claim(ex, pid, epoch, answer, what, unverified, b.topic, b.partition)
+        c = identity.Claim(ex, pid, epoch, answer, None, unverified, b.topic, b.partition)
         highest = identity.highest_epoch(state, pid)
         p = identity.see_producer(state, pid, epoch, ex, tid)
         if epoch < highest and pid not in regressed:

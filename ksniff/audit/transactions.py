@@ -291,15 +291,22 @@ def add_partitions_entries(ex: Exchange):
 
 
 def _topic_partitions(topics) -> list[tuple[str, int]]:
-    return [(tp.name, p) for tp in topics for p in tp.partitions]
+    # Once per AddPartitionsToTxn: loops, not a nested comprehension (a function call of its own).
+    out = []
+    for tp in topics:
+        name = tp.name
+        for p in tp.partitions:
+            out.append((name, p))
+    return out
 
 
 def _partition_errors(results) -> dict[tuple[str, int], int]:
-    return {
-        (r.name, pr.partition_index): pr.partition_error_code
-        for r in results
-        for pr in r.results_by_partition
-    }
+    out = {}
+    for r in results:
+        name = r.name
+        for pr in r.results_by_partition:
+            out[(name, pr.partition_index)] = pr.partition_error_code
+    return out
 
 
 def _overall(answers: dict, wanted: list, responded: bool) -> int | None:
