@@ -164,9 +164,9 @@ class ClassArchive:
     def java_options(self) -> str:
         quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
         if os.path.isfile(self.path):
-            return f"-XX:SharedArchiveFile={self.path} {quiet}"
+            return f"{_quoted(f'-XX:SharedArchiveFile={self.path}')} {quiet}"
         self.writing = f"{self.path}.{os.getpid()}.tmp"
-        return f"-XX:ArchiveClassesAtExit={self.writing} {quiet}"
+        return f"{_quoted(f'-XX:ArchiveClassesAtExit={self.writing}')} {quiet}"
 
     def finish(self) -> None:
         """After the session stopped: when this run's JVM is to write the archive, end the JVM (later
@@ -183,6 +183,14 @@ class ClassArchive:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _quoted(option: str) -> str:
+    """One JVM option as Spark's launcher splits an option string: quoted when it holds a blank (a cache
+    folder under a home whose name has one)."""
+    if not any(c.isspace() or c in "\"'\\" for c in option):
+        return option
+    return '"' + option.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _remove_others(keep: str) -> None:

@@ -54,15 +54,17 @@ def _session(cache: Path) -> tuple[dict, str]:
 
 @pytest.mark.timeout(900)  # two JVMs, the first writing its archive as it exits
 def test_the_first_run_writes_the_archive_and_the_next_maps_it(tmp_path: Path) -> None:
-    first, first_out = _session(tmp_path)
-    folder = tmp_path / "ksniff"
+    cache = tmp_path / "a cache"  # a blank in the path: the option stays one argument of the JVM
+    cache.mkdir()
+    first, first_out = _session(cache)
+    folder = cache / "ksniff"
     archives = sorted(folder.glob("spark-driver-*.jsa"))
     assert len(archives) == 1 and archives[0].stat().st_size > 0
     assert not list(folder.glob("*.tmp"))  # written under a name of its own, renamed once complete
     assert any(arg.startswith("-XX:ArchiveClassesAtExit=") for arg in first["cmdline"])
     assert "-XX:TieredStopAtLevel=1" in first["cmdline"]
 
-    second, second_out = _session(tmp_path)
+    second, second_out = _session(cache)
     assert f"-XX:SharedArchiveFile={archives[0]}" in second["cmdline"]
     assert not any(arg.startswith("-XX:ArchiveClassesAtExit") for arg in second["cmdline"])
     assert first["total"] == second["total"] == sum(range(1000))
