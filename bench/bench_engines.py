@@ -223,8 +223,8 @@ def run_target(target: str, folder: Path, scales: list[int]) -> None:
             (folder / f"result_{target}_{scale}.json").write_text(json.dumps(comparable(result), default=str))
             memory = f"{py:.0f}/{jvm:.0f}" if jvm else f"{py:.0f}/-"
             print(
-                f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.2f} "
-                f"{jvm_cpu / size:>8.2f} {'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} "
+                f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.3f} "
+                f"{jvm_cpu / size:>8.3f} {'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} "
                 f"{memory:>19}",
                 flush=True,
             )

@@ -106,6 +106,7 @@ _CHECKED: set[str] = set()  # applications whose executors passed the probe
 
 TUNING_ENV = "KSNIFF_SPARK_JVM_TUNING"  # "0": ksniff adds no option to the driver JVM it starts
 ARCHIVE_DUMP_SECONDS = 120  # the most a first run waits for its JVM to write the archive as it exits
+ARCHIVE_UNUSED_DAYS = 30  # another installation's archive unused this long is removed (its venv is gone)
 # JVM options of the user's that ksniff's own would clash with: class data, and the JIT's tiers.
 _CDS_OPTIONS = ("Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "SharedClassListFile")
 _JIT_OPTIONS = ("TieredStopAtLevel", "TieredCompilation")
@@ -148,8 +149,9 @@ class ClassArchive:
     old ones are removed). Java's own class-data messages are turned off: an archive it cannot map is
     ignored and the JVM starts as it would without one."""
 
-    def __init__(self, folder: str, key: str) -> None:
-        self.path = os.path.join(folder, f"spark-driver-{key}.jsa")
+    def __init__(self, folder: str, place: str, key: str) -> None:
+        # One archive per pyspark installation (`place`) at a time: another virtual environment's stays.
+        self.path = os.path.join(folder, f"spark-driver-{place}-{key}.jsa")
         self.writing: str | None = None  # the archive this run's JVM writes as it exits
 
     @classmethod
@@ -159,11 +161,13 @@ class ClassArchive:
         folder = _cache_folder()
         if java is None or folder is None:
             return None
-        return cls(folder, _archive_key(java))
+        return cls(folder, *_archive_key(java))
 
     def java_options(self) -> str:
         quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
         if os.path.isfile(self.path):
+            with contextlib.suppress(OSError):  # in use: kept however long other installations' wait
+                os.utime(self.path)
             return f"{_quoted(f'-XX:SharedArchiveFile={self.path}')} {quiet}"
         self.writing = f"{self.path}.{os.getpid()}.tmp"
         return f"{_quoted(f'-XX:ArchiveClassesAtExit={self.writing}')} {quiet}"
@@ -194,18 +198,26 @@ def _quoted(option: str) -> str:
 
 
 def _remove_others(keep: str) -> None:
-    """Archives of other Sparks or Javas, and what runs that were killed while writing one left."""
-    folder = os.path.dirname(keep)
+    """This installation's archives of other Sparks or Javas, other installations' archives unused for
+    ARCHIVE_UNUSED_DAYS, and what runs that were killed while writing one left."""
+    folder, mine = os.path.split(keep)
+    place = mine[: mine.rindex("-") + 1]  # "spark-driver-<place>-"
+    now = time.time()
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
         if not name.startswith("spark-driver-") or path == keep:
             continue
+        try:
+            age = now - os.stat(path).st_mtime
+        except OSError:
+            continue
         if name.endswith(".tmp"):  # another run may be writing it now: only an old one is left over
+            stale = age > 3600
+        else:
+            stale = name.startswith(place) or age > ARCHIVE_UNUSED_DAYS * 86400
+        if stale:
             with contextlib.suppress(OSError):
-                if time.time() - os.stat(path).st_mtime < 3600:
-                    continue
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+                os.unlink(path)
 
 
 def _end_jvm(timeout: float) -> int | None:
@@ -236,16 +248,17 @@ def _cache_folder() -> str | None:
     return folder if os.access(folder, os.W_OK) else None
 
 
-def _archive_key(java: str) -> str:
-    """What an archive depends on: the JVM (its binary) and Spark's classes (pyspark's version and jars)."""
+def _archive_key(java: str) -> tuple[str, str]:
+    """Where pyspark is installed, and what an archive depends on: the JVM (its binary) and Spark's
+    classes (pyspark's version and jars), each as a short hash."""
     import pyspark
 
     real = os.path.realpath(java)
     st = os.stat(real)
-    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    jars = os.path.join(os.path.dirname(os.path.realpath(pyspark.__file__)), "jars")
     names = sorted(os.listdir(jars)) if os.path.isdir(jars) else []
-    text = "\n".join([real, str(st.st_size), str(int(st.st_mtime)), pyspark.__version__, jars, *names])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    text = "\n".join([real, str(st.st_size), str(int(st.st_mtime)), pyspark.__version__, *names])
+    return hashlib.sha256(jars.encode()).hexdigest()[:12], hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _administered() -> bool:

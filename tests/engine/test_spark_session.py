@@ -110,3 +110,32 @@ def test_driver_options_are_never_forced(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(SparkContext, "_gateway", None)
     monkeypatch.setenv("KSNIFF_SPARK_JVM_TUNING", "0")
     assert driver_jvm_options([]) == ("", None)
+
+
+def test_archives_of_other_installations_stay_until_unused(tmp_path: Path) -> None:
+    """Two virtual environments on one machine keep one archive each; a run removes its own
+    installation's archives of other Sparks or Javas, others' only when unused for a month, and only old
+    half-written ones."""
+    import time
+
+    from ksniff.engine.spark_session import ARCHIVE_UNUSED_DAYS, _remove_others
+
+    def made(name: str, days: float = 0.0) -> Path:
+        path = tmp_path / name
+        path.write_bytes(b"x")
+        then = time.time() - days * 86400
+        os.utime(path, (then, then))
+        return path
+
+    keep = made("spark-driver-aaaa-new.jsa")
+    older_here = made("spark-driver-aaaa-old.jsa")
+    other_venv = made("spark-driver-bbbb-key.jsa", days=ARCHIVE_UNUSED_DAYS - 1)
+    gone_venv = made("spark-driver-cccc-key.jsa", days=ARCHIVE_UNUSED_DAYS + 1)
+    writing = made("spark-driver-bbbb-key.jsa.123.tmp")
+    killed = made("spark-driver-aaaa-new.jsa.456.tmp", days=1)
+    unrelated = made("notes.txt", days=365)
+    _remove_others(str(keep))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        p.name for p in (keep, other_venv, writing, unrelated)
+    )
+    assert not older_here.exists() and not gone_venv.exists() and not killed.exists()
