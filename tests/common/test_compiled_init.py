@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import importlib
 import inspect
 import json
-import os
 import pickle
 import sys
 from dataclasses import field
 from pathlib import Path
 
 import pytest
+from compiled_support import require_compiled
 
 import ksniff.audit.fold  # noqa: F401 - imported for its fast_init classes
 import ksniff.capture.events  # noqa: F401
@@ -35,12 +34,7 @@ CORPUS = sorted(p for p in PCAPS.iterdir() if p.suffix in (".pcap", ".pcapng"))
 
 
 def _slots():
-    try:
-        return importlib.import_module("ksniff.common._slots")
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("the compiled slot store was not built (pip install -e . needs Cython and gcc)")
-        pytest.skip("the compiled slot store is not built here")
+    return require_compiled("ksniff.common._slots", "the compiled slot store")
 
 
 @pytest.fixture

@@ -101,6 +101,30 @@ def produce_response(
     return ProduceResponse(responses=data, throttle_time_ms=0, version=version)
 
 
+def produce_bodies(version: int) -> tuple[bytes, bytes]:
+    """A real client's Produce request body (three batches: none, gzip and zstd; transactional from v3;
+    the topic by id where the version names topics so) and its answer's body, without their headers."""
+    import uuid
+
+    from ksniff.decode.apis import ALL_APIS
+
+    batches = [record_batch(sequence=i, codec=c) for i, c in enumerate(("none", "gzip", "zstd"))]
+    ids = {"orders": uuid.UUID(int=5)}
+    req = frame(
+        produce_request(
+            version,
+            transactional_id="tx" if version >= 3 else None,
+            partitions={("orders", 0): batches},
+            topic_ids=ids,
+        ),
+        version,
+        1,
+    )
+    resp = frame(produce_response(version, topic_ids=ids), version, 1)
+    flexible = 1 if ALL_APIS[0].flexible.contains(version) else 0
+    return req[4 + 10 + len("ksniff-test") + flexible :], resp[8 + flexible :]
+
+
 def fetch_request(
     version: int = 12,
     *,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from decode_builders import frame, produce_request, produce_response, record_batch
+from decode_builders import produce_bodies
 from decode_encoder import fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -81,24 +81,7 @@ def test_equal_on_mutations(api, version, is_request):
 @pytest.mark.parametrize("version", range(0, 14))
 def test_equal_on_real_client_produce(version):
     produce = ALL_APIS[0]
-    batches = [record_batch(sequence=i, codec=c) for i, c in enumerate(("none", "gzip", "zstd"))]
-    import uuid
-
-    ids = {"orders": uuid.UUID(int=5)}
-    req = frame(
-        produce_request(
-            version,
-            transactional_id="tx" if version >= 3 else None,
-            partitions={("orders", 0): batches},
-            topic_ids=ids,
-        ),
-        version,
-        1,
-    )
-    resp = frame(produce_response(version, topic_ids=ids), version, 1)
-    flexible = produce.flexible.contains(version)
-    req_body = req[4 + 10 + len("ksniff-test") + (1 if flexible else 0) :]
-    resp_body = resp[8 + (1 if flexible else 0) :]
+    req_body, resp_body = produce_bodies(version)
     for is_request, body in ((True, req_body), (False, resp_body)):
         (ka, a), (kb, b) = both(produce, version, is_request, body)
         assert ka == kb == "ok" and a == b

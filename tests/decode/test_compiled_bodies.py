@@ -9,13 +9,20 @@ set) it must have been built, so there they fail instead."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import os
 import random
 from pathlib import Path
 
 import pytest
-from decode_builders import CODECS, control_batch, frame, produce_request, produce_response, record_batch
+from compiled_support import require_compiled
+from decode_builders import (
+    CODECS,
+    control_batch,
+    frame,
+    produce_bodies,
+    produce_request,
+    produce_response,
+    record_batch,
+)
 from decode_encoder import fixture
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -38,12 +45,7 @@ CASES = [
 
 
 def _bodies():
-    try:
-        return importlib.import_module("ksniff.decode._bodies")
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("the compiled body reader was not built (pip install -e . needs Cython and gcc)")
-        pytest.skip("the compiled body reader is not built here")
+    return require_compiled("ksniff.decode._bodies", "the compiled body reader")
 
 
 @pytest.fixture(autouse=True)
@@ -132,24 +134,7 @@ def test_equal_on_mutations(api, version, is_request):
 @pytest.mark.parametrize("keep_records", [False, True])
 def test_equal_on_real_client_produce(version, keep_records):
     produce = ALL_APIS[0]
-    batches = [record_batch(sequence=i, codec=c) for i, c in enumerate(("none", "gzip", "zstd"))]
-    import uuid
-
-    ids = {"orders": uuid.UUID(int=5)}
-    req = frame(
-        produce_request(
-            version,
-            transactional_id="tx" if version >= 3 else None,
-            partitions={("orders", 0): batches},
-            topic_ids=ids,
-        ),
-        version,
-        1,
-    )
-    resp = frame(produce_response(version, topic_ids=ids), version, 1)
-    flexible = produce.flexible.contains(version)
-    req_body = req[4 + 10 + len("ksniff-test") + (1 if flexible else 0) :]
-    resp_body = resp[8 + (1 if flexible else 0) :]
+    req_body, resp_body = produce_bodies(version)
     for is_request, body in ((True, req_body), (False, resp_body)):
         (kind, *_), handed_back = same(produce, version, is_request, body, keep_records=keep_records)
         assert kind == "ok" and handed_back == 0

@@ -3,16 +3,8 @@ code: it must be built in CI; elsewhere its tests are skipped when it is not."""
 
 from __future__ import annotations
 
-import importlib
-import os
-
-import pytest
+from compiled_support import require_compiled
 
 
 def fastwalk():
-    try:
-        return importlib.import_module("ksniff.capture._fastwalk")
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("the compiled capture walk was not built (pip install -e . needs Cython and gcc)")
-        pytest.skip("the compiled capture walk is not built here")
+    return require_compiled("ksniff.capture._fastwalk", "the compiled capture walk")
