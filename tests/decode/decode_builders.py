@@ -101,6 +101,18 @@ def produce_response(
     return ProduceResponse(responses=data, throttle_time_ms=0, version=version)
 
 
+def mutations(data: bytes, seed: str, count: int = 30):
+    """`count` copies of `data` with one to three bytes set at random (the same ones for one `seed`)."""
+    import random
+
+    rnd = random.Random(seed)
+    for _ in range(count):
+        mutated = bytearray(data)
+        for _ in range(rnd.randint(1, 3)):
+            mutated[rnd.randrange(len(mutated))] = rnd.getrandbits(8)
+        yield bytes(mutated)
+
+
 def produce_bodies(version: int) -> tuple[bytes, bytes]:
     """A real client's Produce request body (three batches: none, gzip and zstd; transactional from v3;
     the topic by id where the version names topics so) and its answer's body, without their headers."""

@@ -9,7 +9,6 @@ set) it must have been built, so there they fail instead."""
 from __future__ import annotations
 
 import dataclasses
-import random
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from decode_builders import (
     CODECS,
     control_batch,
     frame,
+    mutations,
     produce_bodies,
     produce_request,
     produce_response,
@@ -122,12 +122,8 @@ def test_equal_on_mutations(api, version, is_request):
     data = bytearray(fixture(api, version, is_request, tags=False))
     if not data:
         pytest.skip("empty body at this version")
-    rnd = random.Random(f"{api.key}-{version}-{is_request}")
-    for _ in range(30):
-        mutated = bytearray(data)
-        for _ in range(rnd.randint(1, 3)):
-            mutated[rnd.randrange(len(mutated))] = rnd.getrandbits(8)
-        same(api, version, is_request, bytes(mutated))
+    for mutated in mutations(bytes(data), f"{api.key}-{version}-{is_request}"):
+        same(api, version, is_request, mutated)
 
 
 @pytest.mark.parametrize("version", range(0, 14))
