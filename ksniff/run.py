@@ -194,6 +194,7 @@ def run_audit(
                     partition_by=opts.partition_by,
                     producer=opts.producer,
                     keep=opts.filters,
+                    notice=None if opts.quiet else lambda text: _note(err, text),
                 )
             except SparkUnavailable as e:
                 abort(str(e))
@@ -235,6 +236,13 @@ def run_audit(
         tables.attach(result)
         _say_where_kafka_is(result, opts)
         return _emit(result, opts, out, err, tables)
+
+
+def _note(err, text: str) -> None:
+    """One line of what ksniff is doing apart from the audit, on the diagnostics console."""
+    from ksniff.report.text import shown_message
+
+    err.print(f"ksniff: {shown_message(text)}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _say_where_kafka_is(result: AuditResult, opts: Options) -> None:

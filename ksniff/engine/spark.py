@@ -37,7 +37,7 @@ import math
 import os
 import pickle
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -275,14 +275,16 @@ def run_spark(
     partition_by: Sequence[str] = (),
     producer: str | None = None,
     keep=None,
+    notice: Callable[[str], None] | None = None,
 ) -> AuditResult:
     """The CLI's run: the audit, the exports written by the executors, and the summary with the rows of
     `producer` only (its timeline) collected. Any failure is one line: CaptureError (an input),
-    ReportError (an export), SparkUnavailable (Spark itself)."""
+    ReportError (an export), SparkUnavailable (Spark itself). `notice` is told, in a line, of a wait that
+    is not the audit's (the first run writing the driver JVM's class-data archive)."""
     from ksniff.engine.spark_session import _one_line
     from ksniff.report.formats import ReportError
 
-    with _SessionScope(master, conf, None) as session:
+    with _SessionScope(master, conf, None, notice) as session:
         try:
             run = _run(session, list(paths), config)
         except (CaptureError, SparkUnavailable):
@@ -308,10 +310,10 @@ def run_spark(
 
 
 class _SessionScope:
-    def __init__(self, master, conf, spark) -> None:
+    def __init__(self, master, conf, spark, notice=None) -> None:
         if spark is None:
             check_available(master)
-        self.session = Session(master, conf, spark)
+        self.session = Session(master, conf, spark, notice=notice)
 
     def __enter__(self) -> Session:
         self.session.start()

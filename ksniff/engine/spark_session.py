@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -275,9 +275,15 @@ class Session:
     """A SparkSession for one run: started with `start()`, stopped (if we started it) with `stop()`."""
 
     def __init__(
-        self, master: str | None = None, conf: Sequence[tuple[str, str]] = (), spark: Any = None
+        self,
+        master: str | None = None,
+        conf: Sequence[tuple[str, str]] = (),
+        spark: Any = None,
+        notice: Callable[[str], None] | None = None,
     ) -> None:
+        """`notice`: told, in a line, when stopping waits for the JVM to write its class-data archive."""
         self.master = master
+        self._notice = notice
         self.conf = list(conf)
         self.spark = spark
         self._owned = spark is None
@@ -379,6 +385,11 @@ class Session:
                 self.spark.stop()
             self.spark = None
             if self._archive is not None:
+                if self._archive.writing is not None and self._notice is not None:
+                    self._notice(
+                        "keeping Spark's classes for faster starts: once, some seconds, about 180 MB "
+                        f"in {os.path.dirname(self._archive.path)} (KSNIFF_SPARK_JVM_TUNING=0: never)"
+                    )
                 self._archive.finish()
         shutil.rmtree(self._workdir, ignore_errors=True)
 

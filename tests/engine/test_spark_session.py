@@ -146,3 +146,30 @@ def test_archives_of_other_installations_stay_until_unused(tmp_path: Path) -> No
         p.name for p in (keep, other_venv, writing, unrelated)
     )
     assert not older_here.exists() and not gone_venv.exists() and not killed.exists()
+
+
+@pytest.mark.timeout(900)
+def test_the_command_line_says_once_that_it_keeps_the_classes(tmp_path: Path) -> None:
+    """The first `--engine spark` run on a machine waits for its JVM to write the archive: one line on
+    stderr says so; the next run, which maps the archive, says nothing of it."""
+    capture = ROOT / "tests" / "pcaps" / "txn_confluent_tansu.pcap"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    env.pop("KSNIFF_SPARK_JVM_TUNING", None)
+    said = []
+    try:
+        for _ in range(2):
+            done = subprocess.run(
+                [sys.executable, "-m", "ksniff.cli", "audit", str(capture), "--engine", "spark"]
+                + ["--master", "local[1]", "--conf", "spark.ui.enabled=false", "--exit-zero", "--no-color"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                cwd=tmp_path,
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+            said.append([ln for ln in done.stderr.splitlines() if "keeping Spark's classes" in ln])
+    finally:
+        shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+    assert len(said[0]) == 1 and said[0][0].startswith("ksniff: keeping Spark's classes for faster starts")
+    assert said[1] == []
