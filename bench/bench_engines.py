@@ -14,6 +14,7 @@ target keeps one session for all scales, as a long-lived cluster would; its star
 Run by hand (the cluster targets need Java; every process started here is stopped at the end):
 
     python bench/bench_engines.py [--scales 16,64,256] [--targets local,local[*],cluster1,cluster2] [--check]
+        [--conf KEY=VALUE ...]
 
 `--check` also compares each Spark result with the local one (the JSON document without its version).
 """
@@ -166,8 +167,9 @@ def shuffle_bytes(spark) -> int | None:
         return None
 
 
-def start_target(target: str):
-    """(session, cluster or None, process ids whose CPU counts) for a Spark target."""
+def start_target(target: str, extra: list[tuple[str, str]] = ()):
+    """(session, cluster or None, process ids whose CPU counts) for a Spark target; `extra`: more Spark
+    properties (`--conf`)."""
     from ksniff.engine.spark_session import Session
 
     conf = [
@@ -188,13 +190,13 @@ def start_target(target: str):
         master = cluster.url
     else:
         master = target
-    session = Session(master, conf=conf)
+    session = Session(master, conf=[*conf, *extra])
     session.start()
     roots = [os.getpid()] + ([p.pid for p in cluster.procs] if cluster else [])
     return session, cluster, roots
 
 
-def run_target(target: str, folder: Path, scales: list[int]) -> None:
+def run_target(target: str, folder: Path, scales: list[int], extra: list[tuple[str, str]] = ()) -> None:
     """One target over every scale, in a process of its own (so the peaks are its own)."""
     from ksniff.engine.spark import audit_paths_spark
 
@@ -202,7 +204,7 @@ def run_target(target: str, folder: Path, scales: list[int]) -> None:
     session = cluster = None
     try:
         if target != "local":
-            startup, (session, cluster, roots) = timed(start_target, target)
+            startup, (session, cluster, roots) = timed(start_target, target, extra)
             print(f"{target:>9} session start-up {startup:.1f} s", flush=True)
         for scale in scales:
             paths = sorted(str(p) for p in folder.glob(f"s{scale}_*.pcap"))
@@ -249,12 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--per-file", type=int, default=16, help="copies per capture file")
     parser.add_argument("--check", action="store_true", help="compare each Spark result with the local one")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark property")
     parser.add_argument("--only", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",")]
+    extra = [tuple(c.split("=", 1)) for c in args.conf]
     if args.only:
-        run_target(args.only, Path(args.dir), scales)
+        run_target(args.only, Path(args.dir), scales, extra)
         return 0
 
     print(
@@ -276,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 [
                     sys.executable,
                     os.path.abspath(__file__),
+                    *(a for c in args.conf for a in ("--conf", c)),
                     "--only",
                     target,
                     "--dir",
