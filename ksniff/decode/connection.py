@@ -351,21 +351,12 @@ class Connection:
         batches: tuple[ProducedBatch, ...] = ()
         fetched: tuple[FetchedPartition, ...] = ()
         if p.api_key == PRODUCE and p.body is not None:
+            made = None
             if _PRODUCED is not None:
-                head = (
-                    p.first_ts,
-                    self.conn,
-                    self.client,
-                    self.broker,
-                    p.client_id,
-                    p.correlation_id,
-                    p.api_version,
-                )
-                batches = _PRODUCED(p.body, response, self.ctx.topic_names, head, response_ts, unverified)
-                if batches is None:  # a body of other classes than the Produce schema's
-                    batches = self._produced(p, response, response_ts, unverified)
-            else:
-                batches = self._produced(p, response, response_ts, unverified)
+                head = self._head(p)
+                made = _PRODUCED(p.body, response, self.ctx.topic_names, head, response_ts, unverified)
+            # Without the compiled maker, or for a body of other classes than the Produce schema's:
+            batches = made if made is not None else self._produced(p, response, response_ts, unverified)
         elif p.api_key == FETCH and response is not None and p.body is not None:
             fetched = self._fetched(p, response, response_ts, unverified)
         return Exchange(
@@ -389,6 +380,12 @@ class Connection:
             fetched,
         )
 
+    def _head(self, p: Pending) -> tuple:
+        """The fields every batch event of an exchange starts with, in their order (ProducedBatch's and
+        FetchedPartition's, their response time apart): request time, connection, client, broker, client
+        id, correlation id, API version."""
+        return (p.first_ts, self.conn, self.client, self.broker, p.client_id, p.correlation_id, p.api_version)
+
     def _fetched(
         self, p: Pending, response: Struct, response_ts: float | None, unverified: bool
     ) -> tuple[FetchedPartition, ...]:
@@ -404,6 +401,7 @@ class Connection:
         if p.api_version >= 15 and request.replica_state is not None:  # moved into a tagged struct
             replica_id = request.replica_state.replica_id
         isolation, session, session_epoch = request.isolation_level, request.session_id, request.session_epoch
+        ts, conn, client, broker, client_id, correlation_id, api_version = self._head(p)
         out = []
         for topic in response.responses:
             key = _topic_key(topic, "topic")
@@ -414,14 +412,14 @@ class Connection:
                     aborted = tuple([(a.producer_id, a.first_offset) for a in aborted])
                 out.append(
                     FetchedPartition(
-                        p.first_ts,
+                        ts,
                         response_ts,
-                        self.conn,
-                        self.client,
-                        self.broker,
-                        p.client_id,
-                        p.correlation_id,
-                        p.api_version,
+                        conn,
+                        client,
+                        broker,
+                        client_id,
+                        correlation_id,
+                        api_version,
                         replica_id,
                         isolation,
                         session,
@@ -457,8 +455,7 @@ class Connection:
                     answers[(key, part.index)] = part
         transactional_id = request.transactional_id
         acks = request.acks
-        ts, conn, client, broker = p.first_ts, self.conn, self.client, self.broker
-        client_id, correlation_id, api_version = p.client_id, p.correlation_id, p.api_version
+        ts, conn, client, broker, client_id, correlation_id, api_version = self._head(p)
         out = []
         for topic in request.topic_data or ():
             key = _produce_topic_key(topic)
