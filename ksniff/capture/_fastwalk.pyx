@@ -11,6 +11,10 @@ common frame read straight from the bytes, the tuple built without intermediate 
 record, and everything about refilling the buffer or reporting damage, to the Python walk. Frames that
 are not the common case (VLAN tags, IP options, IPv6, fragments, other link types) go to the Python
 `parse` function, as in the pure-Python walk.
+
+`inorder` is the reassembler's hot loop over those batches (Reassembler.batch_events): the in-order
+segments of a connection on the hot path joined to the chunk being merged, in C, on the same Python
+objects; every other segment is handed back to the Python loop, the reference it is tested against.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -236,3 +240,146 @@ def ring_block(ring, Py_ssize_t block, Py_ssize_t size, bint skip_outgoing, Py_s
                 i += 1
             p += ks_u32(h)
     return out, kept, skipped
+
+
+# -- the reassembler's hot loop (ksniff.capture.reassembly.Reassembler.batch_events) ------------------
+
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+
+cdef extern from "Python.h":
+    ctypedef struct PyMemberDef:
+        const char *name
+        int type
+        Py_ssize_t offset
+        int flags
+    ctypedef struct PyMemberDescrObject:
+        PyMemberDef *d_member
+    PyTypeObject PyMemberDescr_Type
+    PyTypeObject *Py_TYPE(object)
+    PyObject *PyDict_GetItemWithError(object, object) except? NULL
+    Py_ssize_t PyTuple_GET_SIZE(object)
+    double PyFloat_AS_DOUBLE(object)
+
+cdef int T_OBJECT_EX = 16  # structmember.h: the member type of a __slots__ entry
+
+# The flags the hot loop leaves to the careful path (ksniff.capture.reassembly._SLOW_FLAGS, kept equal
+# by a test): FIN, SYN, RST, TRUNCATED, TICK.
+SLOW_FLAGS = 0x01 | 0x02 | 0x04 | 0x100 | 0x200
+
+
+cdef Py_ssize_t _slot(type cls, str name) except -1:
+    """The offset of the object slot `name` of `cls` itself; TypeError for anything else."""
+    cdef PyMemberDef *member
+    descriptor = cls.__dict__.get(name)
+    if descriptor is None or Py_TYPE(descriptor) is not &PyMemberDescr_Type:
+        raise TypeError(f"{cls.__name__}.{name} is not a slot of the class itself")
+    member = (<PyMemberDescrObject *> <PyObject *> descriptor).d_member
+    if member.type != T_OBJECT_EX or member.flags != 0:
+        raise TypeError(f"{cls.__name__}.{name} is not a writable object slot")
+    return member.offset
+
+
+cdef class HotSlots:
+    """Where the hot loop finds the fields it reads and writes: the slots of the reassembler's `Half`
+    (one direction of a connection) and of its `ChunkMerger`'s `pend`."""
+
+    cdef Py_ssize_t fast, last_ts, ack_out, nxt, nxt32, parts, p_off, p_len, p_last, p_marks, pend
+    cdef object keep  # the classes, alive as long as their offsets are used
+
+    def __init__(self, type half, type merger):
+        self.fast, self.last_ts = _slot(half, "fast"), _slot(half, "last_ts")
+        self.ack_out, self.nxt, self.nxt32 = _slot(half, "ack_out"), _slot(half, "nxt"), _slot(half, "nxt32")
+        self.parts, self.p_off, self.p_len = _slot(half, "parts"), _slot(half, "p_off"), _slot(half, "p_len")
+        self.p_last, self.p_marks = _slot(half, "p_last"), _slot(half, "p_marks")
+        self.pend = _slot(merger, "pend")
+        self.keep = (half, merger)
+
+
+cdef inline PyObject *_get(object o, Py_ssize_t offset):
+    """The object in the slot at `offset` of `o`, borrowed (NULL when the slot is empty)."""
+    return (<PyObject **> (<char *> <PyObject *> o + offset))[0]
+
+
+cdef inline void _put(object o, Py_ssize_t offset, object value):
+    """Stores `value` in the slot at `offset` of `o`, releasing what it held."""
+    cdef PyObject **slot = <PyObject **> (<char *> <PyObject *> o + offset)
+    cdef PyObject *old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject *> value
+    Py_XDECREF(old)
+
+
+def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, double sweep_at,
+            Py_ssize_t max_chunk, HotSlots at):
+    """The hot loop of `Reassembler.events` over `segs[i:]`, in C: segments of a known connection that
+    may take the hot path (`Half.fast`), with no slow flag and their bytes in order, update their
+    direction and join the chunk being merged (`ChunkMerger.start` and `flush` are called as the Python
+    loop calls them). Stops after a segment that left events in `out` (returns the next index, so the
+    caller yields them before going on), or before one the Python loop must take (returns ~index: a
+    sweep due, an unknown connection, a slow flag, bytes out of order, anything not of the usual
+    types); nothing of that segment is changed then. Returns len(segs) at the end."""
+    cdef Py_ssize_t n = len(segs), plen
+    cdef PyObject *found
+    cdef PyObject *field
+    cdef tuple seg
+    cdef object h, ts, payload, flags, nxt, marks, mark, parts
+    while i < n:
+        item = segs[i]
+        if type(item) is not tuple or PyTuple_GET_SIZE(item) != 9:
+            return ~i
+        seg = <tuple> item
+        ts = seg[0]
+        flags = seg[7]
+        payload = seg[8]
+        if type(ts) is not float or PyFloat_AS_DOUBLE(ts) >= sweep_at or type(flags) is not int:
+            return ~i
+        if flags & SLOW_FLAGS:
+            return ~i
+        if type(payload) is not memoryview and type(payload) is not bytes:
+            return ~i
+        found = PyDict_GetItemWithError(table, (seg[1], seg[2], seg[3], seg[4]))
+        if found is NULL:
+            return ~i
+        h = <object> found
+        field = _get(h, at.fast)
+        if field is NULL or <object> field is not True:  # False, or not a bool: the Python loop judges
+            return ~i
+        if (_get(h, at.parts) is NULL or _get(h, at.p_off) is NULL or _get(h, at.p_len) is NULL
+                or _get(h, at.p_last) is NULL):
+            return ~i  # never so (Half.__init__ sets every slot); a slot read below would be empty
+        plen = len(payload)
+        if plen:
+            field = _get(h, at.nxt32)
+            if field is NULL or seg[5] != <object> field:
+                return ~i
+            field = _get(h, at.nxt)
+            if field is NULL or type(<object> field) is not int:
+                return ~i
+        _put(h, at.last_ts, ts)
+        _put(h, at.ack_out, seg[6])
+        i += 1
+        if not plen:
+            continue
+        nxt = <object> _get(h, at.nxt) + plen
+        _put(h, at.nxt, nxt)
+        _put(h, at.nxt32, (seg[5] + plen) & 0xFFFFFFFF)
+        if _get(merger, at.pend) is <PyObject *> h:
+            parts = <object> _get(h, at.parts)
+            parts.append(payload)
+            if ts != <object> _get(h, at.p_last):
+                _put(h, at.p_last, ts)
+                mark = (<object> _get(h, at.p_off) + <object> _get(h, at.p_len), ts)
+                field = _get(h, at.p_marks)
+                if field is NULL or <object> field is None:
+                    _put(h, at.p_marks, [mark])
+                else:
+                    (<object> field).append(mark)
+            _put(h, at.p_len, <object> _get(h, at.p_len) + plen)
+            if <object> _get(h, at.p_len) >= max_chunk:
+                merger.flush()
+        else:
+            merger.start(h, nxt - plen, payload, plen, ts)
+        if out:
+            return i
+    return i

@@ -74,15 +74,16 @@ class CaptureFile:
         self._buffer.close()
         raise CaptureError(f"{self.path}: {why}")
 
-    def segments(self) -> Iterator[tuple]:
-        """Every TCP segment in the file, in file order; the walk's counts land in `counts`."""
+    def segments(self, batched: bool = False) -> Iterator:
+        """Every TCP segment in the file, in file order; the walk's counts land in `counts`. With
+        `batched`, the segments come in lists (Reassembler.batch_events)."""
         b = self._buffer
         try:
             if self.format == "pcap":
-                yield from pcap_segments(b, self._pcap, self.counts, self.warnings)
+                yield from pcap_segments(b, self._pcap, self.counts, self.warnings, batched)
             else:
                 walk = PcapngWalk(b, self.counts, self.warnings, self.linktypes, self.limits.max_interfaces)
-                yield from walk.segments()
+                yield from walk.segments(batched)
         finally:
             if b.inflate_capped:
                 self.warnings.append(

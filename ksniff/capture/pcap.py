@@ -40,9 +40,10 @@ class PcapHeader:
 
 
 def pcap_segments(
-    b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnings: list[str]
-) -> Iterator[tuple]:
-    """Every TCP segment of the file in order; damage ends the walk with a warning."""
+    b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnings: list[str], batched: bool = False
+) -> Iterator:
+    """Every TCP segment of the file in order; damage ends the walk with a warning. With `batched`, in
+    lists (each of the compiled walk's batches whole, a segment of the Python loop alone)."""
     record = struct.Struct(head.order + "IIII").unpack_from
     unit, link, segment = head.unit, head.link, segment_of
     fast = fast_path(link)
@@ -68,7 +69,10 @@ def pcap_segments(
                     missed = [m + c for m, c in zip(missed, codes, strict=True)]
                     ts = last
                     b.parsed = pos
-                    yield from out
+                    if batched:
+                        yield out
+                    else:
+                        yield from out
                     continue
             if pos + 16 <= end:
                 sec, frac, caplen, _wire = record(buf, pos)
@@ -91,7 +95,7 @@ def pcap_segments(
                 b.parsed = pos
             seg = segment(ts, buf, p, pos, link, fast)
             if seg.__class__ is tuple:
-                yield seg
+                yield [seg] if batched else seg
             else:
                 missed[seg] += 1
     finally:

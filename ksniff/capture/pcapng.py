@@ -111,7 +111,8 @@ class PcapngWalk:
             return True
         return False
 
-    def segments(self) -> Iterator[tuple]:
+    def segments(self, batched: bool = False) -> Iterator:
+        """Every TCP segment of the file in order; with `batched`, in lists (as `pcap_segments`)."""
         b = self.b
         warnings = self.warnings
         buf, end, pos = b.buf, b.end, 0
@@ -154,7 +155,10 @@ class PcapngWalk:
                             first_ts = first
                         ts = last
                         b.parsed = pos
-                        yield from out
+                        if batched:
+                            yield out
+                        else:
+                            yield from out
                         continue
                 if pos + 28 <= end and block is not None:
                     btype, blen, iface, hi, lo, caplen, _wire = block(buf, pos)
@@ -212,7 +216,7 @@ class PcapngWalk:
                     first_ts = ts
                 seg = segment(ts, buf, p, p + caplen, link, fasts[iface])
                 if seg.__class__ is tuple:
-                    yield seg
+                    yield [seg] if batched else seg
                 else:
                     missed[seg] += 1
         finally:

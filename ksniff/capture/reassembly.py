@@ -19,9 +19,11 @@ connection closes, depends on nothing but the clock, not on which segments happe
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator
 
+from ksniff.capture import compiled
 from ksniff.capture.chunks import ChunkMerger
 from ksniff.capture.connections import ConnectionTable, ConnIdFn
 from ksniff.capture.errors import CaptureLimits
@@ -122,6 +124,39 @@ class Reassembler:
                 yield popleft()
         if finish:
             self.finish(ts)
+            while out:
+                yield popleft()
+
+    def batch_events(self, batches: Iterable[list], finish: bool = True) -> Iterator[StreamEvent]:
+        """`events` over segments that come in lists (the compiled file walk's batches). With the
+        compiled walk, the loop above runs in C over each list (`_fastwalk.inorder`: the same steps on
+        the same objects) and hands this loop every segment it leaves, which `events` then takes alone;
+        without it, `events` takes them all. The same events either way."""
+        inorder = hot_loop()
+        if inorder is None:
+            yield from self.events(itertools.chain.from_iterable(batches), finish)
+            return
+        slots = compiled.fastwalk.HotSlots(Half, ChunkMerger)
+        table = self._conns.table
+        merger = self._merger
+        out = merger.out
+        popleft = out.popleft
+        max_chunk = self.limits.max_chunk_bytes
+        last = None
+        for batch in batches:
+            i, n = 0, len(batch)
+            while i < n:
+                i = inorder(batch, i, table, merger, out, self.next_sweep, max_chunk, slots)
+                while out:
+                    yield popleft()
+                if i < 0:  # a segment for the careful path, or a sweep due first
+                    i = ~i
+                    yield from self.events((batch[i],), finish=False)
+                    i += 1
+            if n:
+                last = batch[-1]
+        if finish:
+            self.finish(None if last is None else last[0])
             while out:
                 yield popleft()
 
@@ -293,6 +328,12 @@ class Reassembler:
 
     def warnings(self) -> list[str]:
         return self._conns.warnings() + self._ooo.warnings()
+
+
+def hot_loop():
+    """The compiled hot loop (`_fastwalk.inorder`), or None: not built, an older build without it, or
+    KSNIFF_PURE_PYTHON set. Read when a run starts, so a test can switch the compiled walk off."""
+    return getattr(compiled.fastwalk, "inorder", None)
 
 
 def _multiple_after(t: float, every: float) -> float:

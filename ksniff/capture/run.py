@@ -9,7 +9,7 @@ from operator import itemgetter
 from ksniff.capture.errors import CaptureError, CaptureLimits
 from ksniff.capture.events import CaptureStats, InputInfo, StreamEvent
 from ksniff.capture.files import CaptureFile, expand_inputs
-from ksniff.capture.reassembly import Reassembler
+from ksniff.capture.reassembly import Reassembler, hot_loop
 from ksniff.common.counters import add_counters
 
 
@@ -53,7 +53,11 @@ class CaptureRun:
 
     def _events(self) -> Iterator[StreamEvent]:
         try:
-            yield from self.reassembler.events(segments(self._files, self.offsets))
+            if len(self._files) == 1 and not any(self.offsets) and hot_loop() is not None:
+                # One file on its own clock: its segments in the compiled walk's batches, to the hot loop
+                yield from self.reassembler.batch_events(self._files[0].segments(batched=True))
+            else:
+                yield from self.reassembler.events(segments(self._files, self.offsets))
         finally:
             self._summarise()
 

@@ -1,0 +1,212 @@
+"""The reassembler's hot loop in C (`_fastwalk.inorder`, run by `Reassembler.batch_events` over the
+compiled walk's batches) against the Python loop of `Reassembler.events`, the reference: the same
+events (every field, chunk bytes and time marks included), counters and warnings, on every capture of
+the corpus and on crafted traffic that leaves the hot path in every way it can (handshakes, several
+connections interleaved, retransmissions, reordering, loss, a chunk filling up, idle sweeps, a
+connection dropped while its events are read, a 4-tuple used again).
+
+Where the project is built without a C compiler these tests skip; in CI they fail instead."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from capture_builders import Flow, write_ip_packets
+from compiled_walk import fastwalk
+
+from ksniff.capture import CaptureLimits, compiled, read_files, reassembly
+from ksniff.capture.chunks import ChunkMerger
+from ksniff.capture.events import ConnectionOpened, StreamChunk
+from ksniff.capture.halves import Half
+from ksniff.capture.reassembly import Reassembler
+
+PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
+CORPUS = sorted(p for p in PCAPS.iterdir() if p.suffix in (".pcap", ".pcapng"))
+
+
+@pytest.fixture
+def hot():
+    """The compiled walk with the hot loop in it (an older build without it counts as not built)."""
+    fast = fastwalk()
+    if not hasattr(fast, "inorder"):
+        pytest.fail("the compiled capture walk was built without the hot loop: build it again")
+    return fast
+
+
+def described(event) -> tuple:
+    """An event as its class and every field's value (a payload view as bytes), types included."""
+    values = []
+    for name in event.__slots__:
+        value = getattr(event, name)
+        values.append((name, type(value).__name__, bytes(value) if isinstance(value, memoryview) else value))
+    return (type(event).__name__, *values)
+
+
+def read(path, limits=None, on_event=None) -> tuple:
+    """Every event of one capture read as `ksniff audit` reads it, then the run's counters and warnings.
+    `on_event(run, event)` is called as each event comes (a decoder dropping a connection)."""
+    run = read_files([str(path)], limits)
+    events = []
+    for event in run:
+        events.append(described(event))
+        if on_event is not None:
+            on_event(run, event)
+    stats = {k: getattr(run.stats, k) for k in run.stats.__slots__}
+    return events, stats, list(run.warnings)
+
+
+def both(monkeypatch, hot, fn):
+    """`fn()` with the hot loop, then with the compiled walk off (the Python walk and loop)."""
+    monkeypatch.setattr(compiled, "fastwalk", hot)
+    assert reassembly.hot_loop() is not None
+    a = fn()
+    monkeypatch.setattr(compiled, "fastwalk", None)
+    assert reassembly.hot_loop() is None
+    b = fn()
+    return a, b
+
+
+def test_slow_flags_agree_with_the_reassembler(hot):
+    assert hot.SLOW_FLAGS == reassembly._SLOW_FLAGS
+
+
+def test_slot_layout_refuses_classes_without_the_slots(hot):
+    hot.HotSlots(Half, ChunkMerger)
+    with pytest.raises(TypeError):
+        hot.HotSlots(ChunkMerger, ChunkMerger)
+
+    class NoSlots:
+        pass
+
+    with pytest.raises(TypeError):
+        hot.HotSlots(Half, NoSlots)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_corpus_events_identical(monkeypatch, hot, path):
+    fast, pure = both(monkeypatch, hot, lambda: read(path))
+    assert fast == pure
+    assert any(e[0] == "StreamChunk" for e in fast[0])
+
+
+def _traffic(seed: int) -> list[tuple[float, bytes]]:
+    """Three connections interleaved at random: handshakes, bursts of in-order segments both ways
+    (several per capture time, so chunks carry time marks), pure ACKs, retransmissions, segments sent
+    late (reordering), lost ones, a pause longer than the idle timeout, closes, and a 4-tuple opened
+    again after its close."""
+    rng = random.Random(seed)
+    flows = [Flow(client=("10.0.0.1", 40000 + i), isn_c=1000 + 7 * i, isn_s=0xFFFFF000 + i) for i in range(3)]
+    packets: list[tuple[float, bytes]] = []
+    ts = 1000.0
+    late: list[bytes] = []
+    for f in flows:
+        packets += [(ts, p) for p in f.handshake()]
+    for step in range(1500):
+        if rng.random() < 0.6:
+            ts += rng.choice((0.0, 0.0001, 0.002))
+        if step == 700:
+            ts += 200.0  # every connection idle past the timeout: swept, later bytes open new ones
+        f = rng.choice(flows)
+        way = rng.random() < 0.7
+        roll = rng.random()
+        payload = bytes([step % 251]) * rng.choice((1, 60, 1448, 1448, 1448))
+        if roll < 0.03:
+            late.append(f.send(way, payload))  # sent later: the receiver sees a hole first
+        elif roll < 0.04:
+            f.send(way, payload)  # lost: a gap when the peer's ACK passes it, or at the end
+        elif roll < 0.07 and late:
+            packets.append((ts, late.pop(0)))
+        elif roll < 0.09:
+            packets.append((ts, f.raw(way, f.seq[way] - len(payload), "PA", payload)))  # retransmitted
+        elif roll < 0.13:
+            packets.append((ts, f.send(way, flags="A")))  # a pure ACK
+        else:
+            packets.append((ts, f.send(way, payload)))
+        if step == 1100:
+            packets += [(ts, p) for p in flows[0].close()]
+            flows[0] = Flow(client=flows[0].client, isn_c=77, isn_s=99)
+            packets += [(ts, p) for p in flows[0].handshake()]
+    packets += [(ts, p) for p in late]
+    return packets
+
+
+def _write(path, packets: list[tuple[float, bytes]]) -> None:
+    from capture_builders import LINKS, pcap_bytes
+
+    linktype, frame = LINKS["EN10MB"]
+    path.write_bytes(pcap_bytes([(t, frame(p)) for t, p in packets], linktype))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("max_chunk", [256 << 10, 3000])
+def test_crafted_traffic_identical(monkeypatch, hot, tmp_path, seed, max_chunk):
+    path = tmp_path / "t.pcap"
+    _write(path, _traffic(seed))
+    limits = CaptureLimits(max_chunk_bytes=max_chunk, idle_timeout=60.0)
+    fast, pure = both(monkeypatch, hot, lambda: read(path, limits))
+    assert fast == pure
+    kinds = {e[0] for e in fast[0]}
+    assert {"ConnectionOpened", "StreamChunk", "StreamGap", "ConnectionClosed"} <= kinds
+    assert fast[1]["gaps"] and fast[1]["connections"] > 3  # holes, and the idle ones opened again
+
+
+def test_connection_dropped_while_read_identical(monkeypatch, hot, tmp_path):
+    """The decoder drops a connection at its second chunk (not Kafka): nothing more of it comes, with
+    the hot loop as without, and its later bytes are counted under the port asked for."""
+    path = tmp_path / "t.pcap"
+    _write(path, _traffic(7))
+    limits = CaptureLimits(max_chunk_bytes=4000)
+
+    def run():
+        seen: dict[int, int] = {}
+
+        def on_event(capture, event):
+            if event.__class__ is StreamChunk and event.conn in (1, 2):
+                seen[event.conn] = seen.get(event.conn, 0) + 1
+                if seen[event.conn] == 2:
+                    capture.drop(event.conn, tally=9093 if event.conn == 2 else 0)
+
+        return read(path, limits, on_event)
+
+    fast, pure = both(monkeypatch, hot, run)
+    assert fast == pure
+    assert fast[1]["kafka_elsewhere_bytes"].get(9093)
+
+
+def test_one_whole_file_of_in_order_segments(monkeypatch, hot, tmp_path):
+    """The bulk shape: long runs of full segments one way and ACKs the other, chunks filling up."""
+    f = Flow()
+    packets = f.handshake()
+    for i in range(3000):
+        packets.append(f.send(True, bytes([i % 256]) * 1448))
+        if i % 4 == 3:
+            packets.append(f.send(False, flags="A"))
+    packets += f.close()
+    path = tmp_path / "bulk.pcap"
+    write_ip_packets(path, packets, step=0.00001)
+    fast, pure = both(monkeypatch, hot, lambda: read(path))
+    assert fast == pure
+    chunks = [e for e in fast[0] if e[0] == "StreamChunk"]
+    assert len(chunks) > 10 and all(dict((n, v) for n, _t, v in e[1:])["marks"] for e in chunks[:-1])
+
+
+def test_batches_of_any_segments_match_events(hot):
+    """`batch_events` over lists of segment tuples of other types than the walk's (integer times, bytes
+    payloads) and with a TICK among them gives what `events` gives over the same segments."""
+    client, server = (b"\n\0\0\1", 40000), (b"\n\0\0\2", 9092)
+    segs = [(0, *client, *server, 1000, 0, 0x02, b"")]  # the SYN
+    seq, t = 1001, 0
+    for i in range(400):
+        t += i % 3 == 0
+        data = bytes([i % 200]) * (50 + i % 7)
+        segs.append((t, *client, *server, seq, 5001, 0x18, data))
+        seq += len(data)
+        if i == 200:
+            segs.append((t + 0.5, b"", 0, b"", 0, 0, 0, 0x200, b""))  # the clock moved: flush
+    batches = [segs[i : i + 37] for i in range(0, len(segs), 37)]
+    a = [described(e) for e in Reassembler(CaptureLimits(max_chunk_bytes=2000)).batch_events(batches)]
+    b = [described(e) for e in Reassembler(CaptureLimits(max_chunk_bytes=2000)).events(segs)]
+    assert a == b
+    assert a[0][0] == ConnectionOpened.__name__ and sum(e[0] == "StreamChunk" for e in a) > 5
