@@ -9,6 +9,7 @@ Where the project is built without a C compiler these tests skip; in CI they fai
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
@@ -28,10 +29,12 @@ CORPUS = sorted(p for p in PCAPS.iterdir() if p.suffix in (".pcap", ".pcapng"))
 
 @pytest.fixture
 def hot():
-    """The compiled walk with the hot loop in it (an older build without it counts as not built)."""
+    """The compiled walk with the hot loop in it: a build older than the loop counts as not built."""
     fast = fastwalk()
     if not hasattr(fast, "inorder"):
-        pytest.fail("the compiled capture walk was built without the hot loop: build it again")
+        if os.environ.get("CI"):
+            pytest.fail("the compiled capture walk was built without the hot loop (pip install -e .)")
+        pytest.skip("the compiled capture walk here was built before the hot loop: build it again")
     return fast
 
 
