@@ -397,26 +397,43 @@ def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
     bounded = [c for c in clocks if c.uncertainty is not None and c.servers]
     if len(bounded) < 2:
         return findings
-    by_tid: dict[str, list[tuple[float, Clock]]] = {}
-    by_pid: dict[int, list[tuple[float, Clock]]] = {}
-    for c in bounded:
+    # Per producer key, per clock (in the clocks' order), the sorted times of its state changes: a finding
+    # looks each clock up by bisection, so a long capture's thousands of transactions per producer cost
+    # a few steps per finding, not a walk over all of them.
+    by_tid: dict[str, dict[int, list[float]]] = {}
+    by_pid: dict[int, dict[int, list[float]]] = {}
+    own_of: dict[str, int] = {}
+    for n, c in enumerate(bounded):
+        for server in c.servers:
+            own_of.setdefault(server, n)
         for ts, tid, pid in c.boundaries:
             if tid is not None:
-                by_tid.setdefault(tid, []).append((ts + c.offset, c))
-            by_pid.setdefault(pid, []).append((ts + c.offset, c))
+                by_tid.setdefault(tid, {}).setdefault(n, []).append(ts + c.offset)
+            by_pid.setdefault(pid, {}).setdefault(n, []).append(ts + c.offset)
+    for per_clock in (*by_tid.values(), *by_pid.values()):
+        for times in per_clock.values():
+            times.sort()
     out = []
     for f in findings:
-        own = next((c for c in bounded if f.evidence.get("broker") in c.servers), None)
-        if f.severity == Severity.INFO or own is None:
+        mine = own_of.get(f.evidence.get("broker"))
+        if f.severity == Severity.INFO or mine is None:
             out.append(f)
             continue
+        own = bounded[mine]
         near = None
-        events = (by_tid.get(f.transactional_id, []) if f.transactional_id is not None else []) + (
-            by_pid.get(f.producer_id, []) if f.producer_id is not None else []
-        )
-        for ts, c in events:
-            if c is not own and abs(f.ts - ts) <= own.uncertainty + c.uncertainty:
-                near = own.uncertainty + c.uncertainty
+        for per_clock in (
+            by_tid.get(f.transactional_id) if f.transactional_id is not None else None,
+            by_pid.get(f.producer_id) if f.producer_id is not None else None,
+        ):
+            for n, times in (per_clock or {}).items():
+                if n == mine:
+                    continue
+                width = own.uncertainty + bounded[n].uncertainty
+                i = bisect.bisect_left(times, f.ts - width)
+                if i < len(times) and times[i] <= f.ts + width:
+                    near = width
+                    break
+            if near is not None:
                 break
         if near is None:
             out.append(f)
