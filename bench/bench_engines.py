@@ -3,7 +3,7 @@ real Spark standalone cluster (master and workers started from pyspark's spark-c
 and 2 workers.
 
 The set at scale N is N copies of the corpus captures (tests/pcaps, classic pcap over Ethernet), copy k
-with every IPv4 address rewritten to 10.x.y.1 / 10.x.y.2 (x.y = k) and shifted k hours later, so each
+with each IPv4 address rewritten to one of 10.x.y.1, 10.x.y.2, ... (x.y = k) and shifted k hours later, so each
 copy's connections are its own; each file holds 16 consecutive copies of one capture (like rotated files)
 and the files of different captures overlap in time, as from several capture points.
 
@@ -52,21 +52,26 @@ def corpus() -> list[bytes]:
 
 
 def rewrite(data: bytes, copy: int, shift: int = 0) -> bytes:
-    """The capture's records with IPv4 addresses moved to copy `copy`'s own (lower address .1, the other
-    .2) and timestamps `shift` seconds later; without the file header."""
+    """The capture's records with IPv4 addresses moved to copy `copy`'s own and timestamps `shift` seconds
+    later; without the file header. Each distinct address of the capture gets one new address, 10.x.y.n
+    (x.y = copy, n its rank among the capture's addresses), in both directions: a connection stays one
+    connection (on loopback, where both ends have one address, both ends keep one)."""
     buf = bytearray(data)
     prefix = bytes((10, (copy >> 8) & 255, copy & 255))
+    frames = []
     pos = 24
     while pos + 16 <= len(buf):
         sec, frac, caplen, wire = _RECORD.unpack_from(buf, pos)
         _RECORD.pack_into(buf, pos, sec + shift, frac, caplen, wire)
         frame = pos + 16
         if caplen >= 34 and buf[frame + 12 : frame + 14] == b"\x08\x00":
-            src, dst = bytes(buf[frame + 26 : frame + 30]), bytes(buf[frame + 30 : frame + 34])
-            low = min(src, dst)
-            buf[frame + 26 : frame + 30] = prefix + (b"\x01" if src == low else b"\x02")
-            buf[frame + 30 : frame + 34] = prefix + (b"\x01" if dst == low and src != dst else b"\x02")
+            frames.append(frame)
         pos = frame + caplen
+    seen = sorted({bytes(buf[f + at : f + at + 4]) for f in frames for at in (26, 30)})
+    new = {address: prefix + bytes((n + 1,)) for n, address in enumerate(seen)}
+    for frame in frames:
+        for at in (26, 30):
+            buf[frame + at : frame + at + 4] = new[bytes(buf[frame + at : frame + at + 4])]
     return bytes(buf[24:])
 
 
