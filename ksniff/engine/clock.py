@@ -403,6 +403,7 @@ def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
     by_tid: dict[str, dict[int, list[float]]] = {}
     by_pid: dict[int, dict[int, list[float]]] = {}
     own_of: dict[str, int] = {}
+    spread = [c.uncertainty for c in bounded]
     for n, c in enumerate(bounded):
         for server in c.servers:
             own_of.setdefault(server, n)
@@ -419,7 +420,6 @@ def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
         if f.severity == Severity.INFO or mine is None:
             out.append(f)
             continue
-        own = bounded[mine]
         near = None
         for per_clock in (
             by_tid.get(f.transactional_id) if f.transactional_id is not None else None,
@@ -428,7 +428,7 @@ def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
             for n, times in (per_clock or {}).items():
                 if n == mine:
                     continue
-                width = own.uncertainty + bounded[n].uncertainty
+                width = spread[mine] + spread[n]
                 i = bisect.bisect_left(times, f.ts - width)
                 if i < len(times) and times[i] <= f.ts + width:
                     near = width
