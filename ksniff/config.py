@@ -50,6 +50,8 @@ def parse_ports(values: Iterable[str | int]) -> tuple[int, ...]:
 
 @frozen_dataclass
 class EngineConfig:
+    """Everything a run is asked to do, shared by every engine."""
+
     ports: tuple[int, ...] = DEFAULT_PORTS  # broker ports (the side on one of them is the broker)
     auto_detect: bool = True  # also find Kafka on any other port
     txn_timeout_ms: int | None = None  # hanging-transaction threshold; None: the audit room's default

@@ -21,6 +21,8 @@ from ksniff.decode.events import DecodeStats
 
 @slotted_dataclass
 class AuditResult:
+    """A run's whole result: inputs, counters, the audit's output, warnings and tables."""
+
     inputs: list[InputInfo]
     capture: CaptureStats
     decode: DecodeStats

@@ -38,6 +38,8 @@ class Refused:
 
 @slotted_dataclass
 class IdempotenceWatch:
+    """What the idempotence check remembers between exchanges: each client's refused InitProducerId."""
+
     refused: dict[tuple[str, str], Refused] = field(default_factory=dict)
 
 

@@ -56,6 +56,8 @@ class FindingKind(str, Enum):
 @fast_init
 @frozen_dataclass(init=False)
 class Finding:
+    """One problem the audit found: its kind, severity, time, subject and words."""
+
     kind: str  # a FindingKind value, or a newer kind the audit adds
     severity: str  # a Severity value
     ts: float
@@ -99,6 +101,8 @@ class Finding:
 @fast_init
 @frozen_dataclass(init=False)
 class Transaction:
+    """One transaction of a transactional producer, from its first write to its end (or none)."""
+
     transactional_id: str
     producer_id: int | None
     producer_epoch: int | None
@@ -135,6 +139,8 @@ class Transaction:
 
 @frozen_dataclass
 class ProducerSummary:
+    """What the audit saw of one producer: its ids, epochs, clients, batches, records, transactions."""
+
     transactional_id: str | None
     producer_id: int | None
     epochs: tuple[int, ...]
@@ -240,6 +246,8 @@ class PartitionSummary:
 
 @frozen_dataclass
 class AuditOutput:
+    """The audit fold's result: producers, transactions and findings."""
+
     producers: tuple[ProducerSummary, ...]
     transactions: tuple[Transaction, ...]
     findings: tuple[Finding, ...]  # sorted by ts

@@ -145,6 +145,8 @@ class Position:
 
 @slotted_dataclass
 class ProducerOnPartition:
+    """One producer's writes to one partition as the partition's log shows them."""
+
     producer_id: int
     transactional_id: str | None = None
     epochs: set[int] = field(default_factory=set)
@@ -158,6 +160,8 @@ class ProducerOnPartition:
 
 @slotted_dataclass
 class PartitionLog:
+    """The batches one partition's log is known to hold, by base offset, and who wrote them."""
+
     topic: str
     partition: int
     at: dict[int, Placed] = field(default_factory=dict)  # base offset -> batch
@@ -237,6 +241,9 @@ class TxnWrite:
 
 @slotted_dataclass
 class LogState:
+    """Every partition log of a run, and what the fold keeps beside them: open transactional writes,
+    consumer positions, topic names, transaction timeouts."""
+
     logs: dict[tuple[str, int], PartitionLog] = field(default_factory=dict)
     # (producer id, epoch) -> accepted transactional batches since its last EndTxn
     txn_writes: dict[tuple[int, int], list[TxnWrite]] = field(default_factory=dict)

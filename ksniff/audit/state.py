@@ -26,6 +26,8 @@ RECENT_BATCHES = 16
 
 @frozen_dataclass
 class AuditConfig:
+    """The audit fold's settings: the transaction timeout and the duplicate-exchange window."""
+
     txn_timeout_ms: int = 60000  # when the producer's own TransactionTimeoutMillis was not seen
     # An exchange seen again (captured at both ends) within this many seconds counts once.
     duplicate_window_s: float = 5.0

@@ -18,6 +18,8 @@ from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 @fast_init
 @frozen_dataclass(init=False)
 class Endpoint:
+    """One end of a connection: address and port."""
+
     ip: str
     port: int
 
@@ -28,6 +30,8 @@ class Endpoint:
 @fast_init
 @frozen_dataclass(init=False)
 class ConnectionOpened:
+    """A connection seen for the first time (with or without its handshake)."""
+
     conn: int  # unique within one run; never reused, even when a 4-tuple is
     src: Endpoint
     dst: Endpoint
@@ -67,6 +71,8 @@ class StreamGap:
 @fast_init
 @frozen_dataclass(init=False)
 class ConnectionClosed:
+    """A connection ended: by FIN, RST, idleness, eviction, reuse or the end of the capture."""
+
     conn: int
     ts: float
     reason: str  # "fin" | "rst" | "idle" | "evicted" | "end_of_capture" | "reused" (new SYN on its 4-tuple)

@@ -165,6 +165,8 @@ class ConnectionLost:
 @fast_init
 @frozen_dataclass(init=False)
 class ConnectionEnded:
+    """A Kafka connection ended: its client and broker, when and why."""
+
     conn: int
     client: str
     broker: str
@@ -177,6 +179,8 @@ DecodeEvent = Exchange | ConnectionLost | ConnectionEnded
 
 @slotted_dataclass
 class ApiCounts:
+    """Requests, responses and exchanges of one API, counted by the decoder."""
+
     requests: int = 0
     responses: int = 0
     exchanges: int = 0

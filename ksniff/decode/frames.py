@@ -38,6 +38,8 @@ Confirm = Callable[[bytes, int], tuple[int, int]]
 
 @slotted_dataclass
 class Frame:
+    """One Kafka frame's bytes (after the size prefix) with its stream offset and capture times."""
+
     payload: memoryview  # the bytes after the size prefix
     first_ts: float  # capture time of the frame's first byte
     last_ts: float  # ... and of its last byte
@@ -278,6 +280,8 @@ def _wait_need(data: bytes, at: int) -> int:
 
 @frozen_dataclass
 class RequestHeader:
+    """The header of a request: API key and version, correlation id, client id."""
+
     api_key: int
     api_version: int
     correlation_id: int

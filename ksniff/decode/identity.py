@@ -25,6 +25,8 @@ _KEY_TYPES = {0: "group", 1: "transaction", 2: "share"}
 
 @frozen_dataclass
 class Broker:
+    """A broker as the answers name it: node id, host and port."""
+
     node_id: int
     host: str
     port: int

@@ -10,10 +10,9 @@ they have no producer fields (producer id -1).
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
 from collections.abc import Iterator
-
-import cramjam
 
 from ksniff.capture.compiled import load
 from ksniff.common.frozen import frozen_dataclass
@@ -226,6 +225,8 @@ def _legacy(view, pos: int, end: int, size: int, magic: int) -> RecordBatchHeade
 
 @frozen_dataclass
 class Record:
+    """One record of a record batch (read only when records are asked for)."""
+
     offset: int
     timestamp: int
     key: bytes | None
@@ -316,7 +317,7 @@ def _uvarint(data: bytes, pos: int = 0) -> int:
 def _snappy_raw(block: bytes, cap: int) -> bytes:
     if _uvarint(block) > cap:  # a raw snappy block starts with its decompressed length
         raise TooLarge("snappy block larger than the cap")
-    return bytes(cramjam.snappy.decompress_raw(block))
+    return bytes(_cramjam().snappy.decompress_raw(block))
 
 
 def _snappy(data: bytes, cap: int) -> bytes:
@@ -378,7 +379,7 @@ def _zstd(data: bytes, cap: int) -> bytes:
         if total > cap:
             raise TooLarge("zstd frames larger than the cap")
     if not unsized:
-        return bytes(cramjam.zstd.decompress(data, output_len=total))
+        return bytes(_cramjam().zstd.decompress(data, output_len=total))
     # zstandard only here, for frames that do not state their size (Kafka's clients state it): loading
     # it costs every run about 5 ms. Without it the batch is one that does not decompress, as corrupt data.
     try:
@@ -407,7 +408,7 @@ _LZ4_BLOCK_MAX = {4: 64 << 10, 5: 256 << 10, 6: 1 << 20, 7: 4 << 20}
 
 def _lz4(data: bytes, cap: int) -> bytes:
     _lz4_bound(data, cap)
-    return bytes(cramjam.lz4.decompress(data))
+    return bytes(_cramjam().lz4.decompress(data))
 
 
 def _lz4_bound(data: bytes, cap: int) -> int:
@@ -459,8 +460,21 @@ def decompress(codec: str, data: bytes, cap: int = MAX_DECOMPRESSED) -> bytes:
         raise ValueError(f"unknown compression codec {codec!r}") from None
     try:
         return decompressor(data, cap)
-    except (zlib.error, cramjam.DecompressionError) as e:
+    except zlib.error as e:
         raise ValueError(f"{codec} data does not decompress: {e}") from None
+    except Exception as e:
+        codecs = sys.modules.get("cramjam")  # loaded by the codec that raised, if it was cramjam's
+        if codecs is not None and isinstance(e, codecs.DecompressionError):
+            raise ValueError(f"{codec} data does not decompress: {e}") from None
+        raise
+
+
+def _cramjam():
+    """The snappy, lz4 and zstd codecs, loaded by the first batch that needs them (about a millisecond of
+    every run's start-up otherwise)."""
+    import cramjam
+
+    return cramjam
 
 
 def iter_records(

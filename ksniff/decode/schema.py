@@ -54,6 +54,8 @@ NONE = VersionRange(1, 0)
 
 @frozen_dataclass
 class Primitive:
+    """A field type of the protocol tables that is read in one step."""
+
     name: str  # "bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "string",
     # "bytes", "uuid", "records"
 
@@ -102,6 +104,8 @@ def STRUCT(fields: list[Field]) -> tuple[Field, ...]:  # noqa: N802
 
 @frozen_dataclass
 class Field:
+    """One field of a protocol message: name, type and the versions that carry it."""
+
     name: str
     type: Primitive | Array | tuple[Field, ...]
     versions: VersionRange

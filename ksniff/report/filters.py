@@ -50,6 +50,8 @@ def parse_time(text: str) -> float:
 
 @frozen_dataclass
 class ResultFilter:
+    """What the user asked to keep of a result: least severity, kinds, time range, transactional ids."""
+
     severity: str | None = None  # the least severity kept
     kinds: frozenset[str] = frozenset()
     since: float | None = None
