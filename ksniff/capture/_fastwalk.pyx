@@ -61,10 +61,47 @@ cdef inline object _segment(buf, const unsigned char *b, Py_ssize_t p, Py_ssize_
             t = ip + 20
             d = t + (b[t + 12] >> 4) * 4
             if d <= ip_end <= q:
-                return (ts, PyBytes_FromStringAndSize(<const char *>b + ip + 12, 4), ks_be16(b + t),
-                        PyBytes_FromStringAndSize(<const char *>b + ip + 16, 4), ks_be16(b + t + 2),
+                return (ts, _address(b + ip + 12), _port(ks_be16(b + t)),
+                        _address(b + ip + 16), _port(ks_be16(b + t + 2)),
                         ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], buf[d:ip_end])
     return parse(ts, buf, p, q, link)
+
+
+# The addresses and ports of the segments made above, kept and handed out again: a capture has few of
+# them, and the same bytes object for the same address spares making and freeing two bytes objects and
+# two ints per packet, and hashing the addresses again in the reassembler's connection table (a bytes
+# object keeps its hash). Equal values either way; a slot holds the last value that fell on it.
+cdef enum:
+    ADDRESS_SLOTS = 256
+    PORT_SLOTS = 1024
+
+cdef object _addresses = [None] * ADDRESS_SLOTS
+cdef unsigned int _address_values[ADDRESS_SLOTS]
+cdef object _ports = [None] * PORT_SLOTS
+
+
+cdef inline object _address(const unsigned char *a):
+    """The IPv4 address at `a` as 4 bytes: the object made for it before, when it still holds its slot."""
+    cdef unsigned int value = ks_be32(a)
+    cdef Py_ssize_t slot = (value ^ (value >> 8) ^ (value >> 16) ^ (value >> 24)) & (ADDRESS_SLOTS - 1)
+    cdef object known = (<list> _addresses)[slot]
+    if known is not None and _address_values[slot] == value:
+        return known
+    made = PyBytes_FromStringAndSize(<const char *>a, 4)
+    (<list> _addresses)[slot] = made
+    _address_values[slot] = value
+    return made
+
+
+cdef inline object _port(unsigned int value):
+    """The port `value` as an int: the object made for it before, when it still holds its slot."""
+    cdef Py_ssize_t slot = value & (PORT_SLOTS - 1)
+    cdef object known = (<list> _ports)[slot]
+    if known is not None and <unsigned int> known == value:
+        return known
+    made = <object> value
+    (<list> _ports)[slot] = made
+    return made
 
 
 cdef inline void _take(object seg, list out, Py_ssize_t *missed):

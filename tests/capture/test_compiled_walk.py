@@ -109,6 +109,27 @@ def test_every_link_type_and_frame_shape_identical(walks, tmp_path, link, order,
     assert fast[1][0] == len(recs)
 
 
+def test_many_addresses_and_ports_identical(walks, tmp_path):
+    """The compiled walk hands out the same address and port objects again while they hold their slots:
+    thousands of addresses and ports (more than its slots, so they replace each other back and forth)
+    still come out equal to the pure walk's, each segment its own."""
+    import random
+
+    rng = random.Random(5)
+    frame = LINKS["EN10MB"][1]
+    recs = []
+    for i in range(6000):
+        a = f"10.{rng.randrange(4)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+        b = f"192.168.{rng.randrange(3)}.{rng.randrange(1, 255)}"
+        ports = (rng.randrange(1024, 65536), rng.choice((9092, 9093, rng.randrange(1, 65536))))
+        recs.append((1000.0 + i / 1000, frame(ipv4(a, b, tcp(*ports, i, i + 1, "PA", bytes([i % 256]) * 3)))))
+    path = tmp_path / "many.pcap"
+    path.write_bytes(pcap_bytes(recs))
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure
+    assert len({s[1][1:5] for s in fast[0]}) > 5000
+
+
 @pytest.mark.parametrize("cut", [1, 7, 16, 30, 100])
 def test_truncated_and_corrupt_files_identical(walks, tmp_path, cut):
     """A file cut inside its last record, and one whose record length is corrupt, end the same way."""
