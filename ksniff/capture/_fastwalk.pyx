@@ -297,6 +297,9 @@ cdef extern from "Python.h":
     PyObject *PyDict_GetItemWithError(object, object) except? NULL
     Py_ssize_t PyTuple_GET_SIZE(object)
     double PyFloat_AS_DOUBLE(object)
+    long long PyLong_AsLongLongAndOverflow(object, int *) except? -1
+
+cdef long long SMALL = 1LL << 62  # the numbers the hot loop adds to stay far from overflow
 
 cdef int T_OBJECT_EX = 16  # structmember.h: the member type of a __slots__ entry
 
@@ -357,10 +360,12 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
     sweep due, an unknown connection, a slow flag, bytes out of order, anything not of the usual
     types); nothing of that segment is changed then. Returns len(segs) at the end."""
     cdef Py_ssize_t n = len(segs), plen
+    cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0
+    cdef bint joins
     cdef PyObject *found
     cdef PyObject *field
     cdef tuple seg
-    cdef object h, ts, payload, flags, nxt, marks, mark, parts
+    cdef object h, ts, payload, flags, mark
     while i < n:
         item = segs[i]
         if type(item) is not tuple or PyTuple_GET_SIZE(item) != 9:
@@ -382,41 +387,62 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
         field = _get(h, at.fast)
         if field is NULL or <object> field is not True:  # False, or not a bool: the Python loop judges
             return ~i
-        if (_get(h, at.parts) is NULL or _get(h, at.p_off) is NULL or _get(h, at.p_len) is NULL
-                or _get(h, at.p_last) is NULL):
-            return ~i  # never so (Half.__init__ sets every slot); a slot read below would be empty
         plen = len(payload)
+        joins = False
         if plen:
-            field = _get(h, at.nxt32)
-            if field is NULL or seg[5] != <object> field:
+            # Every number this segment changes read first, as C integers (ints of the usual size only).
+            if not (_small(seg[5], &seq) and _small_slot(h, at.nxt32, &nxt32) and _small_slot(h, at.nxt, &nxt)):
                 return ~i
-            field = _get(h, at.nxt)
-            if field is NULL or type(<object> field) is not int:
+            if seq != nxt32:
+                return ~i
+            joins = _get(merger, at.pend) is <PyObject *> h
+            if joins and not (_get(h, at.parts) is not NULL and type(<object> _get(h, at.parts)) is list
+                              and _get(h, at.p_last) is not NULL and _small_slot(h, at.p_off, &p_off)
+                              and _small_slot(h, at.p_len, &p_len)):
                 return ~i
         _put(h, at.last_ts, ts)
         _put(h, at.ack_out, seg[6])
         i += 1
         if not plen:
             continue
-        nxt = <object> _get(h, at.nxt) + plen
-        _put(h, at.nxt, nxt)
-        _put(h, at.nxt32, (seg[5] + plen) & 0xFFFFFFFF)
-        if _get(merger, at.pend) is <PyObject *> h:
-            parts = <object> _get(h, at.parts)
-            parts.append(payload)
-            if ts != <object> _get(h, at.p_last):
+        _put(h, at.nxt, <object> (nxt + plen))
+        _put(h, at.nxt32, <object> ((seq + plen) & 0xFFFFFFFF))
+        if joins:
+            (<list> _get(h, at.parts)).append(payload)
+            field = _get(h, at.p_last)
+            if (PyFloat_AS_DOUBLE(ts) != PyFloat_AS_DOUBLE(<object> field) if type(<object> field) is float
+                    else ts != <object> field):
                 _put(h, at.p_last, ts)
-                mark = (<object> _get(h, at.p_off) + <object> _get(h, at.p_len), ts)
+                mark = (<object> (p_off + p_len), ts)
                 field = _get(h, at.p_marks)
                 if field is NULL or <object> field is None:
                     _put(h, at.p_marks, [mark])
                 else:
                     (<object> field).append(mark)
-            _put(h, at.p_len, <object> _get(h, at.p_len) + plen)
-            if <object> _get(h, at.p_len) >= max_chunk:
+            p_len += plen
+            _put(h, at.p_len, <object> p_len)
+            if p_len >= max_chunk:
                 merger.flush()
         else:
-            merger.start(h, nxt - plen, payload, plen, ts)
+            merger.start(h, <object> nxt, payload, <object> plen, ts)
         if out:
             return i
     return i
+
+
+cdef inline bint _small(object value, long long *out):
+    """Whether `value` is an int well inside 64 bits (its value then in `out`)."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(value) is not int:
+        return False
+    v = PyLong_AsLongLongAndOverflow(value, &overflow)
+    if overflow or v > SMALL or v < -SMALL:
+        return False
+    out[0] = v
+    return True
+
+
+cdef inline bint _small_slot(object o, Py_ssize_t offset, long long *out):
+    cdef PyObject *field = _get(o, offset)
+    return field is not NULL and _small(<object> field, out)
