@@ -296,10 +296,13 @@ cdef extern from "Python.h":
     PyTypeObject *Py_TYPE(object)
     PyObject *PyDict_GetItemWithError(object, object) except? NULL
     Py_ssize_t PyTuple_GET_SIZE(object)
+    PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
     double PyFloat_AS_DOUBLE(object)
     long long PyLong_AsLongLongAndOverflow(object, int *) except? -1
 
 cdef long long SMALL = 1LL << 62  # the numbers the hot loop adds to stay far from overflow
+cdef enum:
+    FOUND = 4  # directions the hot loop remembers by their segments' address and port objects
 
 cdef int T_OBJECT_EX = 16  # structmember.h: the member type of a __slots__ entry
 
@@ -326,6 +329,12 @@ cdef class HotSlots:
 
     cdef Py_ssize_t fast, last_ts, ack_out, nxt, nxt32, parts, p_off, p_len, p_last, p_marks, pend
     cdef object keep  # the classes, alive as long as their offsets are used
+    # The directions found last, with the four objects of the segment that found each: a segment whose
+    # addresses and ports are those very objects (the compiled walk hands the same ones out again) is of
+    # that direction, without a key made and looked up, as long as the direction is on the hot path
+    # (`Half.fast`: a direction leaves the connection table only through a release, which clears it).
+    cdef list found  # [sip, sp, dip, dp, half] per entry, FOUND entries, the newest replacing in turn
+    cdef Py_ssize_t turn
 
     def __init__(self, type half, type merger):
         self.fast, self.last_ts = _slot(half, "fast"), _slot(half, "last_ts")
@@ -334,6 +343,32 @@ cdef class HotSlots:
         self.p_last, self.p_marks = _slot(half, "p_last"), _slot(half, "p_marks")
         self.pend = _slot(merger, "pend")
         self.keep = (half, merger)
+        self.found = [None] * (FOUND * 5)
+        self.turn = 0
+
+    cdef object half_of(self, tuple seg, dict table):
+        """The direction of `seg` (borrowing the table's), or None: unknown, or known and not on the hot
+        path."""
+        cdef Py_ssize_t k
+        cdef list found = self.found
+        cdef PyObject *hit
+        for k in range(0, FOUND * 5, 5):
+            if (<PyObject *> found[k] is PyTuple_GET_ITEM(seg, 1) and <PyObject *> found[k + 1] is PyTuple_GET_ITEM(seg, 2)
+                    and <PyObject *> found[k + 2] is PyTuple_GET_ITEM(seg, 3)
+                    and <PyObject *> found[k + 3] is PyTuple_GET_ITEM(seg, 4)):
+                h = found[k + 4]
+                hit = _get(h, self.fast)
+                if hit is not NULL and <object> hit is True:
+                    return h
+                break
+        hit = PyDict_GetItemWithError(table, (seg[1], seg[2], seg[3], seg[4]))
+        if hit is NULL:
+            return None
+        h = <object> hit
+        k = self.turn
+        found[k], found[k + 1], found[k + 2], found[k + 3], found[k + 4] = seg[1], seg[2], seg[3], seg[4], h
+        self.turn = (k + 5) % (FOUND * 5)
+        return h
 
 
 cdef inline PyObject *_get(object o, Py_ssize_t offset):
@@ -362,7 +397,6 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
     cdef Py_ssize_t n = len(segs), plen
     cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0
     cdef bint joins
-    cdef PyObject *found
     cdef PyObject *field
     cdef tuple seg
     cdef object h, ts, payload, flags, mark
@@ -380,10 +414,9 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
             return ~i
         if type(payload) is not memoryview and type(payload) is not bytes:
             return ~i
-        found = PyDict_GetItemWithError(table, (seg[1], seg[2], seg[3], seg[4]))
-        if found is NULL:
+        h = at.half_of(seg, table)
+        if h is None:
             return ~i
-        h = <object> found
         field = _get(h, at.fast)
         if field is NULL or <object> field is not True:  # False, or not a bool: the Python loop judges
             return ~i
