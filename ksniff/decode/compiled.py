@@ -400,9 +400,8 @@ def fast_decoder_for(api: Api, version: int, is_request: bool, keep_records: boo
     """`decoder_for`'s decoder (the same call and results), read by the compiled body reader when it is
     built; else the generated decoder itself."""
     m = _bodies
-    python = decoder_for(api, version, is_request, keep_records)
     if m is None:
-        return python
+        return decoder_for(api, version, is_request, keep_records)
     key = (id(api), version, is_request, keep_records)
     hit = _fast_cache.get(key)
     if hit is None or hit[0] is not api:
@@ -410,5 +409,28 @@ def fast_decoder_for(api: Api, version: int, is_request: bool, keep_records: boo
         fields = api.request if is_request else api.response
         program = _program(m, fields, interp.message_class(api, is_request), version, flexible)
         parse = parse_batches_keeping_records if keep_records else parse_batches
+        python = Generated(api, version, is_request, keep_records)
         hit = _fast_cache[key] = (api, m.Body(program, python, parse, uuid.UUID))
     return hit[1]
+
+
+class Generated:
+    """`decoder_for(api, version, is_request, keep_records)`, generated when first called: the compiled
+    body reader hands it only the bodies it does not take itself (an error, tagged fields, the item
+    budget passed), which most runs never meet, and writing and compiling a decoder costs about a
+    millisecond."""
+
+    __slots__ = ("key", "fn")
+
+    def __init__(self, api: Api, version: int, is_request: bool, keep_records: bool) -> None:
+        self.key = (api, version, is_request, keep_records)
+        self.fn: Any = None
+
+    def generated(self) -> Any:
+        """The generated decoder (made now if it was not yet)."""
+        if self.fn is None:
+            self.fn = decoder_for(*self.key)
+        return self.fn
+
+    def __call__(self, view: Any, items: int) -> Any:
+        return (self.fn or self.generated())(view, items)

@@ -70,7 +70,7 @@ def readers(api, version, is_request, keep_records=False):
     """(compiled reader whose hand-backs are counted, generated decoder)."""
     fast = compiled.fast_decoder_for(api, version, is_request, keep_records)
     python = compiled.decoder_for(api, version, is_request, keep_records)
-    assert fast.python is python
+    assert fast.python.generated() is python
     parse = compiled.parse_batches_keeping_records if keep_records else compiled.parse_batches
     counted = Counted(python)
     return compiled._bodies.Body(fast.program, counted, parse, compiled.uuid.UUID), counted, python
