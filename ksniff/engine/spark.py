@@ -101,11 +101,19 @@ class SparkAudit:
     _tables: dict[str, Any]
     _cached: list[Any] = field(default_factory=list)
 
+    def _frame(self, table: str):
+        """The table's DataFrame with its hidden columns (None: not kept by this run), made now if it was
+        left for when it is asked for."""
+        df = self._tables.get(table)
+        if isinstance(df, _Later):
+            df = self._tables[table] = df.make(*df.args)
+        return df
+
     def _public(self, table: str):
         """The table as a DataFrame with the local export's columns (None: not kept by this run)."""
         from ksniff.engine.spark_tasks import ROW_ORDER
 
-        df = self._tables.get(table)
+        df = self._frame(table)
         if df is None or table not in ("exchanges", "batches", "records"):
             return df
         return df.drop(*ROW_ORDER, *_HIDDEN)
@@ -127,7 +135,7 @@ class SparkAudit:
         from ksniff.engine.spark_tasks import ROW_ORDER
         from ksniff.report.tables import SORT_COLUMN
 
-        df = self._tables[table]
+        df = self._frame(table)
         if table in ("exchanges", "batches", "records"):
             ordered = df.orderBy(F.col(SORT_COLUMN[table]).asc_nulls_last(), *ROW_ORDER).drop(*ROW_ORDER)
             return ordered if hidden else ordered.drop(*_HIDDEN)
@@ -158,7 +166,7 @@ class SparkAudit:
         from ksniff.engine.spark_tasks import ROW_ORDER
         from ksniff.report.tables import SORT_COLUMN
 
-        df = self._tables.get(table)
+        df = self._frame(table)
         if df is None:
             return []
         if where is not None:
@@ -203,7 +211,7 @@ class SparkAudit:
             from ksniff.engine import spark_tasks as tasks
 
             kept = keep.apply(self.summary)
-            frames = dict(self._tables)
+            frames = dict(self._tables)  # a table left for later stays so: the copy makes it if asked
             for table in ("exchanges", "batches", "records"):
                 if frames.get(table) is not None:
                     frames[table] = frames[table].mapInArrow(
@@ -642,28 +650,22 @@ def _frames(
                 frames[table] = frames[table].unionByName(mine)
         else:
             frames[table] = None
-    own_sets = list(labels)
-    for table in ("transactions", "findings"):
-        made = outputs.mapInArrow(tasks.output_rows(table, labels, clocks), tasks.table_ddl(table))
-        # Each set's CONTEXT_KEY group's output (its last), or its whole result if audited where read.
-        own_outputs = []
-        for i in own_sets:
-            output = runs[i].audited or runs[i].outputs[-1]
-            own_outputs.append(tasks.judged(output, clocks[i]) if clocks[i] else output)
-        own = tasks.output_batch(table, own_outputs, [labels[i] for i in own_sets])
-        if own.num_rows:
-            made = made.unionByName(spark.createDataFrame(pa.Table.from_batches([own])))
-        frames[table] = made
-    frames["producers"] = outputs.mapInArrow(tasks.output_rows("producers", labels), tasks.PRODUCERS_DDL)
-    audited = [i for i in own_sets if runs[i].audited is not None]
-    if audited:
-        own = tasks.output_batch(
-            "producers", [runs[i].audited for i in audited], [labels[i] for i in audited]
-        )
-        if own.num_rows:
-            frames["producers"] = frames["producers"].unionByName(
-                spark.createDataFrame(pa.Table.from_batches([own]), tasks.PRODUCERS_DDL)
-            )
+    # The output tables of the sets audited where they were read: made by those tasks when the run keeps
+    # tables; else by the driver from the sets' results, if ever asked for. The shuffled sets' context
+    # groups' outputs are made by the driver (their key groups' by the folds' tasks).
+    made_there = {i for i in labels if runs[i].audited is not None and config.keep_tables}
+    by_driver = [i for i in labels if i not in made_there]
+    for table in tasks.OUTPUT_TABLES:
+        ddl = tasks.PRODUCERS_DDL if table == "producers" else tasks.table_ddl(table)
+        frame = outputs.mapInArrow(tasks.output_rows(table, labels, clocks), ddl)
+        if made_there:
+            there = stored.filter(F.col("key") == table).mapInArrow(tasks.labelled_rows(table, labels), ddl)
+            frame = frame.unionByName(there)
+        mine = [i for i in by_driver if table != "producers" or runs[i].audited is not None]
+        if mine:
+            frames[table] = _Later(_with_driver_rows, spark, frame, table, ddl, mine, runs, labels, clocks)
+        else:
+            frames[table] = frame
     # The partition logs' tables are the joined summary's (its partitions came from each set's context
     # group, folded by one task), numbered as the local export numbers them.
     for table in _DRIVER_TABLES:
@@ -671,6 +673,41 @@ def _frames(
             pa.Table.from_batches([tasks.summary_batch(table, summary)]), tasks.table_ddl(table)
         )
     return frames
+
+
+class _Later:
+    """A table made when it is first asked for (SparkAudit._frame): rows the driver would otherwise make
+    for a run that never reads them."""
+
+    def __init__(self, make: Callable[..., Any], *args: Any) -> None:
+        self.make, self.args = make, args
+
+
+def _with_driver_rows(
+    spark: Any,
+    frame: Any,
+    table: str,
+    ddl: str,
+    sets: list[int],
+    runs: dict[int, _SetRun],
+    labels: dict[int, tuple[int, str | None]],
+    clocks: dict[int, tuple],
+) -> Any:
+    """`frame` with the rows of `table` the driver makes: of each set in `sets`, its whole result if it
+    was audited where it was read, else its context group's output (the last), findings judged against
+    the set's clocks."""
+    import pyarrow as pa
+
+    from ksniff.engine import spark_tasks as tasks
+
+    outputs = []
+    for i in sets:
+        output = runs[i].audited or runs[i].outputs[-1]
+        outputs.append(tasks.judged(output, clocks[i]) if clocks[i] and table == "findings" else output)
+    own = tasks.output_batch(table, outputs, [labels[i] for i in sets])
+    if not own.num_rows:
+        return frame
+    return frame.unionByName(spark.createDataFrame(pa.Table.from_batches([own]), ddl))
 
 
 SHUFFLED_COST = 3.0  # CPU of the shuffled way against auditing where read (2.2-3x measured, README)
@@ -745,8 +782,12 @@ def _decoded(
         if direct:
             # Without --records (whose budget is drawn set after set), each such set is audited where
             # it is read, by the local engine's code; with it, decoded there (its events audited below).
-            how = tasks.extract_decoded if config.keep_records else tasks.extract_audited
-            parts.append(_read(spark, direct, session.parallelism, total, how(config), together=True))
+            if config.keep_records:
+                how = tasks.extract_decoded(config)
+            else:
+                clocks = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
+                how = tasks.extract_audited(config, clocks)
+            parts.append(_read(spark, direct, session.parallelism, total, how, together=True))
         events = parts[0]
         for part in parts[1:]:
             events = events.unionByName(part)

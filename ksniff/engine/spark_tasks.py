@@ -339,15 +339,19 @@ def extract_decoded(config: EngineConfig):
     return run
 
 
-def extract_audited(config: EngineConfig):
+def extract_audited(config: EngineConfig, clocks: dict[int, tuple] | None = None):
     """mapInArrow over rows like `extract`'s (with `offset` and `cset`), each capture set's files together
     and in order, the run keeping no records (whose decompression budget is drawn set after set): each
     set is audited by this task with the local engine's own code (ksniff.engine.local.audit_capture), so
     nothing of it is shuffled or pickled event by event. Rows out: each file's FileMeta (FILE_META), the
-    set's result and identity (AUDITED), and its `exchanges` and `batches` rows (TABLE_ROWS, Arrow IPC
-    with the row-order columns: the set, then the order the local engine made them in). A file that
-    cannot be read is its FileMeta with the local engine's error, and its set is not audited (the driver
-    stops the run with the error); a file of a folder that is not a capture is left out of its set."""
+    set's result and identity (AUDITED), and, when the run keeps tables, its `exchanges` and `batches`
+    rows (TABLE_ROWS, Arrow IPC with the row-order columns: the set, then the order the local engine made
+    them in) and its `transactions`, `findings` and `producers` rows (TABLE_ROWS, without their capture
+    set's number and cluster, which `labelled_rows` adds; findings judged against the set's `clocks`, by
+    set, as locally). A file that cannot be read is its FileMeta with the local engine's error, and its
+    set is not audited (the driver stops the run with the error); a file of a folder that is not a
+    capture is left out of its set."""
+    clocks = clocks or {}
 
     def one(cset: int, files: list[tuple]) -> Iterator[pa.RecordBatch]:
         from ksniff.engine.local import audit_capture
@@ -398,6 +402,9 @@ def extract_audited(config: EngineConfig):
         if tables is not None:
             for table, blob in tables.blobs():
                 rows.add(TABLE_ROWS, table, NO_ORDER, blob)
+            own = judged(result, clocks[cset]) if clocks.get(cset) else result
+            for table in OUTPUT_TABLES:
+                rows.add(TABLE_ROWS, table, NO_ORDER, _ipc(output_batch(table, [own])))
         yield rows.take()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -433,17 +440,21 @@ class _TableRows:
         extra = {name: zeros for name in ROW_ORDER}
         extra["oset"] = [self.cset] * len(rows)
         extra["n"] = list(range(first, first + len(rows)))
-        batch = _arrow_rows(rows, table, _stored_schema(table), extra)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-        self.done.append((table, sink.getvalue().to_pybytes()))
+        self.done.append((table, _ipc(_arrow_rows(rows, table, _stored_schema(table), extra))))
         self.rows[table] = []
 
     def blobs(self) -> list[tuple[str, bytes]]:
         for table in self.rows:
             self._take(table)
         return self.done
+
+
+def _ipc(batch: pa.RecordBatch) -> bytes:
+    """One batch as an Arrow IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
 
 
 def _stored_schema(table: str) -> pa.Schema:
@@ -465,6 +476,32 @@ def stored_rows(table: str, clusters: dict[int, str | None]):
                 for stored in pa.ipc.open_stream(blob):
                     cluster = pa.array([clusters.get(cset)] * stored.num_rows, pa.string())
                     yield pa.RecordBatch.from_arrays([*stored.columns, cluster], schema=schema)
+
+    return run
+
+
+OUTPUT_TABLES = ("transactions", "findings", "producers")  # made from audit outputs, not exchanges
+
+
+def labelled_rows(table: str, labels: dict[int, tuple]):
+    """mapInArrow over TABLE_ROWS rows of one of OUTPUT_TABLES (`extract_audited`): the rows, each with
+    its capture set's number and cluster from `labels` (set -> (number, cluster))."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for cset, blob in zip(
+                batch.column("cset").to_pylist(), batch.column("blob").to_pylist(), strict=True
+            ):
+                number, cluster = labels[cset]
+                for stored in pa.ipc.open_stream(blob):
+                    n, schema = stored.num_rows, stored.schema
+                    label = {
+                        "capture_set": pa.array([number] * n, schema.field("capture_set").type),
+                        "cluster": pa.array([cluster] * n, schema.field("cluster").type),
+                    }
+                    named = zip(schema.names, stored.columns, strict=True)
+                    columns = [label.get(name, column) for name, column in named]
+                    yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
     return run
 

@@ -242,7 +242,9 @@ def way(request, monkeypatch):
         monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 0)
     else:
         audited = tasks.extract_audited
-        monkeypatch.setattr(tasks, "extract_audited", lambda config: made.append(config) or audited(config))
+        monkeypatch.setattr(
+            tasks, "extract_audited", lambda config, *clocks: made.append(config) or audited(config, *clocks)
+        )
     yield request.param
     assert bool(made) == (request.param == "where-read")
 
@@ -393,7 +395,7 @@ def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Pa
     cluster with clocks moved by seconds give the single capture's outcomes and findings, as locally."""
     from test_clock import _findings, _outcomes, per_broker
 
-    from ksniff.engine.spark import audit_paths_spark
+    from ksniff.engine.spark import audit_paths_spark, audit_spark
 
     whole = audit_paths([str(PCAPS / "txn_confluent_mock.pcap")], CONFIG)
     made = sorted(per_broker(PCAPS / "txn_confluent_mock.pcap", tmp_path, [0.0, 2.5, -1.7]))
@@ -402,6 +404,39 @@ def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Pa
     assert [round(c.offset, 2) for c in cset.clocks if c.pairs] == [-2.5]
     assert _outcomes(split) == _outcomes(whole)
     assert _findings(split) == _findings(whole)
+    # The set's transactions, findings (judged against its clocks) and producers tables: the local
+    # engine's rows, whichever way the set went.
+    local = audit_paths(made, CONFIG)
+    run = audit_spark(spark, made, CONFIG)
+    try:
+        for name, expected in _output_tables(local).items():
+            got = [r.asDict(recursive=True) for r in getattr(run, name).collect()]
+            assert expected, name  # the comparison compares something
+            assert sorted(map(_text, got)) == sorted(map(_text, expected)), name
+    finally:
+        run.close()
+
+
+def _output_tables(result) -> dict[str, list[dict]]:
+    from ksniff.report.tables import finding_row, transaction_row
+
+    producers = []
+    for p in result.producers:
+        row = p.as_contract()
+        row["capture_set"], row["cluster"] = (
+            result.capture_sets[0].number,
+            result.capture_sets[0].cluster_ids[0],
+        )
+        producers.append(row)
+    return {
+        "findings": [finding_row(f) for f in result.findings],
+        "transactions": [transaction_row(t) for t in result.transactions],
+        "producers": producers,
+    }
+
+
+def _text(row: dict) -> str:
+    return json.dumps({k: (None if v != v else v) for k, v in row.items()}, sort_keys=True, default=str)
 
 
 def test_inputs_on_another_file_system_are_planned_by_the_executors(spark, tmp_path: Path) -> None:

@@ -80,6 +80,53 @@ def test_findings_rows_are_judged_against_the_sets_clocks(tmp_path: Path) -> Non
     assert all("clock_uncertainty_s" in r["evidence"] for r in zombie if r["severity"] == "warning")
 
 
+@pytest.mark.skipif(not (PCAPS / "txn_confluent_mock.pcap").exists(), reason="no corpus captures")
+def test_a_set_audited_where_read_makes_its_own_output_tables(tmp_path: Path) -> None:
+    """The task that audits a capture set where its files are read makes the set's transactions,
+    findings and producers rows too, findings judged against the set's clocks as the driver judges the
+    set's result; the driver only labels them with the set's number and cluster (`labelled_rows`)."""
+    import pickle
+    from dataclasses import replace
+
+    import pyarrow as pa
+    from test_clock import per_broker
+
+    from ksniff.engine import sets
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.local import EngineConfig
+
+    made = sorted(per_broker(PCAPS / "txn_confluent_mock.pcap", tmp_path, [0.0, 2.5, -1.7]))
+    (cset,) = sets.plan(made)
+    vague = tuple(replace(c, low=c.offset - 1.0, high=c.offset + 1.0) if c.pairs else c for c in cset.clocks)
+    listing = pa.RecordBatch.from_pydict(
+        {
+            "file": list(range(len(made))),
+            "path": made,
+            "uri": made,
+            "folder": [False] * len(made),
+            "offset": [cset.offset_of(p) for p in made],
+            "cset": pa.array([5] * len(made), pa.int32()),
+            "content": pa.nulls(len(made), pa.binary()),
+        }
+    )
+    audited = tasks.extract_audited(EngineConfig(keep_tables=True), {5: vague})
+    rows = pa.Table.from_batches(list(audited(iter([listing]))), schema=tasks.EVENTS)
+    ((result, _identity),) = (pickle.loads(r["blob"]) for r in rows.to_pylist() if r["kind"] == tasks.AUDITED)
+    stored = rows.filter(pa.compute.equal(rows.column("kind"), tasks.TABLE_ROWS))
+    label = (3, "mockCluster")
+    made_rows = {}
+    for table in tasks.OUTPUT_TABLES:
+        mine = stored.filter(pa.compute.equal(stored.column("key"), table)).to_batches()
+        got = [r for b in tasks.labelled_rows(table, {5: label})(iter(mine)) for r in b.to_pylist()]
+        expected = tasks.output_batch(table, [tasks.judged(result, vague)], [label]).to_pylist()
+        assert got and got == expected, table
+        assert {(r["capture_set"], r["cluster"]) for r in got} == {label}
+        made_rows[table] = got
+    zombie = [r for r in made_rows["findings"] if r["kind"] == "zombie_write_accepted"]
+    assert {r["severity"] for r in zombie} == {"critical", "warning"}  # judged: the others' are unverified
+    assert all("clock_uncertainty_s" in r["evidence"] for r in zombie if r["severity"] == "warning")
+
+
 @pytest.mark.skipif(not (PCAPS / "txn_confluent_tansu_loss.pcap").exists(), reason="no corpus captures")
 def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opened(tmp_path: Path) -> None:
     """Traffic an hour later closes the connections a capture's first packets left open at one idle
