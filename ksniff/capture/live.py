@@ -32,7 +32,7 @@ from ksniff.capture.errors import CaptureError, CaptureLimits
 from ksniff.capture.events import CaptureStats, InputInfo, StreamEvent
 from ksniff.capture.packets import CUT_SHORT, FRAGMENT, TICK, linktype_name, parse_frame
 from ksniff.capture.pcap import PcapHeader, pcap_segments
-from ksniff.capture.reassembly import Reassembler
+from ksniff.capture.reassembly import Reassembler, hot_loop
 from ksniff.capture.ring import RETIRE_MS, RxRing, pcap_header
 from ksniff.capture.walk import WalkCounts
 
@@ -135,8 +135,12 @@ class LiveRun:
 
     def _events(self) -> Iterator[StreamEvent]:
         r = self.reassembler
-        segments = self._ring_segments() if self._ring is not None else self._segments()
-        yield from r.events(segments, finish=False)
+        if self._ring is not None and hot_loop() is not None:
+            # The ring's blocks are walked by the compiled file walk: its batches go to the hot loop.
+            yield from r.batch_events(self._ring_segments(batched=True), finish=False)
+        else:
+            segments = self._ring_segments() if self._ring is not None else self._segments()
+            yield from r.events(segments, finish=False)
         if not self._finished:
             self._finished = True
             r.finish()
@@ -194,14 +198,16 @@ class LiveRun:
             return True
         return False
 
-    def _ring_segments(self) -> Iterator[tuple]:
-        """The backlog's records walked into segments; a TICK when none came for a while."""
+    def _ring_segments(self, batched: bool = False) -> Iterator:
+        """The backlog's records walked into segments; a TICK when none came for a while. With
+        `batched`, in lists (the walk's batches, a TICK alone), for `Reassembler.batch_events`."""
         backlog, writer, stats = self._backlog, self._writer, self.stats
         while True:
             self._should_stop()  # the copying thread sees the duration end too, even while this is busy
             records = backlog.get(POLL)
             if records is None:
-                yield (time.time(), b"", 0, b"", 0, 0, 0, TICK, b"")
+                tick = (time.time(), b"", 0, b"", 0, 0, 0, TICK, b"")
+                yield [tick] if batched else tick
                 continue
             if records is _END:
                 return
@@ -211,7 +217,9 @@ class LiveRun:
                 writer.write(memoryview(records)[PCAP_HEADER_LEN:])
             counts = WalkCounts()
             chunk = _InMemory(records)
-            yield from pcap_segments(chunk, PcapHeader(chunk, PCAP_NS_MAGIC_LE), counts, self.warnings)
+            yield from pcap_segments(
+                chunk, PcapHeader(chunk, PCAP_NS_MAGIC_LE), counts, self.warnings, batched
+            )
             stats.packets += counts.packets
             # the frames, without the headers of the file and of each record
             self.bytes_read += len(records) - PCAP_HEADER_LEN - 16 * counts.packets
