@@ -316,6 +316,31 @@ def choose(low: float, high: float) -> float:
     return low + STEP if math.isfinite(low) else high - STEP
 
 
+def _sharing(anchors: Sequence[Anchors]) -> list[tuple[int, int]]:
+    """The pairs (i < j, in order) of groups whose anchors can bound one another (`bounds`): one's event
+    and the other's of one producer id, or of one (producer id, epoch, topic, partition). Groups sharing
+    none give no pair, so a fleet's thousands of groups cost the pairs that share producers, not every
+    pair."""
+    holders: dict[tuple, tuple[set[int], set[int]]] = {}
+    for g, a in enumerate(anchors):
+        for kind, earlier, later in (
+            (0, a.born, a.first_use),
+            (1, a.first_added, a.first_write),
+            (2, a.first_batch, a.first_commit),
+        ):
+            for key in earlier:
+                holders.setdefault((kind, key), (set(), set()))[0].add(g)
+            for key in later:
+                holders.setdefault((kind, key), (set(), set()))[1].add(g)
+    pairs = set()
+    for first, then in holders.values():
+        for a in first:
+            for b in then:
+                if a != b:
+                    pairs.add((a, b) if a < b else (b, a))
+    return sorted(pairs)
+
+
 def align(
     groups: Sequence[tuple[str, ...]],
     anchors: Sequence[Anchors],
@@ -328,20 +353,23 @@ def align(
         return None
     n = len(groups)
     edges: dict[tuple[int, int], tuple[float, float, int]] = {}
-    for i in range(n):
-        for j in range(i + 1, n):
-            low, high, pairs = bounds(anchors[i], anchors[j])
-            if pairs and low <= high:
-                holes = forbidden(anchors[i], anchors[j], low, high)
-                if holes and math.isfinite(low) and math.isfinite(high):
-                    low, high = widest(low, high, holes)
-                    pairs += len(holes)
-            if pairs:
-                edges[(i, j)] = (low, high, pairs)
-                edges[(j, i)] = (-high, -low, pairs)
+    for i, j in _sharing(anchors):
+        low, high, pairs = bounds(anchors[i], anchors[j])
+        if pairs and low <= high:
+            holes = forbidden(anchors[i], anchors[j], low, high)
+            if holes and math.isfinite(low) and math.isfinite(high):
+                low, high = widest(low, high, holes)
+                pairs += len(holes)
+        if pairs:
+            edges[(i, j)] = (low, high, pairs)
+            edges[(j, i)] = (-high, -low, pairs)
     if not edges:
         return None
-    weight = [sum(p for (i, _j), (_l, _h, p) in edges.items() if i == k) for k in range(n)]
+    weight = [0] * n
+    linked: dict[int, list[int]] = {}  # group -> the groups it has an edge with (both ways, as edges)
+    for (i, j), (_l, _h, p) in edges.items():
+        weight[i] += p
+        linked.setdefault(j, []).append(i)
     ref = max(range(n), key=lambda k: (weight[k], -k))
     offset: dict[int, float] = {ref: 0.0}
     lows: dict[int, float] = {ref: 0.0}
@@ -349,15 +377,14 @@ def align(
     pairs_of: dict[int, int] = {ref: 0}
     frontier = [ref]
     while frontier:  # breadth first from the reference: each group bounded by the groups placed before it
-        placed = list(offset)
+        placed = set(offset)
         nxt = []
-        for j in range(n):
-            if j in offset:
-                continue
+        # Only a neighbour of the groups placed last can be placed now (the others' were placed before).
+        for j in sorted({j for i in frontier for j in linked[i] if j not in offset}):
             low, high, pairs = -math.inf, math.inf, 0
-            for i in placed:
-                e = edges.get((i, j))
-                if e is not None:
+            for i in linked[j]:
+                if i in placed:
+                    e = edges[(i, j)]
                     low, high, pairs = max(low, offset[i] + e[0]), min(high, offset[i] + e[1]), pairs + e[2]
             if pairs:
                 if low > high:  # anchors that disagree (a capture of retries, or reordered files): trust none

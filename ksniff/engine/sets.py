@@ -27,6 +27,7 @@ file gives alone, and memory is that of the largest set.
 from __future__ import annotations
 
 import functools
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import field, replace
 
@@ -264,6 +265,38 @@ def _same_cluster(a: FileScan, b: FileScan) -> str | None:
     return None
 
 
+def _near_pairs(keyed: Sequence[tuple[int, set]], scans: Sequence[FileScan]) -> dict[int, set[int]]:
+    """file -> the later files (by index) that share one of its keys and ran within CLOCK_SLACK of it
+    (`_near(a, b, CLOCK_SLACK)`), found per key in one sweep over the files sorted by their start."""
+    by_key: dict[object, list[int]] = {}
+    for i, keys in keyed:
+        if scans[i].first_ts is not None:
+            for key in keys:
+                by_key.setdefault(key, []).append(i)
+    out: dict[int, set[int]] = {}
+    for members in by_key.values():
+        members.sort(key=lambda m: scans[m].first_ts)
+        running: list[tuple[float, int]] = []  # (end, file) of the files started so far and not over
+        for b in members:
+            start = scans[b].first_ts - CLOCK_SLACK
+            while running and running[0][0] < start:
+                heapq.heappop(running)
+            for _end, a in running:
+                low, high = (a, b) if a < b else (b, a)
+                out.setdefault(low, set()).add(high)
+            heapq.heappush(running, (scans[b].last_ts, b))
+    return out
+
+
+def _listing(named: Sequence[int], scans: Sequence[FileScan]) -> dict[str, list[int]]:
+    """Broker address -> the named files (in order) whose clusters list it."""
+    listing: dict[str, list[int]] = {}
+    for j in named:
+        for address in {a for addresses in scans[j].addresses.values() for a in addresses}:
+            listing.setdefault(address, []).append(j)
+    return listing
+
+
 def _alone_in_time(groups: Sequence[Sequence[FileScan]]) -> list[bool]:
     """Per group of files, whether no other group's files ran within CLOCK_SLACK of its own: every join by
     cluster needs that (`_same_cluster`, `_to_brokers_of`), so such a group needs no identification.
@@ -363,8 +396,12 @@ def plan(
                     scans[other].clusters = dict(scans[m].clusters)
                 break
     named = [i for i, sc in enumerate(scans) if sc.clusters]
-    for x, i in enumerate(named):
-        for j in named[x + 1 :]:
+    # Only files that name one cluster id and ran within CLOCK_SLACK of each other can join by cluster:
+    # those pairs are found per id in one sweep over time, not among every pair of named files (a fleet's
+    # week of hourly files from every broker names one id thousands of times).
+    near = _near_pairs([(i, set(scans[i].clusters) | set(scans[i].addresses)) for i in named], scans)
+    for i in named:
+        for j in sorted(near.get(i, ())):
             if root(i) == root(j):
                 continue
             cid = _same_cluster(scans[i], scans[j])
@@ -375,8 +412,13 @@ def plan(
                     f"{_name(scans[j].path)} and {_name(scans[i].path)} name cluster {cid!r} at "
                     "overlapping times",
                 )
+    # A file that names no cluster joins the first named file listing every broker it connected to:
+    # looked for among the named files that list one of them (by address), in order.
+    listing = _listing(named, scans)
     for i, sc in enumerate(scans):
-        for j in named:
+        if sc.clusters or not sc.servers:
+            continue  # _to_brokers_of: nothing to join
+        for j in listing.get(min(sc.servers), ()):
             if root(i) == root(j):
                 continue
             cid = _to_brokers_of(sc, scans[j])

@@ -125,3 +125,106 @@ def test_captures_apart_in_time_are_not_identified_before_their_audit(monkeypatc
     result = audit_paths(near, CONFIG)
     assert sorted(identified) == sorted(near)
     assert all("shares its cluster" in s.reasons[0] for s in result.capture_sets)
+
+
+def _fleet(seed: int):
+    """Scans of files from a few brokers of two clusters over some hours, with hours missing, clocks a
+    little off, files naming nothing (connections opened to listed brokers, or to nobody listed) and a
+    file without packets: what the planner's indexes must not lose a pair of."""
+    import random
+
+    from ksniff.engine.sets import FileScan
+
+    rng = random.Random(seed)
+    scans = []
+    for cluster, brokers in (("east", 4), ("west", 3)):
+        addresses = {b: f"10.{len(cluster)}.{b}.1:9092" for b in range(brokers)}
+        named = (
+            {cluster: frozenset((b, 9092) for b in range(brokers))},
+            {cluster: frozenset(addresses.values())},
+        )
+        for hour in range(12):
+            if rng.random() < 0.25:
+                continue  # a gap: nothing joins across it
+            for b in range(brokers):
+                start = 1.8e9 + hour * 3600 + rng.uniform(-200, 200)
+                scan = FileScan(f"{cluster}-{b}-{hour:02d}.pcap", first_ts=start, last_ts=start + 3000)
+                scan.servers = {addresses[b]} if rng.random() < 0.8 else {f"192.0.2.{b}:9092"}
+                scan.named = named if rng.random() < 0.7 else ({}, {})
+                scans.append(scan)
+    scans.append(FileScan("empty.pcap", named=({}, {})))
+    rng.shuffle(scans)
+    return scans
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_planners_indexes_find_every_join_a_walk_over_all_pairs_finds(monkeypatch, seed: int) -> None:
+    """The planner looks for joins by cluster only among files that share an id and ran near in time,
+    and for a file that names none among the files listing its brokers: the same sets, in the same
+    order, with the same reasons and clocks, as looking at every pair."""
+    from ksniff.engine import sets
+    from ksniff.engine.clock import Anchors
+
+    def plan_of(scans):
+        paths = [s.path for s in scans]
+        return sets.plan(paths, scans=scans, anchors=lambda groups: [Anchors().seal() for _ in groups])
+
+    indexed = plan_of(_fleet(seed))
+    assert 3 <= len(indexed) < 60  # files joined, and not all into one
+
+    def every_pair(keyed, scans):
+        files = [i for i, _keys in keyed]
+        return {i: {j for j in files if j > i} for i in files}
+
+    class EveryNamed(dict):
+        def get(self, _address, default=None):
+            return self.named
+
+    def listing(named, scans):
+        out = EveryNamed()
+        out.named = list(named)
+        return out
+
+    monkeypatch.setattr(sets, "_near_pairs", every_pair)
+    monkeypatch.setattr(sets, "_listing", listing)
+    assert plan_of(_fleet(seed)) == indexed
+
+
+def _anchors(seed: int, groups: int):
+    """Anchors of `groups` hosts' captures sharing some producers: each producer born at one host (when
+    that was captured) and writing at others; a transactional one's partitions added at the first and
+    written at the others."""
+    import random
+
+    from ksniff.engine.clock import Anchors
+
+    rng = random.Random(seed)
+    out = [Anchors() for _ in range(groups)]
+    for pid in range(40):
+        home, t = rng.randrange(groups), 1000.0 + pid
+        if rng.random() < 0.5:  # else its InitProducerId came before the captures: its partitions link
+            out[home].born[pid] = t
+            out[home].boundaries.append((t, f"tx-{pid}", pid))
+        transactional = rng.random() < 0.5
+        for g in rng.sample(range(groups), rng.randrange(0, 3)):
+            out[g].first_use[pid] = t + rng.uniform(-0.5, 2.0)
+            if transactional:
+                key = (pid, 0, "t", g)
+                out[home].first_added[key] = t + 0.1
+                out[g].first_write[key] = t + rng.uniform(-0.3, 1.0)
+    return [a.seal() for a in out]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_clock_alignment_bounds_only_the_pairs_that_share_a_producer(monkeypatch, seed: int) -> None:
+    """Clock alignment bounds two hosts' clocks from events of one producer (or partition of one) seen
+    by both: looking only at the pairs that share one gives the clocks that looking at every pair does."""
+    from ksniff.engine import clock
+
+    groups = [(f"host{g}.pcap",) for g in range(14)]
+    indexed = clock.align(groups, _anchors(seed, 14))
+    assert indexed is not None and sum(1 for c in indexed if c.pairs) >= 3  # something was aligned
+    monkeypatch.setattr(
+        clock, "_sharing", lambda anchors: [(i, j) for i in range(14) for j in range(i + 1, 14)]
+    )
+    assert clock.align(groups, _anchors(seed, 14)) == indexed
