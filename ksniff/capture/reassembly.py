@@ -133,10 +133,13 @@ class Reassembler:
         the same objects) and hands this loop every segment it leaves, which `events` then takes alone;
         without it, `events` takes them all. The same events either way."""
         inorder = hot_loop()
-        if inorder is None:
+        try:
+            slots = None if inorder is None else compiled.fastwalk.HotSlots(Half, ChunkMerger)
+        except TypeError:  # a build older than these classes' slots: the Python loop, as without one
+            slots = None
+        if slots is None:
             yield from self.events(itertools.chain.from_iterable(batches), finish)
             return
-        slots = compiled.fastwalk.HotSlots(Half, ChunkMerger)
         table = self._conns.table
         merger = self._merger
         out = merger.out

@@ -213,3 +213,24 @@ def test_batches_of_any_segments_match_events(hot):
     b = [described(e) for e in Reassembler(CaptureLimits(max_chunk_bytes=2000)).events(segs)]
     assert a == b
     assert a[0][0] == ConnectionOpened.__name__ and sum(e[0] == "StreamChunk" for e in a) > 5
+
+
+def test_a_build_whose_slots_do_not_fit_runs_the_python_loop(monkeypatch, hot, tmp_path):
+    """A compiled walk that cannot place the fields it needs (built against other classes) leaves every
+    segment to the Python loop: the same events, no error."""
+
+    class Stale:
+        def __getattr__(self, name):
+            return getattr(hot, name)
+
+        @staticmethod
+        def HotSlots(half, merger):  # noqa: N802 - the compiled module's class name
+            raise TypeError("Half.fast is not a slot of the class itself")
+
+    path = tmp_path / "t.pcap"
+    _write(path, _traffic(3))
+    limits = CaptureLimits(max_chunk_bytes=3000, idle_timeout=60.0)
+    monkeypatch.setattr(compiled, "fastwalk", Stale())
+    stale = read(path, limits)
+    monkeypatch.setattr(compiled, "fastwalk", None)
+    assert stale == read(path, limits)
