@@ -52,6 +52,11 @@ class CaptureFile:
                 self._fail(error)
         else:
             self._fail("not a pcap or pcapng file")
+        # Opened again by the walk (`segments`): a run over thousands of files holds open only those its
+        # merge is in (ksniff.capture.run.segments), not every file it was given.
+        b.close()
+        b.read_pos = 0  # nothing walked yet, for the progress
+        self._walked = False
 
     def _inflate_cap(self, path: str) -> int:
         try:
@@ -70,13 +75,33 @@ class CaptureFile:
         b = self._buffer
         return b.read_pos if b.gz else min(b.base + b.parsed, b.size)
 
+    def first_ts(self) -> float | None:
+        """The timestamp of the file's first TCP segment, read with the file closed again after it and its
+        walk not begun (`segments` starts from the top). None when it has no TCP segment: then it was
+        walked to its end, and `counts` and `warnings` are its walk's."""
+        linktypes, warnings = list(self.linktypes), list(self.warnings)
+        walk = self.segments()
+        first = next(walk, None)
+        if first is None:
+            return None
+        walk.close()
+        self.counts = WalkCounts()
+        self.linktypes[:], self.warnings[:] = linktypes, warnings
+        self._buffer.parsed = self._buffer.read_pos = 0  # nothing read yet, for the progress
+        self._walked = False
+        return first[0]
+
     def _fail(self, why: str) -> None:
         self._buffer.close()
         raise CaptureError(f"{self.path}: {why}")
 
     def segments(self, batched: bool = False) -> Iterator:
         """Every TCP segment in the file, in file order; the walk's counts land in `counts`. With
-        `batched`, the segments come in lists (Reassembler.batch_events)."""
+        `batched`, the segments come in lists (Reassembler.batch_events). The file is opened for the walk
+        and closed at its end; a file is walked once."""
+        if not self._walked:
+            self._walked = True
+            self._buffer = CaptureBuffer(self.path, self._inflate_cap(self.path))
         b = self._buffer
         try:
             if self.format == "pcap":

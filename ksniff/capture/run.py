@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Sequence
-from operator import itemgetter
 
 from ksniff.capture.errors import CaptureError, CaptureLimits
 from ksniff.capture.events import CaptureStats, InputInfo, StreamEvent
@@ -105,13 +104,41 @@ def add_file_counts(
 def segments(files: list[CaptureFile], offsets: Sequence[float] = ()) -> Iterator[tuple]:
     """Segments of all files; several files are merged by timestamp, each file's shifted by its offset
     (seconds added: ksniff.engine.clock) when given."""
-    walks = [
-        f.segments() if not off else _shifted(f.segments(), off)
-        for f, off in zip(files, offsets or [0.0] * len(files), strict=True)
-    ]
-    if len(walks) == 1:
-        return walks[0]
-    return heapq.merge(*walks, key=itemgetter(0))
+    shifts = list(offsets) or [0.0] * len(files)
+    if len(files) == 1:
+        return _walk(files[0], shifts[0])
+    return _merged(files, shifts)
+
+
+def _walk(f: CaptureFile, offset: float) -> Iterator[tuple]:
+    return f.segments() if not offset else _shifted(f.segments(), offset)
+
+
+def _merged(files: list[CaptureFile], shifts: list[float]) -> Iterator[tuple]:
+    """`heapq.merge` of the files' walks by (shifted) timestamp, ties to the earlier file, with each file
+    opened only when the merge reaches its first segment (`CaptureFile.first_ts`, read first with the file
+    closed again) and closed after its last: the rotated files of a week of captures hold open the few
+    the merge is in, not thousands at once."""
+    heap = []
+    for n, f in enumerate(files):
+        ts = f.first_ts()
+        if ts is not None:
+            heap.append((ts + shifts[n], n, None, None))
+    heapq.heapify(heap)
+    while heap:
+        _key, n, seg, walk = heap[0]
+        if walk is None:  # the merge is at this file's first segment: open it
+            walk = _walk(files[n], shifts[n])
+            seg = next(walk, None)
+            if seg is None:
+                heapq.heappop(heap)
+                continue
+        yield seg
+        seg = next(walk, None)
+        if seg is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, (seg[0], n, seg, walk))
 
 
 def _shifted(walk: Iterator[tuple], offset: float) -> Iterator[tuple]:

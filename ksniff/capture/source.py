@@ -153,4 +153,5 @@ class CaptureBuffer:
                 self._map.close()
             except BufferError:
                 pass  # payload views still held downstream keep the map alive until they go
+            self._map = None  # and then it closes itself (and its descriptor) as it is freed
         self._file.close()

@@ -228,3 +228,38 @@ def test_clock_alignment_bounds_only_the_pairs_that_share_a_producer(monkeypatch
         clock, "_sharing", lambda anchors: [(i, j) for i in range(14) for j in range(i + 1, 14)]
     )
     assert clock.align(groups, _anchors(seed, 14)) == indexed
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) is not installed")
+def test_a_set_of_more_files_than_the_process_may_open_at_once(tmp_path: Path) -> None:
+    """A capture rotated into hundreds of files (a week of a broker's hourly files, in little) is one set
+    audited by a process allowed 100 open files: each file is open only while the merge is inside it.
+    The result is the whole capture's."""
+    import resource
+    import sys
+
+    whole = str(PCAPS / "markers_tansu.pcap")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    subprocess.run(["editcap", "-c", "3", whole, str(parts / "hour.pcap")], check=True, capture_output=True)
+    assert len(list(parts.iterdir())) > 300
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (100, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    out = tmp_path / "out.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "ksniff.cli", "audit", str(parts), "--json", str(out), "-q"],
+        capture_output=True,
+        text=True,
+        preexec_fn=few_files,
+        timeout=300,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["capture_sets"]) == 1
+    reference = audit_paths([whole], CONFIG).as_contract()
+    for table in ("findings", "transactions", "producers"):
+        got = Counter(json.dumps({**r, "capture_set": None}, sort_keys=True) for r in doc[table])
+        expected = Counter(json.dumps({**r, "capture_set": None}, sort_keys=True) for r in reference[table])
+        assert got == expected, table
