@@ -3,9 +3,9 @@ real Spark standalone cluster (master and workers started from pyspark's spark-c
 and 2 workers.
 
 The set at scale N is N copies of the corpus captures (tests/pcaps, classic pcap over Ethernet), copy k
-with each IPv4 address rewritten to one of 10.x.y.1, 10.x.y.2, ... (x.y = k) and shifted k hours later, so each
-copy's connections are its own; each file holds 16 consecutive copies of one capture (like rotated files)
-and the files of different captures overlap in time, as from several capture points.
+with each IPv4 address rewritten to one of 10.x.y.1, 10.x.y.2, ... (x.y = k) and shifted k hours later,
+so each copy's connections are its own; each file holds 16 consecutive copies of one capture (like
+rotated files) and the files of different captures overlap in time, as from several capture points.
 
 Per engine and scale: wall time, CPU seconds per captured MB (every process of the run: ksniff, the
 driver JVM, the workers' executors and their Python workers, children reaped included), the bytes Spark
