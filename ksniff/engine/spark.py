@@ -499,6 +499,7 @@ def _pipeline(
         if metas:
             runs[index] = _SetRun(metas)
     conns, group_rows, groups = _between_stages(small, runs)
+    del small  # what the driver keeps of it is in `runs` now (the sets' results are the bulk of it)
     ends = {
         index: tasks.RunEnd(last_event=None if run.last_event == -math.inf else run.last_event)
         for index, run in runs.items()
