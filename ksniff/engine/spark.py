@@ -37,7 +37,7 @@ import math
 import os
 import pickle
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -380,20 +380,7 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
         )
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
         raise CaptureError(_listing_error(exc, paths, uris)) from None
-    wanted = [_norm(u) for u in uris]
-    by_arg: list[list[tuple[str, str, int, bool]]] = [[] for _ in paths]
-    stray: list[tuple[str, str, int, bool]] = []
-    for row in listed:
-        here = _norm(row["path"])
-        for i, base in enumerate(wanted):
-            if here == base:
-                by_arg[i].append(("", row["path"], row["length"], False))
-                break
-            if here.startswith(base.rstrip("/") + "/"):
-                by_arg[i].append((here[len(base.rstrip("/")) + 1 :], row["path"], row["length"], True))
-                break
-        else:  # a glob: the files it matched, as Spark names them
-            stray.append((row["path"], row["path"], row["length"], False))
+    by_arg, stray = _by_argument(uris, listed)
     inputs: list[_Input] = []
     for i, (arg, found) in enumerate(zip(paths, by_arg, strict=True)):
         if not found and not stray:  # Spark lists no empty file: tell an empty file from an empty folder
@@ -410,6 +397,42 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
     for shown, uri, length, folder in sorted(stray):
         inputs.append(_Input(len(inputs), shown, uri, length, folder, len(paths)))
     return inputs
+
+
+def _by_argument(
+    uris: list[str], listed: Sequence
+) -> tuple[list[list[tuple[str, str, int, bool]]], list[tuple[str, str, int, bool]]]:
+    """Each listed file (rows with `path` and `length`) under the first argument that is that file or a
+    folder above it, as (path within the folder or "", Spark's path, length, found in a folder); the files
+    no argument names (a glob's) apart. Looked up by the file's own path and its folders': a shell glob of
+    thousands of files is thousands of arguments."""
+    wanted = [_norm(u) for u in uris]
+    first: dict[str, int] = {}  # each argument's path -> the first argument naming it
+    for i, base in enumerate(wanted):
+        first.setdefault(base, i)
+    by_arg: list[list[tuple[str, str, int, bool]]] = [[] for _ in uris]
+    stray: list[tuple[str, str, int, bool]] = []
+    for row in listed:
+        here = _norm(row["path"])
+        i = min((first[p] for p in _self_and_folders(here) if p in first), default=None)
+        if i is None:
+            stray.append((row["path"], row["path"], row["length"], False))
+        elif wanted[i] == here:
+            by_arg[i].append(("", row["path"], row["length"], False))
+        else:
+            base = wanted[i].rstrip("/")
+            by_arg[i].append((here[len(base) + 1 :], row["path"], row["length"], True))
+    return by_arg, stray
+
+
+def _self_and_folders(path: str) -> Iterator[str]:
+    """`path`, then each folder above it up to the root ("/a/b.pcap", "/a", "/")."""
+    yield path
+    while "/" in path and path != "/":
+        path = path.rsplit("/", 1)[0]
+        yield path or "/"
+        if not path:
+            return
 
 
 def _is_empty_file(spark: Any, uri: str) -> bool:

@@ -334,3 +334,44 @@ def test_a_set_of_rotated_files_audited_where_it_is_read_is_the_local_result(tmp
         list(tasks.stored_rows("exchanges", {})(iter(stored.to_batches())))
     ).to_pylist()
     assert [{k: r[k] for k in local.exchanges[0]} for r in made] == local.exchanges
+
+
+def test_listed_files_go_to_the_first_argument_naming_them() -> None:
+    """Spark lists the files of every argument at once; each goes back to the first argument that is the
+    file itself or a folder above it (the local engine's order), found by its path and its folders' rather
+    than by trying every argument: the same as trying them in order, on arguments that are files, folders,
+    nested folders, the root, repeated, and files no argument names (a glob's)."""
+    import random
+
+    from ksniff.engine.spark import _by_argument, _norm
+
+    rng = random.Random(7)
+    files = [f"/caps/{d}/{s}/f{n}.pcap" for d in "ab" for s in ("x", "y", "x/z") for n in range(4)]
+    files += ["/caps/top.pcap", "/other/g1.pcap"]
+    listed = [{"path": "file:" + f, "length": len(f)} for f in files]
+    choices = ["/caps", "/caps/a", "/caps/a/x", "/caps/b/x/z", "/caps/top.pcap", "/caps/a/x/f1.pcap", "/"]
+    choices += ["file:///caps/b/", "/caps/a/x/z/f2.pcap"]
+
+    def in_order(uris: list[str]):  # the walk over every argument, in order, for every file
+        wanted = [_norm(u) for u in uris]
+        by_arg, stray = [[] for _ in uris], []
+        for row in listed:
+            here = _norm(row["path"])
+            for i, base in enumerate(wanted):
+                if here == base:
+                    by_arg[i].append(("", row["path"], row["length"], False))
+                    break
+                if here.startswith(base.rstrip("/") + "/"):
+                    by_arg[i].append((here[len(base.rstrip("/")) + 1 :], row["path"], row["length"], True))
+                    break
+            else:
+                stray.append((row["path"], row["path"], row["length"], False))
+        return by_arg, stray
+
+    for _ in range(200):
+        uris = [rng.choice(choices) for _ in range(rng.randrange(1, 6))]
+        assert _by_argument(uris, listed) == in_order(uris), uris
+    by_arg, stray = _by_argument(["/caps/a/x/f1.pcap", "/caps/a"], listed)
+    assert by_arg[0] == [("", "file:/caps/a/x/f1.pcap", len("/caps/a/x/f1.pcap"), False)]
+    assert ("x/z/f0.pcap", "file:/caps/a/x/z/f0.pcap", len("/caps/a/x/z/f0.pcap"), True) in by_arg[1]
+    assert ("file:/other/g1.pcap", "file:/other/g1.pcap", len("/other/g1.pcap"), False) in stray
