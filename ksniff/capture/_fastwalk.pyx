@@ -284,16 +284,9 @@ def ring_block(ring, Py_ssize_t block, Py_ssize_t size, bint skip_outgoing, Py_s
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 
+from ksniff.common._slotdesc cimport slot_offset as _slot
+
 cdef extern from "Python.h":
-    ctypedef struct PyMemberDef:
-        const char *name
-        int type
-        Py_ssize_t offset
-        int flags
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef *d_member
-    PyTypeObject PyMemberDescr_Type
-    PyTypeObject *Py_TYPE(object)
     PyObject *PyDict_GetItemWithError(object, object) except? NULL
     Py_ssize_t PyTuple_GET_SIZE(object)
     PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
@@ -304,23 +297,9 @@ cdef long long SMALL = 1LL << 62  # the numbers the hot loop adds to stay far fr
 cdef enum:
     FOUND = 4  # directions the hot loop remembers by their segments' address and port objects
 
-cdef int T_OBJECT_EX = 16  # structmember.h: the member type of a __slots__ entry
-
 # The flags the hot loop leaves to the careful path (ksniff.capture.reassembly._SLOW_FLAGS, kept equal
 # by a test): FIN, SYN, RST, TRUNCATED, TICK.
 SLOW_FLAGS = 0x01 | 0x02 | 0x04 | 0x100 | 0x200
-
-
-cdef Py_ssize_t _slot(type cls, str name) except -1:
-    """The offset of the object slot `name` of `cls` itself; TypeError for anything else."""
-    cdef PyMemberDef *member
-    descriptor = cls.__dict__.get(name)
-    if descriptor is None or Py_TYPE(descriptor) is not &PyMemberDescr_Type:
-        raise TypeError(f"{cls.__name__}.{name} is not a slot of the class itself")
-    member = (<PyMemberDescrObject *> <PyObject *> descriptor).d_member
-    if member.type != T_OBJECT_EX or member.flags != 0:
-        raise TypeError(f"{cls.__name__}.{name} is not a writable object slot")
-    return member.offset
 
 
 cdef class HotSlots:

@@ -15,22 +15,15 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 
+from ksniff.common._slotdesc cimport slot_offset
+
+
 cdef extern from "Python.h":
-    ctypedef struct PyMemberDef:
-        const char *name
-        int type
-        Py_ssize_t offset
-        int flags
-    ctypedef struct PyMemberDescrObject:
-        PyMemberDef *d_member
-    PyTypeObject PyMemberDescr_Type
     Py_ssize_t PyTuple_GET_SIZE(object)
     PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
     int PyObject_TypeCheck(object, PyTypeObject *)
-    PyTypeObject *Py_TYPE(object)
 
 
-cdef int T_OBJECT_EX = 16  # structmember.h: the member type of a __slots__ entry
 cdef enum:
     MAX_FIELDS = 64
 
@@ -45,17 +38,10 @@ cdef class Layout:
 
     def __init__(self, type cls, tuple names):
         """Refuses (TypeError) a field that is not a writable object slot of `cls` itself."""
-        cdef PyMemberDef *member
         if len(names) > MAX_FIELDS:
             raise TypeError(f"{cls.__name__}: more than {MAX_FIELDS} fields")
         for i, name in enumerate(names):
-            descriptor = cls.__dict__.get(name)
-            if descriptor is None or Py_TYPE(descriptor) is not &PyMemberDescr_Type:
-                raise TypeError(f"{cls.__name__}.{name} is not a slot of the class itself")
-            member = (<PyMemberDescrObject *> <PyObject *> descriptor).d_member
-            if member.type != T_OBJECT_EX or member.flags != 0:
-                raise TypeError(f"{cls.__name__}.{name} is not a writable object slot")
-            self.offsets[i] = member.offset
+            self.offsets[i] = slot_offset(cls, name)
         self.n = len(names)
         self.cls = <PyTypeObject *> cls
         self.keep = cls
