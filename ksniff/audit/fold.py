@@ -39,8 +39,6 @@ HANDLERS: dict[str, Handler] = {
     "OffsetCommit": on_offset_commit,
 }
 
-_IDEMPOTENCE_APIS = frozenset({"Produce", "InitProducerId"})
-
 # Closes that are the capture's doing, not the connection's: nothing to say about what was in flight.
 _CAPTURE_CLOSES = frozenset({"end_of_capture"})
 _REAL_CLOSES = frozenset({"fin", "rst"})
@@ -54,7 +52,8 @@ def step(state: AuditState, event: DecodeEvent) -> tuple[AuditState, list[Findin
         _on_lost(state, event, out)
     elif isinstance(event, ConnectionEnded):
         _on_ended(state, event, out)
-    state.emitted.extend(out)
+    if out:
+        state.emitted.extend(out)
     return state, out
 
 
@@ -67,8 +66,8 @@ def _clock(state: AuditState, start: float, end: float | None) -> None:
 
 
 def _on_exchange(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
-    # Once per exchange, the fold's hottest function: the clock is kept inline (as `_clock` does), and
-    # an exchange is context when its API is one every partition sees (`is_context` for an Exchange).
+    # Once per exchange, the fold's hottest function: the clock is kept inline (as `_clock` does), an
+    # exchange is context when its API is one every partition sees (`is_context` for an Exchange).
     api = ex.api_name
     start, end = ex.request_ts, ex.response_ts
     if state.first_ts is None or start < state.first_ts:
@@ -82,14 +81,26 @@ def _on_exchange(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     logs = state.logs
     if logs is not None and api in LOG_APIS:
         partlog.on_exchange(logs, ex, out, partlog.Context(state.lost_since))
-        if state.idempotence is not None and api in _IDEMPOTENCE_APIS:
-            idempotence.on_exchange(state.idempotence, ex, out)
+        watch = state.idempotence
+        if watch is not None and (api == "InitProducerId" or (watch.refused and api == "Produce")):
+            idempotence.on_exchange(watch, ex, out)  # which reads a Produce only after a refusal
     handler = HANDLERS.get(api)
     if handler is None or ex.request is None:
         return
     if api not in CONTEXT_APIS and not _owns_any(state, producer_keys(ex)):
         return
-    if _seen_twice(state, ex):
+    # An exchange captured at both ends (two captures merged) counts once: the usual case, a key not
+    # seen before, inline.
+    window = state.config.duplicate_window_s
+    seen = state.seen
+    if start - state.seen_pruned_ts > window:
+        _forget_before(seen, start - window)
+        state.seen_pruned_ts = start
+    key = (ex.client, ex.broker, ex.api_key, ex.correlation_id)
+    earlier = seen.get(key)
+    if earlier is None:  # the usual case: a new key goes at the end, where the latest times are
+        seen[key] = (ex.conn, start)
+    elif _seen_again(seen, key, earlier, ex, window):
         return
     if ex.status == "unanswered":
         state.unanswered.setdefault(ex.conn, []).append(ex)
@@ -97,6 +108,11 @@ def _on_exchange(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
 
 
 def _owns_any(state: AuditState, keys: tuple[str, ...]) -> bool:
+    if state.keys is None:  # the whole fold: every key
+        for key in keys:
+            if key is not None:
+                return True
+        return False
     for key in keys:  # usually one key: a loop, not any() over a generator
         if state.owns(key):
             return True
@@ -111,19 +127,9 @@ def _on_api_versions(state: AuditState, ex: Exchange) -> None:
             state.cluster_txn_version = feature.max_version_level
 
 
-def _seen_twice(state: AuditState, ex: Exchange) -> bool:
-    """An exchange captured at both ends (two captures merged) counts once."""
-    window = state.config.duplicate_window_s
+def _seen_again(seen: dict, key: tuple, earlier: tuple[int, float], ex: Exchange, window: float) -> bool:
+    """`key` was seen before (`earlier`: its connection and time): whether `ex` is that exchange again."""
     ts = ex.request_ts
-    seen = state.seen
-    if ts - state.seen_pruned_ts > window:
-        _forget_before(seen, ts - window)
-        state.seen_pruned_ts = ts
-    key = (ex.client, ex.broker, ex.api_key, ex.correlation_id)
-    earlier = seen.get(key)
-    if earlier is None:  # the usual case: a new key goes at the end, where the latest times are
-        seen[key] = (ex.conn, ts)
-        return False
     del seen[key]  # set again below, at the end: the dict stays in order of time seen
     if earlier[0] != ex.conn and abs(ts - earlier[1]) <= window:
         seen[key] = earlier

@@ -53,7 +53,9 @@ def see_producer(
     state: AuditState, producer_id: int, epoch: int, ex: Exchange, transactional_id: str | None
 ) -> ProducerState:
     """Note that `producer_id` was seen at `epoch` on this exchange's connection."""
-    p = state.producer(producer_id, ex.request_ts)
+    p = state.producers.get(producer_id)  # state.producer(), inline: once per batch
+    if p is None:
+        p = state.producer(producer_id, ex.request_ts)
     epochs = p.epochs
     if epoch >= 0 and epoch not in epochs:  # the usual case, an epoch already seen, changes nothing
         if epochs and epoch > p.top_epoch:
@@ -64,10 +66,14 @@ def see_producer(
     p.clients.add(ex.client)
     if ex.client_id:
         p.client_ids.add(ex.client_id)
-    p.conns.add(ex.conn)
+    conn = ex.conn
+    p.conns.add(conn)
     if transactional_id is not None:
         p.transactional_id = transactional_id
-        state.txn_id(transactional_id, ex.request_ts).conns.add(ex.conn)
+        t = state.txn_ids.get(transactional_id)
+        if t is None:
+            t = state.txn_id(transactional_id, ex.request_ts)
+        t.conns.add(conn)
     return p
 
 

@@ -199,32 +199,44 @@ class PartitionLog:
     def place(self, p: Placed) -> Placed:
         self.at[p.base] = p
         if len(self.at) > MAX_BATCHES:
-            oldest = next(iter(self.at))
-            del self.at[oldest]
-            self.forgotten += 1
-            i = bisect.bisect_left(self.acked_bases, oldest)
-            if i < len(self.acked_bases) and self.acked_bases[i] == oldest:
-                del self.acked_bases[i]
+            self.forget_oldest()
         if p.last + 1 > self.end:
             self.end = p.last + 1
         return p
 
+    def forget_oldest(self) -> None:
+        """Drop the batch placed first, past MAX_BATCHES."""
+        oldest = next(iter(self.at))
+        del self.at[oldest]
+        self.forgotten += 1
+        i = bisect.bisect_left(self.acked_bases, oldest)
+        if i < len(self.acked_bases) and self.acked_bases[i] == oldest:
+            del self.acked_bases[i]
+
     def producer(self, p: Placed) -> None:
+        # Once per batch placed: comparisons rather than min() and max() (a call each).
         if p.producer_id < 0 or p.control:
             return
         s = self.producers.get(p.producer_id)
         if s is None:
             s = self.producers[p.producer_id] = ProducerOnPartition(p.producer_id)
-        s.transactional_id = s.transactional_id or p.transactional_id
+        if not s.transactional_id:
+            s.transactional_id = p.transactional_id
         s.epochs.add(p.epoch)
+        base, last = p.base, p.last
         s.batches += 1
-        s.records += p.records
-        s.first_offset = p.base if s.first_offset is None else min(s.first_offset, p.base)
-        s.last_offset = p.last if s.last_offset is None else max(s.last_offset, p.last)
-        if p.sequence >= 0:
-            last_seq = p.sequence + p.last - p.base
-            s.first_sequence = p.sequence if s.first_sequence is None else min(s.first_sequence, p.sequence)
-            s.last_sequence = last_seq if s.last_sequence is None else max(s.last_sequence, last_seq)
+        s.records += last - base + 1
+        if s.first_offset is None or base < s.first_offset:
+            s.first_offset = base
+        if s.last_offset is None or last > s.last_offset:
+            s.last_offset = last
+        sequence = p.sequence
+        if sequence >= 0:
+            last_seq = sequence + last - base
+            if s.first_sequence is None or sequence < s.first_sequence:
+                s.first_sequence = sequence
+            if s.last_sequence is None or last_seq > s.last_sequence:
+                s.last_sequence = last_seq
 
 
 @slotted_dataclass
@@ -311,48 +323,69 @@ def on_exchange(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
 
 
 def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) -> None:
+    # Once per batch of every Produce: the partition's log found, and the batch placed in it, inline
+    # (`LogState.log`, `PartitionLog.place`).
+    txn_ids = st.txn_ids
     for b in ex.batches:
         h = b.header
-        if b.transactional_id and h.producer_id >= 0:
-            st.txn_ids[h.producer_id] = b.transactional_id
-            if b.error_code in FENCING_ERRORS:  # kept to tell a late write an epoch bump refused
-                st.txn_writes.setdefault((h.producer_id, h.producer_epoch), []).append(
+        pid = h.producer_id
+        tid = b.transactional_id
+        code = b.error_code
+        if tid and pid >= 0:
+            txn_ids[pid] = tid
+            if code in FENCING_ERRORS:  # kept to tell a late write an epoch bump refused
+                st.txn_writes.setdefault((pid, h.producer_epoch), []).append(
                     TxnWrite(st.log(b.topic, b.partition), None, ex.response_ts, ex.request_ts, ex, b)
                 )
-        if b.base_offset is None or b.error_code != 0 or b.acks == 0 or h.control:
-            continue
-        lg = st.log(b.topic, b.partition)
-        lg.acked_batches += 1
-        lg.acked_records += h.last_offset_delta + 1
         base = b.base_offset
-        old = lg.at.get(base)
+        if base is None or code != 0 or b.acks == 0 or h.control:
+            continue
+        topic = st.names.get(b.topic, b.topic) if st.names else b.topic
+        key = (topic, b.partition)
+        lg = st.logs.get(key)
+        if lg is None:
+            lg = st.logs[key] = PartitionLog(topic, b.partition)
+        delta = h.last_offset_delta
+        lg.acked_batches += 1
+        lg.acked_records += delta + 1
+        at = lg.at
+        old = at.get(base)
         p = Placed(
             base,
-            base + h.last_offset_delta,
-            h.producer_id,
+            base + delta,
+            pid,
             h.producer_epoch,
             h.base_sequence,
             h.transactional,
             None,
-            b.transactional_id,
+            tid,
             b,  # acked
             ex,  # acked_ex
         )
         if old is not None and old.fetched_ts is not None:
             if not old.same(h):
                 _lost(lg, p, old, ex, out, ctx)
-            old.acked, old.acked_ex, old.transactional_id = b, ex, b.transactional_id
+            old.acked, old.acked_ex, old.transactional_id = b, ex, tid
             p = old
         else:
-            lg.place(p)
-            lg.producer(p)
-            if p.producer_id >= 0 and p.sequence >= 0:
-                lg.by_sequence.setdefault((p.producer_id, p.epoch, p.sequence, p.last - p.base), p.base)
-        bisect.insort(lg.acked_bases, base)
-        if h.transactional and h.producer_id >= 0:
+            at[base] = p
+            if len(at) > MAX_BATCHES:
+                lg.forget_oldest()
+            if base + delta + 1 > lg.end:
+                lg.end = base + delta + 1
+            if pid >= 0:
+                lg.producer(p)
+                if p.sequence >= 0:
+                    lg.by_sequence.setdefault((pid, p.epoch, p.sequence, delta), base)
+        bases = lg.acked_bases
+        if not bases or base > bases[-1]:
+            bases.append(base)  # bisect.insort, where an offset past the last goes
+        else:
+            bisect.insort(bases, base)
+        if h.transactional and pid >= 0:
             if p.outcome is None and old is None:
-                lg.open_txn.setdefault(h.producer_id, []).append(base)
-            st.txn_writes.setdefault((h.producer_id, h.producer_epoch), []).append(
+                lg.open_txn.setdefault(pid, []).append(base)
+            st.txn_writes.setdefault((pid, h.producer_epoch), []).append(
                 TxnWrite(lg, base, ex.response_ts, ex.request_ts, ex, b)
             )
 
@@ -541,19 +574,23 @@ def _on_end_txn(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
     outcome = "commit" if req.committed else "abort"
     writes = st.txn_writes.pop((pid, epoch), [])
     later = []
+    answered, asked = ex.response_ts, ex.request_ts
+    key = ("endtxn", pid, epoch, asked)
     for w in writes:
-        if w.response_ts is not None and ex.response_ts is not None and w.response_ts > ex.response_ts:
-            if w.request_ts < ex.request_ts:
+        if w.response_ts is not None and answered is not None and w.response_ts > answered:
+            if w.request_ts < asked:
                 _torn(st, w, ex, out, ctx)
             if w.base is not None:
                 later.append(w)  # written after this end: it belongs to whatever comes next
             continue
-        if w.base is None:
+        base = w.base
+        if base is None:
             continue  # refused in time: nothing was written
-        bases = w.log.open_txn.get(pid)
-        if bases and w.base in bases:
-            bases.remove(w.base)
-        _resolve(w.log, w.base, outcome, ("endtxn", pid, epoch, ex.request_ts), ex.request_ts, out)
+        lg = w.log
+        bases = lg.open_txn.get(pid)
+        if bases and base in bases:
+            bases.remove(base)
+        _resolve(lg, base, outcome, key, asked, out)
     if later:
         st.txn_writes[(pid, epoch)] = later
 
@@ -594,6 +631,8 @@ def _resolve(
     p = lg.at.get(base)
     if p is not None and p.outcome is None:
         p.outcome, p.outcome_key, p.outcome_ts = outcome, key, ts
+    if not lg.pending:
+        return  # no read waits for an outcome (the usual case for a producer-only capture)
     reads = lg.pending.pop(base, None)
     if not reads:
         return

@@ -10,10 +10,10 @@ duplicate: `warning` when the broker deduplicated it, `critical` when it wrote i
 from __future__ import annotations
 
 from ksniff.audit import identity
-from ksniff.audit.codes import DUPLICATE_SEQUENCE_NUMBER
+from ksniff.audit.codes import DUPLICATE_SEQUENCE_NUMBER, FENCING_ERRORS
 from ksniff.audit.findings import batch_evidence, broker_verdict, judge, make
 from ksniff.audit.model import Finding, FindingKind, Severity
-from ksniff.audit.sequences import Placement, distance, last_sequence, next_sequence, place
+from ksniff.audit.sequences import SEQ_MOD, Placement, distance, last_sequence, next_sequence, place
 from ksniff.audit.state import Accepted, AuditState, PartitionSeq, ProducerState
 from ksniff.audit.transactions import new_instance, write
 from ksniff.decode.events import Exchange, ProducedBatch
@@ -28,9 +28,12 @@ _EXPLAINED_BY_LOSS = {Placement.GAP: True, Placement.DUPLICATE: False, Placement
 
 
 def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
+    # Once per batch of every Produce: the identity checks' usual outcomes are read inline (the claim is
+    # made only when a check has something to say), and so is the common sequence path (`_sequence`).
     tid = ex.request.transactional_id or None
     fenced_reported = False  # one fencing finding per request, not per partition
     regressed: set[int] = set()
+    producers = state.producers
     for b in ex.batches:
         h = b.header
         pid, epoch = h.producer_id, h.producer_epoch
@@ -40,31 +43,53 @@ def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
             continue
         answer = b.error_code
         unverified = b.unverified or ex.unverified
-        c = identity.Claim(ex, pid, epoch, answer, None, unverified, b.topic, b.partition)
-        highest = identity.highest_epoch(state, pid)
+        c = None  # the batch's Claim, made when a check needs it
+        seen = producers.get(pid)
+        highest = -1 if seen is None else seen.top_epoch
         p = identity.see_producer(state, pid, epoch, ex, tid)
         if epoch < highest and pid not in regressed:
             regressed.add(pid)
+            c = _claim(ex, b, unverified)
             identity.epoch_regression(tid, highest, c, out)
-        t = state.txn_id(tid, ex.request_ts) if tid is not None else None
-        if t is not None:
-            if identity.zombie(state, t, c, out, report_rejection=not fenced_reported):
+        if tid is not None:
+            t = state.txn_ids[tid]  # see_producer made it
+            if t.is_superseded(pid, epoch):
+                identity.zombie(
+                    state, t, c or _claim(ex, b, unverified), out, report_rejection=not fenced_reported
+                )
                 fenced_reported = fenced_reported or answer not in (0, None)
                 _count(p, b, answer == 0)
                 if answer == 0 and h.transactional:
                     write(state, t, t.zombie_lane(pid, epoch), ex, b, out, unverified=unverified)
                 continue
-            if answer == 0 and identity.adopt(t, pid, epoch, ex):
-                new_instance(state, t, pid, epoch, ex.request_ts)
-        elif epoch < highest:
-            _count(p, b, answer == 0)
-            continue  # sequences belong to the newer epoch
-        if identity.fenced_by_broker(state, t, c, [] if fenced_reported else out):
+            if answer == 0:
+                cur = t.current  # identity.adopt, when the instance is newer than the one we know
+                if (cur is None or cur.producer_id != pid or epoch > cur.epoch) and identity.adopt(
+                    t, pid, epoch, ex
+                ):
+                    new_instance(state, t, pid, epoch, ex.request_ts)
+        else:
+            t = None
+            if epoch < highest:
+                _count(p, b, answer == 0)
+                continue  # sequences belong to the newer epoch
+        if answer in FENCING_ERRORS and identity.fenced_by_broker(
+            state, t, c or _claim(ex, b, unverified), [] if fenced_reported else out
+        ):
             fenced_reported = True
             continue
-        _count(p, b, _sequence(state, ex, b, p, out, unverified))
+        if _sequence(state, ex, b, p, out, unverified):
+            p.batches += 1
+            p.records += h.records_count
         if t is not None and h.transactional:
             write(state, t, t, ex, b, out, unverified=unverified)
+
+
+def _claim(ex: Exchange, b: ProducedBatch, unverified: bool) -> identity.Claim:
+    h = b.header
+    return identity.Claim(
+        ex, h.producer_id, h.producer_epoch, b.error_code, None, unverified, b.topic, b.partition
+    )
 
 
 def _count(p: ProducerState, b: ProducedBatch, written: bool) -> None:
@@ -80,23 +105,29 @@ def _sequence(
     h = b.header
     answer = b.error_code
     accepted = answer == 0 or (answer is None and b.acks == 0)
-    if h.base_sequence < 0:
+    base = h.base_sequence
+    if base < 0:
         return accepted  # idempotence off for this batch
+    epoch = h.producer_epoch
     key = (h.producer_id, b.topic, b.partition)
     seq = state.sequences.get(key)
-    if seq is None or h.producer_epoch > seq.epoch:
+    if seq is None or epoch > seq.epoch:
         # A new epoch starts again at 0, and so does a partition first written in an epoch whose
         # start we saw; otherwise the capture began mid-stream and the first batch sets the pace.
-        known_start = seq is not None or h.producer_epoch in p.started_epochs
-        seq = PartitionSeq(h.producer_epoch, 0 if known_start else None, ex.request_ts)
+        known_start = seq is not None or epoch in p.started_epochs
+        seq = PartitionSeq(epoch, 0 if known_start else None, ex.request_ts)
         state.sequences[key] = seq
-    elif h.producer_epoch < seq.epoch:
+    elif epoch < seq.epoch:
         return accepted  # an older epoch on this partition: the epoch rules judge it
-    base, last = h.base_sequence, last_sequence(h.base_sequence, h.records_count)
+    records = h.records_count
+    last = (base + records - 1) % SEQ_MOD if records > 1 else base  # last_sequence(base, records)
     expected = seq.next_seq
-    placement = Placement.IN_ORDER if expected is None else place(expected, base, h.records_count)
-    if placement is Placement.GAP and _covered_by_unanswered(seq, expected, base):
+    if expected is None or expected == base:  # place(): in order
         placement = Placement.IN_ORDER
+    else:
+        placement = place(expected, base, records)
+        if placement is Placement.GAP and _covered_by_unanswered(seq, expected, base):
+            placement = Placement.IN_ORDER
     if placement is Placement.IN_ORDER:
         # Answered as a duplicate while in order: an unanswered original was written; this is its retry.
         if accepted or answer == DUPLICATE_SEQUENCE_NUMBER:
@@ -140,9 +171,10 @@ def _covered_by_unanswered(seq: PartitionSeq, expected: int, base: int) -> bool:
 
 
 def _advance(seq: PartitionSeq, base: int, last: int, b: ProducedBatch, ex: Exchange) -> None:
-    seq.next_seq = next_sequence(last)
+    seq.next_seq = (last + 1) % SEQ_MOD  # next_sequence(last)
     seq.last_ts = ex.request_ts
-    seq.unanswered.clear()
+    if seq.unanswered:
+        seq.unanswered.clear()
     seq.remember(base, Accepted(last, b.base_offset, ex.conn, ex.response_ts))
 
 

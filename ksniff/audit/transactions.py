@@ -19,21 +19,20 @@ broker rejected does not end it. Its outcome is what the capture proves, and `ou
 
 from __future__ import annotations
 
-from ksniff.audit.codes import error_name
+from ksniff.audit.codes import FENCING_ERRORS, error_name
 from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.identity import (
     Claim,
     adopt,
     epoch_regression,
     fenced_by_broker,
-    highest_epoch,
     see_producer,
     take_over,
     zombie,
 )
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, Lane, TxnIdState, TxnRecord
-from ksniff.audit.txn import ILLEGAL, Trigger, TxnState, next_state
+from ksniff.audit.txn import ALLOWED, ILLEGAL, Trigger, TxnState, next_state
 from ksniff.decode.events import Exchange, ProducedBatch
 
 _END = {TxnState.PREPARE_COMMIT: "commit", TxnState.PREPARE_ABORT: "abort"}
@@ -95,33 +94,33 @@ def enter(
 ) -> TxnRecord | None:
     """Apply an allowed, accepted trigger; returns the transaction it belongs to (None if none)."""
     before = t.state
-    after = next_state(before, trigger)
+    after = ALLOWED[before].get(trigger)  # next_state()
     assert after is not None, "callers check ALLOWED first"
     rec = t.txn
     is_open = rec is not None and rec.outcome is None
-    if (
-        is_open
-        and (rec.intent is not None or rec.taken_over_ts is not None)
-        and after is TxnState.ONGOING
-        and trigger is not Trigger.WRITE
-        and trigger is not Trigger.OFFSET_COMMIT
-    ):
-        # A new transaction of an instance whose EndTxn went unanswered, or whose transaction a
-        # takeover aborted: that transaction is over.
-        close_unknown(t, ts, producer_id, epoch)
-        is_open = False
-    if after is TxnState.ONGOING and not (before is TxnState.ONGOING and is_open):
-        close_unknown(t, ts, producer_id, epoch)
-        rec = TxnRecord(
-            t.transactional_id,
-            producer_id,
-            epoch,
-            ts,
-            registration_known=before is not TxnState.UNKNOWN,
-            client=client,
-        )
-        state.transactions.append(rec)
-        t.txn = rec
+    if after is TxnState.ONGOING:
+        if (
+            is_open
+            and (rec.intent is not None or rec.taken_over_ts is not None)
+            and trigger is not Trigger.WRITE
+            and trigger is not Trigger.OFFSET_COMMIT
+        ):
+            # A new transaction of an instance whose EndTxn went unanswered, or whose transaction a
+            # takeover aborted: that transaction is over.
+            close_unknown(t, ts, producer_id, epoch)
+            is_open = False
+        if not (before is TxnState.ONGOING and is_open):
+            close_unknown(t, ts, producer_id, epoch)
+            rec = TxnRecord(
+                t.transactional_id,
+                producer_id,
+                epoch,
+                ts,
+                registration_known=before is not TxnState.UNKNOWN,
+                client=client,
+            )
+            state.transactions.append(rec)
+            t.txn = rec
     elif after in _END and before in (TxnState.ONGOING, TxnState.UNKNOWN):
         if not is_open:  # its beginning was before the capture: still a transaction seen on the wire
             rec = TxnRecord(
@@ -134,7 +133,8 @@ def enter(
     elif after is TxnState.EMPTY:
         close_unknown(t, ts)
     t.state = after
-    return t.txn if t.txn is not None and t.txn.outcome is None else None
+    rec = t.txn
+    return rec if rec is not None and rec.outcome is None else None
 
 
 def since_last_end(t: TxnIdState) -> float:
@@ -206,18 +206,31 @@ def new_instance(state: AuditState, t: TxnIdState, producer_id: int, epoch: int,
         t.state = TxnState.UNKNOWN
 
 
-def identify(state: AuditState, t: TxnIdState, c: Claim, out: list[Finding]) -> Lane | None:
-    """Epoch, zombie and fencing checks shared by the transactional requests. Returns the lane the
-    request moves (the current instance's, or a superseded one's that the broker still obeys), or None
-    when the request moves nothing."""
-    producer_id, epoch, answer, ex = c.producer_id, c.epoch, c.answer, c.ex
-    highest = highest_epoch(state, producer_id)
+def identify(
+    state: AuditState,
+    t: TxnIdState,
+    ex: Exchange,
+    producer_id: int,
+    epoch: int,
+    answer: int | None,
+    what: str,
+    out: list[Finding],
+) -> Lane | None:
+    """Epoch, zombie and fencing checks shared by the transactional requests (`what` names the request
+    in a finding's words). Returns the lane the request moves (the current instance's, or a superseded
+    one's that the broker still obeys), or None when the request moves nothing."""
+    seen = state.producers.get(producer_id)
+    highest = -1 if seen is None else seen.top_epoch  # highest_epoch(), inline
     see_producer(state, producer_id, epoch, ex, t.transactional_id)
+    c = None  # the request's Claim, made when a check has something to say
     if epoch < highest:
+        c = _claim(ex, producer_id, epoch, answer, what)
         epoch_regression(t.transactional_id, highest, c, out)
-    if zombie(state, t, c, out):
+    if t.is_superseded(producer_id, epoch):
+        zombie(state, t, c or _claim(ex, producer_id, epoch, answer, what), out)
         return t.zombie_lane(producer_id, epoch) if answer == 0 else None
-    if fenced_by_broker(state, t, c, out):
+    if answer in FENCING_ERRORS:
+        fenced_by_broker(state, t, c or _claim(ex, producer_id, epoch, answer, what), out)
         return None
     if answer == 0 and adopt(t, producer_id, epoch, ex):
         new_instance(state, t, producer_id, epoch, ex.request_ts)
@@ -309,26 +322,23 @@ def _partition_errors(results) -> dict[tuple[str, int], int]:
     return out
 
 
-def _overall(answers: dict, wanted: list, responded: bool) -> int | None:
-    """0 when every wanted partition was accepted, else the first error; None without an answer."""
-    if not responded:
-        return None
-    for tp in wanted:
-        code = answers.get(tp)
-        if code:
-            return code
-    return 0
-
-
 def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
+    responded = ex.response is not None
     for tid, pid, epoch, verify_only, wanted, answers in add_partitions_entries(ex):
         # A broker asking the coordinator whether partitions are already in (KIP-890) adds nothing.
         if verify_only or not state.owns(tid):
             continue
         t = state.txn_id(tid, ex.request_ts)
-        answer = _overall(answers, wanted, ex.response is not None)
-        lane = identify(state, t, _claim(ex, pid, epoch, answer, "AddPartitionsToTxn"), out)
-        accepted = [tp for tp in wanted if answers.get(tp) == 0]
+        # The partitions the broker accepted, and the request's answer (`_overall`) in the same loop.
+        answer = 0 if responded else None
+        accepted = []
+        for tp in wanted:
+            code = answers.get(tp)
+            if code == 0:
+                accepted.append(tp)
+            elif code and answer == 0:
+                answer = code
+        lane = identify(state, t, ex, pid, epoch, answer, "AddPartitionsToTxn", out)
         if lane is None or not accepted:
             continue
         rec = lane.txn
@@ -345,16 +355,17 @@ def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> No
             lane.state = TxnState.EMPTY
         rec = enter(state, lane, Trigger.ADD_PARTITIONS, pid, epoch, ex.request_ts, client=ex.client)
         if rec is not None:
-            for topic, partition in accepted:
-                rec.registered.add((topic, partition))
-                rec.add_partition(topic, partition)
+            registered, partitions = rec.registered, rec.partitions
+            for tp in accepted:
+                registered.add(tp)
+                partitions.setdefault(f"{tp[0]}-{tp[1]}", None)  # rec.add_partition
 
 
 def on_add_offsets(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     req = ex.request
     t = state.txn_id(req.transactional_id, ex.request_ts)
     answer = answer_of(ex)
-    lane = identify(state, t, _claim(ex, req.producer_id, req.producer_epoch, answer, "AddOffsetsToTxn"), out)
+    lane = identify(state, t, ex, req.producer_id, req.producer_epoch, answer, "AddOffsetsToTxn", out)
     if lane is not None and answer == 0:
         rec = enter(
             state,
@@ -378,7 +389,7 @@ def on_txn_offset_commit(state: AuditState, ex: Exchange, out: list[Finding]) ->
         codes = [p.error_code for tp in resp.topics for p in tp.partitions]
         answer = next((c for c in codes if c), 0)
     pid, epoch, group = req.producer_id, req.producer_epoch, req.group_id
-    lane = identify(state, t, _claim(ex, pid, epoch, answer, "TxnOffsetCommit"), out)
+    lane = identify(state, t, ex, pid, epoch, answer, "TxnOffsetCommit", out)
     if lane is None:
         return
     trigger = Trigger.OFFSET_COMMIT_TV2 if ex.api_version >= 5 else Trigger.OFFSET_COMMIT
@@ -457,15 +468,17 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     t = state.txn_id(req.transactional_id, ex.request_ts)
     answer = answer_of(ex)
     pid, epoch = req.producer_id, req.producer_epoch
-    what = f"EndTxn({'commit' if req.committed else 'abort'})"
-    lane = identify(state, t, _claim(ex, pid, epoch, answer, what), out)
+    what = "EndTxn(commit)" if req.committed else "EndTxn(abort)"
+    lane = identify(state, t, ex, pid, epoch, answer, what, out)
     if lane is None:
         return
     if req.committed:
         trigger = Trigger.END_COMMIT
     else:
         trigger = Trigger.END_ABORT_TV2 if ex.api_version >= 5 else Trigger.END_ABORT
-    if illegal(state, t, lane, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what):
+    if ALLOWED[lane.state].get(trigger) is None and illegal(
+        state, t, lane, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what
+    ):
         return
     if answer is None:
         rec = lane.txn
@@ -535,13 +548,16 @@ def write(
     unverified: bool,
 ) -> None:
     """A transactional batch that passed the identity checks: judge it against the lane's transaction."""
+    # Once per transactional batch: `illegal`'s words are made only when the lane cannot take the write,
+    # and the usual write, into the open transaction of the lane, is read inline (`enter` changes
+    # nothing then).
     answer, topic, partition, h = b.error_code, b.topic, b.partition, b.header
-    producer_id, epoch, records = h.producer_id, h.producer_epoch, h.records_count
     tv2 = ex.api_version >= 12  # Produce v12+ is only used within a transaction under transaction.version 2
-    t.tv2 = t.tv2 or tv2
+    if tv2:
+        t.tv2 = True
     trigger = Trigger.WRITE_TV2 if tv2 else Trigger.WRITE
-    # Once per transactional batch: `illegal`'s words are made only when the lane cannot take the write.
-    if next_state(lane.state, trigger) is None and illegal(
+    state_now = lane.state
+    if ALLOWED[state_now].get(trigger) is None and illegal(
         state,
         t,
         lane,
@@ -549,8 +565,8 @@ def write(
         answer,
         ex,
         out,
-        producer_id,
-        epoch,
+        h.producer_id,
+        h.producer_epoch,
         unverified=unverified,
         what=f"transactional write to {topic}-{partition}",
         topic=topic,
@@ -558,20 +574,33 @@ def write(
     ):
         return
     rec = lane.txn
-    if _registering(t, lane, trigger, Trigger.WRITE) is not None and (topic, partition) not in rec.registered:
+    is_open = state_now is TxnState.ONGOING and rec is not None and rec.outcome is None
+    if (
+        is_open
+        and lane is t
+        and trigger is Trigger.WRITE
+        and rec.registration_known
+        and (topic, partition) not in rec.registered
+    ):  # `_registering`: a write the classic protocol needed registered first
         kind = FindingKind.WRITE_TO_UNREGISTERED_PARTITION
         what = (
             f"transactional write of {t.transactional_id!r} to {topic}-{partition}, which "
             "AddPartitionsToTxn did not add"
         )
         registered = ("registered", sorted(f"{tp}-{p}" for tp, p in rec.registered))
-        subject = dict(producer_id=producer_id, producer_epoch=epoch, topic=topic, partition=partition)
+        subject = dict(
+            producer_id=h.producer_id, producer_epoch=h.producer_epoch, topic=topic, partition=partition
+        )
         _unregistered(state, t, rec, ex, answer, out, kind, what, registered, subject, unverified)
     if answer == 0:
-        rec = enter(state, lane, trigger, producer_id, epoch, ex.request_ts, client=ex.client)
+        if not (is_open and rec.intent is None and rec.taken_over_ts is None):
+            # anything but a write into a plain open transaction: what `enter` makes of it
+            rec = enter(
+                state, lane, trigger, h.producer_id, h.producer_epoch, ex.request_ts, client=ex.client
+            )
         if rec is not None:
-            rec.add_partition(topic, partition)
-            rec.records += records
+            rec.partitions.setdefault(f"{topic}-{partition}", None)  # rec.add_partition
+            rec.records += h.records_count
             rec.batches += 1
     elif answer is None and rec is not None and rec.outcome is None:
         rec.add_partition(topic, partition)  # unanswered: the data may be there
