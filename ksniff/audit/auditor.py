@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ksniff.audit.fold import finish, step
+from ksniff.audit.fold import feed, finish
 from ksniff.audit.model import AuditOutput, Finding, Transaction
 from ksniff.audit.state import AuditConfig, AuditState
 from ksniff.audit.txn import TxnState
@@ -16,8 +16,7 @@ class Auditor:
         self.state = AuditState.initial(config, key, keys)
 
     def feed(self, event: DecodeEvent) -> list[Finding]:
-        self.state, findings = step(self.state, event)
-        return findings
+        return feed(self.state, event)  # `step`, which changes the state in place
 
     def finish(self, end_ts: float | None = None) -> AuditOutput:
         return finish(self.state, end_ts)

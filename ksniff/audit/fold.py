@@ -45,6 +45,11 @@ _REAL_CLOSES = frozenset({"fin", "rst"})
 
 
 def step(state: AuditState, event: DecodeEvent) -> tuple[AuditState, list[Finding]]:
+    return state, feed(state, event)
+
+
+def feed(state: AuditState, event: DecodeEvent) -> list[Finding]:
+    """`step` without the state in its answer (it is changed in place): the findings of `event`."""
     out: list[Finding] = []
     if isinstance(event, Exchange):
         _on_exchange(state, event, out)
@@ -54,7 +59,7 @@ def step(state: AuditState, event: DecodeEvent) -> tuple[AuditState, list[Findin
         _on_ended(state, event, out)
     if out:
         state.emitted.extend(out)
-    return state, out
+    return out
 
 
 def _clock(state: AuditState, start: float, end: float | None) -> None:
@@ -80,7 +85,10 @@ def _on_exchange(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         return
     logs = state.logs
     if logs is not None and api in LOG_APIS:
-        partlog.on_exchange(logs, ex, out, partlog.Context(state.lost_since))
+        ctx = state.log_context
+        if ctx is None:
+            ctx = state.log_context = partlog.Context(state.losses)
+        partlog.on_exchange(logs, ex, out, ctx)
         watch = state.idempotence
         if watch is not None and (api == "InitProducerId" or (watch.refused and api == "Produce")):
             idempotence.on_exchange(watch, ex, out)  # which reads a Produce only after a refusal

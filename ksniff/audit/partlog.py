@@ -281,14 +281,28 @@ class LogState:
         return lg
 
 
-class Context:
-    """What the handlers need from the rest of the audit: where bytes went missing."""
+def lost_in(losses: dict[int, list[float]], conns: set[int], since: float) -> bool:
+    """Whether `losses` (connection -> when the capture lost its bytes) has any of `conns` at or after
+    `since`."""
+    return any(ts >= since for c in conns for ts in losses.get(c, ()))
 
-    def __init__(self, lost_since) -> None:
-        self.lost_since = lost_since
+
+class Context:
+    """What the handlers need from the rest of the audit: where bytes went missing (the audit's
+    connection -> times table, read as it grows). Made once per audit: it holds the table, not the
+    audit's state, so that the state never refers to itself (a cycle would keep the whole state alive
+    until a full collection)."""
+
+    __slots__ = ("losses",)
+
+    def __init__(self, losses: dict[int, list[float]]) -> None:
+        self.losses = losses
+
+    def lost_since(self, conns: set[int], since: float) -> bool:
+        return lost_in(self.losses, conns, since)
 
     def lost(self, ex: Exchange) -> bool:
-        return ex.unverified or self.lost_since({ex.conn}, ex.request_ts)
+        return ex.unverified or lost_in(self.losses, {ex.conn}, ex.request_ts)
 
 
 # -- the fold ---------------------------------------------------------------------------------------------

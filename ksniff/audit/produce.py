@@ -14,7 +14,7 @@ from ksniff.audit.codes import DUPLICATE_SEQUENCE_NUMBER, FENCING_ERRORS
 from ksniff.audit.findings import batch_evidence, broker_verdict, judge, make
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.sequences import SEQ_MOD, Placement, distance, last_sequence, next_sequence, place
-from ksniff.audit.state import Accepted, AuditState, PartitionSeq, ProducerState
+from ksniff.audit.state import RECENT_BATCHES, Accepted, AuditState, PartitionSeq, ProducerState
 from ksniff.audit.transactions import new_instance, write
 from ksniff.decode.events import Exchange, ProducedBatch
 
@@ -175,7 +175,14 @@ def _advance(seq: PartitionSeq, base: int, last: int, b: ProducedBatch, ex: Exch
     seq.last_ts = ex.request_ts
     if seq.unanswered:
         seq.unanswered.clear()
-    seq.remember(base, Accepted(last, b.base_offset, ex.conn, ex.response_ts))
+    # the batch remembered among the partition's recent ones (`recent` and `order`)
+    recent = seq.recent
+    if base not in recent:
+        order = seq.order
+        order.append(base)
+        if len(order) > RECENT_BATCHES:
+            recent.pop(order.popleft(), None)
+    recent[base] = Accepted(last, b.base_offset, ex.conn, ex.response_ts)
 
 
 def _sequence_finding(

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import field
+from typing import Any
 
 from ksniff.audit.idempotence import IdempotenceWatch
 from ksniff.audit.keys import CONTEXT_KEY
 from ksniff.audit.model import Finding, Transaction
-from ksniff.audit.partlog import LogState
+from ksniff.audit.partlog import LogState, lost_in
 from ksniff.audit.txn import TxnState
 from ksniff.common.codegen import fast_init
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
@@ -104,18 +105,22 @@ class TxnRecord:
         self.partitions.setdefault(f"{topic}-{partition}", None)
 
     def as_transaction(self) -> Transaction:
+        # Once per transaction: by position (Transaction's fields in order; capture_set and cluster are
+        # the engine's to stamp).
         return Transaction(
-            transactional_id=self.transactional_id,
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            start_ts=self.start_ts,
-            end_ts=self.end_ts,
-            outcome=self.outcome or "open",
-            partitions=tuple(self.partitions),
-            records=self.records,
-            groups=tuple(self.groups),
-            client=self.client,
-            outcome_source=self.outcome_source,
+            self.transactional_id,
+            self.producer_id,
+            self.producer_epoch,
+            self.start_ts,
+            self.end_ts,
+            self.outcome or "open",
+            tuple(self.partitions),
+            self.records,
+            tuple(self.groups) if self.groups else (),
+            self.client,
+            None,
+            None,
+            self.outcome_source,
         )
 
 
@@ -179,18 +184,12 @@ class PartitionSeq:
     epoch: int
     next_seq: int | None  # None: not known yet (the capture began mid-stream)
     last_ts: float
-    # base sequence -> the recently accepted batch that started there.
+    # base sequence -> the recently accepted batch that started there (the last RECENT_BATCHES, in
+    # `order`: produce._advance keeps both).
     recent: dict[int, Accepted] = field(default_factory=dict)
     order: deque[int] = field(default_factory=deque)
     # Batches that got no answer: (base, last); the broker may have written them.
     unanswered: list[tuple[int, int]] = field(default_factory=list)
-
-    def remember(self, base: int, batch: Accepted) -> None:
-        if base not in self.recent:
-            self.order.append(base)
-            if len(self.order) > RECENT_BATCHES:
-                self.recent.pop(self.order.popleft(), None)
-        self.recent[base] = batch
 
 
 @slotted_dataclass
@@ -222,6 +221,9 @@ class AuditState:
     logs: LogState | None = None
     # Clients whose InitProducerId was refused (ksniff.audit.idempotence): kept beside the logs.
     idempotence: IdempotenceWatch | None = None
+    # What the partition logs are given of the rest of the audit (partlog.Context over `losses`), made
+    # by the fold's first exchange for the logs.
+    log_context: Any = None
 
     @classmethod
     def initial(
@@ -256,4 +258,4 @@ class AuditState:
 
     def lost_since(self, conns: set[int], since: float) -> bool:
         """Whether the capture lost bytes of any of `conns` at or after `since`."""
-        return any(ts >= since for c in conns for ts in self.losses.get(c, ()))
+        return lost_in(self.losses, conns, since)
