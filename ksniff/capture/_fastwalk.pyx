@@ -304,9 +304,12 @@ SLOW_FLAGS = 0x01 | 0x02 | 0x04 | 0x100 | 0x200
 
 cdef class HotSlots:
     """Where the hot loop finds the fields it reads and writes: the slots of the reassembler's `Half`
-    (one direction of a connection) and of its `ChunkMerger`'s `pend`."""
+    (one direction of a connection); and the capture's clock (`pm`, its latest timestamp so far), kept
+    across calls by the reassembler."""
 
-    cdef Py_ssize_t fast, last_ts, ack_out, nxt, nxt32, parts, p_off, p_len, p_last, p_marks, pend
+    cdef Py_ssize_t fast, last_ts, ack_out, nxt, nxt32, parts, p_off, p_len, p_last, p_marks
+    cdef public double pm
+    cdef public long long n  # segments taken so far (Reassembler._n)
     cdef object keep  # the classes, alive as long as their offsets are used
     # The directions found last, with the four objects of the segment that found each: a segment whose
     # addresses and ports are those very objects (the compiled walk hands the same ones out again) is of
@@ -315,13 +318,14 @@ cdef class HotSlots:
     cdef list found  # [sip, sp, dip, dp, half] per entry, FOUND entries, the newest replacing in turn
     cdef Py_ssize_t turn
 
-    def __init__(self, type half, type merger):
+    def __init__(self, type half):
         self.fast, self.last_ts = _slot(half, "fast"), _slot(half, "last_ts")
         self.ack_out, self.nxt, self.nxt32 = _slot(half, "ack_out"), _slot(half, "nxt"), _slot(half, "nxt32")
         self.parts, self.p_off, self.p_len = _slot(half, "parts"), _slot(half, "p_off"), _slot(half, "p_len")
         self.p_last, self.p_marks = _slot(half, "p_last"), _slot(half, "p_marks")
-        self.pend = _slot(merger, "pend")
-        self.keep = (half, merger)
+        self.pm = float("-inf")
+        self.n = 0
+        self.keep = half
         self.found = [None] * (FOUND * 5)
         self.turn = 0
 
@@ -368,11 +372,12 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
             Py_ssize_t max_chunk, HotSlots at):
     """The hot loop of `Reassembler.events` over `segs[i:]`, in C: segments of a known connection that
     may take the hot path (`Half.fast`), with no slow flag and their bytes in order, update their
-    direction and join the chunk being merged (`ChunkMerger.start` and `flush` are called as the Python
-    loop calls them). Stops after a segment that left events in `out` (returns the next index, so the
-    caller yields them before going on), or before one the Python loop must take (returns ~index: a
-    sweep due, an unknown connection, a slow flag, bytes out of order, anything not of the usual
-    types); nothing of that segment is changed then. Returns len(segs) at the end."""
+    direction and join its chunk being merged (`ChunkMerger.start` and `flush_half` are called as the
+    Python loop calls them), the clock (`at.pm`) and the count of segments (`at.n`). Stops after a segment that left events in `out`
+    (returns the next index, so the caller yields them before going on), or before one the Python loop
+    must take (returns ~index: a sweep or a cell's end due at `sweep_at` passed, an unknown connection,
+    a slow flag, bytes out of order, anything not of the usual types); nothing of that segment is
+    changed then. Returns len(segs) at the end."""
     cdef Py_ssize_t n = len(segs), plen
     cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0
     cdef bint joins
@@ -387,7 +392,9 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
         ts = seg[0]
         flags = seg[7]
         payload = seg[8]
-        if type(ts) is not float or PyFloat_AS_DOUBLE(ts) >= sweep_at or type(flags) is not int:
+        if type(ts) is not float or type(flags) is not int:
+            return ~i
+        if PyFloat_AS_DOUBLE(ts) > at.pm and PyFloat_AS_DOUBLE(ts) >= sweep_at:
             return ~i
         if flags & SLOW_FLAGS:
             return ~i
@@ -407,11 +414,16 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
                 return ~i
             if seq != nxt32:
                 return ~i
-            joins = _get(merger, at.pend) is <PyObject *> h
-            if joins and not (_get(h, at.parts) is not NULL and type(<object> _get(h, at.parts)) is list
-                              and _get(h, at.p_last) is not NULL and _small_slot(h, at.p_off, &p_off)
-                              and _small_slot(h, at.p_len, &p_len)):
+            field = _get(h, at.parts)
+            if field is NULL:
                 return ~i
+            joins = <object> field is not None
+            if joins and not (type(<object> field) is list and _get(h, at.p_last) is not NULL
+                              and _small_slot(h, at.p_off, &p_off) and _small_slot(h, at.p_len, &p_len)):
+                return ~i
+        if PyFloat_AS_DOUBLE(ts) > at.pm:
+            at.pm = PyFloat_AS_DOUBLE(ts)
+        at.n += 1
         _put(h, at.last_ts, ts)
         _put(h, at.ack_out, seg[6])
         i += 1
@@ -434,8 +446,9 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
             p_len += plen
             _put(h, at.p_len, <object> p_len)
             if p_len >= max_chunk:
-                merger.flush()
+                merger.flush_half(h)
         else:
+            merger.at = at.n
             merger.start(h, <object> nxt, payload, <object> plen, ts)
         if out:
             return i

@@ -1,8 +1,14 @@
 """Chunk merging: the reassembler's output side.
 
 Consecutive in-order bytes of one direction are merged into one `StreamChunk` (up to `max_chunk_bytes`)
-so the decoder sees few, large chunks; any other event (a gap, a connection opening or closing, another
-direction's bytes) first flushes the chunk being merged, so events leave in the order they happened.
+so the decoder sees few, large chunks. Each connection merges on its own: another event of the same
+connection (a gap, its close, the other direction's bytes) first flushes its chunk, so a connection's
+events leave in the order they happened, and no other connection's traffic cuts it. What every chunk
+still being merged waits for at most is the reassembler's clock passing the end of the chunk cell it
+started in (ksniff.capture.reassembly.CHUNK_CELL): where chunks are cut, and so when each decode event
+leaves, depends on the connection's own segments and the capture's clock, never on which other
+connections happened to send in between. An engine that reassembles each connection in a different task
+cuts the same chunks.
 """
 
 from __future__ import annotations
@@ -17,25 +23,34 @@ from ksniff.capture.halves import Half
 TAIL_KEPT = 2 << 10
 
 
-class ChunkMerger:
-    """`out` is the queue of events ready to leave; `pend` the direction whose chunk is being merged."""
+def _opening_order(h: Half) -> int:
+    return h.conn.id
 
-    __slots__ = ("out", "pend", "max_chunk", "stats")
+
+class ChunkMerger:
+    """`out` is the queue of events ready to leave; `pending` the directions whose chunk is being merged
+    (at most one per connection; a direction's `parts` is a list exactly while it is there)."""
+
+    __slots__ = ("out", "pending", "max_chunk", "stats", "at")
 
     def __init__(self, max_chunk: int, stats: CaptureStats) -> None:
         self.out: deque[StreamEvent] = deque()
-        self.pend: Half | None = None
+        self.pending: dict[Half, None] = {}
         self.max_chunk = max_chunk
         self.stats = stats
+        self.at = 0  # where the segment being taken came in the capture: StreamChunk.at of a chunk it starts
 
     def start(self, h: Half, off: int, payload, n: int, ts: float) -> None:
-        """A new chunk for `h` from stream offset `off` (the hot loop's in-order bytes come here too)."""
-        if self.pend is not None:
-            self.flush()
+        """A new chunk for `h` from stream offset `off` (the hot loop's in-order bytes come here too);
+        the other direction's chunk, if it is being merged, leaves first."""
+        peer = h.peer
+        if peer.parts is not None:
+            self.flush_half(peer)
         h.parts = [payload]
         h.p_off, h.p_len, h.p_first, h.p_last = off, n, ts, ts
         h.p_marks = None
-        self.pend = h
+        h.p_at = self.at
+        self.pending[h] = None
 
     @staticmethod
     def mark(h: Half, ts: float) -> None:
@@ -49,7 +64,7 @@ class ChunkMerger:
     def deliver(self, h: Half, data, ts: float) -> None:
         """In-order bytes of `h` at its `nxt`."""
         n = len(data)
-        if self.pend is h:
+        if h.parts is not None:
             h.parts.append(data)
             if ts != h.p_last:
                 self.mark(h, ts)
@@ -58,28 +73,44 @@ class ChunkMerger:
             self.start(h, h.nxt, data, n, ts)
         h.advance(n)
         if h.p_len >= self.max_chunk:
-            self.flush()
+            self.flush_half(h)
 
     def flush(self) -> None:
-        h = self.pend
-        if h is None:
-            return
-        self.pend = None
+        """Every chunk being merged leaves, in the order their connections opened."""
+        pending = self.pending
+        if len(pending) == 1:
+            self.flush_half(next(iter(pending)))
+        elif pending:
+            for h in sorted(pending, key=_opening_order):
+                self.flush_half(h)
+
+    def flush_conn(self, h: Half) -> None:
+        """The chunk being merged by either direction of `h`'s connection leaves."""
+        if h.parts is not None:
+            self.flush_half(h)
+        elif h.peer.parts is not None:
+            self.flush_half(h.peer)
+
+    def flush_half(self, h: Half) -> None:
+        """The chunk `h` is merging leaves."""
+        del self.pending[h]
         parts = h.parts
         h.parts = None
         data = b"".join(parts)
         marks, h.p_marks = h.p_marks, None
         marks = () if marks is None else tuple(marks)
-        self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last, marks))
+        self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last, marks, h.p_at))
         if len(data) <= TAIL_KEPT:
             h.tail, h.tail_off = data, h.p_off
         else:  # a copy of the end, so the whole chunk does not stay alive through it
             h.tail = data[-TAIL_KEPT:]
             h.tail_off = h.p_off + len(data) - TAIL_KEPT
 
-    def emit(self, event: StreamEvent) -> None:
-        if self.pend is not None:
-            self.flush()
+    def emit(self, event: StreamEvent, h: Half | None = None) -> None:
+        """`event` of the connection of direction `h` leaves, after that connection's chunk (`h` None: a
+        connection just opened, which has none)."""
+        if h is not None:
+            self.flush_conn(h)
         self.out.append(event)
 
     def gap(self, h: Half, off: int, length: int, ts: float) -> None:
@@ -87,7 +118,7 @@ class ChunkMerger:
         if length <= 0:
             return
         if not h.conn.dropped:
-            self.emit(StreamGap(h.conn.id, h.from_src, off, length, ts))
+            self.emit(StreamGap(h.conn.id, h.from_src, off, length, ts), h)
             self.stats.gaps += 1
             self.stats.gap_bytes += length
         h.nxt = off
@@ -95,8 +126,8 @@ class ChunkMerger:
 
     def forget(self, h: Half) -> None:
         """`h` is released: its chunk in progress is abandoned (a dropped or forgotten connection)."""
-        if self.pend is h:
-            self.pend = None
+        if h.parts is not None:
+            del self.pending[h]
         h.parts = None
         h.tail = None
 
@@ -107,9 +138,10 @@ class ChunkMerger:
         self.out.extend(keep)
 
     def earliest(self, low: float) -> float:
-        """The earliest time among `low`, the chunk being merged and the events waiting to leave."""
-        if self.pend is not None and self.pend.p_first < low:
-            low = self.pend.p_first
+        """The earliest time among `low`, the chunks being merged and the events waiting to leave."""
+        for h in self.pending:
+            if h.p_first < low:
+                low = h.p_first
         for ev in self.out:
             t = ev.first_ts if ev.__class__ is StreamChunk else getattr(ev, "ts", low)
             if t < low:

@@ -69,7 +69,7 @@ class ConnectionTable:
         if not conn.dropped:
             for h in conn.halves:
                 self.ooo.settle(h, ts)
-            self.merger.emit(ConnectionClosed(conn.id, ts, reason))
+            self.merger.emit(ConnectionClosed(conn.id, ts, reason), conn.halves[0])
         conn.closed = reason
         for h in conn.halves:
             self.release(h)
@@ -123,6 +123,9 @@ class ConnectionTable:
         """Stop reassembling a connection: nothing more is buffered or emitted for it."""
         conn = self.conns.get(conn_id)
         if conn is None or conn.dropped:
+            # Gone from the table already (closed at the end of the capture, say): what it left in `out`
+            # still goes.
+            self.merger.discard(conn_id)
             return
         conn.dropped = True
         for h in conn.halves:

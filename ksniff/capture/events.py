@@ -54,6 +54,9 @@ class StreamChunk:
     # (stream offset, capture time of the segment from there on), in offset order. A frame's times are
     # those of the segments carrying its first and last bytes, wherever the chunk was cut.
     marks: tuple[tuple[int, float], ...] = ()
+    # Where the segment that started it came in the capture (the reassembler's count of segments): what
+    # orders the decode events of chunks given at one time (ksniff.engine.local).
+    at: int = 0
 
 
 @fast_init

@@ -63,6 +63,7 @@ class Half:
         "p_off",
         "p_len",
         "p_first",
+        "p_at",
         "p_last",
         "p_marks",
         "tail",
@@ -86,6 +87,7 @@ class Half:
         self.parts: list | None = None
         self.p_off = self.p_len = 0
         self.p_first = self.p_last = 0.0
+        self.p_at = 0  # StreamChunk.at of the chunk being merged
         self.p_marks: list[tuple[int, float]] | None = None  # StreamChunk.marks of the chunk being merged
         self.tail: bytes | None = None
         self.tail_off = 0

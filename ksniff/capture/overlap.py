@@ -67,8 +67,8 @@ class OutOfOrder:
 
     def compare_old(self, h: Half, off: int, data) -> None:
         """A retransmission of delivered bytes: count it if it disagrees with what we delivered."""
-        if self.merger.pend is h:
-            self.merger.flush()
+        if h.parts is not None:
+            self.merger.flush_half(h)
         tail = h.tail
         if tail is None:
             return

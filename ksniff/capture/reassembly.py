@@ -7,14 +7,25 @@ and RST). Each other concern has its own module: the overlap policy and out-of-o
 output queue (`chunks`), and the per-direction state (`halves`).
 
 The reassembler consumes the flat tuples of `ksniff.capture.packets` from any source. An engine that
-runs one reassembler per connection (naming connections itself: `conn_id`) drives from
-outside what a single reassembler decides on its own segments' times: `events(..., sweeps=False)` plus
-`sweeps(now)` as the whole capture's clock passes its sweep times, `flush()` where another connection's
-traffic would have cut the chunk being merged.
+runs one reassembler per connection (naming connections itself: `conn_id`) drives from outside what a
+single reassembler decides on its own segments' times: `events(..., sweeps=False)` plus `sweeps(now)` as
+the whole capture's clock passes its sweep times.
 
-Idle expiry sweeps at fixed times of capture time, the multiples of `sweep_every` seconds, each as the
-capture's clock (its latest timestamp so far) reaches it: where the sweeps fall, and so when an idle
-connection closes, depends on nothing but the clock, not on which segments happened to come when.
+The capture's clock is its latest timestamp so far (a file whose timestamps step back does not move it
+back). Everything the reassembler does on its own happens at fixed times of that clock, each as the clock
+reaches it, so it depends on nothing but the clock and each connection's own segments, not on which
+segments of other connections happened to come when:
+
+- idle expiry sweeps at the multiples of `sweep_every` seconds;
+- the chunks being merged (one per connection at most, ksniff.capture.chunks) leave at the end of the
+  chunk cell they started in: the multiples of CHUNK_CELL seconds.
+
+`clock` is the time of the events being handed out: the sweep's or the cell's end for what those let go,
+else the clock when the segment that let them go came. `place` says where they were let go: `(0, n, 0)`
+by the capture's n-th segment, `(0, n, -1, time, CELL or SWEEP)` by a cell's end or a sweep due before
+it, `(1, inf)` by the end of the capture; a chunk's place is where its own first segment came,
+`(0, StreamChunk.at, 0)`, whatever let it go. Both orders are the capture's: the same whichever other
+connections are in it.
 """
 
 from __future__ import annotations
@@ -35,6 +46,13 @@ from ksniff.capture.packets import ACK, FIN, RST, SYN, TICK, TRUNCATED
 __all__ = ["Reassembler", "ip_text"]
 
 _SLOW_FLAGS = FIN | SYN | RST | TRUNCATED | TICK
+# Capture seconds a chunk being merged waits at most for more bytes of its direction: it leaves when the
+# clock passes the next multiple of this (a power of two, so every multiple is an exact float).
+CHUNK_CELL = 2.0**-6
+# What each of `sweeps` hands out: a cell's chunks let go, an idle sweep's closes (the order of the two
+# at one time, and the last field of a Spark event's position there).
+CELL, SWEEP = -2, -1
+END = (1, float("inf"))  # Reassembler.place of what the end of the capture lets go
 MAX_TALLY_HOLES = 64  # holes remembered per direction of a dropped connection whose bytes are counted
 
 
@@ -61,7 +79,12 @@ class Reassembler:
         self._ooo = OutOfOrder(self.limits, self.stats, self._merger)
         self._conns = ConnectionTable(self.limits, self.stats, self._merger, self._ooo, conn_id)
         self.out = self._merger.out
-        self._now = 0.0
+        self._now = float("-inf")  # the capture's clock: its latest timestamp so far
+        self.clock = float("-inf")  # the time of the events being handed out (the module's docstring)
+        self.place: tuple = (0, 0, 0)  # ... and where they were let go
+        self._n = 0  # segments taken so far: the n-th is the segment at `place` (0, n, 0)
+        # The end of the chunk cell the clock is in: the chunks being merged leave when the clock gets there.
+        self.cell_end = float("-inf")
         # The next sweep time not swept yet (a multiple of sweep_every): `sweeps(now)` has work from then.
         self.next_sweep = float("-inf")
         # Seconds of capture time between two idle sweeps: a few per timeout.
@@ -88,26 +111,40 @@ class Reassembler:
         slow = self._segment
         max_chunk = self.limits.max_chunk_bytes
         ts = None
-        sweep_at = self.next_sweep if sweeps else float("inf")
+        now = self._now
+        at = self._n
+        inf = float("inf")
+        due = min(self.next_sweep, self.cell_end) if sweeps else inf
         for seg in segments:
             ts, sip, sp, dip, dp, seq, ack, flags, payload = seg
-            if ts >= sweep_at:  # idle expiry runs on capture time, a few times per timeout
-                self.sweep(ts)
-                sweep_at = self.next_sweep
+            at += 1
+            if ts > now:
+                now = ts
+                if ts >= due:  # a sweep or a cell's end: what they let go leaves before this segment
+                    for clock, kind in self.sweeps(ts):
+                        self.clock = clock
+                        self.place = (0, at, -1, clock, kind)
+                        while out:
+                            yield popleft()
+                    due = min(self.next_sweep, self.cell_end)
             h = table_get((sip, sp, dip, dp))
             if h is None or not h.fast or flags & _SLOW_FLAGS:
+                self._now = now
+                merger.at = at
                 slow(h, seg)
             else:
                 h.last_ts = ts
                 h.ack_out = ack
                 if payload:
                     if seq != h.nxt32:
+                        self._now = now
+                        merger.at = at
                         slow(h, seg)
                     else:
                         n = len(payload)
                         h.nxt += n
                         h.nxt32 = (seq + n) & MASK
-                        if merger.pend is h:
+                        if h.parts is not None:
                             h.parts.append(payload)
                             if ts != h.p_last:  # ChunkMerger.mark, inline: most bulk segments come here
                                 h.p_last = ts
@@ -117,15 +154,29 @@ class Reassembler:
                                     h.p_marks.append((h.p_off + h.p_len, ts))
                             h.p_len += n
                             if h.p_len >= max_chunk:
-                                merger.flush()
+                                merger.flush_half(h)
                         else:
+                            merger.at = at
                             merger.start(h, h.nxt - n, payload, n, ts)
-            while out:
-                yield popleft()
+            if out:
+                self._now = self.clock = now
+                self._n = at
+                self.place = (0, at, 0)
+                while out:
+                    yield popleft()
+        self._now = now
+        self._n = at
         if finish:
-            self.finish(ts)
-            while out:
-                yield popleft()
+            yield from self._finished(ts)
+
+    def _finished(self, ts: float | None) -> Iterator[StreamEvent]:
+        """The end of the capture (its last segment's time `ts`): what is open closes."""
+        self.finish(ts)
+        self.clock = self._now
+        self.place = END
+        out = self.out
+        while out:
+            yield out.popleft()
 
     def batch_events(self, batches: Iterable[list], finish: bool = True) -> Iterator[StreamEvent]:
         """`events` over segments that come in lists (the compiled file walk's batches). With the
@@ -134,8 +185,8 @@ class Reassembler:
         without it, `events` takes them all. The same events either way."""
         inorder = hot_loop()
         try:
-            slots = None if inorder is None else compiled.fastwalk.HotSlots(Half, ChunkMerger)
-        except TypeError:  # a build older than these classes' slots: the Python loop, as without one
+            slots = None if inorder is None else compiled.fastwalk.HotSlots(Half)
+        except TypeError:  # a build older than these classes' slots, or than this loop: the Python loop
             slots = None
         if slots is None:
             yield from self.events(itertools.chain.from_iterable(batches), finish)
@@ -146,22 +197,31 @@ class Reassembler:
         popleft = out.popleft
         max_chunk = self.limits.max_chunk_bytes
         last = None
+        # The clock and the count of segments live in `slots` while the compiled loop runs, in the
+        # reassembler while the Python loop takes a segment. What the compiled loop leaves is chunks only,
+        # whose place is their own (StreamChunk.at): `place` is not kept up for them.
+        slots.pm, slots.n = self._now, self._n
+        due = min(self.next_sweep, self.cell_end)
         for batch in batches:
             i, n = 0, len(batch)
             while i < n:
-                i = inorder(batch, i, table, merger, out, self.next_sweep, max_chunk, slots)
-                while out:
-                    yield popleft()
-                if i < 0:  # a segment for the careful path, or a sweep due first
+                i = inorder(batch, i, table, merger, out, due, max_chunk, slots)
+                if out:
+                    self.clock = slots.pm
+                    while out:
+                        yield popleft()
+                if i < 0:  # a segment for the careful path, or a sweep or a cell's end due first
                     i = ~i
+                    self._now, self._n = slots.pm, slots.n
                     yield from self.events((batch[i],), finish=False)
+                    slots.pm, slots.n = self._now, self._n
+                    due = min(self.next_sweep, self.cell_end)
                     i += 1
             if n:
                 last = batch[-1]
+        self._now, self._n = slots.pm, slots.n
         if finish:
-            self.finish(None if last is None else last[0])
-            while out:
-                yield popleft()
+            yield from self._finished(None if last is None else last[0])
 
     # -- the careful path: the TCP state machine ----------------------------------------------------
 
@@ -232,26 +292,38 @@ class Reassembler:
     # -- hooks for engines --------------------------------------------------------------------------
 
     def sweep(self, now: float) -> None:
-        """Runs the sweeps due by capture time `now`; the events (closes, their gaps) go to `out`.
-        `events` calls it as the clock moves unless told not to."""
+        """Runs the sweeps and lets go the chunks due by capture time `now`; the events (chunks, closes,
+        their gaps) go to `out`. `events` calls it as the clock moves unless told not to."""
         for _ in self.sweeps(now):
             pass
 
-    def sweeps(self, now: float) -> Iterator[float]:
-        """The idle sweeps due by capture time `now`, in time order: one at each multiple of
-        `sweep_every` up to `now` not swept yet, each expiring connections idle `idle_timeout` before it
-        and forgetting closed ones after `closed_linger`. Yields each sweep's time once its events are
-        in `out`. Sweeps that cannot change anything are skipped: when nothing is tracked, and between
-        two sweeps of one call (no segment comes in between) until the first connection is due."""
+    def sweeps(self, now: float) -> Iterator[tuple[float, int]]:
+        """What the clock reaching `now` lets go, in time order, each as `(time, CELL or SWEEP)` once its
+        events are in `out`: the chunks being merged when the clock passes the end of their chunk cell
+        (all at once, in the order their connections opened), and the idle sweeps, one at each multiple
+        of `sweep_every` up to `now` not swept yet, each expiring connections idle `idle_timeout` before
+        it and forgetting closed ones after `closed_linger` (at one time, the chunks first). Sweeps that
+        cannot change anything are skipped: when nothing is tracked, and between two sweeps of one call
+        (no segment comes in between) until the first connection is due."""
         every = self.sweep_every
         line = self.next_sweep
         if now > self._now:
             self._now = now
+        cell = self.cell_end if self._merger.pending and self.cell_end <= now else None
         while line <= now and self._conns.conns:
+            if cell is not None and cell <= line:
+                self._merger.flush()
+                yield cell, CELL
+                cell = None
             due = self._conns.sweep(line)
-            yield line
+            yield line, SWEEP
             line = max(_multiple_after(line, every), _multiple_after(due, every))
+        if cell is not None:
+            self._merger.flush()
+            yield cell, CELL
         self.next_sweep = _multiple_after(now, every)
+        if now >= self.cell_end:
+            self.cell_end = _multiple_after(now, CHUNK_CELL)
 
     def drop(self, conn_id: int, tally: int = 0) -> None:
         """Stop reassembling a connection: nothing more is buffered or emitted for it. With `tally` (a
@@ -265,7 +337,7 @@ class Reassembler:
         held = sum(len(e.data) for e in self._merger.out if e.conn == conn_id and e.__class__ is StreamChunk)
         reached = {}
         for h in conn.halves:
-            if self._merger.pend is h:
+            if h.parts is not None:
                 held += h.p_len
             if h.base is None:
                 continue
@@ -309,9 +381,13 @@ class Reassembler:
             tallies[port] = tallies.get(port, 0) + n
 
     def flush(self) -> None:
-        """Emit the chunk being merged now, to `out` (live capture calls this when traffic pauses; an
-        engine running one reassembler per connection, where another connection's traffic came)."""
+        """Every chunk being merged leaves now, to `out` (a live capture's pause)."""
         self._merger.flush()
+
+    @property
+    def pending_chunks(self) -> bool:
+        """Whether a chunk is being merged (a chunk still to come may have started at a segment taken)."""
+        return bool(self._merger.pending)
 
     @property
     def open_connections(self) -> int:
@@ -320,7 +396,7 @@ class Reassembler:
 
     def horizon(self) -> float:
         """The earliest capture time that an event still to come from bytes already seen can carry (inf
-        when none): the chunk being merged, out-of-order bytes waiting for a hole, events not yet taken.
+        when none): the chunks being merged, out-of-order bytes waiting for a hole, events not yet taken.
         The engine's reordering releases what is older than this without waiting."""
         return self._merger.earliest(self._ooo.earliest(float("inf")))
 
@@ -345,7 +421,10 @@ def _multiple_after(t: float, every: float) -> float:
     if math.isinf(t):
         return t
     line = (math.floor(t / every) + 1) * every
-    return line if line > t else line + every
+    if line <= t:
+        line += every
+    # Past 2**53 times `every`, floats are further apart than `every`: the next float is the next time.
+    return line if line > t else math.nextafter(t, math.inf)
 
 
 def _signed(a: int, b: int) -> int:

@@ -87,7 +87,7 @@ def live_audit(
     run = open_live(
         iface, bpf=filter_text, count=count, duration=duration, write_path=write_path, limits=config.limits
     )
-    pipeline = Pipeline(config, on_not_kafka=run.drop, capture_horizon=run.reassembler.horizon, tables=tables)
+    pipeline = Pipeline(config, on_not_kafka=run.drop, capture=run.reassembler, tables=tables)
     # The handler first: a SIGTERM sent as soon as the line below is read must stop the capture cleanly.
     stop_on_term = _stop_on_sigterm(run)
     try:

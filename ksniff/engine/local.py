@@ -2,10 +2,16 @@
 
 The decoder emits an exchange when its response arrives (or when it is known to have none), while the
 audit wants events in the order the requests were sent, across all connections. A small heap holds
-events and releases them in request order: once nothing earlier can come (the decoder has no older
-request in flight or partly read, the reassembler no older bytes held back), and in any case after
-`reorder_window` seconds of capture time. An exchange slower than the window is released late, which
-the audit tolerates.
+events and releases them in request order, waiting at most `reorder_window` seconds of capture time for
+earlier ones: each event's release time is its request time plus the window, or the capture's clock when
+the decoder gave it (the reassembler's `clock`) if that is later (an exchange slower than the window, which
+the audit tolerates). Events go to the audit in the order of (release time, request time, place in the
+capture, the order the decoder gave them), each once the clock has passed its release time, or earlier
+when nothing before it can come any more (the decoder has no older request in flight or partly read, the
+reassembler no older bytes held back). The place is where the capture event the decoder made it from came
+(the reassembler's `place`; for a chunk, its first segment's). That order depends only on each
+connection's own segments and the capture's clock, so an engine that decodes each connection in a
+different task (ksniff.engine.spark_tasks) puts events in the same order by sorting them on the same keys.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 from ksniff.audit import Auditor
-from ksniff.capture import CaptureError, read_files
+from ksniff.capture import CaptureError, Reassembler, read_files
 from ksniff.capture.events import ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.folders import expand_inputs
@@ -76,6 +82,7 @@ class RowFanout:
 
 
 INF = float("inf")
+DECODER_END = (2,)  # the place of what the decoder's own end gives (after the capture's, END)
 HORIZON_EVERY = 32  # decode events between two looks at the decoder's horizon (plus one per connection)
 # Capture time that events wait at least when the capture's own horizon is not known (out-of-order
 # segments held by the reassembler can still deliver bytes that old). Slower exchanges are held up to
@@ -88,26 +95,32 @@ def event_ts(event: DecodeEvent) -> float:
 
 
 class Reorder:
-    """Releases decode events in timestamp order once they are older than the window."""
+    """Releases decode events in the order of (release time, request time, place, arrival) (the module's
+    docstring)."""
 
     def __init__(self, window: float) -> None:
         self._window = window
-        self._heap: list[tuple[float, int, DecodeEvent]] = []
+        self._heap: list[tuple[float, float, tuple, int, DecodeEvent]] = []
         self._seq = itertools.count()
 
-    def push(self, event: DecodeEvent) -> None:
-        heapq.heappush(self._heap, (event_ts(event), next(self._seq), event))
+    def push(self, event: DecodeEvent, clock: float = -INF, place: tuple = ()) -> None:
+        """`event`, given by the decoder when the capture's clock was `clock` (INF: at the very end), from
+        a capture event of `place` (Reassembler.place)."""
+        ets = event_ts(event)
+        due = ets + self._window
+        heapq.heappush(self._heap, (clock if clock > due else due, ets, place, next(self._seq), event))
 
     def release(self, now: float, before: float = -INF) -> list[DecodeEvent]:
-        """Events older than the window, and those before `before` (nothing earlier can come any more)."""
+        """Events due before the clock `now`, and those requested before `before` (nothing earlier can
+        come any more). An event due exactly at `now` waits for the clock to move past it: events the
+        decoder still gives at `now` may come before it."""
         heap = self._heap
-        horizon = now - self._window
-        if not heap or (heap[0][0] > horizon and heap[0][0] >= before):  # the usual case: nothing due
+        if not heap or (heap[0][0] >= now and heap[0][1] >= before):  # the usual case: nothing due
             return []
         pop = heapq.heappop
         out = []
-        while heap and (heap[0][0] <= horizon or heap[0][0] < before):
-            out.append(pop(heap)[2])
+        while heap and (heap[0][0] < now or heap[0][1] < before):
+            out.append(pop(heap)[4])
         return out
 
     def __len__(self) -> int:
@@ -115,7 +128,7 @@ class Reorder:
 
     def drain(self) -> Iterable[DecodeEvent]:
         while self._heap:
-            yield heapq.heappop(self._heap)[2]
+            yield heapq.heappop(self._heap)[4]
 
 
 class Pipeline:
@@ -125,13 +138,15 @@ class Pipeline:
         self,
         config: EngineConfig,
         on_not_kafka: Callable[[int], None] | None = None,
-        capture_horizon: Callable[[], float] | None = None,
+        capture: Reassembler | None = None,
         tables: RowSink | None = None,
         on_elsewhere: Callable[[int, int], None] | None = None,
     ) -> None:
-        """`capture_horizon`: the capture room's earliest time still to come (Reassembler.horizon).
-        `tables`: where the table rows go as exchanges are released (the exports write them as they come)
-        instead of the lists `exchanges` and `batches`, which then stay empty (and `records`, None)."""
+        """`capture`: the reassembler the capture events come from, for the capture's clock as it hands
+        each out and the earliest time still to come (without it, the latest time of the events fed is
+        the clock). `tables`: where the table rows go as exchanges are released (the exports write them
+        as they come) instead of the lists `exchanges` and `batches`, which then stay empty (and
+        `records`, None)."""
         self.config = config
         self.tables = tables
         self.decoder = config.decoder(on_not_kafka, on_elsewhere)
@@ -148,10 +163,11 @@ class Pipeline:
         # earlier (its horizon). Asked every HORIZON_EVERY events or so, as it walks the open connections.
         self._before = -INF
         self._horizon_due = HORIZON_EVERY
-        self._capture_horizon = capture_horizon
+        self._capture = capture
+        self.clock = -INF  # the capture's clock as of the last event fed
         # Without the capture's horizon, a fixed slack; with it, none until the capture's timestamps are
         # seen to go back (a file not in time order), then as much as they went back.
-        self._slack = REORDER_SLACK if capture_horizon is None else 0.0
+        self._slack = REORDER_SLACK if capture is None else 0.0
 
     def feed(self, capture_event) -> None:
         # Called once per capture event: class checks instead of getattr with defaults (a missing slot
@@ -165,11 +181,6 @@ class Pipeline:
         else:
             ts = earliest = getattr(capture_event, "ts", None)
         events = self.decoder.feed(capture_event)
-        if events:
-            push = self.reorder.push
-            for event in events:
-                push(event)
-            self._horizon_due -= len(events)
         if ts is not None:
             last = self.last_ts
             if last is None:
@@ -179,17 +190,34 @@ class Pipeline:
                     self._slack = min(last - earliest, self.config.reorder_window)
                 if ts > last:
                     self.last_ts = ts
+        capture = self._capture
+        clock = capture.clock if capture is not None else self.last_ts
+        if clock is not None and clock > self.clock:
+            self.clock = clock
+        if events:
+            if capture is None:
+                place = ()
+            elif cls is StreamChunk:  # where its first segment came, even when the end let it go
+                place = (0, capture_event.at, 0)
+            else:
+                place = capture.place
+            push = self.reorder.push
+            clock = self.clock
+            for event in events:
+                push(event, clock, place)
+            self._horizon_due -= len(events)
+        if ts is not None:
             if self._horizon_due <= 0:
                 self._horizon_due = HORIZON_EVERY + self.decoder.open_connections
                 self._before = self._horizon()
-            for event in self.reorder.release(self.last_ts, self._before):
+            for event in self.reorder.release(self.clock, self._before):
                 self._audit(event)
 
     def _horizon(self) -> float:
         """Events before this time can go to the audit now: nothing earlier is still to come."""
         low = min(self.decoder.horizon(), self.last_ts - self._slack)
-        if self._capture_horizon is not None:
-            low = min(low, self._capture_horizon())
+        if self._capture is not None:
+            low = min(low, self._capture.horizon())
         return low
 
     def _audit(self, event: DecodeEvent) -> None:
@@ -226,13 +254,15 @@ class Pipeline:
         if self.last_ts is None or now <= self.last_ts:
             return
         self.last_ts = now
+        if now > self.clock:
+            self.clock = now
         self._before = min(self.decoder.horizon(), now - self._slack)
-        for event in self.reorder.release(self.last_ts, self._before):
+        for event in self.reorder.release(self.clock, self._before):
             self._audit(event)
 
     def finish(self):
-        for event in self.decoder.finish():
-            self.reorder.push(event)
+        for event in self.decoder.finish():  # at the very end: after every other event
+            self.reorder.push(event, INF, DECODER_END)
         for event in self.reorder.drain():
             self._audit(event)
         return self.auditor.finish(self.last_ts)
@@ -328,7 +358,7 @@ def audit_capture(
     pipeline = Pipeline(
         config,
         on_not_kafka=run.drop,
-        capture_horizon=run.reassembler.horizon,
+        capture=run.reassembler,
         tables=tables,
         on_elsewhere=run.drop,
     )

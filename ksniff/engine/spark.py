@@ -529,14 +529,6 @@ def _pipeline(
     }
 
     # Stage 3: per group of producer keys of each set, in audit order, with the set's context events.
-    lasts = spark.createDataFrame(
-        [(index, run.last_event) for index, run in runs.items()] or [(-1, 0.0)], "cset int, last double"
-    )
-
-    def clamped(df):  # a release time past its set's last event is "at the end", as locally
-        rel = F.when(F.col("rel") > F.col("last"), F.lit(math.inf)).otherwise(F.col("rel"))
-        return df.join(F.broadcast(lasts), "cset").withColumn("rel", rel).drop("last")
-
     # Sets audited where they were read have nothing to fold: when all were, neither fold runs.
     folding = [index for index, run in runs.items() if run.audited is None]
     if folding:
@@ -545,7 +537,7 @@ def _pipeline(
         )
         context = {index: run.context for index, run in runs.items()}
         outputs = (
-            clamped(events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG)))
+            events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG))
             .join(F.broadcast(group_table), ["cset", "key"])
             .repartition(partitions, "cset", "group")
             .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
@@ -559,7 +551,7 @@ def _pipeline(
         # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
         # which read the context events with the LOG rows (each once), folded by one task where they are.
         folded = (
-            clamped(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)))
+            events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG))
             .repartition(max(1, min(len(folding), partitions)), "cset")
             .sortWithinPartitions("cset", *tasks.ORDER_COLUMNS)
             .mapInArrow(tasks.context_fold(config, ends, conns), tasks.OUTPUTS_DDL)
@@ -599,7 +591,7 @@ def _pipeline(
                 records = DecodeStats(by_api={})
                 if probe is not None:
                     used = sum(r.decode.records_inflated_bytes for r in results)  # one --records budget
-                    cut |= _records_budget(probe, index, config, run.last_event, records, used)
+                    cut |= _records_budget(probe, index, config, records, used)
                 capture, decode, warns = _totals(run.metas, run.stats, config, records)
                 info = [
                     InputInfo(m.path, m.format, ",".join(m.linktypes), m.packets, m.size) for m in run.metas
@@ -852,9 +844,9 @@ def _between_stages(
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
         openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
         conns.update({pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)})
-        run.context = sorted((_order(r, run.last_event), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
+        run.context = sorted((_order(r), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
         if run.audited is None:
-            run.identity = _identity(by_kind.get(tasks.IDENTITY, []), run.last_event)
+            run.identity = _identity(by_kind.get(tasks.IDENTITY, []))
         group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
         for key, group in sorted(group_of.items()):
             group_rows.append((index, key, group))
@@ -995,7 +987,7 @@ def _left_out_warnings(left_out: list) -> list[str]:
     return [_not_captures(folder, names) for folder, names in folders.items()]
 
 
-def _identity(rows: list[dict], last_event: float) -> Identity:
+def _identity(rows: list[dict]) -> Identity:
     """The set's cluster identity: the flows' broker addresses, then the naming answers in audit order."""
     identity = Identity()
     named = []
@@ -1005,7 +997,7 @@ def _identity(rows: list[dict], last_event: float) -> Identity:
             for address in item:
                 identity.saw_broker(address)
         else:
-            named.append((_order(r, last_event), item))
+            named.append((_order(r), item))
     for _key, ex in sorted(named, key=lambda pair: pair[0]):
         identity.feed(ex)
     return identity
@@ -1107,11 +1099,11 @@ def _extract(bins: list[list[_Input]], read):
     return run
 
 
-def _order(row: dict, last_event: float) -> tuple:
-    rel = math.inf if row["rel"] > last_event else row["rel"]
+def _order(row: dict) -> tuple:
+    """A decode event's place in audit order (spark_tasks.ORDER_COLUMNS)."""
     from ksniff.engine.spark_tasks import ORDER_COLUMNS
 
-    return (rel, *(row[c] for c in ORDER_COLUMNS[1:]))
+    return tuple(row[c] for c in ORDER_COLUMNS)
 
 
 def _probe_records(table_rows: Any, config: EngineConfig) -> tuple[Any, dict[int, dict]]:
@@ -1138,7 +1130,6 @@ def _records_budget(
     probed: tuple[Any, dict[int, dict]],
     cset: int,
     config: EngineConfig,
-    last_event: float,
     stats: DecodeStats,
     records_used: int,
 ) -> frozenset[tuple]:
@@ -1166,13 +1157,7 @@ def _records_budget(
         return frozenset()
     rows = probe.filter(F.col("cset") == cset).toArrow().to_pylist()
     names = tasks.ORDER_COLUMNS
-    rows.sort(
-        key=lambda r: (
-            math.inf if r["rel"] > last_event else r["rel"],
-            *(r[c] for c in names[1:]),
-            r["batch"],
-        )
-    )
+    rows.sort(key=lambda r: (*(r[c] for c in names), r["batch"]))
     inflation = Inflation(stats, config.max_records_batch, config.max_records_request, config.max_records_run)
     inflation.run_used = records_used
     cut = set()

@@ -14,24 +14,26 @@ decode or audit room's own code applied to a slice of the data:
 3. `fold`: events partitioned by producer key and sorted by that order key; one Auditor per key, over
    its own events and the context events every key must see (ksniff.audit.keys).
 
-Matching the in-process engine exactly means reproducing four things it gets from one global pass:
+The in-process engine's audit order is a function of each connection's own segments and the capture's
+clock (ksniff.engine.local), so each flow's task computes its events' places alone, with the capture and
+decode rooms' own code:
 
 - The order segments are processed in. `heapq.merge` of the files by timestamp puts a segment at
   position (running maximum of ts within its file, file index, index within the file): that triple
   (`pm`, `file`, `idx`) sorts every segment into exactly the merge's order, even in files whose clock
-  steps back. Connection ids are numbered in that order of the segment that opened each connection.
-- Where the reassembler cuts chunks. It merges consecutive segments of one direction into one chunk until
-  any other connection delivers data or an event, which decides when a decode event leaves (a frame's
-  times are its own segments', StreamChunk.marks). Stage 1 marks each segment after which traffic of
-  another flow came (`flush`), and stage 2 flushes there, before that segment's own events.
-- The order of events at one place. A sweep (at fixed times of capture time, ksniff.capture.reassembly)
-  closes idle connections of every flow at once, in the order they opened; a chunk cut by another flow's
-  segment leaves before that segment's own events. The order key carries the opening of the event's
-  connection (`opm`, `oconn`) before the task's serial `n`, so events of different flows (decoded by
-  different tasks) never tie.
-- The reorder window. The in-process engine releases a decode event once capture time passes its
-  request time plus the window, or at the end; events released together go out by request time. Stage 2
-  computes that release time from the push clock (the merge's running maximum, `pm`).
+  steps back, and `pm` is the capture's clock at that segment. Connection ids are numbered in that
+  order of the segment that opened each connection.
+- When a decode event leaves the decoder. A connection's chunk is cut by its own events and by the
+  capture's clock passing the end of the chunk cell it started in, and connections are swept idle at
+  fixed times of that clock (ksniff.capture.reassembly): each flow's reassembler, fed its own segments
+  with `sweeps(pm)` as the clock reaches each segment's `pm`, cuts and sweeps exactly as the in-process
+  one. What a cell's end or a sweep lets go, every flow's at once, sits at `(time, -1, CELL or SWEEP)`,
+  before any segment at that time; the rest at its segment's position.
+- The release order. An event goes to the audit in the order of (release time, request time, place):
+  its release time is request time plus the reorder window, or the clock when it left if later (the end
+  of the run's events for what the reassembler's end lets go, infinity for the decoder's own end). The
+  place is the position it left at, then the opening of its connection (`opm`, `oconn`) and the task's
+  serial `n`, so events of different flows (decoded by different tasks) never tie.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import itertools
 import math
 import os
 import pickle
-from array import array
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import field, replace
 
@@ -52,9 +54,9 @@ import pyarrow.compute  # noqa: F401 - pa.compute
 from ksniff.audit import CONTEXT_KEY, Auditor, is_context, producer_keys, touched_keys
 from ksniff.audit.keys import is_log_event
 from ksniff.capture import CaptureError, Reassembler
-from ksniff.capture.events import CaptureStats, ConnectionOpened
+from ksniff.capture.events import CaptureStats, ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
-from ksniff.capture.packets import FIN, RST, SYN, TRUNCATED
+from ksniff.capture.packets import TRUNCATED
 from ksniff.common.counters import add_counters
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.config import EngineConfig
@@ -69,6 +71,9 @@ def dumps(obj) -> bytes:
 
 
 INF = math.inf
+
+# The position of what the end of the capture lets go (other than chunks): after every segment's.
+AT_END = (INF, 0, 0)
 
 # Row kinds leaving stage 2.
 KEYED, CONTEXT, TABLE, CONN, FLOW_STATS, LINK, IDENTITY = 0, 1, 2, 3, 4, 6, 7
@@ -114,8 +119,6 @@ SEGMENTS = pa.schema(
         ("flags", pa.int32()),
         ("payload", pa.binary()),
         ("cut", pa.int64()),
-        ("fpm", pa.float64()),
-        ("fidx", pa.int64()),
         ("meta", pa.binary()),
     ]
 )
@@ -563,11 +566,6 @@ def _extract_file(
     """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock)."""
     cols: dict[str, list] = {name: [] for name in SEGMENTS.names}
     pm = -INF
-    # Positions of the segments that make the reassembler emit something, which cuts any other flow's
-    # pending chunk: a segment's (fpm, fidx) is the first of them since its flow's previous segment.
-    emit_pm = array("d")
-    emit_idx = array("q")
-    seen: dict[bytes, int] = {}  # flow -> how many emitting segments came before its latest segment
     idx = 0
     # Once per segment: one list per column, appended to through bound methods, made into one Arrow
     # batch per BATCH_ROWS segments (column by column, not row by row).
@@ -587,8 +585,6 @@ def _extract_file(
         flagss,
         payloads,
         cuts,
-        fpms,
-        fidxs,
         metas,
     ) = (cols[name] for name in SEGMENTS.names)
     walk = capture.segments()
@@ -599,18 +595,7 @@ def _extract_file(
             pm = ts
         a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
         flow = a + b if a <= b else b + a
-        before = seen.get(flow, 0)
-        if before < len(emit_pm):
-            fpms.append(emit_pm[before])
-            fidxs.append(emit_idx[before])
-        else:
-            fpms.append(None)
-            fidxs.append(None)
         truncated = flags & TRUNCATED
-        if truncated or flags & (SYN | FIN | RST) or len(payload):
-            emit_pm.append(pm)
-            emit_idx.append(idx)
-        seen[flow] = len(emit_pm)
         flows.append(flow)
         pms.append(pm)
         idxs.append(idx)
@@ -708,6 +693,10 @@ class _Flow:
         self.reassembler = Reassembler(config.limits, self.capture, conn_id=self._conn_id)
         self.decoder = config.decoder(self.reassembler.drop, self.reassembler.drop)
         self.position: tuple[float, int, int] = (0.0, 0, 0)
+        # The positions of this flow's segments from the first one a chunk still being merged may have
+        # started at (by the reassembler's count of segments): where each chunk's own place is.
+        self.taken = 0
+        self.places: deque[tuple[int, tuple[float, int, int]]] = deque()
         self.opened_at: dict[int, tuple[float, int, int]] = {}
         self.links: set[frozenset[str]] = set()  # keys touched together (ksniff.audit.keys)
         self.brokers: set[str] = set()  # server sides of the Kafka exchanges (ksniff.decode.identity)
@@ -730,10 +719,9 @@ class _Flow:
             self._sweep_until(self.end.end_ts)
         reassembler.finish(self.end.end_ts)
         while reassembler.out:
-            event = reassembler.out.popleft()
-            self._feed(event, 1, self._opening(event.conn))
+            self._feed(reassembler.out.popleft(), 1, AT_END)
         for event in self.decoder.finish():
-            self._decoded(event, 2, self._opening(event.conn))
+            self._decoded(event, 2, INF, self._opening(event.conn))
         s = self.stats
         add_counters(s.capture, self.capture)
         add_counters(s.decode, self.decoder.stats)
@@ -746,10 +734,8 @@ class _Flow:
             self.rows.add(IDENTITY, None, NO_ORDER, dumps(tuple(sorted(self.brokers))))
 
     def _segments(self, rows: Iterator[tuple]) -> Iterator[tuple]:
-        """Segment tuples for the reassembler, noting each one's position; where the in-process
-        reassembler would have cut this flow's pending chunk because another flow emitted something,
-        cut it too, at that other segment's position."""
-        reassembler = self.reassembler
+        """Segment tuples for the reassembler, noting each one's position, after what the capture's clock
+        reaching it let go (`_sweep_until`)."""
         for (
             _cset,
             _flow,
@@ -766,29 +752,25 @@ class _Flow:
             flags,
             payload,
             cut,
-            fpm,
-            fidx,
             _meta,
         ) in rows:
-            # A segment's place among the events of its position: a chunk another flow's segment cut
-            # (2 idx) leaves before that segment's own events (2 idx + 1).
-            if fpm is not None:
-                self.position = (fpm, file, 2 * fidx)
-                reassembler.flush()
-                while reassembler.out:
-                    self._feed(reassembler.out.popleft(), 0, self.position)
             self._sweep_until(pm)
             self.position = (pm, file, 2 * idx + 1)
+            self.taken += 1
+            if not self.reassembler.pending_chunks:
+                self.places.clear()
+            self.places.append((self.taken, self.position))
             yield (ts, src, sport, dst, dport, seq, ack, flags, cut if flags & TRUNCATED else payload)
 
     def _sweep_until(self, pm: float) -> None:
-        """The idle sweeps the in-process reassembler ran up to merge position `pm` (its clock then): at
-        the sweep times up to it, before any segment whose running maximum reached them."""
+        """What the capture's clock reaching `pm` let go in the in-process reassembler (its idle sweeps,
+        and the end of this flow's chunk cell): at their times, before any segment whose running maximum
+        reached them, every flow's at once (a cell's chunks before a sweep's closes)."""
         reassembler = self.reassembler
-        if pm < reassembler.next_sweep:
+        if pm < reassembler.next_sweep and pm < reassembler.cell_end:
             return
-        for now in reassembler.sweeps(pm):
-            self.position = (now, -1, -1)  # before any segment at `now`, every flow's sweep at once
+        for now, kind in reassembler.sweeps(pm):
+            self.position = (now, -1, kind)
             while reassembler.out:
                 self._feed(reassembler.out.popleft(), 0, self.position)
 
@@ -796,25 +778,32 @@ class _Flow:
         return self.opened_at.get(conn, (0.0, 0, 0))
 
     def _feed(self, event, phase: int, position: tuple[float, int, int]) -> None:
+        """A capture event handed out at `position` (its time the clock then; AT_END: the end)."""
         decoded = self.decoder.feed(event)
         if not isinstance(event, ConnectionOpened):
             # The in-process engine's clock: the latest capture event time it was fed.
             ts = getattr(event, "ts", None) or getattr(event, "last_ts", None)
             if ts is not None and ts > self.stats.last_event_ts:
                 self.stats.last_event_ts = ts
+        if not decoded:
+            return
+        clock = self.end.end_ts if phase == 1 else position[0]
+        if isinstance(event, StreamChunk):  # where its first segment came, even when the end let it go
+            phase = 0
+            places = self.places
+            while places[0][0] < event.at:
+                places.popleft()
+            position = places[0][1]
         for d in decoded:
-            self._decoded(d, phase, position)
+            self._decoded(d, phase, -INF if clock is None else clock, position)
 
-    def _decoded(self, event: DecodeEvent, phase: int, position: tuple[float, int, int]) -> None:
+    def _decoded(self, event: DecodeEvent, phase: int, clock: float, position: tuple) -> None:
+        """`event`, given by the decoder when the clock was `clock`, from a capture event of `position`."""
         pm, file, idx = position
         ets = event_ts(event)
-        # Released once the clock passes request time + window; the driver turns release times past the
-        # capture's last event into "at the end" (inf), and the decoder's own finish is always at the end.
-        if phase == 2:
-            rel = INF
-        else:
-            clock = self.end.end_ts if phase == 1 else pm
-            rel = max(clock if clock is not None else -INF, ets + self.config.reorder_window)
+        # Released once the clock passes request time + window, or when it was given if later; the
+        # decoder's own finish is always at the end (ksniff.engine.local).
+        rel = INF if phase == 2 else max(clock, ets + self.config.reorder_window)
         self.stats.serial += 1  # the order events left the decoder in, within one position
         opm, _file, _place = self._opening(event.conn)
         order = (rel, ets, phase, pm, file, idx, opm, event.conn, self.stats.serial)

@@ -76,15 +76,15 @@ def test_slow_flags_agree_with_the_reassembler(hot):
 
 
 def test_slot_layout_refuses_classes_without_the_slots(hot):
-    hot.HotSlots(Half, ChunkMerger)
+    hot.HotSlots(Half)
     with pytest.raises(TypeError):
-        hot.HotSlots(ChunkMerger, ChunkMerger)
+        hot.HotSlots(ChunkMerger)
 
     class NoSlots:
         pass
 
     with pytest.raises(TypeError):
-        hot.HotSlots(Half, NoSlots)
+        hot.HotSlots(NoSlots)
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
@@ -224,7 +224,7 @@ def test_a_build_whose_slots_do_not_fit_runs_the_python_loop(monkeypatch, hot, t
             return getattr(hot, name)
 
         @staticmethod
-        def HotSlots(half, merger):  # noqa: N802 - the compiled module's class name
+        def HotSlots(half):  # noqa: N802 - the compiled module's class name
             raise TypeError("Half.fast is not a slot of the class itself")
 
     path = tmp_path / "t.pcap"

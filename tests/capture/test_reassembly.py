@@ -35,10 +35,38 @@ def test_in_order_with_handshake_and_fin(tmp_path):
 def test_chunk_timestamps_are_first_and_last_byte(tmp_path):
     f = Flow()
     pkts = f.handshake() + [f.send(True, b"a" * 10), f.send(True, b"b" * 10), f.send(False, b"c")]
-    events, _ = read(tmp_path, pkts, step=1.0)
+    events, _ = read(tmp_path, pkts, step=0.002)
     chunk = kinds(events, StreamChunk)[0]
     assert chunk.data == b"a" * 10 + b"b" * 10
-    assert (chunk.first_ts, chunk.last_ts) == (1003.0, 1004.0)
+    assert (chunk.first_ts, chunk.last_ts) == (1000.006, 1000.008)
+
+
+def test_a_chunk_leaves_at_the_end_of_its_cell_and_no_other_connection_cuts_it(tmp_path):
+    """A direction's bytes merge into one chunk until its own connection does something else or the
+    capture's clock passes the end of the chunk cell (CHUNK_CELL) the chunk started in: another
+    connection's traffic in between does not cut it, and a pause longer than a cell does."""
+    from capture_builders import LINKS, pcap_bytes
+
+    from ksniff.capture.reassembly import CHUNK_CELL
+
+    a, b = Flow(), Flow(client=("10.0.0.3", 40001))
+    linktype, frame = LINKS["EN10MB"]
+    t0 = 1000.0  # a cell boundary
+    step = CHUNK_CELL / 16
+    timed = [(t0 + i * step, p) for i, p in enumerate(a.handshake() + b.handshake())]
+    n = len(timed)
+    # a, b, a interleaved within one cell; then a again after the cell ended.
+    timed += [
+        (t0 + n * step, a.send(True, b"one ")),
+        (t0 + (n + 1) * step, b.send(True, b"other")),
+        (t0 + (n + 2) * step, a.send(True, b"two ")),
+        (t0 + 2 * CHUNK_CELL + step, a.send(True, b"three")),
+    ]
+    path = tmp_path / "cells.pcap"
+    path.write_bytes(pcap_bytes([(t, frame(p)) for t, p in timed], linktype))
+    events, _run = run_file(path)
+    chunks = [(e.conn, e.data) for e in kinds(events, StreamChunk)]
+    assert chunks == [(1, b"one two "), (2, b"other"), (1, b"three")]
 
 
 def test_out_of_order_is_buffered_and_delivered_in_order(tmp_path):

@@ -34,8 +34,8 @@ def audit(capture, tmp_path, *options: str) -> tuple[dict, list[str]]:
     return json.loads(out.read_text()), [x for x in r.stderr.splitlines() if x.startswith("ksniff: warning:")]
 
 
-def write(path, packets) -> str:
-    path.write_bytes(pcap_bytes([(1000 + i * 1e-3, ethernet(p)) for i, p in enumerate(packets)]))
+def write(path, packets, step: float = 1e-3) -> str:
+    path.write_bytes(pcap_bytes([(1000 + i * step, ethernet(p)) for i, p in enumerate(packets)]))
     return str(path)
 
 
@@ -116,10 +116,13 @@ def test_gzip_capture_inflation_is_capped(tmp_path):
 
 
 def test_in_flight_cap_across_connections(tmp_path):
+    """The run-wide caps act on what the reassembler hands out: a connection's bytes merged over one
+    chunk cell (ksniff.capture.reassembly.CHUNK_CELL) come as one chunk. Packets a cell apart here, so
+    each request reaches the decoder alone, in the order they were sent."""
     flows = [Flow(client=("10.0.0.1", 40000 + i)) for i in range(3)]
     packets = [p for f in flows for p in f.handshake()]
     packets += [f.send(True, frame(end_txn(3), 3, cid)) for cid in range(3) for f in flows]
-    capture = write(tmp_path / "c.pcap", packets + [p for f in flows for p in f.close()])
+    capture = write(tmp_path / "c.pcap", packets + [p for f in flows for p in f.close()], step=0.02)
     doc, warnings = audit(capture, tmp_path, "--max-in-flight-total", "4")
     assert doc["decode"]["in_flight_total_evicted"] == 5
     assert doc["decode"]["unmatched_requests"] == 9  # five given up early, four when connections closed
@@ -131,7 +134,7 @@ def test_partial_frames_cap_across_connections(tmp_path):
     packets = [p for f in flows for p in f.handshake()]
     # Each client starts a 1 MB request and sends only 3000 bytes of it.
     packets += [f.send(True, struct.pack(">ihhih", 1 << 20, 0, 9, 1, 1) + b"c" + b"x" * 2987) for f in flows]
-    capture = write(tmp_path / "c.pcap", packets + [p for f in flows for p in f.close()])
+    capture = write(tmp_path / "c.pcap", packets + [p for f in flows for p in f.close()], step=0.02)
     doc, warnings = audit(capture, tmp_path, "--max-partial-total", "7000")
     assert doc["decode"]["partial_dropped"] == 2
     assert doc["capture"]["gaps"] == 0  # the capture lost nothing: the decoder gave them up
