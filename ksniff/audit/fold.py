@@ -95,7 +95,11 @@ def _on_exchange(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     handler = HANDLERS.get(api)
     if handler is None or ex.request is None:
         return
-    if api not in CONTEXT_APIS and not _owns_any(state, producer_keys(ex)):
+    if api not in CONTEXT_APIS and not (
+        # a transactional Produce of the whole fold is its own, else `producer_keys` says whose it is
+        (api == "Produce" and state.keys is None and ex.request.transactional_id)
+        or _owns_any(state, producer_keys(ex))
+    ):
         return
     # An exchange captured at both ends (two captures merged) counts once: the usual case, a key not
     # seen before, inline.

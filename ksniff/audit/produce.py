@@ -25,6 +25,9 @@ _SEQ_KIND = {
 }
 # Whether lost bytes alone could explain the placement: a gap, yes (the missing batch may be in them).
 _EXPLAINED_BY_LOSS = {Placement.GAP: True, Placement.DUPLICATE: False, Placement.OUT_OF_ORDER: False}
+# As module constants for the per-batch path (an enum member read off its class costs ~70 ns in Python
+# 3.11, a global ~8 ns).
+_IN_ORDER, _GAP, _DUPLICATE = Placement.IN_ORDER, Placement.GAP, Placement.DUPLICATE
 
 
 def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
@@ -123,12 +126,12 @@ def _sequence(
     last = (base + records - 1) % SEQ_MOD if records > 1 else base  # last_sequence(base, records)
     expected = seq.next_seq
     if expected is None or expected == base:  # place(): in order
-        placement = Placement.IN_ORDER
+        placement = _IN_ORDER
     else:
         placement = place(expected, base, records)
-        if placement is Placement.GAP and _covered_by_unanswered(seq, expected, base):
-            placement = Placement.IN_ORDER
-    if placement is Placement.IN_ORDER:
+        if placement is _GAP and _covered_by_unanswered(seq, expected, base):
+            placement = _IN_ORDER
+    if placement is _IN_ORDER:
         # Answered as a duplicate while in order: an unanswered original was written; this is its retry.
         if accepted or answer == DUPLICATE_SEQUENCE_NUMBER:
             _advance(seq, base, last, b, ex)
@@ -137,7 +140,7 @@ def _sequence(
             seq.unanswered.append((base, last))
         return False
     deduplicated = False
-    if placement is Placement.DUPLICATE:
+    if placement is _DUPLICATE:
         original = seq.recent.get(base)
         exact = original is not None and original.last_seq == last
         deduplicated = answer == DUPLICATE_SEQUENCE_NUMBER or (
