@@ -101,8 +101,9 @@ class Reassembler:
     ) -> Iterator[StreamEvent]:
         """Events for `segments` (in capture order); with `finish`, closes what is open at the end.
 
-        Without `sweeps`, idle connections are expired only when the caller says (`sweep`): an engine that
-        gives each reassembler a slice of the capture sweeps on the whole capture's clock, not the slice's.
+        Without `sweeps`, idle connections are expired only when the caller says (`sweeps`): an engine
+        that gives each reassembler a slice of the capture sweeps on the whole capture's clock, not the
+        slice's, and calls `sweeps(now)` with that clock before each segment.
         """
         table_get = self._conns.table.get
         merger = self._merger
@@ -118,6 +119,8 @@ class Reassembler:
         for seg in segments:
             ts, sip, sp, dip, dp, seq, ack, flags, payload = seg
             at += 1
+            if not sweeps:  # the caller keeps the whole capture's clock (`sweeps`)
+                now = self._now
             if ts > now:
                 now = ts
                 if ts >= due:  # a sweep or a cell's end: what they let go leaves before this segment
@@ -309,6 +312,8 @@ class Reassembler:
         line = self.next_sweep
         if now > self._now:
             self._now = now
+        if now < line and now < self.cell_end:  # nothing due
+            return
         cell = self.cell_end if self._merger.pending and self.cell_end <= now else None
         while line <= now and self._conns.conns:
             if cell is not None and cell <= line:

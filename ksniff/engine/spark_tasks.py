@@ -767,8 +767,6 @@ class _Flow:
         and the end of this flow's chunk cell): at their times, before any segment whose running maximum
         reached them, every flow's at once (a cell's chunks before a sweep's closes)."""
         reassembler = self.reassembler
-        if pm < reassembler.next_sweep and pm < reassembler.cell_end:
-            return
         for now, kind in reassembler.sweeps(pm):
             self.position = (now, -1, kind)
             while reassembler.out:
