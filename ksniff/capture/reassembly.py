@@ -300,6 +300,14 @@ class Reassembler:
         for _ in self.sweeps(now):
             pass
 
+    def due(self, now: float) -> bool:
+        """Whether the clock reaching `now` lets anything go (`sweeps`); else it only moves the clock."""
+        if now < self.next_sweep and now < self.cell_end:
+            if now > self._now:
+                self._now = now
+            return False
+        return True
+
     def sweeps(self, now: float) -> Iterator[tuple[float, int]]:
         """What the clock reaching `now` lets go, in time order, each as `(time, CELL or SWEEP)` once its
         events are in `out`: the chunks being merged when the clock passes the end of their chunk cell

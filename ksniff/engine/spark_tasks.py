@@ -767,6 +767,8 @@ class _Flow:
         and the end of this flow's chunk cell): at their times, before any segment whose running maximum
         reached them, every flow's at once (a cell's chunks before a sweep's closes)."""
         reassembler = self.reassembler
+        if not reassembler.due(pm):  # most segments: no generator made
+            return
         for now, kind in reassembler.sweeps(pm):
             self.position = (now, -1, kind)
             while reassembler.out:
