@@ -448,7 +448,10 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
             if pid >= 0:
                 lg.producer(p)
                 if p.sequence >= 0:
-                    lg.by_sequence.setdefault((pid, p.epoch, p.sequence, delta), base)
+                    by_sequence = lg.by_sequence
+                    by_sequence.setdefault((pid, p.epoch, p.sequence, delta), base)
+                    if len(by_sequence) > MAX_BATCHES:  # bounded as the fetched batches' entries are
+                        del by_sequence[next(iter(by_sequence))]
         bases = lg.acked_bases
         if not bases or base > bases[-1]:
             bases.append(base)  # bisect.insort, where an offset past the last goes
