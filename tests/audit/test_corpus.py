@@ -23,9 +23,9 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-@cache
-def audit(name: str) -> AuditOutput:
-    """Capture -> decode -> audit, events in request order, closed at the capture's last timestamp."""
+def fed_auditor(name: str) -> tuple[Auditor, float | None]:
+    """Capture -> decode -> audit of a corpus scenario, events in request order: the auditor they were
+    fed to, and the capture's last timestamp (where it closes)."""
     expect = load(PCAPS / f"{name}.expect.json")
     run = read_files([str(PCAPS / expect["capture"])])
     decoder = Decoder(ports=expect.get("kafka_ports") or (9092,))
@@ -34,7 +34,14 @@ def audit(name: str) -> AuditOutput:
     auditor = Auditor(AuditConfig())
     for event in events:
         auditor.feed(event)
-    return auditor.finish(run.stats.last_ts)
+    return auditor, run.stats.last_ts
+
+
+@cache
+def audit(name: str) -> AuditOutput:
+    """Capture -> decode -> audit, events in request order, closed at the capture's last timestamp."""
+    auditor, last_ts = fed_auditor(name)
+    return auditor.finish(last_ts)
 
 
 def outcome_counts(output: AuditOutput) -> dict[str, dict[str, int]]:

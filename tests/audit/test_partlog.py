@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from test_corpus import audit
+from test_corpus import audit, fed_auditor
 
 PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
 
@@ -98,23 +98,14 @@ def test_what_each_partition_remembers_stays_within_its_bound(name, monkeypatch)
     """A long capture cannot grow a partition's memory without bound: past MAX_BATCHES placed batches the
     oldest are forgotten (and counted), and so are their entries in the sequence index, whether the batches
     were acknowledged (a producer-only capture) or fetched."""
-    from ksniff.audit import AuditConfig, Auditor, partlog
-    from ksniff.capture import read_files
-    from ksniff.decode import Decoder
+    from ksniff.audit import partlog
 
     monkeypatch.setattr(partlog, "MAX_BATCHES", 3)
-    expect = json.loads((PCAPS / f"{name}.expect.json").read_text())
-    run = read_files([str(PCAPS / expect["capture"])])
-    decoder = Decoder(ports=expect.get("kafka_ports") or (9092,))
-    events = [e for ev in run for e in decoder.feed(ev)] + decoder.finish()
-    events.sort(key=lambda e: getattr(e, "request_ts", None) or getattr(e, "ts", 0.0))
-    auditor = Auditor(AuditConfig())
-    for event in events:
-        auditor.feed(event)
+    auditor, last_ts = fed_auditor(name)
     logs = list(auditor.state.logs.logs.values())
     assert sum(lg.forgotten for lg in logs) > 0  # the capture placed more than the bound
     for lg in logs:
         assert len(lg.at) <= 3
         assert len(lg.by_sequence) <= 3
-    summaries = auditor.finish(run.stats.last_ts).partitions
+    summaries = auditor.finish(last_ts).partitions
     assert sum(s.forgotten for s in summaries) == sum(lg.forgotten for lg in logs)
