@@ -21,6 +21,12 @@ from ksniff.capture.halves import Half
 # Bytes at the end of the last chunk kept per direction to compare retransmissions against: a segment's
 # worth, so that tens of thousands of open connections hold megabytes here, not gigabytes.
 TAIL_KEPT = 2 << 10
+# Chunks being merged at once, at most: with the capture's clock not moving (timestamps all equal, or
+# coarser than the chunk cell), nothing else would bound them (connections times max_chunk_bytes). Past
+# it, every chunk being merged leaves at once, which on a clock that moves does not happen unless this
+# many connections send within one cell. Then, as with the other run-wide caps, when a slow exchange
+# leaves (and so its place in audit order) depends on other connections.
+MAX_PENDING = 1024
 
 
 def _opening_order(h: Half) -> int:
@@ -43,6 +49,8 @@ class ChunkMerger:
     def start(self, h: Half, off: int, payload, n: int, ts: float) -> None:
         """A new chunk for `h` from stream offset `off` (the hot loop's in-order bytes come here too);
         the other direction's chunk, if it is being merged, leaves first."""
+        if len(self.pending) >= MAX_PENDING:
+            self.flush()
         peer = h.peer
         if peer.parts is not None:
             self.flush_half(peer)

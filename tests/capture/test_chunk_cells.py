@@ -52,3 +52,31 @@ def test_each_connection_is_cut_into_the_same_chunks_with_or_without_the_others(
         alone.update(_pieces(Reassembler(limits).events(iter(own))))
     assert whole == alone
     assert sum(len(v) for v in whole.values()) > len(whole)  # connections of several chunks each
+
+
+def test_chunks_waiting_for_a_clock_that_does_not_move_stay_bounded(tmp_path, monkeypatch):
+    """Timestamps all equal (a hostile or broken capture): no chunk cell ever ends, so without a bound
+    every connection would hold a chunk of up to max_chunk_bytes. At MAX_PENDING chunks being merged,
+    all of them leave; every byte still arrives, in order."""
+    from capture_builders import LINKS, Flow, pcap_bytes, streams
+
+    from ksniff.capture import chunks
+    from ksniff.capture.events import StreamChunk
+
+    monkeypatch.setattr(chunks, "MAX_PENDING", 4)
+    flows = [Flow(client=("10.0.1.1", 41000 + i)) for i in range(10)]
+    packets = [p for f in flows for p in f.handshake()]
+    for round_ in range(3):
+        packets += [f.send(True, bytes([65 + round_]) * 100) for f in flows]
+    linktype, frame = LINKS["EN10MB"]
+    path = tmp_path / "frozen.pcap"
+    path.write_bytes(pcap_bytes([(1000.0, frame(p)) for p in packets], linktype))
+    r = Reassembler(CaptureLimits())
+    seen, most = [], 0
+    for event in r.events(iter(iter_segments(str(path)))):
+        seen.append(event)
+        most = max(most, len(r._merger.pending))
+    assert most <= 4
+    assert sum(isinstance(e, StreamChunk) for e in seen) > len(flows)  # cut by the bound, not only the end
+    data = streams(seen)
+    assert [data[(n, True)] for n in range(1, 11)] == [b"A" * 100 + b"B" * 100 + b"C" * 100] * 10
