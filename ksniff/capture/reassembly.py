@@ -114,8 +114,7 @@ class Reassembler:
         ts = None
         now = self._now
         at = self._n
-        inf = float("inf")
-        due = min(self.next_sweep, self.cell_end) if sweeps else inf
+        due_at = self._due_at() if sweeps else float("inf")
         for seg in segments:
             ts, sip, sp, dip, dp, seq, ack, flags, payload = seg
             at += 1
@@ -123,13 +122,13 @@ class Reassembler:
                 now = self._now
             if ts > now:
                 now = ts
-                if ts >= due:  # a sweep or a cell's end: what they let go leaves before this segment
+                if ts >= due_at:  # a sweep or a cell's end: what they let go leaves before this segment
                     for clock, kind in self.sweeps(ts):
                         self.clock = clock
                         self.place = (0, at, -1, clock, kind)
                         while out:
                             yield popleft()
-                    due = min(self.next_sweep, self.cell_end)
+                    due_at = self._due_at()
             h = table_get((sip, sp, dip, dp))
             if h is None or not h.fast or flags & _SLOW_FLAGS:
                 self._now = now
@@ -204,11 +203,11 @@ class Reassembler:
         # reassembler while the Python loop takes a segment. What the compiled loop leaves is chunks only,
         # whose place is their own (StreamChunk.at): `place` is not kept up for them.
         slots.pm, slots.n = self._now, self._n
-        due = min(self.next_sweep, self.cell_end)
+        due_at = self._due_at()
         for batch in batches:
             i, n = 0, len(batch)
             while i < n:
-                i = inorder(batch, i, table, merger, out, due, max_chunk, slots)
+                i = inorder(batch, i, table, merger, out, due_at, max_chunk, slots)
                 if out:
                     self.clock = slots.pm
                     while out:
@@ -218,7 +217,7 @@ class Reassembler:
                     self._now, self._n = slots.pm, slots.n
                     yield from self.events((batch[i],), finish=False)
                     slots.pm, slots.n = self._now, self._n
-                    due = min(self.next_sweep, self.cell_end)
+                    due_at = self._due_at()
                     i += 1
             if n:
                 last = batch[-1]
@@ -300,13 +299,15 @@ class Reassembler:
         for _ in self.sweeps(now):
             pass
 
+    def _due_at(self) -> float:
+        """The first time of the clock that lets something go: the next sweep or the chunk cell's end."""
+        return min(self.next_sweep, self.cell_end)
+
     def due(self, now: float) -> bool:
-        """Whether the clock reaching `now` lets anything go (`sweeps`); else it only moves the clock."""
-        if now < self.next_sweep and now < self.cell_end:
-            if now > self._now:
-                self._now = now
-            return False
-        return True
+        """The clock reaches `now`: whether that lets anything go (`sweeps`)."""
+        if now > self._now:
+            self._now = now
+        return now >= self._due_at()
 
     def sweeps(self, now: float) -> Iterator[tuple[float, int]]:
         """What the clock reaching `now` lets go, in time order, each as `(time, CELL or SWEEP)` once its
@@ -316,12 +317,10 @@ class Reassembler:
         it and forgetting closed ones after `closed_linger` (at one time, the chunks first). Sweeps that
         cannot change anything are skipped: when nothing is tracked, and between two sweeps of one call
         (no segment comes in between) until the first connection is due."""
+        if not self.due(now):
+            return
         every = self.sweep_every
         line = self.next_sweep
-        if now > self._now:
-            self._now = now
-        if now < line and now < self.cell_end:  # nothing due
-            return
         cell = self.cell_end if self._merger.pending and self.cell_end <= now else None
         while line <= now and self._conns.conns:
             if cell is not None and cell <= line:

@@ -94,6 +94,13 @@ def event_ts(event: DecodeEvent) -> float:
     return event.request_ts if isinstance(event, Exchange) else event.ts
 
 
+def release_time(ets: float, clock: float, window: float) -> float:
+    """When an event requested at `ets`, given by the decoder when the capture's clock was `clock`, goes
+    to the audit (the module's docstring): the same in every engine."""
+    due = ets + window
+    return clock if clock > due else due
+
+
 class Reorder:
     """Releases decode events in the order of (release time, request time, place, arrival) (the module's
     docstring)."""
@@ -107,8 +114,8 @@ class Reorder:
         """`event`, given by the decoder when the capture's clock was `clock` (INF: at the very end), from
         a capture event of `place` (Reassembler.place)."""
         ets = event_ts(event)
-        due = ets + self._window
-        heapq.heappush(self._heap, (clock if clock > due else due, ets, place, next(self._seq), event))
+        release = release_time(ets, clock, self._window)
+        heapq.heappush(self._heap, (release, ets, place, next(self._seq), event))
 
     def release(self, now: float, before: float = -INF) -> list[DecodeEvent]:
         """Events due before the clock `now`, and those requested before `before` (nothing earlier can

@@ -62,6 +62,7 @@ from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.config import EngineConfig
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, DecodeEvent, DecodeStats, Exchange
 from ksniff.decode.identity import IDENTITY_APIS
+from ksniff.engine.local import event_ts, release_time
 
 BATCH_ROWS = 16_384
 
@@ -680,10 +681,6 @@ class _Rows:
 NO_ORDER = (0.0, 0.0, 0, 0.0, 0, 0, 0.0, 0, 0)
 
 
-def event_ts(event: DecodeEvent) -> float:
-    return event.request_ts if isinstance(event, Exchange) else event.ts
-
-
 class _Flow:
     """Reassembles and decodes one flow (every connection on one 4-tuple) in the merge's order."""
 
@@ -801,9 +798,8 @@ class _Flow:
         """`event`, given by the decoder when the clock was `clock`, from a capture event of `position`."""
         pm, file, idx = position
         ets = event_ts(event)
-        # Released once the clock passes request time + window, or when it was given if later; the
-        # decoder's own finish is always at the end (ksniff.engine.local).
-        rel = INF if phase == 2 else max(clock, ets + self.config.reorder_window)
+        # The decoder's own finish is always at the end (ksniff.engine.local).
+        rel = INF if phase == 2 else release_time(ets, clock, self.config.reorder_window)
         self.stats.serial += 1  # the order events left the decoder in, within one position
         opm, _file, _place = self._opening(event.conn)
         order = (rel, ets, phase, pm, file, idx, opm, event.conn, self.stats.serial)
