@@ -130,26 +130,33 @@ class Connection:
         self.last_ts = last_ts
         to_broker = from_src == self.client_is_src
         splitter = self.requests if to_broker else self.responses
-        n = len(data)
-        if not splitter.buf and not splitter.syncing and splitter.confirm_at is None and n >= 4:
-            # The common case, FrameSplitter.feed's own first test inline: a chunk holding exactly one
-            # whole frame (a small request or response), handled without the splitter's call and Frame.
-            size = _SIZE(data, 0)[0]
-            if size + 4 == n and splitter.min_size <= size <= splitter.max_frame:
-                splitter.next_offset = offset + n
-                if to_broker:
-                    self._request(memoryview(data)[4:], first_ts, last_ts, out)
-                else:
-                    self._response(memoryview(data)[4:], last_ts, out)
-                return out
-        before, over = splitter.malformed, splitter.oversized
-        held = len(splitter.buf) + splitter.later_len
-        if to_broker:
-            for frame in splitter.feed(data, first_ts, last_ts, offset, marks):
-                self._request(frame.payload, frame.first_ts, frame.last_ts, out)
+        if splitter.buf:
+            before, over = splitter.malformed, splitter.oversized
+            held = len(splitter.buf) + splitter.later_len
+            frames = splitter.take(data, first_ts, last_ts, offset, marks)
         else:
-            for frame in splitter.feed(data, first_ts, last_ts, offset, marks):
-                self._response(frame.payload, frame.last_ts, out)
+            # Nothing held, as nearly always: FrameSplitter.take's own steps for it inline. A chunk holding
+            # exactly one whole frame (a small request or response) goes straight to its request or
+            # response; pipelined frames to the splitter's loop, without its call.
+            held = 0
+            n = len(data)
+            splitter.next_offset = offset + n
+            if not splitter.syncing and splitter.confirm_at is None and n >= 4:
+                size = _SIZE(data, 0)[0]
+                if size + 4 == n and splitter.min_size <= size <= splitter.max_frame:
+                    if to_broker:
+                        self._request(memoryview(data)[4:], first_ts, last_ts, out)
+                    else:
+                        self._response(memoryview(data)[4:], last_ts, out)
+                    return out
+            before, over = splitter.malformed, splitter.oversized
+            frames = splitter.split(data, first_ts, offset, marks)
+        if to_broker:
+            for payload, frame_first, frame_last, _, _ in frames:
+                self._request(payload, frame_first, frame_last, out)
+        else:
+            for payload, _, frame_last, _, _ in frames:
+                self._response(payload, frame_last, out)
         self.moved += len(splitter.buf) + splitter.later_len - held
         if splitter.malformed != before:
             self.ctx.stats.errors += splitter.malformed - before

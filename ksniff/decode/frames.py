@@ -129,6 +129,10 @@ class FrameSplitter:
         self, data: bytes, first_ts: float, last_ts: float, offset: int = 0, marks: tuple = ()
     ) -> list[Frame]:
         """Frames completed by this chunk (StreamChunk's fields), in order."""
+        return [Frame(*f) for f in self.take(data, first_ts, last_ts, offset, marks)]
+
+    def take(self, data: bytes, first_ts: float, last_ts: float, offset: int = 0, marks: tuple = ()) -> list:
+        """`feed`'s frames as plain tuples of Frame's fields (the decoder's path: no object per frame)."""
         if self.next_offset is not None and offset != self.next_offset and self.buf:
             # Chunks must be contiguous; a jump without a gap event is treated as one.
             self.gap()
@@ -137,7 +141,7 @@ class FrameSplitter:
             # The common case: a chunk holding exactly one whole frame (a small request or response).
             size = _SIZE(data, 0)[0]
             if size + 4 == len(data) and self.min_size <= size <= self.max_frame:
-                return [Frame(memoryview(data)[4:], first_ts, last_ts, offset, False)]
+                return [(memoryview(data)[4:], first_ts, last_ts, offset, False)]
         if self.buf:
             held = self.buf_marks
             held.append((offset, first_ts))
@@ -153,12 +157,13 @@ class FrameSplitter:
             self.buf.clear()
             self.buf_marks = []
             self.need = 0
-            return self._split(data, first_ts, offset, held)
-        return self._split(data, first_ts, offset, marks)
+            return self.split(data, first_ts, offset, held)
+        return self.split(data, first_ts, offset, marks)
 
-    def _split(self, data: bytes, first_ts: float, offset: int, marks) -> list[Frame]:
+    def split(self, data: bytes, first_ts: float, offset: int, marks) -> list:
         """Frames of `data` (stream offset `offset`, capture time `first_ts` at its first byte, changing
-        at `marks`)."""
+        at `marks`), as tuples of Frame's fields. The one loop over a chunk's frames: `take` calls it for
+        what is not a single whole frame, and so does the decoder's connection when nothing is held."""
         view = memoryview(data)
         end = len(data)
         pos = 0
@@ -193,12 +198,17 @@ class FrameSplitter:
             if stop > end:
                 self.need = 4 + size
                 break
-            if m < n_marks:  # the chunk merged segments of several times: this frame's own
+            if m < n_marks and marks[m][0] < offset + stop:
+                # The capture time changes within this frame's bytes (the chunk merged segments of
+                # several times): the frame's own. Otherwise it is `ts` throughout, as `_time_at` says.
                 frame_first, m = _time_at(marks, m, ts, offset + pos)
-                ts, m = _time_at(marks, m, frame_first, offset + stop - 1)
+                if m < n_marks and marks[m][0] < offset + stop:
+                    ts, m = _time_at(marks, m, frame_first, offset + stop - 1)
+                else:
+                    ts = frame_first
             else:
                 frame_first = ts
-            frames.append(Frame(view[pos + 4 : stop], frame_first, ts, offset + pos, resynced))
+            frames.append((view[pos + 4 : stop], frame_first, ts, offset + pos, resynced))
             if resynced and self.confirm is not None:
                 # A frame found by resynchronisation may be a plausible accident (a body that decodes while
                 # the bytes after it are not yet seen): the header after it must be plausible too before

@@ -24,7 +24,7 @@ from decode_builders import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ksniff.capture.events import Endpoint
+from ksniff.capture.events import Endpoint, StreamChunk
 from ksniff.decode import Decoder
 from ksniff.decode.events import ConnectionEnded, ConnectionLost, Exchange
 
@@ -529,3 +529,57 @@ def test_mutated_real_frames_never_raise(mutations, cut, handshake):
     out = run(dec, events) + dec.finish()
     assert all(isinstance(e, Exchange | ConnectionEnded | ConnectionLost) for e in out)
     assert dec.stats.requests <= 3
+
+
+def test_pipelined_frames_merged_into_one_chunk_decode_as_if_each_came_alone():
+    # The reassembler merges a connection's segments for a while, so pipelined requests (or responses)
+    # reach the decoder in one chunk, with where the capture time changes in it (marks), and a chunk may
+    # end inside a frame. Each exchange must be the one it is when every segment is a chunk of its own:
+    # the same pairing, and a request's times those of the segments carrying its first and last bytes.
+    reqs = [frame(produce_request(9), 9, cid) for cid in (1, 2, 3, 4)]
+    resps = [frame(produce_response(9), 9, cid) for cid in (1, 2, 3, 4)]
+    # (direction, bytes, time) of each segment; request 2 in two segments, request 4 starts with 3's.
+    segments = [
+        (True, reqs[0], 1.0),
+        (True, reqs[1][:20], 2.0),
+        (True, reqs[1][20:], 2.5),
+        (True, reqs[2] + reqs[3][:7], 3.0),
+        (True, reqs[3][7:], 4.0),
+        (False, resps[0], 5.0),
+        (False, resps[1] + resps[2][:3], 6.0),
+        (False, resps[2][3:] + resps[3], 7.0),
+    ]
+
+    def decoded(merge: list[list[int]]) -> list[tuple]:
+        """The exchanges when the segments with the indexes of each list of `merge` form one chunk."""
+        s = Stream()
+        events = [s.opened()]
+        for group in merge:
+            from_src = segments[group[0]][0]
+            start = s.offsets[from_src]
+            pos, marks, parts = start, [], []
+            for i in group:
+                _, data, ts = segments[i]
+                if parts:
+                    marks.append((pos, ts))
+                parts.append(data)
+                pos += len(data)
+            s.offsets[from_src] = pos
+            first_ts, last_ts = segments[group[0]][2], segments[group[-1]][2]
+            events.append(StreamChunk(1, from_src, start, b"".join(parts), first_ts, last_ts, tuple(marks)))
+        found = exchanges(run(Decoder(), events))
+        return [(e.correlation_id, e.status, e.request_ts, e.request_end_ts, e.response_ts) for e in found]
+
+    alone = decoded([[i] for i in range(len(segments))])
+    assert alone == [
+        (1, "ok", 1.0, 1.0, 5.0),
+        (2, "ok", 2.0, 2.5, 6.0),
+        (3, "ok", 3.0, 3.0, 7.0),
+        (4, "ok", 3.0, 4.0, 7.0),
+    ]
+    for merge in (
+        [[0, 1, 2, 3, 4], [5, 6, 7]],
+        [[0, 1], [2, 3], [4], [5, 6], [7]],
+        [[0], [1, 2, 3, 4], [5, 6], [7]],
+    ):
+        assert decoded(merge) == alone, merge
