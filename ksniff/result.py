@@ -11,6 +11,7 @@ from dataclasses import field
 from operator import itemgetter
 from typing import Any
 
+from ksniff.audit.digest import Digest, FindingsDigest
 from ksniff.audit.groups import fold_findings, group_contract
 from ksniff.audit.model import AuditOutput, Finding, PartitionSummary, ProducerSummary, Transaction, stamp
 from ksniff.capture.events import CaptureStats, InputInfo
@@ -41,6 +42,9 @@ class AuditResult:
     clusters: list[dict] = field(default_factory=list)  # the JSON document's `clusters` rows
     # Each topic-partition's log as the wire showed it, who wrote and who read it (ksniff.audit.partlog).
     partitions: list[PartitionSummary] = field(default_factory=list)
+    # A Spark run's summary for the terminal (ksniff.engine.spark): the digest of its findings and
+    # transactions, which the driver then does not hold (both lists are empty). None: the lists are whole.
+    digest: Digest | None = None
 
     @classmethod
     def of_run(
@@ -74,7 +78,19 @@ class AuditResult:
             partitions=list(output.partitions),
         )
 
+    def account(self) -> Digest:
+        """The findings and transactions as the report reads them (ksniff.audit.digest): the digest a
+        Spark run's driver merged, else one made from the lists."""
+        if self.digest is not None:
+            return self.digest
+        return Digest.of(self.findings, self.transactions)
+
+    def _findings_account(self) -> FindingsDigest:
+        return self.digest.findings if self.digest is not None else FindingsDigest.of(self.findings)
+
     def as_contract(self) -> dict:
+        if self.digest is not None:
+            raise ValueError("a summary that holds only the digest of its findings has no JSON document")
         return {
             "version": self.version,
             "inputs": [
@@ -145,7 +161,7 @@ class AuditResult:
         ):
             if n:
                 reasons.append(_count(n, what))
-        unverified = sum(1 for f in self.findings if f.evidence.get("unverified"))
+        unverified = self._findings_account().unverified()
         if unverified:
             rest = "rests" if unverified == 1 else "rest"
             reasons.append(f"{_count(unverified, 'finding')} {rest} on bytes the capture lost")
@@ -156,10 +172,9 @@ class AuditResult:
         `unverified_because`), else `clean`; then the findings counted by severity and by kind."""
         by_severity = {"critical": 0, "warning": 0, "info": 0}
         by_kind: dict[str, dict[str, int]] = {}
-        for f in self.findings:
-            by_severity[f.severity] = by_severity.get(f.severity, 0) + 1
-            kind = by_kind.setdefault(f.kind, {})
-            kind[f.severity] = kind.get(f.severity, 0) + 1
+        for (kind, severity), n in self._findings_account().counts().items():
+            by_severity[severity] = by_severity.get(severity, 0) + n
+            by_kind.setdefault(kind, {})[severity] = n
         reasons = self.unverified_because()
         serious = by_severity["critical"] + by_severity["warning"]
         verdict = "findings" if serious else "unverified" if reasons else "clean"
@@ -195,6 +210,8 @@ def stamp_set(result: AuditResult, cset: Any, identity: Any) -> None:
     cluster = ids[0] if len(ids) == 1 else None
     for items in (result.producers, result.transactions, result.findings, result.partitions):
         stamp(items, cset.number, cluster)
+    if result.digest is not None:
+        result.digest.stamp(cset.number, cluster)
     rows = []
     for info in identity.clusters():
         rows.append(
@@ -251,4 +268,5 @@ def join_results(
         records=records,
         capture_sets=list(sets),
         clusters=[c for r in results for c in r.clusters],
+        digest=Digest.merge([r.digest for r in results]) if results[0].digest is not None else None,
     )

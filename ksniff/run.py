@@ -195,6 +195,16 @@ def run_audit(
                     producer=opts.producer,
                     keep=opts.filters,
                     notice=None if opts.quiet else lambda text: _note(err, text),
+                    # The terminal report alone reads only the digest of the findings and transactions;
+                    # the JSON document, the HTML page, --verbose and the timeline and partition views
+                    # read every one.
+                    whole=bool(
+                        opts.json_path
+                        or opts.html_path
+                        or opts.verbose
+                        or opts.producer
+                        or opts.topic_partition
+                    ),
                 )
             except SparkUnavailable as e:
                 abort(str(e))

@@ -43,6 +43,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ksniff.audit import fold_groups, merge_outputs
+from ksniff.audit.digest import Digest
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, InputInfo
 from ksniff.capture.run import add_file_counts, truncation_warnings
@@ -184,8 +185,15 @@ class SparkAudit:
 
     def collect(self) -> AuditResult:
         """The summary with every row of the kept tables collected to the driver (the pandas API's, the
-        tests'): only for results that fit in memory."""
+        tests'): only for results that fit in memory, and only of a run that kept its whole summary
+        (`audit_spark(..., whole=True)`)."""
         result = self.summary
+        if result.digest is not None:
+            raise ValueError(
+                "this run's summary holds the digest of its findings and transactions, not the lists: "
+                "audit_spark(..., whole=True) keeps them (the findings and transactions tables hold "
+                "every row)"
+            )
         if self._tables.get("exchanges") is not None:
             result.exchanges = self.rows("exchanges")
             result.batches = self.rows("batches")
@@ -206,23 +214,14 @@ class SparkAudit:
         `keep`: the report's filters (ksniff.report.filters.ResultFilter), applied as locally.
         `partition_by`: "date" and/or "cluster" (--partition-by), see `_write_parquet`."""
         if keep is not None and keep.active:
-            import pyarrow as pa
-
             from ksniff.engine import spark_tasks as tasks
 
-            kept = keep.apply(self.summary)
-            frames = dict(self._tables)  # a table left for later stays so: the copy makes it if asked
-            for table in ("exchanges", "batches", "records"):
-                if frames.get(table) is not None:
-                    frames[table] = frames[table].mapInArrow(
-                        tasks.keep_rows(keep, table), frames[table].schema
-                    )
-            for table in ("transactions", "findings"):
-                batch = tasks.summary_batch(table, kept)
-                frames[table] = self.spark.createDataFrame(
-                    pa.Table.from_batches([batch]), tasks.table_ddl(table)
-                )
-            replace(self, _tables=frames).write(
+            frames = {}  # a table left for later stays so: its copy is made if asked for
+            for table in ("exchanges", "batches", "records", "transactions", "findings"):
+                df = self._frame(table)
+                if df is not None:
+                    frames[table] = df.mapInArrow(tasks.keep_rows(keep, table), df.schema)
+            replace(self, _tables={**self._tables, **frames}).write(
                 csv_dir=csv_dir, parquet_dir=parquet_dir, partition_by=partition_by
             )
             return
@@ -241,16 +240,20 @@ class SparkAudit:
         self._cached.clear()
 
 
-def audit_spark(spark: Any, paths: str | Sequence[str], config: EngineConfig | None = None) -> SparkAudit:
+def audit_spark(
+    spark: Any, paths: str | Sequence[str], config: EngineConfig | None = None, *, whole: bool = False
+) -> SparkAudit:
     """Audit captures on an existing SparkSession: paths or Hadoop URIs of files and folders.
 
-    Returns the tables as DataFrames (computed and cached on the executors) and the run's summary.
+    Returns the tables as DataFrames (computed and cached on the executors) and the run's summary, whose
+    findings and transactions are a digest (`summary.digest`: counts, tallies per cause, the slowest and
+    the open transactions; the DataFrames hold every row) unless `whole`.
     Raises CaptureError for inputs that cannot be read, SparkUnavailable when the executors cannot run
     ksniff's tasks."""
     paths = [paths] if isinstance(paths, str) else list(paths)
     session = Session(spark=spark)
     session.start()
-    return _run(session, paths, config or EngineConfig())
+    return _run(session, paths, config or EngineConfig(), whole=whole)
 
 
 def audit_paths_spark(
@@ -265,7 +268,7 @@ def audit_paths_spark(
     only for results that fit in memory. `spark`: an existing SparkSession (left running)."""
     config = config or EngineConfig()
     with _SessionScope(master, conf, spark) as session:
-        run = _run(session, list(paths), config)
+        run = _run(session, list(paths), config, whole=True)
         try:
             return run.collect()
         finally:
@@ -284,9 +287,12 @@ def run_spark(
     producer: str | None = None,
     keep=None,
     notice: Callable[[str], None] | None = None,
+    whole: bool = True,
 ) -> AuditResult:
     """The CLI's run: the audit, the exports written by the executors, and the summary with the rows of
-    `producer` only (its timeline) collected. Any failure is one line: CaptureError (an input),
+    `producer` only (its timeline) collected. Without `whole`, the summary's findings and transactions
+    are the digest the terminal report reads, filtered by `keep` where they were made (the report
+    applies `keep` to the rest). Any failure is one line: CaptureError (an input),
     ReportError (an export), SparkUnavailable (Spark itself). `notice` is told, in a line, of a wait that
     is not the audit's (the first run writing the driver JVM's class-data archive)."""
     from ksniff.engine.spark_session import _one_line
@@ -294,7 +300,7 @@ def run_spark(
 
     with _SessionScope(master, conf, None, notice) as session:
         try:
-            run = _run(session, list(paths), config)
+            run = _run(session, list(paths), config, whole=whole, keep=keep)
         except (CaptureError, SparkUnavailable):
             raise
         except Exception as exc:  # noqa: BLE001 - a job that failed on the cluster: one line, not its stack
@@ -463,10 +469,17 @@ def _listing_error(exc: Exception, paths: list[str], uris: list[str]) -> str:
 # -- the run -----------------------------------------------------------------------------------------------
 
 
-def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit:
+def _run(
+    session: Session, paths: list[str], config: EngineConfig, whole: bool = False, keep: Any = None
+) -> SparkAudit:
     """The inputs grouped into capture sets (ksniff.engine.sets) and all of them audited by one pipeline,
     the set a part of every key (flows, connection numbers, producer groups, context, the --records
-    budget), as the local engine audits each set on its own; the tables labelled with set and cluster."""
+    budget), as the local engine audits each set on its own; the tables labelled with set and cluster.
+
+    The summary holds every finding and transaction only when `whole`; else their digest
+    (ksniff.audit.digest), made by the tasks with the report's filters (`keep`) applied, which is all the
+    terminal report reads: the driver's share then grows with the fleet's producers and partitions, not
+    with the length of its traffic."""
     spark = session.spark
     inputs = _list_inputs(spark, paths)
     planned, warnings, skipped = _plan(session, inputs, paths, config)
@@ -475,7 +488,7 @@ def _run(session: Session, paths: list[str], config: EngineConfig) -> SparkAudit
             m.cset = index
     cached: list[Any] = []
     try:
-        return _pipeline(session, inputs, paths, planned, (warnings, skipped), config, cached)
+        return _pipeline(session, inputs, paths, planned, (warnings, skipped), config, cached, whole, keep)
     except BaseException:
         for df in cached:
             df.unpersist()
@@ -491,8 +504,13 @@ class _SetRun:
     last_event: float = -math.inf
     context: list = field(default_factory=list)  # (audit order, pickled event) of its context events
     identity: Identity = field(default_factory=Identity)
-    outputs: list = field(default_factory=list)  # its key groups' AuditOutputs, then its context group's
-    audited: AuditResult | None = None  # its whole result, when it was audited where it was read
+    # Its key groups' AuditOutputs, then its context group's; without findings and transactions unless
+    # the run collects whole lists, `digests` then holding what the report reads of them.
+    outputs: list = field(default_factory=list)
+    digests: list = field(default_factory=list)  # ksniff.audit.digest.Digest, one per output
+    context_output: Any = None  # its context group's whole output (gaps and partition logs)
+    # Its result, when it was audited where it was read (findings and transactions as for `outputs`).
+    audited: AuditResult | None = None
 
 
 def _pipeline(
@@ -503,6 +521,8 @@ def _pipeline(
     left: tuple[list[str], int],
     config: EngineConfig,
     cached: list,
+    whole: bool = False,
+    keep: Any = None,
 ) -> SparkAudit:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -511,9 +531,13 @@ def _pipeline(
 
     spark = session.spark
     warnings, skipped = left
+    from ksniff.report.transactions import SLOWEST_SHOWN
+
     members = [m for _cset, ms in planned for m in ms]
     partitions = partitions_for(sum(i.length for i in members), session.parallelism)
-    events, small, metas_of = _decoded(session, planned, config, partitions, cached)
+    clocks_of = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
+    digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN)
+    events, small, metas_of = _decoded(session, planned, config, partitions, cached, digests)
     # The local engine's errors in its order: the sets' in plan order, each set's files in order.
     runs: dict[int, _SetRun] = {}
     left_out: dict[int, list] = {}
@@ -523,6 +547,12 @@ def _pipeline(
             runs[index] = _SetRun(metas)
     conns, group_rows, groups = _between_stages(small, runs)
     del small  # what the driver keeps of it is in `runs` now (the sets' results are the bulk of it)
+    if whole:  # the findings and transactions of the sets audited where they were read
+        listed = events.filter(F.col("kind") == tasks.AUDITED_LISTS).select("cset", "blob").toArrow()
+        for cset, blob in zip(*(listed.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
+            findings, transactions = pickle.loads(blob)
+            runs[cset].audited = replace(runs[cset].audited, findings=findings, transactions=transactions)
+            runs[cset].digests = []
     ends = {
         index: tasks.RunEnd(last_event=None if run.last_event == -math.inf else run.last_event)
         for index, run in runs.items()
@@ -541,20 +571,27 @@ def _pipeline(
             .join(F.broadcast(group_table), ["cset", "key"])
             .repartition(partitions, "cset", "group")
             .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
-            .mapInArrow(tasks.fold(config, ends, context, conns, groups), tasks.OUTPUTS_DDL)
+            .mapInArrow(tasks.fold(config, ends, context, conns, groups, digests), tasks.OUTPUTS_DDL)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         cached.append(outputs)
-        audited = outputs.select("cset", "blob").toArrow()
-        for cset, blob in zip(*(audited.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
-            runs[cset].outputs.append(pickle.loads(blob))
+        column = "blob" if whole else "digest"
+        audited = outputs.select("cset", "key", column).toArrow()
+        got = zip(*(audited.column(n).to_pylist() for n in ("cset", "key", column)), strict=True)
+        for cset, _key, blob in sorted(got):
+            if whole:
+                runs[cset].outputs.append(pickle.loads(blob))
+            else:
+                bare, digest = pickle.loads(blob)
+                runs[cset].outputs.append(bare)
+                runs[cset].digests.append(digest)
         # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
         # which read the context events with the LOG rows (each once), folded by one task where they are.
         folded = (
             events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG))
             .repartition(max(1, min(len(folding), partitions)), "cset")
             .sortWithinPartitions("cset", *tasks.ORDER_COLUMNS)
-            .mapInArrow(tasks.context_fold(config, ends, conns), tasks.OUTPUTS_DDL)
+            .mapInArrow(tasks.context_fold(config, ends, conns, digests), tasks.OUTPUTS_DDL)
             .select("cset", "blob")
             .toArrow()
         )
@@ -563,7 +600,14 @@ def _pipeline(
             for c, b in zip(*(folded.column(n).to_pylist() for n in ("cset", "blob")), strict=True)
         }
         for index in folding:
-            runs[index].outputs.append(gaps.get(index) or tasks.context_output(config, ends[index], ()))
+            run = runs[index]
+            run.context_output = gaps.get(index) or tasks.context_output(config, ends[index], ())
+            if whole:
+                run.outputs.append(run.context_output)
+            else:  # its gaps are few: digested here, as the tasks digest the groups' outputs
+                bare, digest = digests.of(index, run.context_output)
+                run.outputs.append(bare)
+                run.digests.append(digest)
     else:
         outputs = spark.createDataFrame([], tasks.OUTPUTS_DDL)
 
@@ -606,6 +650,8 @@ def _pipeline(
                 )
             if cset.clocks:
                 summary.findings = within_uncertainty(summary.findings, cset.clocks)
+            if not whole:
+                summary.digest = Digest.merge(run.digests)
             cset = replace(cset, number=len(sets) + 1)
             stamp_set(summary, cset, run.identity)
             sets.append(summary.capture_sets[0])
@@ -624,17 +670,16 @@ def _pipeline(
     summary.capture.skipped_files += skipped
 
     stored = events.filter(F.col("kind") == tasks.TABLE_ROWS)
-    frames = _frames(
-        spark, config, table_events, stored, outputs, summary, runs, labels, clocks, conns, frozenset(cut)
-    )
+    listed = events.filter(F.col("kind") == tasks.AUDITED_LISTS) if not whole else None
+    sources = (table_events, stored, listed)
+    frames = _frames(spark, config, sources, outputs, summary, runs, labels, clocks, conns, frozenset(cut))
     return SparkAudit(spark, summary, frames, list(cached))
 
 
 def _frames(
     spark: Any,
     config: EngineConfig,
-    table_events: Any,
-    stored: Any,
+    sources: tuple[Any, Any, Any],
     outputs: Any,
     summary: AuditResult,
     runs: dict[int, _SetRun],
@@ -645,13 +690,15 @@ def _frames(
 ) -> dict[str, Any]:
     """The run's tables as DataFrames, made by the executors from the TABLE rows (`exchanges`,
     `batches`, `records`), the rows of sets audited where they were read (`stored`: TABLE_ROWS) and the
-    folds' outputs, each row labelled with its capture set and cluster; the rows of sets audited where
-    they were read, and the partition logs' two tables, from the joined summary."""
+    folds' outputs, each row labelled with its capture set and cluster; the findings and transactions of
+    sets audited where they were read from their lists (`listed`: AUDITED_LISTS, None when the driver
+    holds them), and the partition logs' two tables, from the joined summary."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
 
+    table_events, stored, listed = sources
     frames: dict[str, Any] = {}
     clusters = {index: label[1] for index, label in labels.items()}
     for table in ("exchanges", "batches", "records"):
@@ -667,8 +714,9 @@ def _frames(
         else:
             frames[table] = None
     # The output tables of the sets audited where they were read: made by those tasks when the run keeps
-    # tables; else by the driver from the sets' results, if ever asked for. The shuffled sets' context
-    # groups' outputs are made by the driver (their key groups' by the folds' tasks).
+    # tables; else, if ever asked for, from their lists where those are (findings and transactions) or by
+    # the driver. The shuffled sets' context groups' outputs are made by the driver (their key groups' by
+    # the folds' tasks).
     made_there = {i for i in labels if runs[i].audited is not None and config.keep_tables}
     by_driver = [i for i in labels if i not in made_there]
     for table in tasks.OUTPUT_TABLES:
@@ -678,6 +726,12 @@ def _frames(
             there = stored.filter(F.col("key") == table).mapInArrow(tasks.labelled_rows(table, labels), ddl)
             frame = frame.unionByName(there)
         mine = [i for i in by_driver if table != "producers" or runs[i].audited is not None]
+        if listed is not None and table != "producers":
+            from_lists = [i for i in mine if runs[i].audited is not None]
+            if from_lists:
+                rows = listed.filter(F.col("cset").isin(from_lists))
+                frame = frame.unionByName(rows.mapInArrow(tasks.listed_rows(table, labels, clocks), ddl))
+                mine = [i for i in mine if i not in from_lists]
         if mine:
             frames[table] = _Later(_with_driver_rows, spark, frame, table, ddl, mine, runs, labels, clocks)
         else:
@@ -709,16 +763,16 @@ def _with_driver_rows(
     labels: dict[int, tuple[int, str | None]],
     clocks: dict[int, tuple],
 ) -> Any:
-    """`frame` with the rows of `table` the driver makes: of each set in `sets`, its whole result if it
-    was audited where it was read, else its context group's output (the last), findings judged against
-    the set's clocks."""
+    """`frame` with the rows of `table` the driver makes: of each set in `sets`, its result if it was
+    audited where it was read, else its context group's output, findings judged against the set's
+    clocks."""
     import pyarrow as pa
 
     from ksniff.engine import spark_tasks as tasks
 
     outputs = []
     for i in sets:
-        output = runs[i].audited or runs[i].outputs[-1]
+        output = runs[i].audited or runs[i].context_output
         outputs.append(tasks.judged(output, clocks[i]) if clocks[i] and table == "findings" else output)
     own = tasks.output_batch(table, outputs, [labels[i] for i in sets])
     if not own.num_rows:
@@ -735,6 +789,7 @@ def _decoded(
     config: EngineConfig,
     partitions: int,
     cached: list,
+    digests: Any = None,
 ) -> tuple[Any, list[dict], dict[int, list]]:
     """Stages 1 and 2: every capture set's decode events (cached), the few rows per file and connection
     the driver reads between the stages, and each set's FileMetas."""
@@ -801,15 +856,14 @@ def _decoded(
             if config.keep_records:
                 how = tasks.extract_decoded(config)
             else:
-                clocks = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
-                how = tasks.extract_audited(config, clocks)
+                how = tasks.extract_audited(config, digests.clocks, digests)
             parts.append(_read(spark, direct, session.parallelism, total, how, together=True))
         events = parts[0]
         for part in parts[1:]:
             events = events.unionByName(part)
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(events)
-        bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG, tasks.TABLE_ROWS)
+        bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG, tasks.TABLE_ROWS, tasks.AUDITED_LISTS)
         small = events.filter(~F.col("kind").isin(*bulk)).toArrow().to_pylist()
     finally:
         if segments is not None:
@@ -838,8 +892,9 @@ def _between_stages(
     for index, run in runs.items():
         by_kind = by_set.get(index, {})
         audited = by_kind.get(tasks.AUDITED)
-        if audited:  # audited where its files were read: its whole result, and what it named
-            run.audited, run.identity = pickle.loads(audited[0]["blob"])
+        if audited:  # audited where its files were read: its result, what it named, and the digest
+            run.audited, run.identity, digest = pickle.loads(audited[0]["blob"])
+            run.digests = [digest]
         run.stats = [pickle.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
         openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))

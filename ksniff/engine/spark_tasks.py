@@ -84,8 +84,11 @@ FILE_META = 5  # a file's FileMeta, from a file decoded where it was read (`extr
 # so a keyed exchange the logs read is stored and shuffled once, not once more as a LOG row.
 KEYED_LOG = 9
 # From a capture set audited where its files were read (`extract_audited`): the set's AuditResult
-# and Identity, and its table rows as Arrow IPC (`key`: the table), already in their final form.
-AUDITED, TABLE_ROWS = 10, 11
+# without its findings and transactions, its Identity and the Digest of those two (AUDITED: what the
+# driver always reads), the two lists themselves (AUDITED_LISTS: read by the driver only for a whole
+# summary, else turned into table rows where they are) and its table rows as Arrow IPC (`key`: the
+# table), already in their final form.
+AUDITED, TABLE_ROWS, AUDITED_LISTS = 10, 11, 12
 
 _SQL_TYPES = {
     pa.binary(): "binary",
@@ -146,9 +149,41 @@ EVENTS = pa.schema(
 EVENTS_DDL = ddl(EVENTS)
 ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "opm", "oconn", "n")
 
-# Stage 3: each group's output, per capture set.
-OUTPUTS = pa.schema([("cset", pa.int32()), ("key", pa.string()), ("blob", pa.binary())])
+# Stage 3: each group's output, per capture set: whole (`blob`), and without its findings and
+# transactions but with their Digest (`digest`), all a bounded driver reads.
+OUTPUTS = pa.schema(
+    [("cset", pa.int32()), ("key", pa.string()), ("blob", pa.binary()), ("digest", pa.binary())]
+)
 OUTPUTS_DDL = ddl(OUTPUTS)
+
+
+@frozen_dataclass
+class Digests:
+    """How a task digests an audit's findings and transactions for a driver that holds no list of them
+    (ksniff.audit.digest): findings judged against the set's clocks (when it joins several hosts), the
+    report's filters applied (`keep`: ksniff.report.filters.ResultFilter, or None), the slowest
+    transactions the terminal shows kept whole."""
+
+    clocks: dict = field(default_factory=dict)  # capture set index -> its clocks
+    keep: object = None
+    slowest: int | None = None
+
+    def of(self, cset: int, output) -> tuple:
+        """(`output` without findings and transactions, the Digest of them): `output` an AuditOutput or
+        an AuditResult."""
+        from ksniff.audit.digest import Digest
+
+        findings, transactions = output.findings, output.transactions
+        if self.clocks.get(cset):
+            findings = judged(output, self.clocks[cset]).findings
+        keep = self.keep
+        if keep is not None and keep.active:
+            findings = [f for f in findings if keep.finding(f)]
+            transactions = [t for t in transactions if keep.transaction(t)]
+        digest = Digest.of(findings, transactions, self.slowest)
+        return replace(
+            output, findings=type(output.findings)(), transactions=type(output.transactions)()
+        ), digest
 
 
 @frozen_dataclass
@@ -343,19 +378,24 @@ def extract_decoded(config: EngineConfig):
     return run
 
 
-def extract_audited(config: EngineConfig, clocks: dict[int, tuple] | None = None):
+def extract_audited(
+    config: EngineConfig, clocks: dict[int, tuple] | None = None, digests: Digests | None = None
+):
     """mapInArrow over rows like `extract`'s (with `offset` and `cset`), each capture set's files together
     and in order, the run keeping no records (whose decompression budget is drawn set after set): each
     set is audited by this task with the local engine's own code (ksniff.engine.local.audit_capture), so
     nothing of it is shuffled or pickled event by event. Rows out: each file's FileMeta (FILE_META), the
-    set's result and identity (AUDITED), and, when the run keeps tables, its `exchanges` and `batches`
-    rows (TABLE_ROWS, Arrow IPC with the row-order columns: the set, then the order the local engine made
-    them in) and its `transactions`, `findings` and `producers` rows (TABLE_ROWS, without their capture
-    set's number and cluster, which `labelled_rows` adds; findings judged against the set's `clocks`, by
+    set's result without its findings and transactions, its identity and the digest of those two
+    (AUDITED, `digests`), the two lists (AUDITED_LISTS), and, when the run keeps tables, its
+    `exchanges` and `batches` rows (TABLE_ROWS, Arrow IPC with the row-order columns: the set, then the
+    order the local engine made them in) and its `transactions`, `findings` and `producers` rows
+    (TABLE_ROWS, without their capture set's number and cluster, which `labelled_rows` adds; findings
+    judged against the set's `clocks`, by
     set, as locally). A file that cannot be read is its FileMeta with the local engine's error, and its
     set is not audited (the driver stops the run with the error); a file of a folder that is not a
     capture is left out of its set."""
     clocks = clocks or {}
+    digests = digests or Digests(clocks)
 
     def one(cset: int, files: list[tuple]) -> Iterator[pa.RecordBatch]:
         from ksniff.engine.local import audit_capture
@@ -402,7 +442,9 @@ def extract_audited(config: EngineConfig, clocks: dict[int, tuple] | None = None
                 file, path, info.format, linktypes, info.bytes, info.packets, 0, 0, 0, None, None, None
             )
             rows.add(FILE_META, None, NO_ORDER, dumps(meta))
-        rows.add(AUDITED, None, NO_ORDER, dumps((result, identity)))
+        bare, digest = digests.of(cset, result)
+        rows.add(AUDITED, None, NO_ORDER, dumps((bare, identity, digest)))
+        rows.add(AUDITED_LISTS, None, NO_ORDER, dumps((result.findings, result.transactions)))
         if tables is not None:
             for table, blob in tables.blobs():
                 rows.add(TABLE_ROWS, table, NO_ORDER, blob)
@@ -871,10 +913,12 @@ def fold(
     context: dict[int, list[tuple[tuple, bytes]]],
     conns: dict[int, int],
     groups: dict[tuple[int, str], frozenset[str]],
+    digests: Digests | None = None,
 ):
     """mapInArrow over KEYED and KEYED_LOG rows sorted by (cset, group, order): one fold per group of keys
     of a capture set over its events and the set's context events (`context`), merged in audit order;
-    each group's AuditOutput pickled."""
+    each group's AuditOutput pickled, whole and digested (`digests`)."""
+    digests = digests or Digests()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         unpickled: dict[int, list] = {}
@@ -888,12 +932,17 @@ def fold(
             merged = heapq.merge(_once(events, conns), iter(unpickled[cset]), key=lambda x: x[0])
             for _order, event in merged:
                 auditor.feed(event)
-            out["cset"].append(cset)
-            out["key"].append(group)
-            out["blob"].append(dumps(auditor.finish(ends[cset].last_event)))
+            _output_row(out, cset, group, auditor.finish(ends[cset].last_event), digests)
         yield pa.RecordBatch.from_pydict(out, schema=OUTPUTS)
 
     return run
+
+
+def _output_row(out: dict[str, list], cset: int, key: str, output, digests: Digests) -> None:
+    out["cset"].append(cset)
+    out["key"].append(key)
+    out["blob"].append(dumps(output))
+    out["digest"].append(dumps(digests.of(cset, output)))
 
 
 def _once(
@@ -937,19 +986,20 @@ def context_output(config: EngineConfig, end: RunEnd, events: Iterable[DecodeEve
     return auditor.finish(end.last_event)
 
 
-def context_fold(config: EngineConfig, ends: dict[int, RunEnd], conns: dict[int, int]):
+def context_fold(
+    config: EngineConfig, ends: dict[int, RunEnd], conns: dict[int, int], digests: Digests | None = None
+):
     """mapInArrow over the CONTEXT, LOG and KEYED_LOG rows sorted by (cset, audit order), each set's in one
     partition: each set's CONTEXT_KEY group output, made where the rows are, so the exchanges the
     partition logs read never reach the driver. An event that is both context and read by the logs came
     once per kind, with one order: `_once` folds it once."""
+    digests = digests or Digests()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: dict[str, list] = {name: [] for name in OUTPUTS.names}
         for (cset,), rows in _keyed(batches, ("cset",)):
             output = context_output(config, ends[cset], (event for _order, event in _once(rows, conns)))
-            out["cset"].append(cset)
-            out["key"].append(CONTEXT_KEY)
-            out["blob"].append(dumps(output))
+            _output_row(out, cset, CONTEXT_KEY, output, digests)
         yield pa.RecordBatch.from_pydict(out, schema=OUTPUTS)
 
     return run
@@ -1166,6 +1216,28 @@ def output_rows(table: str, labels: dict[int, tuple] | None = None, clocks: dict
     return run
 
 
+def listed_rows(table: str, labels: dict[int, tuple], clocks: dict[int, tuple]):
+    """mapInArrow over AUDITED_LISTS rows (`extract_audited`): the `transactions` or `findings` rows of
+    each set audited where it was read, labelled with its capture set's (number, cluster) and judged
+    against its clocks as `output_rows` does."""
+    from ksniff.audit.model import AuditOutput
+    from ksniff.report.tables import finding_row, transaction_row
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            sets = batch.column("cset").to_pylist()
+            outputs = []
+            for cset, blob in zip(sets, batch.column("blob").to_pylist(), strict=True):
+                findings, transactions = pickle.loads(blob)
+                output = AuditOutput(producers=(), transactions=tuple(transactions), findings=tuple(findings))
+                outputs.append(
+                    judged(output, clocks[cset]) if clocks.get(cset) and table == "findings" else output
+                )
+            yield output_batch(table, outputs, [labels.get(c) for c in sets], finding_row, transaction_row)
+
+    return run
+
+
 def judged(output, clocks: tuple):
     """`output` with its findings judged against the set's clocks (ksniff.engine.clock.within_uncertainty:
     each finding on its own, so a group's findings are judged as the whole run's are)."""
@@ -1245,12 +1317,12 @@ def csv_cells(table: str):
 
 def keep_rows(keep, table: str):
     """mapInArrow over a table with its order columns (and any others, passed through): the rows the
-    report's filters keep (ksniff.report.filters.ResultFilter.row), as the local exports keep them."""
+    report's filters keep (ksniff.report.filters.ResultFilter.table_row), as the local exports keep them."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             yield pa.RecordBatch.from_pylist(
-                [r for r in batch.to_pylist() if keep.row(r)], schema=batch.schema
+                [r for r in batch.to_pylist() if keep.table_row(table, r)], schema=batch.schema
             )
 
     return run

@@ -93,17 +93,29 @@ class ResultFilter:
         return not self.transactional_ids or transactional_id in self.transactional_ids
 
     def finding(self, f) -> bool:
-        if self.severity and SEVERITY_RANK.get(f.severity, 0) < SEVERITY_RANK[self.severity]:
+        return self._finding(f.severity, f.kind, f.ts, f.transactional_id)
+
+    def _finding(self, severity: str, kind: str, ts: float, transactional_id: str | None) -> bool:
+        if self.severity and SEVERITY_RANK.get(severity, 0) < SEVERITY_RANK[self.severity]:
             return False
-        if self.kinds and f.kind not in self.kinds:
+        if self.kinds and kind not in self.kinds:
             return False
-        return self._in_time(f.ts) and self._txn(f.transactional_id)
+        return self._in_time(ts) and self._txn(transactional_id)
 
     def transaction(self, t) -> bool:
         return self._in_time(t.start_ts, t.end_ts) and self._txn(t.transactional_id)
 
     def row(self, row: dict[str, Any]) -> bool:
         return self._in_time(row.get("ts")) and self._txn(row.get("transactional_id"))
+
+    def table_row(self, table: str, row: dict[str, Any]) -> bool:
+        """Whether a row of an exported table is kept: a `findings` or `transactions` row as its finding
+        or transaction would be, any other as `row`."""
+        if table == "findings":
+            return self._finding(row["severity"], row["kind"], row["ts"], row["transactional_id"])
+        if table == "transactions":
+            return self._in_time(row["start_ts"], row["end_ts"]) and self._txn(row["transactional_id"])
+        return self.row(row)
 
     def apply(self, result: AuditResult) -> AuditResult:
         if not self.active:

@@ -4,7 +4,6 @@ of the kinds it explains)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ksniff.audit.codes import error_name
-from ksniff.audit.groups import fold_findings
+from ksniff.audit.digest import FindingsDigest, Tally
 from ksniff.audit.model import Finding
 from ksniff.report.text import clock, more, plural, producer_label, shown, shown_message
 
@@ -117,38 +116,43 @@ ADVICE: dict[str, str] = {
 FINDINGS_SHOWN = {"critical": 50, "warning": 15, "info": 10}
 
 
-def findings_view(findings: Sequence[Finding], *, verbose: bool = False) -> RenderableType:
+def findings_view(findings: FindingsDigest | Sequence[Finding], *, verbose: bool = False) -> RenderableType:
     """Counts by kind and severity; findings grouped by severity, critical first, repeats folded; then,
-    per kind present, what to do about it."""
-    if not findings:
+    per kind present, what to do about it. `findings`: a list, or its digest (ksniff.audit.digest)."""
+    digest = findings if isinstance(findings, FindingsDigest) else FindingsDigest.of(findings)
+    if not digest.tallies:
         return Text("No findings.", style="green")
-    parts: list[RenderableType] = [counts_table(findings), Text("")]
-    for severity in _severities_present(findings):
-        of_severity = [f for f in findings if f.severity == severity]
-        groups = fold_findings(of_severity)
-        folded = f" in {plural(len(groups), 'group')}" if len(groups) < len(of_severity) else ""
+    groups = digest.groups()
+    parts: list[RenderableType] = [counts_table(digest), Text("")]
+    for severity in _severities_present(groups):
+        mine = [g for g in groups if g.first.severity == severity]
+        of_severity = sum(g.count for g in mine)
+        folded = f" in {plural(len(mine), 'group')}" if len(mine) < of_severity else ""
         title = Text(
-            f"{severity.upper()} ({len(of_severity):,}{folded})", style=SEVERITY_STYLE.get(severity, "bold")
+            f"{severity.upper()} ({of_severity:,}{folded})", style=SEVERITY_STYLE.get(severity, "bold")
         )
         title.append(f"  {SEVERITY_MEANING.get(severity, '')}", style="dim")
         parts.append(title)
         limit = None if verbose else FINDINGS_SHOWN.get(severity, 10)
-        listed = groups[:limit]
-        parts += [finding_block(g.first, verbose=verbose, times=g.times) for g in listed]
-        if len(groups) > len(listed):
-            hidden = sum(g.count for g in groups[len(listed) :])
+        listed = mine[:limit]
+        parts += [
+            finding_block(g.first, verbose=verbose, times=(g.first.ts, g.last_ts), count=g.count)
+            for g in listed
+        ]
+        if len(mine) > len(listed):
+            hidden = sum(g.count for g in mine[len(listed) :])
             parts.append(more(hidden, f"{severity} finding", "--verbose or --json"))
         parts.append(Text(""))
-    parts.append(advice(findings))
+    parts.append(advice(groups))
     return Group(*parts)
 
 
-def counts_table(findings: Sequence[Finding]) -> Table:
+def counts_table(findings: FindingsDigest) -> Table:
     """How many findings of each kind at each severity; the most severe kinds first."""
-    severities = _severities_present(findings)
-    counts = Counter((f.kind, f.severity) for f in findings)
+    counts = findings.counts()
+    severities = _severities_present(findings.tallies)
     kinds = sorted(
-        {f.kind for f in findings}, key=lambda k: tuple(-counts.get((k, s), 0) for s in severities) + (k,)
+        {k for k, _s in counts}, key=lambda k: tuple(-counts.get((k, s), 0) for s in severities) + (k,)
     )
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("Kind")
@@ -159,12 +163,12 @@ def counts_table(findings: Sequence[Finding]) -> Table:
         row = [counts.get((kind, s), 0) for s in severities]
         table.add_row(Text(shown(kind)), *[f"{n:,}" if n else "-" for n in row], f"{sum(row):,}")
     totals = [sum(counts.get((k, s), 0) for k in kinds) for s in severities]
-    table.add_row(Text("all", style="bold"), *[f"{n:,}" for n in totals], f"{len(findings):,}")
+    table.add_row(Text("all", style="bold"), *[f"{n:,}" for n in totals], f"{sum(counts.values()):,}")
     return table
 
 
-def _severities_present(findings: Sequence[Finding]) -> list[str]:
-    present = {f.severity for f in findings}
+def _severities_present(tallies: Sequence[Tally]) -> list[str]:
+    present = {t.first.severity for t in tallies}
     return [s for s in SEVERITIES if s in present] + sorted(present - set(SEVERITIES))
 
 
@@ -195,12 +199,15 @@ def _where(f: Finding) -> str:
     return " ".join(parts)
 
 
-def finding_block(f: Finding, *, verbose: bool = False, times: Sequence[float] = ()) -> RenderableType:
-    """The headline, then the audit's message and its evidence indented beneath it; `times` of a folded
-    group say how often and from when to when."""
+def finding_block(
+    f: Finding, *, verbose: bool = False, times: Sequence[float] = (), count: int | None = None
+) -> RenderableType:
+    """The headline, then the audit's message and its evidence indented beneath it; a folded group's
+    `count` (else: how many `times`) and its first and last `times` say how often and from when to when."""
     body = Text(finding_message(f))
-    if len(times) > 1:
-        body = Text(f"{len(times):,} times, {clock(times[0])} to {clock(times[-1])}: ", style="bold")
+    count = len(times) if count is None else count
+    if count > 1:
+        body = Text(f"{count:,} times, {clock(times[0])} to {clock(times[-1])}: ", style="bold")
         body.append(finding_message(f), style="")
     evidence = evidence_text(f.evidence, verbose=verbose)
     if evidence.plain:
@@ -269,9 +276,12 @@ def _evidence_item(key: str, value: Any) -> str:
     return f"{key} {shown(value)}"
 
 
-def advice(findings: Sequence[Finding]) -> RenderableType:
+def advice(groups: Sequence[Tally]) -> RenderableType:
+    """Per kind present (the most severe first, then in order of appearance), what to do about it."""
     kinds = list(
-        dict.fromkeys(f.kind for s in _severities_present(findings) for f in findings if f.severity == s)
+        dict.fromkeys(
+            g.first.kind for s in _severities_present(groups) for g in groups if g.first.severity == s
+        )
     )
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True, style="bold")

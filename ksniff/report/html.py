@@ -73,7 +73,7 @@ def _t(value: Any, limit: int = 200) -> str:
 def html_report(result: AuditResult) -> str:
     groups = fold_findings(result.findings)
     anchors = {finding_cause(g.first): f"f-{i}" for i, g in enumerate(groups[:FINDINGS_LISTED])}
-    stories = transactional_stories(result.producers, result.transactions, result.findings)
+    stories = transactional_stories(result.producers, result.account())
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',

@@ -13,6 +13,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ksniff.audit.digest import FindingsDigest
 from ksniff.audit.model import Finding, PartitionSummary
 from ksniff.report.text import shown
 
@@ -24,8 +25,11 @@ def _n(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
 
-def partitions_overview(partitions: Sequence[PartitionSummary], findings: Sequence[Finding]) -> Table:
-    """One row per topic-partition: its offsets, what was written and read, and its findings."""
+def partitions_overview(
+    partitions: Sequence[PartitionSummary], findings: FindingsDigest | Sequence[Finding]
+) -> Table:
+    """One row per topic-partition: its offsets, what was written and read, and its findings (a list, or
+    their digest: ksniff.audit.digest)."""
     table = Table(show_edge=False, pad_edge=False)
     for name in (
         "partition",
@@ -40,11 +44,13 @@ def partitions_overview(partitions: Sequence[PartitionSummary], findings: Sequen
         "findings",
     ):
         table.add_column(name, justify="left" if name in ("partition",) else "right")
+    digest = findings if isinstance(findings, FindingsDigest) else FindingsDigest.of(findings)
     counts: dict[tuple[int | None, str, int], int] = {}
-    for f in findings:
+    for t in digest.tallies:
+        f = t.first
         if f.topic is not None and f.partition is not None and f.severity in ("critical", "warning"):
             key = (f.capture_set, f.topic, f.partition)
-            counts[key] = counts.get(key, 0) + 1
+            counts[key] = counts.get(key, 0) + t.count
     several = len({p.capture_set for p in partitions}) > 1
     for p in partitions:
         n = counts.get((p.capture_set, p.topic, p.partition), 0)

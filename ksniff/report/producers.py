@@ -13,7 +13,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ksniff.audit.model import Finding, ProducerSummary, Transaction
+from ksniff.audit.digest import Digest
+from ksniff.audit.model import Finding, ProducerSummary
 from ksniff.common.frozen import slotted_dataclass
 from ksniff.report.text import clock, more, ranges, shown
 
@@ -111,9 +112,9 @@ class TransactionalStory:
         return (-s["critical"], -s["warning"], -len(self.takeovers), self.transactional_id)
 
 
-def transactional_stories(
-    producers: Sequence[ProducerSummary], transactions: Sequence[Transaction], findings: Sequence[Finding]
-) -> list[TransactionalStory]:
+def transactional_stories(producers: Sequence[ProducerSummary], digest: Digest) -> list[TransactionalStory]:
+    """One story per transactional id, the most alarming first, from the producers and the digest of the
+    findings and transactions (ksniff.audit.digest)."""
     stories: dict[str, TransactionalStory] = {}
 
     def story(txn_id: str) -> TransactionalStory:
@@ -137,19 +138,19 @@ def transactional_stories(
             story(p.transactional_id)
             for epoch in p.epochs:
                 seen(p.transactional_id, p.producer_id, epoch, None)
-    for t in transactions:
-        if t.transactional_id:
-            story(t.transactional_id).outcomes[t.outcome] += 1
-            seen(t.transactional_id, t.producer_id, t.producer_epoch, t.start_ts)
-    for f in findings:
-        if not f.transactional_id:
-            continue
-        s = story(f.transactional_id)
-        s.severities[f.severity] += 1
-        seen(f.transactional_id, f.producer_id, f.producer_epoch, f.ts)
-        if f.kind == "producer_fenced" and "new_producer_id" in f.evidence:
-            s.takeovers.append(f)
-            seen(f.transactional_id, f.evidence.get("new_producer_id"), f.evidence.get("new_epoch"), f.ts)
+    txns = digest.transactions
+    for txn_id, outcomes in txns.story_outcomes.items():
+        story(txn_id).outcomes.update(outcomes)
+    for (txn_id, pid, epoch), ts in txns.began.items():
+        seen(txn_id, pid, epoch, ts)
+    for t in digest.findings.tallies:
+        f = t.first
+        if f.transactional_id:
+            story(f.transactional_id).severities[f.severity] += t.count
+            seen(f.transactional_id, f.producer_id, f.producer_epoch, f.ts)
+    for f in digest.findings.takeovers:
+        story(f.transactional_id).takeovers.append(f)
+        seen(f.transactional_id, f.evidence.get("new_producer_id"), f.evidence.get("new_epoch"), f.ts)
     order = sorted(first_seen.items(), key=lambda kv: (kv[1], kv[0][1], kv[0][2]))
     for (txn_id, pid, epoch), _ in order:
         stories[txn_id].instances.append((pid, epoch))
@@ -159,14 +160,10 @@ def transactional_stories(
 
 
 def stories_table(
-    producers: Sequence[ProducerSummary],
-    transactions: Sequence[Transaction],
-    findings: Sequence[Finding],
-    *,
-    verbose: bool = False,
+    producers: Sequence[ProducerSummary], digest: Digest, *, verbose: bool = False
 ) -> RenderableType:
     """One row per transactional id: its instances in order, the takeovers, outcomes and findings."""
-    stories = transactional_stories(producers, transactions, findings)
+    stories = transactional_stories(producers, digest)
     if not stories:
         return Text("No transactional id seen.", style="dim")
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)

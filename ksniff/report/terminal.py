@@ -45,11 +45,12 @@ def render_report(
         console.print()
         console.print(verdict_line(result))
         return
+    digest = result.account()
     if not quiet:
         console.print(header(result, verbose=verbose))
         console.print()
         console.print(section("Transactional ids"))
-        console.print(stories_table(result.producers, result.transactions, result.findings, verbose=verbose))
+        console.print(stories_table(result.producers, digest, verbose=verbose))
         console.print()
         console.print(section("Producers"))
         console.print(producers_table(result.producers, verbose=verbose))
@@ -57,17 +58,17 @@ def render_report(
         console.print(section("Transactions"))
         console.print(
             transactions_summary(
-                result.transactions, result.findings, result.capture.last_ts, verbose=verbose
+                digest.transactions, digest.findings, result.capture.last_ts, verbose=verbose
             )
         )
         console.print()
         read = [p for p in result.partitions if p.fetch_answers]
         if read:  # partitions consumers read: what they were given, beside what was written
             console.print(section("Partitions read"))
-            console.print(partitions_overview(read, result.findings))
+            console.print(partitions_overview(read, digest.findings))
             console.print()
         console.print(section("Findings"))
-    console.print(findings_view(result.findings, verbose=verbose))
+    console.print(findings_view(digest.findings, verbose=verbose))
     console.print()
     console.print(verdict_line(result))
     if topic_partition:

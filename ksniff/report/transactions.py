@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Sequence
 
 from rich import box
@@ -11,6 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ksniff.audit.digest import FindingsDigest, TransactionsDigest
 from ksniff.audit.model import Finding, Transaction
 from ksniff.report.text import clock, duration, more, plural, shown
 
@@ -25,42 +25,45 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 
 
 def transactions_summary(
-    transactions: Sequence[Transaction],
-    findings: Sequence[Finding] = (),
+    transactions: TransactionsDigest | Sequence[Transaction],
+    findings: FindingsDigest | Sequence[Finding] = (),
     capture_end: float | None = None,
     *,
     verbose: bool = False,
 ) -> RenderableType:
-    """Counts by outcome, durations of the ended ones, the slowest, and those still open at the end."""
-    if not transactions:
+    """Counts by outcome, durations of the ended ones, the slowest, and those still open at the end.
+    `transactions`, `findings`: lists, or their digests (ksniff.audit.digest)."""
+    txns = (
+        transactions if isinstance(transactions, TransactionsDigest) else TransactionsDigest.of(transactions)
+    )
+    if not txns.count:
         return Text("No transaction seen.", style="dim")
-    parts: list[RenderableType] = [_outcome_counts(transactions)]
-    ended = sorted((t for t in transactions if t.end_ts is not None), key=lambda t: t.end_ts - t.start_ts)
-    if ended:
-        times = [t.end_ts - t.start_ts for t in ended]
+    parts: list[RenderableType] = [_outcome_counts(txns)]
+    times = txns.durations
+    if times:
         parts.append(
             Text(
-                f"Durations of the {plural(len(ended), 'ended one')}: p50 "
+                f"Durations of the {plural(len(times), 'ended one')}: p50 "
                 f"{duration(percentile(times, 50))}, p95 {duration(percentile(times, 95))}, "
                 f"max {duration(times[-1])}"
             )
         )
-        slowest = ended[::-1][: None if verbose else SLOWEST_SHOWN]
+        slowest = txns.slowest_first()[: None if verbose else SLOWEST_SHOWN]
         parts += [
             Text(""),
             Text("Slowest", style="bold"),
             _txn_table(slowest, "Duration", lambda t: t.end_ts),
         ]
-    still_open = [t for t in transactions if t.outcome == "open"]
-    if still_open:
-        parts += [Text(""), *_open_part(still_open, findings, capture_end, verbose)]
+    if txns.still_open:
+        found = findings if isinstance(findings, FindingsDigest) else FindingsDigest.of(findings)
+        parts += [Text(""), *_open_part(list(txns.still_open), found, capture_end, verbose)]
     return Group(*parts)
 
 
-def _outcome_counts(transactions: Sequence[Transaction]) -> Text:
-    counts = Counter(t.outcome for t in transactions)
+def _outcome_counts(txns: TransactionsDigest) -> Text:
+    counts = txns.outcomes
     words = [("commit", "committed"), ("abort", "aborted"), ("open", "open"), ("unknown", "unknown")]
-    text = Text(f"{plural(len(transactions), 'transaction')}: ")
+    text = Text(f"{plural(txns.count, 'transaction')}: ")
     text.append(", ".join(f"{counts.get(key, 0):,} {word}" for key, word in words))
     others = sorted(set(counts) - {key for key, _ in words})
     if others:
@@ -69,9 +72,13 @@ def _outcome_counts(transactions: Sequence[Transaction]) -> Text:
 
 
 def _open_part(
-    still_open: list[Transaction], findings: Sequence[Finding], capture_end: float | None, verbose: bool
+    still_open: list[Transaction], findings: FindingsDigest, capture_end: float | None, verbose: bool
 ) -> list[RenderableType]:
-    hanging = {(f.transactional_id, f.producer_epoch) for f in findings if f.kind == "hanging_transaction"}
+    hanging = {
+        (t.first.transactional_id, t.first.producer_epoch)
+        for t in findings.tallies
+        if t.first.kind == "hanging_transaction"
+    }
     end = capture_end if capture_end is not None else max(t.start_ts for t in still_open)
     still_open.sort(key=lambda t: t.start_ts)
     listed = still_open if verbose else still_open[:OPEN_SHOWN]

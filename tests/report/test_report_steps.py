@@ -89,7 +89,7 @@ def test_the_story_of_a_transactional_id_across_its_instances():
     from ksniff.report.producers import transactional_stories
 
     result = ksniff.audit(str(PCAPS / "txn_confluent_tansu.pcap")).result
-    (story,) = transactional_stories(result.producers, result.transactions, result.findings)
+    (story,) = transactional_stories(result.producers, result.account())
     assert story.transactional_id == "tx-A"
     assert story.instances == [(1, 0), (1, 1)]  # in the order they appeared
     (takeover,) = story.takeovers
