@@ -10,6 +10,7 @@ URI and as paths) takes several minutes on two cores: it runs with KSNIFF_SPARK_
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import shutil
@@ -140,7 +141,7 @@ def test_records_limits_and_exports_on_file_uris(spark, sample: Path, tmp_path: 
     assert decode.records_cut_by_batch_cap and decode.records_cut_by_run_cap
     assert local.partitions and any(p.log for p in local.partitions)
     write_tables(local, csv_dir=str(tmp_path / "local"), parquet_dir=str(tmp_path / "local"))
-    run = audit_spark(spark, [sample.as_uri()], LIMITED)
+    run = audit_spark(spark, [sample.as_uri()], LIMITED, whole=True)
     try:
         assert run.exchanges.count() == len(local.exchanges)  # the DataFrames, not a driver-side copy
         assert set(run.exchanges.columns) == set(local.exchanges[0])
@@ -537,3 +538,45 @@ def _finding_rows(result) -> list[dict]:
     from ksniff.report.tables import finding_row
 
     return [finding_row(f) for f in result.findings]
+
+
+def _report(result) -> str:
+    from rich.console import Console
+
+    from ksniff.report.terminal import render_report
+
+    console = Console(record=True, width=100, color_system=None, file=io.StringIO())
+    render_report(console, result)
+    return console.export_text().replace(f"engine {result.engine}", "engine -")
+
+
+@pytest.mark.timeout(1800)
+def test_the_terminal_report_is_the_local_one_from_a_digest(spark, way: str) -> None:
+    """A run for the terminal: the driver holds no finding or transaction, only the digest the tasks made
+    of them (merged per set and across sets), and the report it renders is the local engine's, line for
+    line, for the whole corpus as capture sets, filtered or not; the tables still hold every row."""
+    from ksniff.engine.spark import _run
+    from ksniff.engine.spark_session import Session
+    from ksniff.report.filters import ResultFilter
+
+    paths = [str(p) for p in CORPUS]
+    local = audit_paths(paths, CONFIG)
+    assert local.findings and local.transactions and len(local.capture_sets) > 1
+    assert any(t.outcome == "open" for t in local.transactions)  # the open ones are listed too
+    starts = sorted(t.start_ts for t in local.transactions)
+    keep = ResultFilter(severity="warning", since=starts[len(starts) // 2])
+    session = Session(spark=spark)
+    for kept in (None, keep) if way == "where-read" else (None,):
+        run = _run(session, paths, CONFIG, keep=kept)
+        try:
+            summary = run.summary
+            assert summary.findings == [] and summary.transactions == []
+            assert summary.digest is not None
+            expected, got = (local, summary) if kept is None else (kept.apply(local), kept.apply(summary))
+            assert 0 < len(expected.findings) and 0 < len(expected.transactions)
+            assert _report(got) == _report(expected)
+            assert got.summary() == expected.summary()
+            assert run.findings.count() == len(local.findings)
+            assert run.transactions.count() == len(local.transactions)
+        finally:
+            run.close()
