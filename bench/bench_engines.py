@@ -17,6 +17,9 @@ Run by hand (the cluster targets need Java; every process started here is stoppe
         [--conf KEY=VALUE ...]
 
 `--check` also compares each Spark result with the local one (the JSON document without its version).
+`--report` runs each audit as `ksniff audit` without --json does: the terminal report rendered (to
+nowhere), Spark's driver receiving the digest of the findings and transactions (ksniff.audit.digest)
+instead of every one; `--check` then compares the report's text.
 """
 
 from __future__ import annotations
@@ -94,6 +97,19 @@ def timed(fn, *args, **kw):
     start = time.perf_counter()
     result = fn(*args, **kw)
     return time.perf_counter() - start, result
+
+
+def report_text(result) -> str:
+    """The terminal report of `result`, as text, its engine's name left out."""
+    import io
+
+    from rich.console import Console
+
+    from ksniff.report.terminal import render_report
+
+    console = Console(record=True, width=100, color_system=None, file=io.StringIO())
+    render_report(console, result)
+    return console.export_text().replace(f"engine {result.engine}", "engine -")
 
 
 def comparable(result) -> dict:
@@ -201,9 +217,18 @@ def start_target(target: str, extra: list[tuple[str, str]] = ()):
     return session, cluster, roots
 
 
-def run_target(target: str, folder: Path, scales: list[int], extra: list[tuple[str, str]] = ()) -> None:
+def run_target(
+    target: str, folder: Path, scales: list[int], extra: list[tuple[str, str]] = (), report: bool = False
+) -> None:
     """One target over every scale, in a process of its own (so the peaks are its own)."""
-    from ksniff.engine.spark import audit_paths_spark
+    from ksniff.engine.spark import audit_paths_spark, audit_spark
+
+    def spark_report(paths, config, spark):
+        run = audit_spark(spark, paths, config)
+        try:
+            return report_text(run.summary)
+        finally:
+            run.close()
 
     config = EngineConfig(keep_tables=False)
     session = cluster = None
@@ -216,18 +241,21 @@ def run_target(target: str, folder: Path, scales: list[int], extra: list[tuple[s
             size = sum(os.path.getsize(p) for p in paths) / 1e6
             if target == "local":
                 cpu0 = time.process_time()
-                wall, result = timed(audit_paths, paths, config)
+                how = (lambda *a: report_text(audit_paths(*a))) if report else audit_paths
+                wall, result = timed(how, paths, config)
                 cpu, shuffled, jvm, jvm_cpu = time.process_time() - cpu0, 0, None, 0.0
             else:
                 (cpu0, jvm0), shuffled0 = tree_cpu(roots), shuffle_bytes(session.spark)
-                wall, result = timed(audit_paths_spark, paths, config, spark=session.spark)
+                how = spark_report if report else audit_paths_spark
+                wall, result = timed(how, paths, config, spark=session.spark)
                 cpu1, jvm1 = tree_cpu(roots)
                 cpu, jvm_cpu = cpu1 - cpu0, jvm1 - jvm0
                 after = shuffle_bytes(session.spark)
                 shuffled = None if after is None or shuffled0 is None else after - shuffled0
                 jvm = driver_jvm_peak_mib()
             py = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            (folder / f"result_{target}_{scale}.json").write_text(json.dumps(comparable(result), default=str))
+            kept = result if report else comparable(result)
+            (folder / f"result_{target}_{scale}.json").write_text(json.dumps(kept, default=str))
             memory = f"{py:.0f}/{jvm:.0f}" if jvm else f"{py:.0f}/-"
             print(
                 f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.3f} "
@@ -257,13 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-file", type=int, default=16, help="copies per capture file")
     parser.add_argument("--check", action="store_true", help="compare each Spark result with the local one")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark property")
+    parser.add_argument("--report", action="store_true", help="the terminal report's run (see above)")
     parser.add_argument("--only", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",")]
     extra = [tuple(c.split("=", 1)) for c in args.conf]
     if args.only:
-        run_target(args.only, Path(args.dir), scales, extra)
+        run_target(args.only, Path(args.dir), scales, extra, args.report)
         return 0
 
     print(
@@ -292,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                     tmp,
                     "--scales",
                     args.scales,
+                    *(["--report"] if args.report else []),
                 ],
                 check=False,
             )

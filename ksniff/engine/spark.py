@@ -16,8 +16,12 @@ needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksn
 by tasks that read the files; one summary per file; each set audited where it was read, its result
 (without table rows); of the other sets, a few rows per connection (its opening, its context
 events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
-(producers, transactions, findings), the context group's (capture gaps and the partition logs, folded by
-one task over the exchanges the logs read) and the run's counters. Exports are written by the executors.
+(producers), the context group's (capture gaps and the partition logs, folded by one task over the
+exchanges the logs read) and the run's counters. Of findings and transactions it receives the digests the
+tasks made (ksniff.audit.digest: tallies per cause, counts, durations, the slowest and the open
+transactions), all the terminal report reads; every one of them only for a whole summary (the JSON
+document, the HTML page, --verbose, the timeline and partition views, the pandas API). Exports are
+written by the executors.
 
 It gives exactly the in-process engine's result (ksniff.engine.local); what that takes is explained in
 ksniff.engine.spark_tasks. A capture an executor cannot read is a row carrying the local engine's
@@ -28,7 +32,7 @@ Python API (an existing SparkSession, nothing through the driver):
     from ksniff.engine.spark import audit_spark
     run = audit_spark(spark, ["s3a://bucket/captures/"])
     run.findings.where("severity = 'critical'").write.parquet(...)
-    run.summary  # the AuditResult the terminal report shows (counters, producers, transactions, findings)
+    run.summary  # the AuditResult the terminal report shows (counters, producers, the digest of the rest)
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -85,7 +86,6 @@ def test_a_set_audited_where_read_makes_its_own_output_tables(tmp_path: Path) ->
     """The task that audits a capture set where its files are read makes the set's transactions,
     findings and producers rows too, findings judged against the set's clocks as the driver judges the
     set's result; the driver only labels them with the set's number and cluster (`labelled_rows`)."""
-    import pickle
     from dataclasses import replace
 
     import pyarrow as pa
@@ -111,8 +111,9 @@ def test_a_set_audited_where_read_makes_its_own_output_tables(tmp_path: Path) ->
     )
     audited = tasks.extract_audited(EngineConfig(keep_tables=True), {5: vague})
     rows = pa.Table.from_batches(list(audited(iter([listing]))), schema=tasks.EVENTS)
-    ((result, _identity),) = (pickle.loads(r["blob"]) for r in rows.to_pylist() if r["kind"] == tasks.AUDITED)
+    result, _identity, digest = _audited(rows)
     stored = rows.filter(pa.compute.equal(rows.column("kind"), tasks.TABLE_ROWS))
+    listed = rows.filter(pa.compute.equal(rows.column("kind"), tasks.AUDITED_LISTS)).to_batches()
     label = (3, "mockCluster")
     made_rows = {}
     for table in tasks.OUTPUT_TABLES:
@@ -121,10 +122,38 @@ def test_a_set_audited_where_read_makes_its_own_output_tables(tmp_path: Path) ->
         expected = tasks.output_batch(table, [tasks.judged(result, vague)], [label]).to_pylist()
         assert got and got == expected, table
         assert {(r["capture_set"], r["cluster"]) for r in got} == {label}
+        if table != "producers":  # a run that keeps no tables makes these two from the lists, if asked
+            made = tasks.listed_rows(table, {5: label}, {5: vague})(iter(listed))
+            assert [r for b in made for r in b.to_pylist()] == expected, table
         made_rows[table] = got
     zombie = [r for r in made_rows["findings"] if r["kind"] == "zombie_write_accepted"]
     assert {r["severity"] for r in zombie} == {"critical", "warning"}  # judged: the others' are unverified
     assert all("clock_uncertainty_s" in r["evidence"] for r in zombie if r["severity"] == "warning")
+    # The digest the driver reads instead of the lists is of the judged findings.
+    by_kind = {}
+    for r in made_rows["findings"]:
+        by_kind[r["kind"], r["severity"]] = by_kind.get((r["kind"], r["severity"]), 0) + 1
+    assert digest.findings.counts() == by_kind
+    assert digest.transactions.count == len(made_rows["transactions"])
+
+
+def _audited(rows) -> tuple:
+    """(result, identity, digest) of the one set `extract_audited` audited: what the driver always reads
+    (AUDITED: the result without findings and transactions, and their digest) with the two lists it
+    reads for a whole summary (AUDITED_LISTS)."""
+    import pickle
+
+    from ksniff.engine import spark_tasks as tasks
+
+    of_kind = {}
+    for r in rows.to_pylist():
+        if r["kind"] in (tasks.AUDITED, tasks.AUDITED_LISTS):
+            assert r["kind"] not in of_kind  # one set
+            of_kind[r["kind"]] = pickle.loads(r["blob"])
+    bare, identity, digest = of_kind[tasks.AUDITED]
+    assert bare.findings == [] and bare.transactions == []
+    findings, transactions = of_kind[tasks.AUDITED_LISTS]
+    return replace(bare, findings=findings, transactions=transactions), identity, digest
 
 
 @pytest.mark.skipif(not (PCAPS / "txn_confluent_tansu_loss.pcap").exists(), reason="no corpus captures")
@@ -261,15 +290,14 @@ def test_a_set_of_one_file_audited_where_it_is_read_is_the_local_result(name: st
     by_kind: dict[int, list[dict]] = {}
     for r in rows.to_pylist():
         by_kind.setdefault(r["kind"], []).append(r)
-    assert set(by_kind) == {tasks.FILE_META, tasks.AUDITED, tasks.TABLE_ROWS}
+    assert set(by_kind) == {tasks.FILE_META, tasks.AUDITED, tasks.AUDITED_LISTS, tasks.TABLE_ROWS}
     ok, failed = (pickle.loads(r["blob"]) for r in by_kind[tasks.FILE_META])
     assert (ok.file, ok.error, failed.file) == (3, None, 4)
     with pytest.raises(Exception) as local_error:
         audit_paths([str(bad)], config)
     assert failed.error == str(local_error.value)
 
-    (audited,) = by_kind[tasks.AUDITED]
-    result, identity = pickle.loads(audited["blob"])
+    result, identity, _digest = _audited(rows)
     local = audit_paths([path], config)
     assert [i.path for i in result.inputs] == ["s3a://bucket/" + name]
     result.inputs = local.inputs
@@ -325,8 +353,7 @@ def test_a_set_of_rotated_files_audited_where_it_is_read_is_the_local_result(tmp
     assert [(m.file, m.path, m.packets) for m in metas] == [
         (5 + n, i.path, i.packets) for n, i in enumerate(local.inputs)
     ]
-    (audited,) = [r for r in rows.to_pylist() if r["kind"] == tasks.AUDITED]
-    result, identity = pickle.loads(audited["blob"])
+    result, identity, _digest = _audited(rows)
     stamp_set(result, local.capture_sets[0], identity)
     assert result.as_contract() == local.as_contract()
     stored = rows.filter(pa.compute.equal(rows.column("key"), "exchanges"))
