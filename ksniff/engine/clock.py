@@ -418,7 +418,8 @@ def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
     capture's clock, about a producer (transactional id or producer id) that another capture's answers
     changed the state of at a time no further from it than the two clocks' uncertainties together. Those
     are marked unverified (`evidence.unverified`, `evidence.clock_uncertainty_s`) and are never critical;
-    the others are returned as they are."""
+    the others are returned as they are, the list in `finding_order` if it came so."""
+    from ksniff.audit.fold import finding_order
     from ksniff.audit.model import Severity
 
     bounded = [c for c in clocks if c.uncertainty is not None and c.servers]
@@ -442,6 +443,7 @@ def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
         for times in per_clock.values():
             times.sort()
     out = []
+    changed = False
     for f in findings:
         mine = own_of.get(f.evidence.get("broker"))
         if f.severity == Severity.INFO or mine is None:
@@ -468,4 +470,7 @@ def within_uncertainty(findings: list, clocks: Sequence[Clock]) -> list:
         severity = Severity.WARNING if f.severity == Severity.CRITICAL else f.severity
         evidence = {**f.evidence, "unverified": True, "clock_uncertainty_s": round(near, 6)}
         out.append(replace(f, severity=severity, evidence=evidence))
-    return out
+        changed = True
+    # A critical finding made a warning can move among findings of its time: the list stays in the order
+    # every engine lists findings in (and a digest of its parts merges them in).
+    return sorted(out, key=finding_order) if changed else out

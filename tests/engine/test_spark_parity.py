@@ -414,6 +414,8 @@ def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Pa
             got = [r.asDict(recursive=True) for r in getattr(run, name).collect()]
             assert expected, name  # the comparison compares something
             assert sorted(map(_text, got)) == sorted(map(_text, expected)), name
+        # The terminal report from the digests of the judged findings: the local one.
+        assert run.summary.digest is not None and _report(run.summary) == _report(local)
     finally:
         run.close()
 
