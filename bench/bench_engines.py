@@ -19,7 +19,9 @@ Run by hand (the cluster targets need Java; every process started here is stoppe
 `--check` also compares each Spark result with the local one (the JSON document without its version).
 `--report` runs each audit as `ksniff audit` without --json does: the terminal report rendered (to
 nowhere), Spark's driver receiving the digest of the findings and transactions (ksniff.audit.digest)
-instead of every one; `--check` then compares the report's text.
+instead of every one; `--check` then compares the report's text. `--records` runs `ksniff audit --records
+--parquet DIR` (implies `--report`): every table written, the records table with them, its decompression
+budget drawn set after set; the Parquet files are removed after each run.
 """
 
 from __future__ import annotations
@@ -218,19 +220,39 @@ def start_target(target: str, extra: list[tuple[str, str]] = ()):
 
 
 def run_target(
-    target: str, folder: Path, scales: list[int], extra: list[tuple[str, str]] = (), report: bool = False
+    target: str,
+    folder: Path,
+    scales: list[int],
+    extra: list[tuple[str, str]] = (),
+    report: bool = False,
+    records: bool = False,
 ) -> None:
     """One target over every scale, in a process of its own (so the peaks are its own)."""
+    import shutil
+
     from ksniff.engine.spark import audit_paths_spark, audit_spark
+    from ksniff.report.stream import write_tables
+
+    out = folder / "parquet"
+
+    def local_report(paths, config):
+        result = audit_paths(paths, config)
+        if records:
+            write_tables(result, parquet_dir=str(out))
+            shutil.rmtree(out)
+        return report_text(result)
 
     def spark_report(paths, config, spark):
         run = audit_spark(spark, paths, config)
         try:
+            if records:
+                run.write(parquet_dir=out.as_uri())
+                shutil.rmtree(out)
             return report_text(run.summary)
         finally:
             run.close()
 
-    config = EngineConfig(keep_tables=False)
+    config = EngineConfig(keep_tables=records, keep_records=records)
     session = cluster = None
     try:
         if target != "local":
@@ -241,12 +263,12 @@ def run_target(
             size = sum(os.path.getsize(p) for p in paths) / 1e6
             if target == "local":
                 cpu0 = time.process_time()
-                how = (lambda *a: report_text(audit_paths(*a))) if report else audit_paths
+                how = local_report if report or records else audit_paths
                 wall, result = timed(how, paths, config)
                 cpu, shuffled, jvm, jvm_cpu = time.process_time() - cpu0, 0, None, 0.0
             else:
                 (cpu0, jvm0), shuffled0 = tree_cpu(roots), shuffle_bytes(session.spark)
-                how = spark_report if report else audit_paths_spark
+                how = spark_report if report or records else audit_paths_spark
                 wall, result = timed(how, paths, config, spark=session.spark)
                 cpu1, jvm1 = tree_cpu(roots)
                 cpu, jvm_cpu = cpu1 - cpu0, jvm1 - jvm0
@@ -254,7 +276,7 @@ def run_target(
                 shuffled = None if after is None or shuffled0 is None else after - shuffled0
                 jvm = driver_jvm_peak_mib()
             py = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            kept = result if report else comparable(result)
+            kept = result if report or records else comparable(result)
             (folder / f"result_{target}_{scale}.json").write_text(json.dumps(kept, default=str))
             memory = f"{py:.0f}/{jvm:.0f}" if jvm else f"{py:.0f}/-"
             print(
@@ -286,13 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare each Spark result with the local one")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark property")
     parser.add_argument("--report", action="store_true", help="the terminal report's run (see above)")
+    parser.add_argument("--records", action="store_true", help="audit with --records")
     parser.add_argument("--only", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",")]
     extra = [tuple(c.split("=", 1)) for c in args.conf]
     if args.only:
-        run_target(args.only, Path(args.dir), scales, extra, args.report)
+        run_target(args.only, Path(args.dir), scales, extra, args.report, args.records)
         return 0
 
     print(
@@ -322,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--scales",
                     args.scales,
                     *(["--report"] if args.report else []),
+                    *(["--records"] if args.records else []),
                 ],
                 check=False,
             )
