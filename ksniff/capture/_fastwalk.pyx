@@ -310,6 +310,9 @@ cdef class HotSlots:
     cdef Py_ssize_t fast, last_ts, ack_out, nxt, nxt32, parts, p_off, p_len, p_last, p_marks
     cdef public double pm
     cdef public long long n  # segments taken so far (Reassembler._n)
+    # ChunkMerger.start and flush_half in C (`Chunks`), when the reassembler hands them over; None: the
+    # hot loop calls the merger's Python methods.
+    cdef public Chunks chunks
     cdef object keep  # the classes, alive as long as their offsets are used
     # The directions found last, with the four objects of the segment that found each: a segment whose
     # addresses and ports are those very objects (the compiled walk hands the same ones out again) is of
@@ -352,6 +355,101 @@ cdef class HotSlots:
         found[k], found[k + 1], found[k + 2], found[k + 3], found[k + 4] = seg[1], seg[2], seg[3], seg[4], h
         self.turn = (k + 5) % (FOUND * 5)
         return h
+
+
+cdef class Chunks:
+    """`ChunkMerger.start` and `ChunkMerger.flush_half` (ksniff.capture.chunks, the reference) in C, for the
+    hot loop: the same steps on the same objects, the chunk made as a `StreamChunk` with every field in
+    its slot (as the class's own `__init__` stores them). Anything not as those classes make it (an
+    empty slot, a merger without its dict) is handed to the Python methods."""
+
+    cdef Py_ssize_t conn, from_src, peer, parts, p_off, p_len, p_first, p_last, p_at, p_marks, tail, tail_off
+    cdef Py_ssize_t conn_id, m_out, m_pending, m_at
+    cdef Py_ssize_t c_conn, c_from_src, c_offset, c_data, c_first_ts, c_last_ts, c_marks, c_at
+    cdef Py_ssize_t max_pending, tail_kept
+    cdef object chunk, make, keep
+
+    def __init__(self, type half, type conn, type merger, type chunk, Py_ssize_t max_pending,
+                 Py_ssize_t tail_kept):
+        self.conn, self.from_src, self.peer = _slot(half, "conn"), _slot(half, "from_src"), _slot(half, "peer")
+        self.parts, self.p_off, self.p_len = _slot(half, "parts"), _slot(half, "p_off"), _slot(half, "p_len")
+        self.p_first, self.p_last, self.p_at = _slot(half, "p_first"), _slot(half, "p_last"), _slot(half, "p_at")
+        self.p_marks, self.tail, self.tail_off = _slot(half, "p_marks"), _slot(half, "tail"), _slot(half, "tail_off")
+        self.conn_id = _slot(conn, "id")
+        self.m_out, self.m_pending, self.m_at = _slot(merger, "out"), _slot(merger, "pending"), _slot(merger, "at")
+        self.c_conn, self.c_from_src = _slot(chunk, "conn"), _slot(chunk, "from_src")
+        self.c_offset, self.c_data = _slot(chunk, "offset"), _slot(chunk, "data")
+        self.c_first_ts, self.c_last_ts = _slot(chunk, "first_ts"), _slot(chunk, "last_ts")
+        self.c_marks, self.c_at = _slot(chunk, "marks"), _slot(chunk, "at")
+        self.max_pending, self.tail_kept = max_pending, tail_kept
+        self.chunk, self.make = chunk, object.__new__
+        self.keep = (half, conn, merger)  # alive as long as their offsets are used
+
+    cdef int start(self, object merger, object h, object off, object payload, object plen, object ts,
+                   object at) except -1:
+        """ChunkMerger.start, with `merger.at` set to `at` first (as the Python loop does)."""
+        cdef PyObject *pending = _get(merger, self.m_pending)
+        cdef PyObject *peer = _get(h, self.peer)
+        cdef PyObject *peer_parts
+        if pending is NULL or type(<object> pending) is not dict or peer is NULL:
+            merger.at = at
+            merger.start(h, off, payload, plen, ts)
+            return 0
+        _put(merger, self.m_at, at)
+        if len(<dict> pending) >= self.max_pending:
+            merger.flush()
+        peer_parts = _get(<object> peer, self.parts)
+        if peer_parts is not NULL and <object> peer_parts is not None:
+            self.flush_half(merger, <object> peer)
+        _put(h, self.parts, [payload])
+        _put(h, self.p_off, off)
+        _put(h, self.p_len, plen)
+        _put(h, self.p_first, ts)
+        _put(h, self.p_last, ts)
+        _put(h, self.p_marks, None)
+        _put(h, self.p_at, at)
+        (<dict> _get(merger, self.m_pending))[h] = None
+        return 0
+
+    cdef int flush_half(self, object merger, object h) except -1:
+        """ChunkMerger.flush_half: the chunk `h` is merging leaves (to the merger's `out`)."""
+        cdef PyObject *pending = _get(merger, self.m_pending)
+        cdef PyObject *out = _get(merger, self.m_out)
+        cdef PyObject *parts = _get(h, self.parts)
+        cdef PyObject *conn = _get(h, self.conn)
+        cdef Py_ssize_t size
+        if (pending is NULL or type(<object> pending) is not dict or out is NULL or parts is NULL
+                or conn is NULL or _get(<object> conn, self.conn_id) is NULL or _get(h, self.from_src) is NULL
+                or _get(h, self.p_off) is NULL or _get(h, self.p_first) is NULL or _get(h, self.p_last) is NULL
+                or _get(h, self.p_at) is NULL or _get(h, self.p_marks) is NULL):
+            merger.flush_half(h)
+            return 0
+        del (<dict> pending)[h]
+        joined = <object> parts
+        _put(h, self.parts, None)
+        data = b"".join(joined)
+        marks = <object> _get(h, self.p_marks)
+        _put(h, self.p_marks, None)
+        marks = () if marks is None else tuple(marks)
+        chunk = self.make(self.chunk)
+        p_off = <object> _get(h, self.p_off)
+        _put(chunk, self.c_conn, <object> _get(<object> conn, self.conn_id))
+        _put(chunk, self.c_from_src, <object> _get(h, self.from_src))
+        _put(chunk, self.c_offset, p_off)
+        _put(chunk, self.c_data, data)
+        _put(chunk, self.c_first_ts, <object> _get(h, self.p_first))
+        _put(chunk, self.c_last_ts, <object> _get(h, self.p_last))
+        _put(chunk, self.c_marks, marks)
+        _put(chunk, self.c_at, <object> _get(h, self.p_at))
+        (<object> out).append(chunk)
+        size = len(data)
+        if size <= self.tail_kept:
+            _put(h, self.tail, data)
+            _put(h, self.tail_off, p_off)
+        else:  # a copy of the end, so the whole chunk does not stay alive through it
+            _put(h, self.tail, data[size - self.tail_kept:])
+            _put(h, self.tail_off, p_off + size - self.tail_kept)
+        return 0
 
 
 cdef inline PyObject *_get(object o, Py_ssize_t offset):
@@ -446,7 +544,12 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
             p_len += plen
             _put(h, at.p_len, <object> p_len)
             if p_len >= max_chunk:
-                merger.flush_half(h)
+                if at.chunks is not None:
+                    at.chunks.flush_half(merger, h)
+                else:
+                    merger.flush_half(h)
+        elif at.chunks is not None:
+            at.chunks.start(merger, h, <object> nxt, payload, <object> plen, ts, <object> at.n)
         else:
             merger.at = at.n
             merger.start(h, <object> nxt, payload, <object> plen, ts)

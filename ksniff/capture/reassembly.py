@@ -34,12 +34,13 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator
 
+from ksniff.capture import chunks as merging
 from ksniff.capture import compiled
 from ksniff.capture.chunks import ChunkMerger
 from ksniff.capture.connections import ConnectionTable, ConnIdFn
 from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.events import CaptureStats, StreamChunk, StreamEvent
-from ksniff.capture.halves import MASK, Half, ip_text
+from ksniff.capture.halves import MASK, Conn, Half, ip_text
 from ksniff.capture.overlap import OutOfOrder
 from ksniff.capture.packets import ACK, FIN, RST, SYN, TICK, TRUNCATED
 
@@ -190,6 +191,11 @@ class Reassembler:
             slots = None if inorder is None else compiled.fastwalk.HotSlots(Half)
         except TypeError:  # a build older than these classes' slots, or than this loop: the Python loop
             slots = None
+        if slots is not None and hasattr(compiled.fastwalk, "Chunks"):
+            # The hot loop starts and lets go chunks in C (ChunkMerger.start and flush_half, the same
+            # steps); a build older than that calls the merger's methods.
+            limits = merging.MAX_PENDING, merging.TAIL_KEPT  # read now: a test may set them lower
+            slots.chunks = compiled.fastwalk.Chunks(Half, Conn, ChunkMerger, StreamChunk, *limits)
         if slots is None:
             yield from self.events(itertools.chain.from_iterable(batches), finish)
             return

@@ -17,7 +17,7 @@ import pytest
 from capture_builders import Flow, write_ip_packets
 from compiled_walk import fastwalk
 
-from ksniff.capture import CaptureLimits, compiled, read_files, reassembly
+from ksniff.capture import CaptureLimits, chunks, compiled, read_files, reassembly
 from ksniff.capture.chunks import ChunkMerger
 from ksniff.capture.events import ConnectionOpened, StreamChunk
 from ksniff.capture.halves import Half
@@ -144,7 +144,11 @@ def _write(path, packets: list[tuple[float, bytes]]) -> None:
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("max_chunk", [256 << 10, 3000])
-def test_crafted_traffic_identical(monkeypatch, hot, tmp_path, seed, max_chunk):
+@pytest.mark.parametrize("small_merger", [False, True], ids=["merger", "small_merger"])
+def test_crafted_traffic_identical(monkeypatch, hot, tmp_path, seed, max_chunk, small_merger):
+    if small_merger:  # every chunk start past the bound of chunks being merged; tails cut short
+        monkeypatch.setattr(chunks, "MAX_PENDING", 2)
+        monkeypatch.setattr(chunks, "TAIL_KEPT", 100)
     path = tmp_path / "t.pcap"
     _write(path, _traffic(seed))
     limits = CaptureLimits(max_chunk_bytes=max_chunk, idle_timeout=60.0)
@@ -234,3 +238,32 @@ def test_a_build_whose_slots_do_not_fit_runs_the_python_loop(monkeypatch, hot, t
     stale = read(path, limits)
     monkeypatch.setattr(compiled, "fastwalk", None)
     assert stale == read(path, limits)
+
+
+def test_chunks_start_and_leave_in_c(monkeypatch, hot, tmp_path):
+    """The compiled hot loop starts and lets go the chunks of in-order traffic itself (`Chunks`), without
+    the merger's Python methods, which stay the reference the tests above hold it to."""
+    if not hasattr(hot, "Chunks"):
+        if os.environ.get("CI"):
+            pytest.fail("the compiled capture walk was built without its chunk merger (pip install -e .)")
+        pytest.skip("the compiled capture walk here was built before its chunk merger: build it again")
+    f = Flow()
+    packets = f.handshake()
+    for i in range(300):  # requests and responses in turn: each segment starts a chunk, the other leaves
+        packets.append(f.send(i % 2 == 0, bytes([i % 256]) * (40 + i % 9)))
+    packets += f.close()
+    path = tmp_path / "pingpong.pcap"
+    write_ip_packets(path, packets, step=0.00001)  # all within one chunk cell: no cell's end to sweep
+    called = []
+    for name in ("start", "flush_half"):
+        method = getattr(ChunkMerger, name)
+
+        def counted(self, *args, _method=method, _name=name):
+            called.append(_name)
+            return _method(self, *args)
+
+        monkeypatch.setattr(ChunkMerger, name, counted)
+    monkeypatch.setattr(compiled, "fastwalk", hot)
+    events = read(path)[0]
+    assert sum(e[0] == "StreamChunk" for e in events) == 300
+    assert len(called) <= 2  # the Python loop's, for the segments it takes: the close lets go the last chunk
