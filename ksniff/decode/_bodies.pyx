@@ -19,13 +19,20 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from cpython.ref cimport Py_INCREF
+from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.string cimport memcpy
+
+from ksniff.common._slotdesc cimport slot_offset
 
 
 cdef extern from "Python.h":
     object PyUnicode_DecodeUTF8(const char *s, Py_ssize_t size, const char *errors)
     PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
+    Py_ssize_t PyTuple_GET_SIZE(object)
+    ctypedef struct PyTypeObject
+    ctypedef PyObject *(*allocfunc)(PyTypeObject *, Py_ssize_t)
+    ctypedef struct TypeAlloc "PyTypeObject":
+        allocfunc tp_alloc
 
 
 # Op kinds (Program entries), as `compiled.fast_decoder_for` writes them.
@@ -298,6 +305,66 @@ cdef class Body:
         return self.python(view, items)
 
 
+# -- events made by position ----------------------------------------------------------------------------
+
+cdef enum:
+    MAX_MADE = 32  # fields of a class a Maker makes, at most
+
+
+cdef class Maker:
+    """Instances of one `fast_init` class (ksniff.common.codegen) made by position in C: allocated as
+    `object.__new__` allocates them, every field's value put into its slot as the class's own `__init__`
+    stores them. The class call binds its arguments and runs that `__init__` as a Python function,
+    which for the events made per batch and per exchange cost twice what storing the values does. Every
+    field is given, in order; the class's `__init__` is the reference (tests/decode/test_compiled_bodies.py
+    holds the two to the same objects)."""
+
+    cdef Py_ssize_t n
+    cdef Py_ssize_t offsets[MAX_MADE]
+    cdef PyTypeObject *cls
+    cdef readonly type made  # the class
+
+    def __init__(self, type cls, tuple names):
+        """TypeError for a field that is not a writable object slot of `cls` itself."""
+        if len(names) > MAX_MADE:
+            raise TypeError(f"{cls.__name__}: more than {MAX_MADE} fields")
+        for i, name in enumerate(names):
+            self.offsets[i] = slot_offset(cls, name)
+        self.n = len(names)
+        self.cls = <PyTypeObject *> cls
+        self.made = cls
+
+    cdef object make(self, tuple values):
+        cdef Py_ssize_t i
+        cdef PyObject *value
+        cdef PyObject **slot
+        cdef PyObject *raw
+        if PyTuple_GET_SIZE(values) != self.n:
+            raise TypeError(f"{self.made.__name__}: {len(values)} values for {self.n} fields")
+        raw = (<TypeAlloc *> self.cls).tp_alloc(self.cls, 0)
+        if raw is NULL:
+            raise MemoryError()
+        made = <object> raw
+        Py_DECREF(made)  # `made` holds the allocation's own reference now
+        for i in range(self.n):
+            value = PyTuple_GET_ITEM(values, i)
+            slot = <PyObject **> (<char *> raw + self.offsets[i])
+            Py_INCREF(<object> value)
+            Py_XDECREF(slot[0])
+            slot[0] = value
+        return made
+
+    def __call__(self, *values):
+        return self.make(values)
+
+
+cdef inline object _make(object cls, tuple values):
+    """An instance of `cls` (a class, or a Maker of one) from the values of its fields in order."""
+    if type(cls) is Maker:
+        return (<Maker> cls).make(values)
+    return cls(*values)
+
+
 # -- record batch headers -------------------------------------------------------------------------------
 
 
@@ -350,7 +417,7 @@ cdef class BatchWalk:
                 codec = attributes & 0x07
                 crc = PyLong_FromUnsignedLong(<unsigned int> _be(p + pos + 17, 4))
                 out.append(
-                    self.header(
+                    _make(self.header, (
                         PyLong_FromLongLong(_be(p + pos, 8)),  # base_offset
                         batch_length,
                         <int> <unsigned int> _be(p + pos + 12, 4),  # partition_leader_epoch
@@ -370,7 +437,7 @@ cdef class BatchWalk:
                         control,
                         None,  # control_type: a control batch here is not whole
                         None,  # coordinator_epoch
-                    )
+                    ))
                 )
                 pos = batch_end
         finally:
@@ -450,7 +517,7 @@ cdef class ProducedBatches:
                 i = 0
                 for header in records:
                     out.append(
-                        self.batch(
+                        _make(self.batch, (
                             ts,
                             response_ts,
                             conn,
@@ -468,7 +535,7 @@ cdef class ProducedBatches:
                             next_offset,
                             unverified,
                             raw[i] if i < n_raw else None,
-                        )
+                        ))
                     )
                     # Several batches for one partition: each later one starts where the previous ends.
                     if next_offset is not None:

@@ -22,6 +22,7 @@ from ksniff.decode.events import (
     Exchange,
     FetchedPartition,
     ProducedBatch,
+    made_by_position,
 )
 from ksniff.decode.frames import (
     MIN_REQUEST,
@@ -366,7 +367,7 @@ class Connection:
             batches = made if made is not None else self._produced(p, response, response_ts, unverified)
         elif p.api_key == FETCH and response is not None and p.body is not None:
             fetched = self._fetched(p, response, response_ts, unverified)
-        return Exchange(
+        return _EXCHANGE(
             self.conn,
             self.client,
             self.broker,
@@ -552,7 +553,9 @@ def _compiled_produced() -> Any:
     )
     fields = tuple(cls._fields.index(name) for cls, *names in named for name in names)
     classes = (request, topic, part, response, answer_topic, answer)
-    return m.ProducedBatches(classes, fields, ProducedBatch, RecordSet, ZERO_UUID)
+    return m.ProducedBatches(classes, fields, made_by_position(ProducedBatch), RecordSet, ZERO_UUID)
 
 
 _PRODUCED = _compiled_produced()
+# An Exchange made by position: in C when the compiled body reader is built (made_by_position).
+_EXCHANGE = made_by_position(Exchange)

@@ -9,7 +9,7 @@ Record data inside Produce requests is replaced by the parsed batch headers (`Re
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import field, fields
 from typing import Any
 
 from ksniff.common.codegen import fast_init
@@ -282,3 +282,20 @@ class DecodeStats:
                 for name, c in sorted((self.by_api or {}).items())
             },
         }
+
+
+def made_by_position(cls: type) -> Any:
+    """`cls`, or when the compiled body reader is built (ksniff.decode._bodies), a `Maker` of it: the same
+    instances, made in C from every field's value given in order, without the class call's binding of
+    arguments and Python `__init__` (twice the cost of storing the values, for the events made per batch
+    and per exchange). Its callers give every field, by position. A class whose fields are not all object
+    slots of its own (a subclass's, a property) is made by the class."""
+    from ksniff.capture.compiled import load
+
+    m = load("ksniff.decode._bodies")
+    if getattr(m, "Maker", None) is None:
+        return cls
+    try:
+        return m.Maker(cls, tuple(f.name for f in fields(cls)))
+    except TypeError:
+        return cls

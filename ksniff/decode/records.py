@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from ksniff.capture.compiled import load
 from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode.crc import crc32c
-from ksniff.decode.events import RecordBatchHeader
+from ksniff.decode.events import RecordBatchHeader, made_by_position
 from ksniff.decode.reader import Reader
 
 # baseOffset q, batchLength i, partitionLeaderEpoch i, magic b, crc I, attributes h, lastOffsetDelta i,
@@ -83,7 +83,7 @@ _compiled = load("ksniff.decode._bodies")
 parse_batches = (
     parse_batches_python
     if _compiled is None
-    else _compiled.BatchWalk(RecordBatchHeader, crc32c, CODECS, parse_batches_python)
+    else _compiled.BatchWalk(made_by_position(RecordBatchHeader), crc32c, CODECS, parse_batches_python)
 )
 
 
