@@ -51,6 +51,7 @@ from ksniff.decode.events import (
     FetchedPartition,
     ProducedBatch,
     RecordBatchHeader,
+    made_by_position,
 )
 
 MAX_BATCHES = 100_000  # placed batches remembered per partition
@@ -111,7 +112,7 @@ class AckedExchange:
 
 
 def acked_exchange(ex: Exchange) -> AckedExchange:
-    return AckedExchange(
+    return _ACKED_EXCHANGE(
         ex.conn,
         ex.client,
         ex.broker,
@@ -361,6 +362,13 @@ class Context:
 
 # -- the fold ---------------------------------------------------------------------------------------------
 
+# The records made per acknowledged batch, by position: in C when the compiled body reader is built
+# (ksniff.decode.events.made_by_position), else by their classes.
+_ACKED_BATCH = made_by_position(AckedBatch)
+_ACKED_EXCHANGE = made_by_position(AckedExchange)
+_PLACED = made_by_position(Placed)
+_TXN_WRITE = made_by_position(TxnWrite)
+
 
 def on_exchange(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) -> None:
     api = ex.api_name
@@ -421,8 +429,9 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
         old = at.get(base)
         if head is None:
             head = acked_exchange(ex)
-        acked = AckedBatch(b.ts, b.response_ts, b.client, b.acks, b.unverified)
-        p = Placed(
+        acked = _ACKED_BATCH(b.ts, b.response_ts, b.client, b.acks, b.unverified)
+        # every field of Placed, by position (the last five as their defaults)
+        p = _PLACED(
             base,
             base + delta,
             pid,
@@ -433,6 +442,11 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
             tid,
             acked,
             head,
+            None,
+            None,
+            None,
+            None,
+            None,
         )
         if old is not None and old.fetched_ts is not None:
             if not old.same(h):
@@ -461,7 +475,7 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
             if p.outcome is None and old is None:
                 lg.open_txn.setdefault(pid, []).append(base)
             st.txn_writes.setdefault((pid, h.producer_epoch), []).append(
-                TxnWrite(lg, base, ex.response_ts, ex.request_ts, ex, b)
+                _TXN_WRITE(lg, base, ex.response_ts, ex.request_ts, ex, b)
             )
 
 

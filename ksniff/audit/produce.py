@@ -16,7 +16,9 @@ from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.sequences import SEQ_MOD, Placement, distance, last_sequence, next_sequence, place
 from ksniff.audit.state import RECENT_BATCHES, Accepted, AuditState, PartitionSeq, ProducerState
 from ksniff.audit.transactions import new_instance, write
-from ksniff.decode.events import Exchange, ProducedBatch
+from ksniff.decode.events import Exchange, ProducedBatch, made_by_position
+
+_ACCEPTED = made_by_position(Accepted)  # one per accepted batch: in C when built
 
 _SEQ_KIND = {
     Placement.GAP: FindingKind.SEQUENCE_GAP,
@@ -185,7 +187,7 @@ def _advance(seq: PartitionSeq, base: int, last: int, b: ProducedBatch, ex: Exch
         order.append(base)
         if len(order) > RECENT_BATCHES:
             recent.pop(order.popleft(), None)
-    recent[base] = Accepted(last, b.base_offset, ex.conn, ex.response_ts)
+    recent[base] = _ACCEPTED(last, b.base_offset, ex.conn, ex.response_ts)
 
 
 def _sequence_finding(

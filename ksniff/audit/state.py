@@ -19,7 +19,9 @@ from ksniff.audit.partlog import LogState, lost_in
 from ksniff.audit.txn import TxnState
 from ksniff.common.codegen import fast_init
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
-from ksniff.decode.events import Exchange
+from ksniff.decode.events import Exchange, made_by_position
+
+_TRANSACTION = made_by_position(Transaction)  # one per transaction: in C when built
 
 # How many accepted batches per partition are remembered to recognise a retry (brokers cache five).
 RECENT_BATCHES = 16
@@ -107,7 +109,7 @@ class TxnRecord:
     def as_transaction(self) -> Transaction:
         # Once per transaction: by position (Transaction's fields in order; capture_set and cluster are
         # the engine's to stamp).
-        return Transaction(
+        return _TRANSACTION(
             self.transactional_id,
             self.producer_id,
             self.producer_epoch,
