@@ -212,3 +212,16 @@ def test_the_report_says_which_apis_were_not_decoded_and_why():
     text = " ".join(cli("audit", capture, "--exit-zero").stdout.split())
     why = "12 bodies not decoded: GetTelemetrySubscriptions 12 (not read: nothing there for the audit)"
     assert why in text
+
+
+def test_the_spark_engines_report_and_exit_code_are_the_local_ones():
+    """Without --json the Spark engine's driver receives the digest of the findings and transactions, not
+    the lists: the report it prints, filtered or not, and the exit code are the local engine's."""
+    pytest.importorskip("pyspark")
+    mock = PCAPS / "anomalies_mock.pcap"  # critical findings; ended, slowest and open transactions
+    for args in ((), ("--severity", "warning", "--master", "local[1]")):
+        local = cli("audit", TXN, mock, *args[:2])
+        spark = cli("audit", TXN, mock, *args, "--engine", "spark")
+        assert spark.exit_code == local.exit_code == 1, spark.stderr
+        assert "Slowest" in local.stdout and "CRITICAL" in local.stdout and "Open at the end" in local.stdout
+        assert spark.stdout.replace("engine spark", "engine local") == local.stdout
