@@ -135,8 +135,9 @@ class AuditResult:
         ]
         return sorted(rows, key=lambda r: (-r["bytes"], r["port"]))
 
-    def unverified_because(self) -> list[str]:
-        """Why a run without findings cannot be called clean: what it could not see or read."""
+    def unverified_because(self, findings: FindingsDigest | None = None) -> list[str]:
+        """Why a run without findings cannot be called clean: what it could not see or read. `findings`:
+        their digest, when the caller has it."""
         cap, dec = self.capture, self.decode
         reasons = []
         if not cap.kafka_connections:
@@ -161,7 +162,7 @@ class AuditResult:
         ):
             if n:
                 reasons.append(_count(n, what))
-        unverified = self._findings_account().unverified()
+        unverified = (findings or self._findings_account()).unverified()
         if unverified:
             rest = "rests" if unverified == 1 else "rest"
             reasons.append(f"{_count(unverified, 'finding')} {rest} on bytes the capture lost")
@@ -172,10 +173,11 @@ class AuditResult:
         `unverified_because`), else `clean`; then the findings counted by severity and by kind."""
         by_severity = {"critical": 0, "warning": 0, "info": 0}
         by_kind: dict[str, dict[str, int]] = {}
-        for (kind, severity), n in self._findings_account().counts().items():
+        findings = self._findings_account()
+        for (kind, severity), n in findings.counts().items():
             by_severity[severity] = by_severity.get(severity, 0) + n
             by_kind.setdefault(kind, {})[severity] = n
-        reasons = self.unverified_because()
+        reasons = self.unverified_because(findings)
         serious = by_severity["critical"] + by_severity["warning"]
         verdict = "findings" if serious else "unverified" if reasons else "clean"
         return {
