@@ -3,7 +3,7 @@ real Spark standalone cluster (master and workers started from pyspark's spark-c
 and 2 workers.
 
 The set at scale N is N copies of the corpus captures (tests/pcaps, classic pcap over Ethernet), copy k
-with each IPv4 address rewritten to one of 10.x.y.1, 10.x.y.2, ... (x.y = k) and shifted k hours later,
+of capture c with each IPv4 address rewritten to one of its own (10.c.k.n) and shifted k hours later,
 so each copy's connections are its own; each file holds 16 consecutive copies of one capture (like
 rotated files) and the files of different captures overlap in time, as from several capture points.
 
@@ -56,13 +56,18 @@ def corpus() -> list[bytes]:
     return out
 
 
-def rewrite(data: bytes, copy: int, shift: int = 0) -> bytes:
-    """The capture's records with IPv4 addresses moved to copy `copy`'s own and timestamps `shift` seconds
-    later; without the file header. Each distinct address of the capture gets one new address, 10.x.y.n
-    (x.y = copy, n its rank among the capture's addresses), in both directions: a connection stays one
-    connection (on loopback, where both ends have one address, both ends keep one)."""
+def rewrite(data: bytes, copy: int, shift: int = 0, capture: int = 0) -> bytes:
+    """Capture number `capture`'s records with IPv4 addresses moved to copy `copy`'s own and timestamps
+    `shift` seconds later; without the file header. Each distinct address of the capture gets one new
+    address, 10.c.x.n (c = capture, x = copy % 256, n = 40 * (copy // 256) + its rank among the capture's
+    addresses + 1), in both directions: a connection stays one connection (on loopback, where both ends
+    have one address, both ends keep one), and no two captures or copies share an address. (Before, copy
+    k of every capture had the same addresses: captures the planner joined as several hosts of one
+    cluster then mixed unrelated connections on one address and port, inventing gaps and findings.)"""
     buf = bytearray(data)
-    prefix = bytes((10, (copy >> 8) & 255, copy & 255))
+    assert capture < 256 and copy < 256 * 6, (capture, copy)
+    prefix = bytes((10, capture, copy & 255))
+    base = 40 * (copy >> 8)
     frames = []
     pos = 24
     while pos + 16 <= len(buf):
@@ -73,7 +78,8 @@ def rewrite(data: bytes, copy: int, shift: int = 0) -> bytes:
             frames.append(frame)
         pos = frame + caplen
     seen = sorted({bytes(buf[f + at : f + at + 4]) for f in frames for at in (26, 30)})
-    new = {address: prefix + bytes((n + 1,)) for n, address in enumerate(seen)}
+    assert len(seen) < 40, len(seen)
+    new = {address: prefix + bytes((base + n + 1,)) for n, address in enumerate(seen)}
     for frame in frames:
         for at in (26, 30):
             buf[frame + at : frame + at + 4] = new[bytes(buf[frame + at : frame + at + 4])]
@@ -90,7 +96,7 @@ def build(folder: Path, scale: int, captures: list[bytes], per_file: int) -> lis
             with open(path, "wb") as f:
                 f.write(data[:24])
                 for copy in range(first, min(scale, first + per_file)):
-                    f.write(rewrite(data, copy, shift=copy * 3600))
+                    f.write(rewrite(data, copy, shift=copy * 3600, capture=n))
             paths.append(str(path))
     return paths
 
