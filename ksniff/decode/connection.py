@@ -248,7 +248,7 @@ class Connection:
             counts.not_decoded(error)
         self.last_correlation = correlation_id
         self.seq += 1
-        pending = Pending(
+        pending = _PENDING(
             self.seq,
             api,
             api_key,
@@ -557,5 +557,7 @@ def _compiled_produced() -> Any:
 
 
 _PRODUCED = _compiled_produced()
-# An Exchange made by position: in C when the compiled body reader is built (made_by_position).
+# An Exchange, and a request waiting for its answer, made by position: in C when the compiled body reader
+# is built (made_by_position).
 _EXCHANGE = made_by_position(Exchange)
+_PENDING = made_by_position(Pending)
