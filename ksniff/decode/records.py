@@ -259,6 +259,11 @@ class Inflation:
         self.per_batch, self.per_request, self.per_run = per_batch, per_request, per_run
         self.run_used = 0
         self.request_used = 0
+        # With `peak` not None, the most of the run's budget any batch needed to be treated as it was:
+        # its run usage before it plus what it decompressed to (the cap its size is judged by), or, for a
+        # batch cut or damaged, the cap it met. The same audit started `used` bytes into the run's budget
+        # treats every batch alike iff used + peak <= per_run (the Spark engine's tasks check that).
+        self.peak: int | None = None
 
     def new_request(self) -> None:
         self.request_used = 0
@@ -275,6 +280,11 @@ class Inflation:
         self.request_used += n
         self.run_used += n
         self.stats.records_inflated_bytes += n
+
+    def needed(self, before: int, need: int) -> None:
+        """A batch that started `before` bytes into the run's budget needed `need` of it (see `peak`)."""
+        if self.peak is not None and before + need > self.peak:
+            self.peak = before + need
 
     def cut(self, which: str) -> None:
         setattr(

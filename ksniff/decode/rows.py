@@ -16,7 +16,7 @@ from typing import Any
 from ksniff.common.cells import millis, to_json_text
 from ksniff.decode.apis.errors import error_name
 from ksniff.decode.events import Exchange, ProducedBatch, last_sequence
-from ksniff.decode.records import MAX_DECOMPRESSED, Inflation, TooLarge, iter_records
+from ksniff.decode.records import MAX_DECOMPRESSED, Inflation, TooLarge, cap_needed, iter_records
 
 __all__ = ["batch_row", "exchange_row", "iter_record_rows", "record_rows"]
 
@@ -303,6 +303,8 @@ def iter_record_rows(b: ProducedBatch, inflation: Inflation | None = None) -> It
     cap, which = (MAX_DECOMPRESSED, "batch") if inflation is None else inflation.cap()
     inflated: list[int] = []
     first = b.header.base_offset
+    before = 0 if inflation is None else inflation.run_used
+    judged = cap  # what of the budget this batch needed (Inflation.peak): the cap, unless it fit
     try:
         for r in iter_records(b.records, max(cap, 0), inflated):
             if inflated and inflation is not None:
@@ -319,6 +321,8 @@ def iter_record_rows(b: ProducedBatch, inflation: Inflation | None = None) -> It
                 "value": _b64(r.value),
                 "headers": to_json_text([[k, _b64(v)] for k, v in r.headers]),
             }
+        if inflation is not None and inflation.peak is not None:
+            judged = cap_needed(b.records, inflation.run_used - before + sum(inflated))
     except TooLarge:
         if inflation is not None:
             inflation.cut(which)
@@ -327,3 +331,5 @@ def iter_record_rows(b: ProducedBatch, inflation: Inflation | None = None) -> It
     finally:
         if inflated and inflation is not None:
             inflation.used(inflated.pop())
+        if inflation is not None:
+            inflation.needed(before, judged)

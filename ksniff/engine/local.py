@@ -354,11 +354,14 @@ def audit_capture(
     progress: Callable[[int, int], None] | None = None,
     tables: RowSink | None = None,
     records_used: int = 0,
+    peak: list[int] | None = None,
 ) -> tuple[AuditResult, Identity]:
     """The audit of one capture: `paths` read as one (each file's timestamps moved by `offset_of(path)`
     seconds, the capture set's clock alignment). The result is the set's before it is labelled as one,
     with what the capture's answers named (its Identity). The Spark engine runs this in the task that
-    reads a capture set's files, for a set small enough for one task."""
+    reads a capture set's files, for a set small enough for one task. `records_used`: bytes of the run's
+    --records budget (ksniff.decode.records.Inflation) the sets before it used; `peak`: when given, the
+    budget's peak this audit reached (Inflation.peak) is appended to it."""
     run = read_files(list(paths), config.limits)
     if offset_of is not None:  # captures of several hosts: each file on the set's time line
         run.offsets = [offset_of(f.path) for f in run.files]
@@ -369,7 +372,10 @@ def audit_capture(
         tables=tables,
         on_elsewhere=run.drop,
     )
-    pipeline.decoder.inflation.run_used = records_used
+    inflation = pipeline.decoder.inflation
+    inflation.run_used = records_used
+    if peak is not None:
+        inflation.peak = records_used
     with fewer_collections():
         feed = pipeline.feed
         if progress is None:
@@ -385,4 +391,6 @@ def audit_capture(
                     due = time.monotonic() + PROGRESS_SECONDS
             progress(run.bytes_total, run.bytes_total)  # read: what is left is the audit's end
         result = pipeline.result(run, "local")
+    if peak is not None:
+        peak.append(inflation.peak)
     return result, pipeline.identity

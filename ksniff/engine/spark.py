@@ -490,13 +490,25 @@ def _run(
     for index, (_cset, members) in enumerate(planned):
         for m in members:
             m.cset = index
-    cached: list[Any] = []
-    try:
-        return _pipeline(session, inputs, paths, planned, (warnings, skipped), config, cached, whole, keep)
-    except BaseException:
-        for df in cached:
-            df.unpersist()
-        raise
+    # With --records, first each set on a decompression budget of its own where it is read (exact when
+    # the run's one budget would not have bound: checked), else the exact way.
+    for apart in (True, False) if config.keep_records else (False,):
+        cached: list[Any] = []
+        left = (list(warnings), skipped)
+        try:
+            return _pipeline(session, inputs, paths, planned, left, config, cached, whole, keep, apart)
+        except BaseException as exc:
+            for df in cached:
+                df.unpersist()
+            if not isinstance(exc, _BudgetBinds):
+                raise
+    raise AssertionError("unreachable: only the first way raises _BudgetBinds")
+
+
+class _BudgetBinds(Exception):
+    """The run's --records budget, drawn set after set, would have treated a batch of a set audited on a
+    budget of its own otherwise: the run is audited again the exact way (its records decoded where they
+    are read or shuffled, the budget replayed over their sizes by the driver)."""
 
 
 @dataclass
@@ -515,6 +527,7 @@ class _SetRun:
     context_output: Any = None  # its context group's whole output (gaps and partition logs)
     # Its result, when it was audited where it was read (findings and transactions as for `outputs`).
     audited: AuditResult | None = None
+    peak: int | None = None  # then, with --records: the peak of its own decompression budget
 
 
 def _pipeline(
@@ -527,6 +540,7 @@ def _pipeline(
     cached: list,
     whole: bool = False,
     keep: Any = None,
+    records_apart: bool = False,
 ) -> SparkAudit:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -541,7 +555,7 @@ def _pipeline(
     partitions = partitions_for(sum(i.length for i in members), session.parallelism)
     clocks_of = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
     digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN)
-    events, small, metas_of = _decoded(session, planned, config, partitions, cached, digests)
+    events, small, metas_of = _decoded(session, planned, config, partitions, cached, digests, records_apart)
     # The local engine's errors in its order: the sets' in plan order, each set's files in order.
     runs: dict[int, _SetRun] = {}
     left_out: dict[int, list] = {}
@@ -551,6 +565,12 @@ def _pipeline(
             runs[index] = _SetRun(metas)
     conns, group_rows, groups = _between_stages(small, runs)
     del small  # what the driver keeps of it is in `runs` now (the sets' results are the bulk of it)
+    used = 0  # of the --records budget, by the sets before, in plan order
+    for run in runs.values():
+        if run.peak is not None:
+            if used + run.peak > config.max_records_run:
+                raise _BudgetBinds
+            used += run.audited.decode.records_inflated_bytes
     if whole:  # the findings and transactions of the sets audited where they were read
         listed = events.filter(F.col("kind") == tasks.AUDITED_LISTS).select("cset", "blob").toArrow()
         for cset, blob in zip(*(listed.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
@@ -618,7 +638,8 @@ def _pipeline(
     # The sets' summaries, numbered in plan order among those with captures; the --records budget is
     # drawn set after set, as the local engine runs them.
     table_events = events.filter(F.col("kind") == tasks.TABLE)
-    probe = _probe_records(table_events, config) if config.keep_records else None
+    replayed = config.keep_records and any(run.audited is None for run in runs.values())
+    probe = _probe_records(table_events, config) if replayed else None
     results: list[AuditResult] = []
     sets: list[capture_sets.CaptureSet] = []
     labels: dict[int, tuple[int, str | None]] = {}
@@ -710,11 +731,8 @@ def _frames(
             made = tasks.table_rows(table, conns, clusters, config.max_records_batch, cut)
             ddl = tasks.table_ddl(table, order=True)
             frames[table] = table_events.mapInArrow(made, ddl)
-            if table != "records":
-                mine = stored.filter(F.col("key") == table).mapInArrow(
-                    tasks.stored_rows(table, clusters), ddl
-                )
-                frames[table] = frames[table].unionByName(mine)
+            mine = stored.filter(F.col("key") == table).mapInArrow(tasks.stored_rows(table, clusters), ddl)
+            frames[table] = frames[table].unionByName(mine)
         else:
             frames[table] = None
     # The output tables of the sets audited where they were read: made by those tasks when the run keeps
@@ -794,6 +812,7 @@ def _decoded(
     partitions: int,
     cached: list,
     digests: Any = None,
+    records_apart: bool = False,
 ) -> tuple[Any, list[dict], dict[int, list]]:
     """Stages 1 and 2: every capture set's decode events (cached), the few rows per file and connection
     the driver reads between the stages, and each set's FileMetas."""
@@ -811,16 +830,20 @@ def _decoded(
     # events to their producer groups' does (SHUFFLED_COST), so a set goes the shuffled way only when its
     # share of the run is more than that much above a core's (one large capture on many cores: its
     # connections decoded in parallel). With --records, whose decompression budget is drawn set after
-    # set, sets of one file are only decoded where they are read, and only when there are enough of them
-    # to keep every core busy. The others' segments go to their flows' tasks (stage 2).
+    # set: when every set goes where it is read (`records_apart`), each is audited there on a budget of
+    # its own, which the driver checks against the run's (`_BudgetBinds`); else (or when that check
+    # fails) sets of one file are only decoded where they are read, and only when there are enough of
+    # them to keep every core busy, the budget replayed by the driver. The others' segments go to their
+    # flows' tasks (stage 2).
     small = [ms for _cset, ms in planned if sum(m.length for m in ms) <= tasks.DIRECT_MAX_BYTES]
-    if config.keep_records:
+    fair = SHUFFLED_COST * total / session.parallelism
+    direct = [ms for ms in small if sum(m.length for m in ms) <= fair]
+    if config.keep_records and not (records_apart and len(direct) == len(planned)):
+        if records_apart:
+            raise _BudgetBinds  # not every set goes where it is read: the exact way at once
         direct = [ms for ms in small if len(ms) == 1]
         if len(direct) < session.parallelism:
             direct = []
-    else:
-        fair = SHUFFLED_COST * total / session.parallelism
-        direct = [ms for ms in small if sum(m.length for m in ms) <= fair]
     direct_sets = {ms[0].cset for ms in direct}
     shuffled = [m for m in members if m.cset not in direct_sets]
 
@@ -855,9 +878,9 @@ def _decoded(
                 .mapInArrow(tasks.decode(config, ends), tasks.EVENTS_DDL)
             )
         if direct:
-            # Without --records (whose budget is drawn set after set), each such set is audited where
-            # it is read, by the local engine's code; with it, decoded there (its events audited below).
-            if config.keep_records:
+            # Each such set is audited where it is read, by the local engine's code; with --records the
+            # exact way, decoded there (its events audited below).
+            if config.keep_records and not records_apart:
                 how = tasks.extract_decoded(config)
             else:
                 how = tasks.extract_audited(config, digests.clocks, digests)
@@ -897,7 +920,7 @@ def _between_stages(
         by_kind = by_set.get(index, {})
         audited = by_kind.get(tasks.AUDITED)
         if audited:  # audited where its files were read: its result, what it named, and the digest
-            run.audited, run.identity, digest = pickle.loads(audited[0]["blob"])
+            run.audited, run.identity, digest, run.peak = pickle.loads(audited[0]["blob"])
             run.digests = [digest]
         run.stats = [pickle.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)

@@ -65,6 +65,7 @@ from ksniff.decode.identity import IDENTITY_APIS
 from ksniff.engine.local import event_ts, release_time
 
 BATCH_ROWS = 16_384
+BLOCK_BYTES = 16 << 20  # of a `records` block of rows (their keys and values) made where a set is audited
 
 
 def dumps(obj) -> bytes:
@@ -382,16 +383,18 @@ def extract_audited(
     config: EngineConfig, clocks: dict[int, tuple] | None = None, digests: Digests | None = None
 ):
     """mapInArrow over rows like `extract`'s (with `offset` and `cset`), each capture set's files together
-    and in order, the run keeping no records (whose decompression budget is drawn set after set): each
-    set is audited by this task with the local engine's own code (ksniff.engine.local.audit_capture), so
-    nothing of it is shuffled or pickled event by event. Rows out: each file's FileMeta (FILE_META), the
-    set's result without its findings and transactions, its identity and the digest of those two
-    (AUDITED, `digests`), the two lists (AUDITED_LISTS), and, when the run keeps tables, its
-    `exchanges` and `batches` rows (TABLE_ROWS, Arrow IPC with the row-order columns: the set, then the
-    order the local engine made them in) and its `transactions`, `findings` and `producers` rows
-    (TABLE_ROWS, without their capture set's number and cluster, which `labelled_rows` adds; findings
-    judged against the set's `clocks`, by
-    set, as locally). A file that cannot be read is its FileMeta with the local engine's error, and its
+    and in order: each set is audited by this task with the local engine's own code
+    (ksniff.engine.local.audit_capture), so nothing of it is shuffled or pickled event by event. Rows
+    out: each file's FileMeta (FILE_META), the set's result without its findings and transactions, its
+    identity, the digest of those two (`digests`) and, with --records, the peak of the decompression
+    budget the audit reached (AUDITED), the two lists (AUDITED_LISTS), and, when the run keeps tables,
+    its `exchanges`, `batches` and `records` rows (TABLE_ROWS, Arrow IPC with the row-order columns: the
+    set, then the order the local engine made them in) and its `transactions`, `findings` and
+    `producers` rows (TABLE_ROWS, without their capture set's number and cluster, which `labelled_rows`
+    adds; findings judged against the set's `clocks`, by set, as locally). With --records, each set
+    draws on a budget of its own, from zero: the driver checks, set after set, that the run's one budget
+    would have treated every batch alike (`Inflation.peak`), and audits the run another way if not. A
+    file that cannot be read is its FileMeta with the local engine's error, and its
     set is not audited (the driver stops the run with the error); a file of a folder that is not a
     capture is left out of its set."""
     clocks = clocks or {}
@@ -418,11 +421,15 @@ def extract_audited(
             if failed or not kept:
                 yield rows.take()
                 return
-            tables = _TableRows(cset) if config.keep_tables else None
+            records = config.keep_records
+            tables = _TableRows(cset, records) if config.keep_tables or records else None
             offsets = {where: offset for _file, _path, where, offset in kept}
             offset_of = offsets.get if any(offsets.values()) else None
+            peak: list[int] | None = [] if records else None
             try:
-                result, identity = audit_capture([k[2] for k in kept], config, offset_of, tables=tables)
+                result, identity = audit_capture(
+                    [k[2] for k in kept], config, offset_of, tables=tables, peak=peak
+                )
             except CaptureError as exc:  # met in the middle of a file: the first file it names
                 text = str(exc)
                 file, path, where, _offset = next((k for k in kept if k[2] in text), kept[0])
@@ -443,11 +450,15 @@ def extract_audited(
             )
             rows.add(FILE_META, None, NO_ORDER, dumps(meta))
         bare, digest = digests.of(cset, result)
-        rows.add(AUDITED, None, NO_ORDER, dumps((bare, identity, digest)))
+        rows.add(AUDITED, None, NO_ORDER, dumps((bare, identity, digest, peak[0] if peak else None)))
         rows.add(AUDITED_LISTS, None, NO_ORDER, dumps((result.findings, result.transactions)))
         if tables is not None:
             for table, blob in tables.blobs():
-                rows.add(TABLE_ROWS, table, NO_ORDER, blob)
+                if table == "records" or config.keep_tables:
+                    rows.add(TABLE_ROWS, table, NO_ORDER, blob)
+                    if rows.full():
+                        yield rows.take()
+        if config.keep_tables:
             own = judged(result, clocks[cset]) if clocks.get(cset) else result
             for table in OUTPUT_TABLES:
                 rows.add(TABLE_ROWS, table, NO_ORDER, _ipc(output_batch(table, [own])))
@@ -462,21 +473,31 @@ def extract_audited(
 
 class _TableRows:
     """The local engine's table rows (a RowSink) as Arrow IPC, each row with its row-order columns: the
-    capture set, then the order the engine made the table's rows in."""
+    capture set, then the order the engine made the table's rows in. Blocks of at most BATCH_ROWS rows
+    and, for `records` (a set's records may decompress to a GiB), about BLOCK_BYTES of keys and values;
+    the blocks wait in a temporary file, not in memory, until the audit ends."""
 
-    def __init__(self, cset: int) -> None:
+    def __init__(self, cset: int, records: bool = False) -> None:
         self.cset = cset
-        self.rows: dict[str, list[dict]] = {"exchanges": [], "batches": []}
-        self.made = {"exchanges": 0, "batches": 0}
-        self.done: list[tuple[str, bytes]] = []
+        tables = ("exchanges", "batches", "records") if records else ("exchanges", "batches")
+        self.rows: dict[str, list[dict]] = {t: [] for t in tables}
+        self.made = dict.fromkeys(tables, 0)
+        self.held = 0  # bytes of keys and values in `rows["records"]`
+        self.done: list[tuple[str, int, int]] = []  # (table, where, length) in `spill`
+        self.spill = None
 
     def add(self, table: str, rows: Iterable[dict]) -> None:
         mine = self.rows[table]
+        if table == "records":
+            rows = list(rows)
+            self.held += sum(len(r["key"] or "") + len(r["value"] or "") for r in rows)
         mine.extend(rows)
-        if len(mine) >= BATCH_ROWS:
+        if len(mine) >= BATCH_ROWS or (table == "records" and self.held >= BLOCK_BYTES):
             self._take(table)
 
     def _take(self, table: str) -> None:
+        import tempfile
+
         rows = self.rows[table]
         if not rows:
             return
@@ -486,13 +507,28 @@ class _TableRows:
         extra = {name: zeros for name in ROW_ORDER}
         extra["oset"] = [self.cset] * len(rows)
         extra["n"] = list(range(first, first + len(rows)))
-        self.done.append((table, _ipc(_arrow_rows(rows, table, _stored_schema(table), extra))))
+        blob = _ipc(_arrow_rows(rows, table, _stored_schema(table), extra))
+        if self.spill is None:
+            self.spill = tempfile.TemporaryFile(prefix="ksniff-rows-")
+        where = self.spill.seek(0, os.SEEK_END)
+        self.spill.write(blob)
+        self.done.append((table, where, len(blob)))
         self.rows[table] = []
+        if table == "records":
+            self.held = 0
 
-    def blobs(self) -> list[tuple[str, bytes]]:
+    def blobs(self) -> Iterator[tuple[str, bytes]]:
+        """The blocks, each once, in the order they were made; the temporary file goes with the last."""
         for table in self.rows:
             self._take(table)
-        return self.done
+        try:
+            for table, where, length in self.done:
+                self.spill.seek(where)
+                yield table, self.spill.read(length)
+        finally:
+            if self.spill is not None:
+                self.spill.close()
+                self.spill = None
 
 
 def _ipc(batch: pa.RecordBatch) -> bytes:
@@ -701,6 +737,7 @@ class _Rows:
     def __init__(self) -> None:
         self.cols: dict[str, list] = {name: [] for name in EVENTS.names}
         self.cset = 0
+        self.held = 0  # bytes of the blobs buffered
 
     def add(self, kind: int, key: str | None, order: tuple, blob: bytes) -> None:
         c = self.cols
@@ -710,13 +747,15 @@ class _Rows:
         for name, value in zip(ORDER_COLUMNS, order, strict=True):
             c[name].append(value)
         c["blob"].append(blob)
+        self.held += len(blob)
 
     def full(self) -> bool:
-        return len(self.cols["kind"]) >= BATCH_ROWS
+        return len(self.cols["kind"]) >= BATCH_ROWS or self.held >= BLOCK_BYTES
 
     def take(self) -> pa.RecordBatch:
         batch = pa.RecordBatch.from_pydict(self.cols, schema=EVENTS)
         self.cols = {name: [] for name in EVENTS.names}
+        self.held = 0
         return batch
 
 

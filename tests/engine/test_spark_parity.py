@@ -582,3 +582,25 @@ def test_the_terminal_report_is_the_local_one_from_a_digest(spark, way: str) -> 
             assert run.transactions.count() == len(local.transactions)
         finally:
             run.close()
+
+
+@pytest.mark.timeout(1800)
+def test_records_audited_where_read_unless_the_runs_budget_binds(spark, sample: Path, monkeypatch) -> None:
+    """With --records each set is audited where it is read, on a decompression budget of its own, when
+    the run's one budget (drawn set after set) would have treated every batch alike; when it would not
+    (a run cap the sample's later sets run out of), the run is audited again the exact way. Both give the
+    local engine's records, counters and warnings."""
+    from ksniff.engine import spark as engine
+    from ksniff.engine.spark import audit_paths_spark
+
+    ways: list[bool] = []  # each pass: whether its sets were audited apart
+    pipeline = engine._pipeline
+    monkeypatch.setattr(engine, "_pipeline", lambda *a: ways.append(a[-1]) or pipeline(*a))
+    paths = [str(sample / name) for name in SAMPLE]
+    for config, expected in ((REQUEST_CAP, [True]), (LIMITED, [True, False])):
+        ways.clear()
+        local = audit_paths(paths, config)
+        assert local.records and len(local.capture_sets) == len(SAMPLE)
+        assert bool(local.decode.records_cut_by_run_cap) == (config is LIMITED)
+        assert_same(local, audit_paths_spark(paths, config, spark=spark))
+        assert ways == expected

@@ -150,7 +150,7 @@ def _audited(rows) -> tuple:
         if r["kind"] in (tasks.AUDITED, tasks.AUDITED_LISTS):
             assert r["kind"] not in of_kind  # one set
             of_kind[r["kind"]] = pickle.loads(r["blob"])
-    bare, identity, digest = of_kind[tasks.AUDITED]
+    bare, identity, digest, _peak = of_kind[tasks.AUDITED]
     assert bare.findings == [] and bare.transactions == []
     findings, transactions = of_kind[tasks.AUDITED_LISTS]
     return replace(bare, findings=findings, transactions=transactions), identity, digest
