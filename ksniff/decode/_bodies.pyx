@@ -305,6 +305,43 @@ cdef class Body:
         return self.python(view, items)
 
 
+# -- request headers -----------------------------------------------------------------------------------
+
+
+def request_head(payload, bint flexible):
+    """`frames.request_head_python` in C, the same answers: (correlation id, client id, body offset) of a
+    request header v1 (v2 when `flexible`: then an empty tagged-field section), or None when it is not
+    one. Anything off that plain path (a payload too short for the client id's length, tagged fields)
+    goes to the Python function, the reference (tests/decode/test_compiled_bodies.py)."""
+    cdef Py_buffer buf
+    cdef const unsigned char *p
+    cdef Py_ssize_t size, pos = 10
+    cdef short n
+    cdef object client_id = None
+    PyObject_GetBuffer(payload, &buf, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *> buf.buf
+        size = buf.len
+        if size >= 10:
+            n = <short> ((p[8] << 8) | p[9])
+            if n >= 0:
+                if pos + n > size:
+                    return None
+                client_id = PyUnicode_DecodeUTF8(<const char *> p + pos, n, "replace")
+                pos += n
+            elif n != -1:
+                return None
+            if not flexible:
+                return <int> <unsigned int> _be(p + 4, 4), client_id, pos
+            if pos < size and p[pos] == 0:  # no tagged fields, as nearly always
+                return <int> <unsigned int> _be(p + 4, 4), client_id, pos + 1
+    finally:
+        PyBuffer_Release(&buf)
+    from ksniff.decode.frames import request_head_python
+
+    return request_head_python(payload, flexible)
+
+
 # -- events made by position ----------------------------------------------------------------------------
 
 cdef enum:

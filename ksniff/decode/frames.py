@@ -15,6 +15,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from operator import itemgetter
 
+from ksniff.capture.compiled import load
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.decode.reader import Reader
 
@@ -330,9 +331,10 @@ def parse_request_header(payload: memoryview | bytes, flexible: bool) -> Request
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos, tags)
 
 
-def request_head(payload: memoryview | bytes, flexible: bool) -> tuple[int, str | None, int] | None:
+def request_head_python(payload: memoryview | bytes, flexible: bool) -> tuple[int, str | None, int] | None:
     """(correlation_id, client_id, body offset): `parse_request_header` without the header object, for
-    the decoder's per-request path; the same answers (header tags are not kept)."""
+    the decoder's per-request path; the same answers (header tags are not kept). The reference of
+    `request_head`."""
     size = len(payload)
     if size >= MIN_REQUEST + 2:
         n = _I16(payload, 8)[0]
@@ -351,6 +353,12 @@ def request_head(payload: memoryview | bytes, flexible: bool) -> tuple[int, str 
             return _CORRELATION(payload, 4)[0], client_id, pos + 1
     header = parse_request_header(payload, flexible)
     return None if header is None else (header.correlation_id, header.client_id, header.body_offset)
+
+
+# `request_head`: in C when the compiled body reader is built (ksniff.decode._bodies.request_head, which
+# hands what is off the plain path to `request_head_python`, the reference it is held to); else that one.
+_compiled = load("ksniff.decode._bodies")
+request_head = getattr(_compiled, "request_head", None) or request_head_python
 
 
 def parse_response_header(payload: memoryview | bytes, flexible: bool) -> tuple[int, int] | None:

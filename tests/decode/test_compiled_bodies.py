@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import struct
 from pathlib import Path
 
 import pytest
@@ -163,12 +164,13 @@ def _decoded(path: Path) -> list:
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
 def test_corpus_decode_events_identical(path, monkeypatch):
     """Every exchange (bodies, batches, answers) and the decode counters of every capture of the corpus."""
-    from ksniff.decode import connection
+    from ksniff.decode import connection, frames
 
     ours = _decoded(path)
     monkeypatch.setattr(compiled, "_bodies", None)
     monkeypatch.setattr(connection, "_PRODUCED", None)
     monkeypatch.setattr(connection, "_EXCHANGE", connection.Exchange)
+    monkeypatch.setattr(connection, "request_head", frames.request_head_python)
     assert compiled.fast_decoder_for(ALL_APIS[0], 9, True) is compiled.decoder_for(ALL_APIS[0], 9, True)
     assert ours == _decoded(path)
 
@@ -440,3 +442,75 @@ def test_corpus_audit_documents_identical_with_the_makers_and_the_classes(monkey
     assert _made_by_makers() == []
     assert len(ours) == len(CORPUS) > 10
     assert ours == documents()
+
+
+# -- request headers --------------------------------------------------------------------------------------
+
+
+def _compiled_request_head():
+    m = _bodies()
+    if not hasattr(m, "request_head"):
+        if os.environ.get("CI"):
+            pytest.fail("the compiled body reader was built without request_head (pip install -e .)")
+        pytest.skip("the compiled body reader here was built before request_head: build it again")
+    return m.request_head
+
+
+def _heads(payload: bytes, flexible: bool) -> list:
+    """The compiled and the Python request_head of `payload`, as bytes and as views, with their types."""
+    from ksniff.decode import frames
+
+    out = []
+    for head in (_compiled_request_head(), frames.request_head_python):
+        for view in (payload, memoryview(payload), memoryview(b"??" + payload)[2:]):
+            got = head(view, flexible)
+            out.append((got, None if got is None else tuple(map(type, got))))
+    return out
+
+
+def _header(client_id: bytes | None, flexible: bool, tags: bytes = b"\0") -> bytes:
+    length = -1 if client_id is None else len(client_id)
+    return struct.pack(">hhih", 0, 9, -7, length) + (client_id or b"") + (tags if flexible else b"") + b"body"
+
+
+@pytest.mark.parametrize("flexible", [False, True])
+@pytest.mark.parametrize("client_id", [None, b"", b"app-1", "\u00e9t\u00e9".encode(), b"\xff\xfe bad utf-8"])
+def test_request_head_equal_on_plain_headers(flexible, client_id):
+    from ksniff.decode import frames
+
+    payload = _header(client_id, flexible)
+    heads = _heads(payload, flexible)
+    assert len({repr(h) for h in heads}) == 1
+    assert heads[0][0][0] == -7 and heads[0][0][2] == len(payload) - 4
+    calls = []
+    real = frames.request_head_python
+
+    def counted(*args):
+        calls.append(args)
+        return real(*args)
+
+    frames.request_head_python, saved = counted, real
+    try:
+        _compiled_request_head()(payload, flexible)
+    finally:
+        frames.request_head_python = saved
+    assert calls == []  # read in C, not handed back
+
+
+@pytest.mark.parametrize("flexible", [False, True])
+def test_request_head_equal_off_the_plain_path(flexible):
+    """Tagged fields, a client id longer than the bytes, a bad length, payloads shorter than a header:
+    the same answers (the compiled one hands these back to the reference)."""
+    cases = [_header(b"app", True, tags=b"\x01\x00\x02ab"), _header(b"app", flexible)[:12]]
+    cases += [struct.pack(">hhih", 0, 9, 1, n) + b"xy" for n in (-2, -1, 5, 32767, -32768)]
+    cases += [_header(b"app", flexible)[:k] for k in range(0, 11)]
+    for payload in cases:
+        heads = _heads(payload, flexible)
+        assert len({repr(h) for h in heads}) == 1, payload
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.binary(max_size=40), flexible=st.booleans())
+def test_request_head_equal_on_random_bytes(data, flexible):
+    heads = _heads(data, flexible)
+    assert len({repr(h) for h in heads}) == 1
