@@ -319,14 +319,19 @@ def test_produced_batches_leave_other_bodies_to_python():
 # -- events made by position ------------------------------------------------------------------------------
 
 
-def _maker() -> type:
-    """The compiled Maker: a build older than it counts as not built (skipped here, a failure in CI)."""
+def _newer(name: str):
+    """`name` of the compiled body reader: a build older than it counts as not built (skipped here, a
+    failure in CI)."""
     m = _bodies()
-    if not hasattr(m, "Maker"):
+    if not hasattr(m, name):
         if os.environ.get("CI"):
-            pytest.fail("the compiled body reader was built without its Maker (pip install -e .)")
-        pytest.skip("the compiled body reader here was built before its Maker: build it again")
-    return m.Maker
+            pytest.fail(f"the compiled body reader was built without {name} (pip install -e .)")
+        pytest.skip(f"the compiled body reader here was built before {name}: build it again")
+    return getattr(m, name)
+
+
+def _maker() -> type:
+    return _newer("Maker")
 
 
 @pytest.mark.parametrize(
@@ -448,12 +453,7 @@ def test_corpus_audit_documents_identical_with_the_makers_and_the_classes(monkey
 
 
 def _compiled_request_head():
-    m = _bodies()
-    if not hasattr(m, "request_head"):
-        if os.environ.get("CI"):
-            pytest.fail("the compiled body reader was built without request_head (pip install -e .)")
-        pytest.skip("the compiled body reader here was built before request_head: build it again")
-    return m.request_head
+    return _newer("request_head")
 
 
 def _heads(payload: bytes, flexible: bool) -> list:
