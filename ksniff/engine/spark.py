@@ -546,11 +546,10 @@ def _pipeline(
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
+    from ksniff.report.transactions import SLOWEST_SHOWN
 
     spark = session.spark
     warnings, skipped = left
-    from ksniff.report.transactions import SLOWEST_SHOWN
-
     members = [m for _cset, ms in planned for m in ms]
     partitions = partitions_for(sum(i.length for i in members), session.parallelism)
     clocks_of = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
