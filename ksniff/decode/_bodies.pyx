@@ -75,9 +75,17 @@ cdef class Program:
     cdef public object cls  # the Struct class made
     cdef public bint flexible
     cdef public tuple ops
+    # Whether `cls(values)` makes nothing but a tuple of `cls` holding the values (a tuple subclass whose
+    # construction nobody changed): then the struct is allocated as that and filled in place, without
+    # the values' own tuple.
+    cdef readonly bint direct
 
     def __init__(self, cls, bint flexible, tuple ops):
         self.cls, self.flexible, self.ops = cls, flexible, ops
+        self.direct = (
+            isinstance(cls, type) and issubclass(cls, tuple) and cls.__new__ is tuple.__new__
+            and cls.__init__ is object.__init__ and type(cls).__call__ is type.__call__
+        )
 
 
 cdef inline int _need(Cursor *c, Py_ssize_t n) except -1:
@@ -250,10 +258,19 @@ cdef object _value(Op op, Cursor *c, bint flexible, object view, object parse, o
 cdef object _struct(Program prog, Cursor *c, object view, object parse, object make_uuid):
     cdef tuple ops = prog.ops
     cdef Py_ssize_t n = len(ops), i
-    cdef object values = PyTuple_New(n + 1)
+    cdef object values
     cdef object v
     cdef Op op
     cdef bint flexible = prog.flexible
+    cdef PyObject *raw
+    if prog.direct:  # the struct itself, filled as its values are read (tuple_subtype_new's allocation)
+        raw = (<TypeAlloc *> <PyObject *> prog.cls).tp_alloc(<PyTypeObject *> <PyObject *> prog.cls, n + 1)
+        if raw is NULL:
+            raise MemoryError()
+        values = <object> raw
+        Py_DECREF(values)  # `values` holds the allocation's own reference now
+    else:
+        values = PyTuple_New(n + 1)
     for i in range(n):
         op = <Op> ops[i]
         if op.kind == K_CONST:
@@ -272,6 +289,8 @@ cdef object _struct(Program prog, Cursor *c, object view, object parse, object m
     v = ()
     Py_INCREF(v)
     PyTuple_SET_ITEM(values, n, v)
+    if prog.direct:
+        return values
     return prog.cls(values)
 
 
