@@ -270,5 +270,5 @@ def join_results(
         records=records,
         capture_sets=list(sets),
         clusters=[c for r in results for c in r.clusters],
-        digest=Digest.merge([r.digest for r in results]) if results[0].digest is not None else None,
+        digest=Digest.merge([r.digest for r in results]) if results and results[0].digest else None,
     )

@@ -4,8 +4,10 @@ terminal report, the verdict and the counts read, made where an audit ran and me
 The Spark engine's driver merges one digest per capture set (or per producer group of a shuffled set)
 instead of receiving every finding and transaction. Its size follows the fleet's shape, not the length
 of its traffic: findings are tallied per cause (ksniff.audit.groups.finding_cause) and capture set, so a
-zombie retrying for an hour is one tally; transactions are counted, their durations kept as floats, and
-only the slowest few and those still open kept whole.
+zombie retrying for an hour is one tally; transactions are counted, only the slowest few and those still
+open kept whole, and their durations' spread (count, p50, p95, max) is either taken from the durations
+(kept as floats where a digest is made from lists) or, for a digest of many parts whose durations stayed
+where they were, worked out where they are (the Spark engine asks its transactions table).
 
 A digest of several parts is the digest of their joined lists (ksniff.result.join_results and
 ksniff.audit.fold.merge_outputs sort findings by `finding_order` and transactions by `TXN_ORDER`, a
@@ -128,7 +130,8 @@ class FindingsDigest:
 @slotted_dataclass
 class TransactionsDigest:
     """Transactions counted by outcome; per transactional id, its outcomes and when each of its
-    instances began one; the durations of the ended ones; the slowest ended ones (at most `slowest_kept`,
+    instances began one; the durations of the ended ones, sorted (None: not kept, `spread` then says what
+    the report reads of them: ended, p50, p95, max); the slowest ended ones (at most `slowest_kept`,
     None: all) and every one still open, in list order."""
 
     count: int = 0
@@ -139,10 +142,14 @@ class TransactionsDigest:
     slowest: list[Transaction] = field(default_factory=list)
     still_open: list[Transaction] = field(default_factory=list)
     slowest_kept: int | None = None
+    spread: tuple[int, float, float, float] | None = None
 
     @classmethod
-    def of(cls, transactions: Sequence[Transaction], slowest: int | None = None) -> TransactionsDigest:
-        """From transactions in list order (`txn_order`)."""
+    def of(
+        cls, transactions: Sequence[Transaction], slowest: int | None = None, durations: bool = True
+    ) -> TransactionsDigest:
+        """From transactions in list order (`txn_order`); without `durations`, their durations are left
+        for whoever merges the digest to find (`spread`)."""
         d = cls(count=len(transactions), slowest_kept=slowest)
         ended = []
         for t in transactions:
@@ -160,7 +167,7 @@ class TransactionsDigest:
                 ended.append(t)
             if t.outcome == "open":
                 d.still_open.append(t)
-        d.durations = array("d", sorted(t.end_ts - t.start_ts for t in ended))
+        d.durations = array("d", sorted(t.end_ts - t.start_ts for t in ended)) if durations else None
         d.slowest = _slowest(ended, slowest)
         return d
 
@@ -178,7 +185,8 @@ class TransactionsDigest:
             for key, ts in p.began.items():
                 if key not in d.began or ts < d.began[key]:
                     d.began[key] = ts
-        d.durations = array("d", sorted(x for p in parts for x in p.durations))
+        kept = [p.durations for p in parts]
+        d.durations = None if None in kept else array("d", sorted(x for ds in kept for x in ds))
         d.slowest = _slowest(sorted((t for p in parts for t in p.slowest), key=txn_order), keep)
         d.still_open = sorted((t for p in parts for t in p.still_open), key=txn_order)
         return d
@@ -214,9 +222,13 @@ class Digest:
 
     @classmethod
     def of(
-        cls, findings: Iterable[Finding], transactions: Sequence[Transaction], slowest: int | None = None
+        cls,
+        findings: Iterable[Finding],
+        transactions: Sequence[Transaction],
+        slowest: int | None = None,
+        durations: bool = True,
     ) -> Digest:
-        return cls(FindingsDigest.of(findings), TransactionsDigest.of(transactions, slowest))
+        return cls(FindingsDigest.of(findings), TransactionsDigest.of(transactions, slowest, durations))
 
     @classmethod
     def merge(cls, parts: Sequence[Digest]) -> Digest:

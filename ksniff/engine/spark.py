@@ -18,10 +18,10 @@ by tasks that read the files; one summary per file; each set audited where it wa
 events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
 (producers), the context group's (capture gaps and the partition logs, folded by one task over the
 exchanges the logs read) and the run's counters. Of findings and transactions it receives the digests the
-tasks made (ksniff.audit.digest: tallies per cause, counts, durations, the slowest and the open
-transactions), all the terminal report reads; every one of them only for a whole summary (the JSON
-document, the HTML page, --verbose, the timeline and partition views, the pandas API). Exports are
-written by the executors.
+tasks made (ksniff.audit.digest: tallies per cause, counts, the slowest and the open transactions; the
+spread of the transactions' durations is ranked on the executors), all the terminal report reads;
+every one of them only for a whole summary (the JSON document, the HTML page, --verbose, the timeline
+and partition views, the pandas API). Exports are written by the executors.
 
 It gives exactly the in-process engine's result (ksniff.engine.local); what that takes is explained in
 ksniff.engine.spark_tasks. A capture an executor cannot read is a row carrying the local engine's
@@ -553,7 +553,8 @@ def _pipeline(
     members = [m for _cset, ms in planned for m in ms]
     partitions = partitions_for(sum(i.length for i in members), session.parallelism)
     clocks_of = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
-    digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN)
+    # The durations of the transactions stay where they are: the driver asks for their spread.
+    digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN, durations=False)
     events, small, metas_of = _decoded(session, planned, config, partitions, cached, digests, records_apart)
     # The local engine's errors in its order: the sets' in plan order, each set's files in order.
     runs: dict[int, _SetRun] = {}
@@ -697,7 +698,39 @@ def _pipeline(
     listed = events.filter(F.col("kind") == tasks.AUDITED_LISTS) if not whole else None
     sources = (table_events, stored, listed)
     frames = _frames(spark, config, sources, outputs, summary, runs, labels, clocks, conns, frozenset(cut))
-    return SparkAudit(spark, summary, frames, list(cached))
+    run = SparkAudit(spark, summary, frames, list(cached))
+    if summary.digest is not None and summary.digest.transactions.count:
+        summary.digest.transactions.spread = _duration_spread(run._frame("transactions"), keep)
+    return run
+
+
+def _duration_spread(transactions: Any, keep: Any) -> tuple[int, float, float, float]:
+    """(ended, p50, p95, max) of the durations of the ended transactions in the `transactions` table
+    (those `keep` keeps), nearest-rank as the report takes them from a list (ksniff.report.transactions):
+    counted and sorted on the executors, only the two ranked values and the maximum brought back."""
+    from pyspark.sql import functions as F
+
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.report.transactions import percentile_rank
+
+    if keep is not None and keep.active:
+        transactions = transactions.mapInArrow(tasks.keep_rows(keep, "transactions"), transactions.schema)
+    ended = transactions.where(F.col("end_ts").isNotNull()).select(
+        (F.col("end_ts") - F.col("start_ts")).alias("d")
+    )
+    n, longest = ended.agg(F.count("d"), F.max("d")).first()
+    if not n:
+        return (0, 0.0, 0.0, 0.0)
+    ranks = {percentile_rank(n, p) - 1 for p in (50, 95)}  # from 0, as zipWithIndex counts
+    picked = dict(
+        ended.rdd.map(lambda row: row[0])
+        .sortBy(lambda d: d)
+        .zipWithIndex()
+        .filter(lambda pair: pair[1] in ranks)
+        .map(lambda pair: (pair[1], pair[0]))
+        .collect()
+    )
+    return (n, picked[percentile_rank(n, 50) - 1], picked[percentile_rank(n, 95) - 1], longest)
 
 
 def _frames(

@@ -163,11 +163,13 @@ class Digests:
     """How a task digests an audit's findings and transactions for a driver that holds no list of them
     (ksniff.audit.digest): findings judged against the set's clocks (when it joins several hosts), the
     report's filters applied (`keep`: ksniff.report.filters.ResultFilter, or None), the slowest
-    transactions the terminal shows kept whole."""
+    transactions the terminal shows kept whole; the durations of all of them only with `durations` (else
+    the driver asks the transactions table for their spread)."""
 
     clocks: dict = field(default_factory=dict)  # capture set index -> its clocks
     keep: object = None
     slowest: int | None = None
+    durations: bool = True
 
     def of(self, cset: int, output) -> tuple:
         """(`output` without findings and transactions, the Digest of them): `output` an AuditOutput or
@@ -181,7 +183,7 @@ class Digests:
         if keep is not None and keep.active:
             findings = [f for f in findings if keep.finding(f)]
             transactions = [t for t in transactions if keep.transaction(t)]
-        digest = Digest.of(findings, transactions, self.slowest)
+        digest = Digest.of(findings, transactions, self.slowest, self.durations)
         return replace(
             output, findings=type(output.findings)(), transactions=type(output.transactions)()
         ), digest

@@ -20,8 +20,24 @@ OPEN_SHOWN = 10
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile: an actual observed duration, never an interpolated one."""
-    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
-    return sorted_values[rank - 1]
+    return sorted_values[percentile_rank(len(sorted_values), p) - 1]
+
+
+def percentile_rank(n: int, p: float) -> int:
+    """The rank (from 1) of the nearest-rank `p` percentile among `n` sorted values."""
+    return max(1, math.ceil(p / 100 * n))
+
+
+def spread(sorted_values: Sequence[float]) -> tuple[int, float, float, float]:
+    """What the report says of durations: how many, p50, p95, max (zeros when none)."""
+    if not sorted_values:
+        return (0, 0.0, 0.0, 0.0)
+    return (
+        len(sorted_values),
+        percentile(sorted_values, 50),
+        percentile(sorted_values, 95),
+        sorted_values[-1],
+    )
 
 
 def transactions_summary(
@@ -39,13 +55,12 @@ def transactions_summary(
     if not txns.count:
         return Text("No transaction seen.", style="dim")
     parts: list[RenderableType] = [_outcome_counts(txns)]
-    times = txns.durations
-    if times:
+    ended, p50, p95, longest = txns.spread if txns.spread is not None else spread(txns.durations)
+    if ended:
         parts.append(
             Text(
-                f"Durations of the {plural(len(times), 'ended one')}: p50 "
-                f"{duration(percentile(times, 50))}, p95 {duration(percentile(times, 95))}, "
-                f"max {duration(times[-1])}"
+                f"Durations of the {plural(ended, 'ended one')}: p50 {duration(p50)}, p95 {duration(p95)}, "
+                f"max {duration(longest)}"
             )
         )
         slowest = txns.slowest_first()[: None if verbose else SLOWEST_SHOWN]
