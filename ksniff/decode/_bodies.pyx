@@ -324,6 +324,34 @@ cdef class Body:
         return self.python(view, items)
 
 
+# -- struct fields --------------------------------------------------------------------------------------
+
+
+cdef class Field:
+    """A Struct class's field by position (ksniff.decode.values): `struct.name` is the struct's item
+    `index`, what `property(itemgetter(index))` gives, without that property's call of the itemgetter
+    (an argument tuple and a subscript by an int object per read: a run over many small transactions
+    reads about a million fields). Read-only, as the property is."""
+
+    cdef readonly Py_ssize_t index
+
+    def __init__(self, Py_ssize_t index):
+        self.index = index
+
+    def __get__(self, obj, objtype):
+        if obj is None:
+            return self
+        if isinstance(obj, tuple) and 0 <= self.index < PyTuple_GET_SIZE(obj):
+            return <object> PyTuple_GET_ITEM(obj, self.index)
+        return obj[self.index]  # what the itemgetter would say
+
+    def __set__(self, obj, value):
+        raise AttributeError("can't set attribute")
+
+    def __delete__(self, obj):
+        raise AttributeError("can't delete attribute")
+
+
 # -- request headers -----------------------------------------------------------------------------------
 
 

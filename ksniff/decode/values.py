@@ -17,6 +17,7 @@ import copyreg
 from operator import itemgetter
 from typing import Any
 
+from ksniff.capture.compiled import load
 from ksniff.decode.reader import ZERO_UUID
 from ksniff.decode.schema import Array, Field, Primitive
 
@@ -79,8 +80,13 @@ def struct_class(fields: tuple[Field, ...], name: str) -> type[Struct]:
 def _new_class(name: str, names: tuple[str, ...], fields: tuple[Field, ...] | None = None) -> type[Struct]:
     attrs: dict[str, Any] = {"__slots__": (), "_fields": names, "_schema": fields}
     for i, n in enumerate(names):
-        attrs[n] = property(itemgetter(i), doc=f"field {i}")
+        attrs[n] = property(itemgetter(i), doc=f"field {i}") if _FIELD is None else _FIELD(i)
     return _StructClass(name, (Struct,), attrs)
+
+
+# A field read in C when the compiled body reader is built (ksniff.decode._bodies.Field: the item by
+# position, without the property's call of its itemgetter); else the property, the reference.
+_FIELD = getattr(load("ksniff.decode._bodies"), "Field", None)
 
 
 def _reduce_class(cls: type[Struct]) -> tuple:

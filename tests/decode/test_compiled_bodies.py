@@ -540,3 +540,34 @@ def test_structs_are_made_in_place_only_for_plain_tuple_classes():
         made[cls] = body(memoryview(b"\x00\x07"), 100)
     assert type(made[Plain][0]) is Plain and made[Plain] == ((5, 7, ()), 2)
     assert type(made[Own][0]) is Own and made[Own] == ((5, 7, "own"), 2)
+
+
+def test_struct_fields_read_by_the_compiled_descriptor_as_by_the_property():
+    """Struct classes read their fields through `_bodies.Field` when it is built: every field of every
+    struct of a real Produce exchange reads as the reference property reads it, and fields stay
+    read-only."""
+    from operator import itemgetter
+
+    from ksniff.decode import values
+
+    field = _newer("Field")
+    request, response = _bodies_of(9, {("orders", 0): [record_batch()]}, {("orders", 0): (0, 1)}, {}, False)
+    structs, todo = [], [request, response]
+    while todo:
+        s = todo.pop()
+        if isinstance(s, values.Struct):
+            structs.append(s)
+            todo.extend(v for v in s if isinstance(v, tuple))
+        elif isinstance(s, tuple):
+            todo.extend(s)
+    assert len(structs) >= 6
+    for s in structs:
+        for i, name in enumerate(s._fields):
+            descriptor = type(s).__dict__[name]
+            assert type(descriptor) is field and descriptor.index == i
+            assert getattr(s, name) is property(itemgetter(i)).__get__(s, type(s))
+            with pytest.raises(AttributeError):
+                setattr(s, name, None)
+            with pytest.raises(AttributeError):
+                delattr(s, name)
+    assert type(structs[0]).__dict__[structs[0]._fields[0]].__get__(None, type(structs[0])) is not None
