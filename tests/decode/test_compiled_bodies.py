@@ -521,6 +521,8 @@ def test_structs_are_made_in_place_only_for_plain_tuple_classes():
     tuple subclass whose construction nobody changed (every Struct class); any other class is called
     with the values, as before. Both give the class's instance of the same values."""
     m = _bodies()
+    if not hasattr(m.Program(tuple, False, ()), "direct"):
+        _newer("Program.direct")  # built before it: skipped here, a failure in CI
     assert compiled.fast_decoder_for(ALL_APIS[0], 9, True).program.direct
 
     class Plain(tuple):
