@@ -5,9 +5,9 @@ The Spark engine's driver merges one digest per capture set (or per producer gro
 instead of receiving every finding and transaction. Its size follows the fleet's shape, not the length
 of its traffic: findings are tallied per cause (ksniff.audit.groups.finding_cause) and capture set, so a
 zombie retrying for an hour is one tally; transactions are counted, only the slowest few and those still
-open kept whole, and their durations' spread (count, p50, p95, max) is either taken from the durations
-(kept as floats where a digest is made from lists) or, for a digest of many parts whose durations stayed
-where they were, worked out where they are (the Spark engine asks its transactions table).
+open kept whole, and their durations' spread (count, p50, p95, max) is taken from the durations, kept as
+floats up to a bound (`DURATIONS_MERGED`; a part may keep fewer); past it, whoever merged the digest works
+the spread out where the transactions are (the Spark engine asks its transactions table).
 
 A digest of several parts is the digest of their joined lists (ksniff.result.join_results and
 ksniff.audit.fold.merge_outputs sort findings by `finding_order` and transactions by `TXN_ORDER`, a
@@ -27,6 +27,8 @@ from ksniff.audit.fold import finding_order
 from ksniff.audit.groups import finding_cause
 from ksniff.audit.model import Finding, Transaction, stamp
 from ksniff.common.frozen import slotted_dataclass
+
+DURATIONS_MERGED = 1 << 20  # durations a merged digest keeps (8 MiB); past it, their spread is asked for
 
 
 def txn_order(t: Transaction) -> tuple:
@@ -138,7 +140,7 @@ class TransactionsDigest:
     outcomes: Counter = field(default_factory=Counter)
     story_outcomes: dict[str, Counter] = field(default_factory=dict)
     began: dict[tuple, float] = field(default_factory=dict)  # (txn id, pid, epoch) -> first start
-    durations: Any = field(default_factory=lambda: array("d"))
+    durations: Any = field(default_factory=lambda: array("d"))  # or None: more than were kept
     slowest: list[Transaction] = field(default_factory=list)
     still_open: list[Transaction] = field(default_factory=list)
     slowest_kept: int | None = None
@@ -146,10 +148,10 @@ class TransactionsDigest:
 
     @classmethod
     def of(
-        cls, transactions: Sequence[Transaction], slowest: int | None = None, durations: bool = True
+        cls, transactions: Sequence[Transaction], slowest: int | None = None, durations: int | None = None
     ) -> TransactionsDigest:
-        """From transactions in list order (`txn_order`); without `durations`, their durations are left
-        for whoever merges the digest to find (`spread`)."""
+        """From transactions in list order (`txn_order`); their durations kept if there are at most
+        `durations` (None: any number), else left for whoever merges the digest to find (`spread`)."""
         d = cls(count=len(transactions), slowest_kept=slowest)
         ended = []
         for t in transactions:
@@ -167,7 +169,8 @@ class TransactionsDigest:
                 ended.append(t)
             if t.outcome == "open":
                 d.still_open.append(t)
-        d.durations = array("d", sorted(t.end_ts - t.start_ts for t in ended)) if durations else None
+        kept = durations is None or len(ended) <= durations
+        d.durations = array("d", sorted(t.end_ts - t.start_ts for t in ended)) if kept else None
         d.slowest = _slowest(ended, slowest)
         return d
 
@@ -186,7 +189,10 @@ class TransactionsDigest:
                 if key not in d.began or ts < d.began[key]:
                     d.began[key] = ts
         kept = [p.durations for p in parts]
-        d.durations = None if None in kept else array("d", sorted(x for ds in kept for x in ds))
+        if None in kept or sum(map(len, kept)) > DURATIONS_MERGED:
+            d.durations = None
+        else:
+            d.durations = array("d", sorted(x for ds in kept for x in ds))
         d.slowest = _slowest(sorted((t for p in parts for t in p.slowest), key=txn_order), keep)
         d.still_open = sorted((t for p in parts for t in p.still_open), key=txn_order)
         return d
@@ -226,7 +232,7 @@ class Digest:
         findings: Iterable[Finding],
         transactions: Sequence[Transaction],
         slowest: int | None = None,
-        durations: bool = True,
+        durations: int | None = None,
     ) -> Digest:
         return cls(FindingsDigest.of(findings), TransactionsDigest.of(transactions, slowest, durations))
 

@@ -553,8 +553,8 @@ def _pipeline(
     members = [m for _cset, ms in planned for m in ms]
     partitions = partitions_for(sum(i.length for i in members), session.parallelism)
     clocks_of = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
-    # The durations of the transactions stay where they are: the driver asks for their spread.
-    digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN, durations=False)
+    # A part's durations come to the driver only when they are few; else it asks for their spread.
+    digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN, tasks.DURATIONS_KEPT)
     events, small, metas_of = _decoded(session, planned, config, partitions, cached, digests, records_apart)
     # The local engine's errors in its order: the sets' in plan order, each set's files in order.
     runs: dict[int, _SetRun] = {}
@@ -699,7 +699,8 @@ def _pipeline(
     sources = (table_events, stored, listed)
     frames = _frames(spark, config, sources, outputs, summary, runs, labels, clocks, conns, frozenset(cut))
     run = SparkAudit(spark, summary, frames, list(cached))
-    if summary.digest is not None and summary.digest.transactions.count:
+    txns = None if summary.digest is None else summary.digest.transactions
+    if txns is not None and txns.count and txns.durations is None:
         summary.digest.transactions.spread = _duration_spread(run._frame("transactions"), keep)
     return run
 

@@ -65,6 +65,8 @@ from ksniff.decode.identity import IDENTITY_APIS
 from ksniff.engine.local import event_ts, release_time
 
 BATCH_ROWS = 16_384
+# Durations of transactions a task's digest keeps (32 KiB); a part with more leaves them where they are.
+DURATIONS_KEPT = 4096
 BLOCK_BYTES = 16 << 20  # of a `records` block of rows (their keys and values) made where a set is audited
 
 
@@ -163,13 +165,13 @@ class Digests:
     """How a task digests an audit's findings and transactions for a driver that holds no list of them
     (ksniff.audit.digest): findings judged against the set's clocks (when it joins several hosts), the
     report's filters applied (`keep`: ksniff.report.filters.ResultFilter, or None), the slowest
-    transactions the terminal shows kept whole; the durations of all of them only with `durations` (else
-    the driver asks the transactions table for their spread)."""
+    transactions the terminal shows kept whole; their durations only up to `durations` (DURATIONS_KEPT:
+    past it the driver asks the transactions table for their spread)."""
 
     clocks: dict = field(default_factory=dict)  # capture set index -> its clocks
     keep: object = None
     slowest: int | None = None
-    durations: bool = True
+    durations: int | None = None
 
     def of(self, cset: int, output) -> tuple:
         """(`output` without findings and transactions, the Digest of them): `output` an AuditOutput or

@@ -553,11 +553,16 @@ def _report(result) -> str:
 
 
 @pytest.mark.timeout(1800)
-def test_the_terminal_report_is_the_local_one_from_a_digest(spark, way: str) -> None:
+def test_the_terminal_report_is_the_local_one_from_a_digest(spark, way: str, monkeypatch) -> None:
     """A run for the terminal: the driver holds no finding or transaction, only the digest the tasks made
     of them (merged per set and across sets), and the report it renders is the local engine's, line for
-    line, for the whole corpus as capture sets, filtered or not; the tables still hold every row."""
+    line, for the whole corpus as capture sets, filtered or not; the tables still hold every row. The
+    shuffled way with no duration kept by any task: their spread is ranked on the executors."""
+    from ksniff.engine import spark_tasks as tasks
     from ksniff.engine.spark import _run
+
+    if way == "shuffled":
+        monkeypatch.setattr(tasks, "DURATIONS_KEPT", 0)
     from ksniff.engine.spark_session import Session
     from ksniff.report.filters import ResultFilter
 
@@ -574,7 +579,8 @@ def test_the_terminal_report_is_the_local_one_from_a_digest(spark, way: str) -> 
             summary = run.summary
             assert summary.findings == [] and summary.transactions == []
             assert summary.digest is not None
-            assert summary.digest.transactions.durations is None  # their spread, worked out on the cluster
+            durations = summary.digest.transactions.durations
+            assert (durations is None) == (way == "shuffled")  # else few: their spread from the digests
             expected, got = (local, summary) if kept is None else (kept.apply(local), kept.apply(summary))
             assert 0 < len(expected.findings) and 0 < len(expected.transactions)
             assert _report(got) == _report(expected)
