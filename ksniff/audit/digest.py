@@ -120,10 +120,6 @@ class FindingsDigest:
             counts[t.first.kind, t.first.severity] += t.count
         return counts
 
-    @property
-    def total(self) -> int:
-        return sum(t.count for t in self.tallies)
-
     def unverified(self) -> int:
         """How many findings rest on bytes the capture lost (or on clocks it cannot order)."""
         return sum(t.count for t in self.tallies if t.first.evidence.get("unverified"))
