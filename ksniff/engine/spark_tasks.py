@@ -175,12 +175,18 @@ class Digests:
 
     def of(self, cset: int, output) -> tuple:
         """(`output` without findings and transactions, the Digest of them): `output` an AuditOutput or
-        an AuditResult."""
+        an AuditResult of capture set `cset`."""
+        return self.of_judged(self.judged(cset, output))
+
+    def judged(self, cset: int, output):
+        """`output` with its findings judged against the set's clocks, if it has any."""
+        return judged(output, self.clocks[cset]) if self.clocks.get(cset) else output
+
+    def of_judged(self, output) -> tuple:
+        """`of`, for an output whose findings are judged already."""
         from ksniff.audit.digest import Digest
 
         findings, transactions = output.findings, output.transactions
-        if self.clocks.get(cset):
-            findings = judged(output, self.clocks[cset]).findings
         keep = self.keep
         if keep is not None and keep.active:
             findings = [f for f in findings if keep.finding(f)]
@@ -401,8 +407,7 @@ def extract_audited(
     file that cannot be read is its FileMeta with the local engine's error, and its
     set is not audited (the driver stops the run with the error); a file of a folder that is not a
     capture is left out of its set."""
-    clocks = clocks or {}
-    digests = digests or Digests(clocks)
+    digests = digests or Digests(clocks or {})
 
     def one(cset: int, files: list[tuple]) -> Iterator[pa.RecordBatch]:
         from ksniff.engine.local import audit_capture
@@ -453,7 +458,8 @@ def extract_audited(
                 file, path, info.format, linktypes, info.bytes, info.packets, 0, 0, 0, None, None, None
             )
             rows.add(FILE_META, None, NO_ORDER, dumps(meta))
-        bare, digest = digests.of(cset, result)
+        own = digests.judged(cset, result)  # judged once, for the digest and the tables
+        bare, digest = digests.of_judged(own)
         rows.add(AUDITED, None, NO_ORDER, dumps((bare, identity, digest, peak[0] if peak else None)))
         rows.add(AUDITED_LISTS, None, NO_ORDER, dumps((result.findings, result.transactions)))
         if tables is not None:
@@ -463,7 +469,6 @@ def extract_audited(
                     if rows.full():
                         yield rows.take()
         if config.keep_tables:
-            own = judged(result, clocks[cset]) if clocks.get(cset) else result
             for table in OUTPUT_TABLES:
                 rows.add(TABLE_ROWS, table, NO_ORDER, _ipc(output_batch(table, [own])))
         yield rows.take()
@@ -1286,7 +1291,8 @@ def judged(output, clocks: tuple):
     each finding on its own, so a group's findings are judged as the whole run's are)."""
     from ksniff.engine.clock import within_uncertainty
 
-    return replace(output, findings=tuple(within_uncertainty(list(output.findings), clocks)))
+    findings = within_uncertainty(list(output.findings), clocks)
+    return replace(output, findings=type(output.findings)(findings))  # a tuple or a list, as it came
 
 
 def output_batch(
