@@ -233,9 +233,12 @@ class Decoder:
         return out
 
     def finish(self) -> list[DecodeEvent]:
-        """End of capture: requests still waiting are unanswered; undecided connections are dropped."""
+        """End of capture: requests still waiting are unanswered; undecided connections are dropped.
+
+        Connections end in the order they opened (their ids), not the order they were identified in: what
+        the end lets go is then a function of the connections alone, whichever engine decoded them."""
         out: list[DecodeEvent] = []
-        for conn in list(self._conns):
+        for conn in sorted(self._conns):
             out += self._closed(conn, self._last_ts(conn), "end_of_capture")
         self._undecided.clear()
         self._undecided_bytes = 0
