@@ -77,7 +77,7 @@ def test_every_event_class_is_made_by_the_compiled_store_by_default():
     assert {"Exchange", "ProducedBatch", "RecordBatchHeader", "StreamChunk", "Claim", "Finding"} <= names
     assert codegen.compiled_init_in_use()
     for cls in CLASSES:
-        assert cls.__init__ is codegen._FAST_INITS[cls][1], cls
+        assert cls.__init__ is codegen.fast_inits(cls)[1], cls
 
 
 def _fields(obj) -> list:

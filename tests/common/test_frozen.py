@@ -5,8 +5,10 @@ the dataclass's own, for no, one and several fields."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import pickle
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 
@@ -171,3 +173,69 @@ def test_a_class_with_its_own_comparison_is_refused():
 
             def __eq__(self, other):
                 return True
+
+
+def test_init_has_the_dataclass_signature_and_is_made_on_first_use():
+    @frozen_dataclass
+    class Late:
+        a: int
+        b: object = None
+        c: dict = field(default_factory=dict)
+
+    @dataclass(frozen=True, slots=True)
+    class TheirLate:
+        a: int
+        b: object = None
+        c: dict = field(default_factory=dict)
+
+    assert not inspect.isfunction(Late.__dict__["__init__"])  # nothing compiled yet
+    first = Late(1)
+    assert inspect.isfunction(Late.__dict__["__init__"])  # the first instance made it, in its place
+    assert first == Late(1, None, {}) and first.c is not Late(1).c
+    assert str(inspect.signature(Late)) == str(inspect.signature(TheirLate)).replace("TheirLate", "Late")
+    with pytest.raises(TypeError):
+        Late()
+    with pytest.raises(TypeError):
+        Late(1, 2, {}, 4)
+
+
+@slotted_dataclass
+class Base:
+    name: str
+    seen: int = 0
+
+
+@slotted_dataclass
+class More(Base):
+    extra: list = field(default_factory=list)
+
+
+def test_a_slotted_subclass_adds_its_fields_after_its_base():
+    more = More("x", 2, [1])
+    assert [f.name for f in dataclasses.fields(More)] == ["name", "seen", "extra"]
+    assert repr(more) == "More(name='x', seen=2, extra=[1])" and more != Base("x", 2)
+    assert dataclasses.asdict(more) == {"name": "x", "seen": 2, "extra": [1]}
+    assert pickle.loads(pickle.dumps(more)) == more and not hasattr(more, "__dict__")
+    assert More("y").extra is not More("y").extra
+
+
+def test_what_the_dataclass_refuses_or_a_plain_dataclass_must_do_is_refused():
+    with pytest.raises(ValueError, match="mutable default"):
+
+        @slotted_dataclass
+        class _Shared:
+            names: list = []  # noqa: RUF012
+
+    with pytest.raises(TypeError, match="ClassVar"):
+
+        @frozen_dataclass
+        class _Constant:
+            a: int
+            LIMIT: ClassVar[int] = 3
+
+    with pytest.raises(TypeError, match="follows default"):
+
+        @frozen_dataclass
+        class _Order:
+            a: int = 0
+            b: int
