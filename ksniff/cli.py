@@ -597,5 +597,36 @@ def live(
     sys.exit(run_live(iface, opts, duration=duration, count=count, write_path=write_path, bpf=bpf))
 
 
+def program() -> None:
+    """The `ksniff` program itself (its console script, `python -m ksniff.cli`): `main`, then the end of
+    the process without the interpreter's teardown.
+
+    Python's own ending takes every module and object apart one by one and collects garbage three times:
+    a tenth of the instructions of an audit of nothing (bench/README.md, "Start-up"), for a process about
+    to be gone. By then everything ksniff writes is closed; exit handlers run and the standard streams
+    are flushed as at a normal end. Where one of those cannot be done (another thread still running, a
+    stream that will not flush, an exit status that is a message), the normal end does it all. A program
+    that calls `main` itself (the tests, a notebook) keeps the normal end."""
+    try:
+        main()
+        code = 0
+    except SystemExit as end:
+        code = end.code
+        if code is not None and not isinstance(code, int):
+            raise
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        sys.exit(code)
+    import atexit
+
+    atexit._run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    main()
+    program()

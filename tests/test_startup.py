@@ -105,3 +105,25 @@ def test_the_dataclasses_of_a_plain_audit_have_docstrings(tmp_path):
                 if (value.__doc__ or "").startswith(f"{value.__name__}("):
                     made.append(f"{name}.{value.__name__}")
     assert made == []
+
+
+def test_the_program_ends_with_the_audits_code_its_output_and_exit_handlers(tmp_path):
+    """`ksniff` (ksniff.cli.program) ends the process without the interpreter's teardown: the report
+    and the JSON document are whole, exit handlers have run, the exit code is the audit's."""
+    out = tmp_path / "out.json"
+    child = (
+        "import atexit, sys\n"
+        "from ksniff.cli import program\n"
+        "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
+        f"sys.argv = ['ksniff', 'audit', {str(CAPTURE)!r}, '--json', {str(out)!r}]\n"
+        "program()\n"
+        "print('not reached')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", child], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stderr  # the capture has findings
+    assert done.stdout.rstrip().splitlines()[-1].startswith("Verdict: findings")
+    assert "not reached" not in done.stdout and done.stderr.strip() == "handler ran"
+    assert json.loads(out.read_text())["summary"]["verdict"] == "findings"
