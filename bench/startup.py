@@ -102,6 +102,12 @@ def main() -> None:
         }
         for capture in args.capture:
             commands[f"audit {capture.name}"] = audit(capture)
+        # One run of each first, that may write bytecode: a user's ksniff that has run once has kept the
+        # code it generates (ksniff.common.codegen, beside its modules' bytecode).
+        written = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        for tree in trees:
+            for cmd in commands.values():
+                subprocess.run(cmd, cwd=tree, env=dict(written, PYTHONPATH=str(tree)), capture_output=True)
         times = collections.defaultdict(list)  # (tree, command): CPU seconds
         own = {tree: collections.defaultdict(list) for tree in trees}
         loads = []

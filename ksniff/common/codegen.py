@@ -9,10 +9,15 @@ tables and column names that ksniff itself defines.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import marshal
 import operator
 import os
+import sys
+import zlib
+from importlib.util import MAGIC_NUMBER
 from typing import Any, TypeVar
 
 T = TypeVar("T", bound=type)
@@ -21,8 +26,57 @@ T = TypeVar("T", bound=type)
 def define(source: str, name: str, namespace: dict[str, Any], filename: str = "<ksniff generated>") -> Any:
     """Executes `source` (one or more `def`s) in `namespace` and returns the function called `name`.
     `filename` names the source in tracebacks."""
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - source made from ksniff's own tables
+    exec(_code(source, filename), namespace)  # noqa: S102 - source made from ksniff's own tables
     return namespace[name]
+
+
+# -- the code kept between runs ------------------------------------------------------------------------
+# Compiling the generated source was a twentieth of a run over a capture of a hundred megabytes (the
+# `__init__`s of the classes it makes and its decoders, ~40 functions: bench/README.md, "Start-up"), and
+# every run made the same ones again. As Python keeps a module's bytecode in `__pycache__`, the code of
+# each generated source is kept there once compiled (`__pycache__/generated/`, one file per source, named
+# by its filename and a checksum) and read back by the next run: a file is used only when it was written
+# by this interpreter's version and holds this very source and filename, otherwise the source is
+# compiled again. Where the folder cannot be written (an installation that is not the user's) or Python
+# writes no bytecode (PYTHONDONTWRITEBYTECODE), each run compiles, as before.
+
+_STORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__", "generated")
+
+
+def _code(source: str, filename: str) -> Any:
+    path = _kept_path(source, filename)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        if data.startswith(MAGIC_NUMBER):
+            kept_filename, kept_source, code = marshal.loads(memoryview(data)[len(MAGIC_NUMBER) :])
+            if kept_source == source and kept_filename == filename:
+                return code
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    code = compile(source, filename, "exec")
+    if not sys.dont_write_bytecode:
+        _keep(path, marshal.dumps((filename, source, code)))
+    return code
+
+
+def _kept_path(source: str, filename: str) -> str:
+    slug = "".join(c if c.isalnum() else "_" for c in filename).strip("_")[:80]
+    checksum = zlib.crc32(source.encode())
+    return os.path.join(_STORE, f"{slug}-{checksum:08x}-{len(source)}.{sys.implementation.cache_tag}")
+
+
+def _keep(path: str, data: bytes) -> None:
+    """Writes the file whole or not at all (runs side by side may write the same one)."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(_STORE, exist_ok=True)
+        with open(temporary, "wb") as f:
+            f.write(MAGIC_NUMBER + data)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
 
 
 # -- fast_init and deferred __init__s ------------------------------------------------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import marshal
 import pickle
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -67,3 +69,54 @@ def test_finding_evidence_defaults_to_a_new_dict():
     a = Finding("sequence_gap", "warning", 1.0, "m")
     b = Finding("sequence_gap", "warning", 1.0, "m")
     assert a.evidence == {} and a.evidence is not b.evidence
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """The kept code in a folder of its own, written whatever PYTHONDONTWRITEBYTECODE says."""
+    from ksniff.common import codegen
+
+    monkeypatch.setattr(codegen, "_STORE", str(tmp_path / "generated"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    return tmp_path / "generated"
+
+
+def test_generated_code_is_kept_and_read_back(store, monkeypatch):
+    from ksniff.common import codegen
+
+    source = "def answer(x):\n    return x + _offset\n"
+    first = codegen.define(source, "answer", {"_offset": 1}, "<ksniff test answer>")
+    assert first(1) == 2 and len(list(store.iterdir())) == 1
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(codegen, "compile", no_compile, raising=False)
+    again = codegen.define(source, "answer", {"_offset": 10}, "<ksniff test answer>")
+    assert again(1) == 11 and again.__code__.co_filename == "<ksniff test answer>"
+
+
+def test_kept_code_is_used_only_for_its_own_source(store):
+    from ksniff.common import codegen
+
+    source = "def value():\n    return 1\n"
+    path = codegen._kept_path(source, "<ksniff test value>")
+    other = "def value():\n    return 2\n"
+    store.mkdir()
+    # A file in the place of this source that holds another (a checksum collision, a stale file).
+    stale = marshal.dumps(("<ksniff test value>", other, compile(other, "x", "exec")))
+    with open(path, "wb") as f:
+        f.write(codegen.MAGIC_NUMBER + stale)
+    assert codegen.define(source, "value", {}, "<ksniff test value>")() == 1
+    with open(path, "wb") as f:
+        f.write(b"not code at all")
+    assert codegen.define(source, "value", {}, "<ksniff test value>")() == 1
+    assert marshal.loads(open(path, "rb").read()[len(codegen.MAGIC_NUMBER) :])[1] == source  # written anew
+
+
+def test_nothing_is_kept_when_python_writes_no_bytecode(store, monkeypatch):
+    from ksniff.common import codegen
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert codegen.define("def f():\n    return 3\n", "f", {}, "<ksniff test f>")() == 3
+    assert not store.exists()
