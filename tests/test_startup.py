@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,16 @@ def test_the_program_ends_with_the_audits_code_its_output_and_exit_handlers(tmp_
     assert done.stdout.rstrip().splitlines()[-1].startswith("Verdict: findings")
     assert "not reached" not in done.stdout and done.stderr.strip() == "handler ran"
     assert json.loads(out.read_text())["summary"]["verdict"] == "findings"
+
+
+def test_a_quiet_audit_with_nothing_to_show_loads_no_table(tmp_path):
+    """--quiet with no finding prints one line and the verdict: rich's tables (and the fractions and
+    decimals of their column widths) and the other parts of the report are loaded by the reports that
+    show them."""
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))  # header only, Ethernet
+    modules = loaded("audit", str(empty), "--json", str(tmp_path / "out.json"), "--quiet")
+    assert "ksniff.report.terminal" in modules
+    shown_elsewhere = ("rich.table", "fractions", "ksniff.report.producers", "ksniff.report.timeline")
+    assert [m for m in shown_elsewhere if m in modules] == []
+    assert "rich.table" in loaded("audit", str(CAPTURE), "--json", str(tmp_path / "out.json"), "--quiet")

@@ -5,18 +5,21 @@ of the kinds it explains)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Group, RenderableType
-from rich.padding import Padding
-from rich.table import Table
 from rich.text import Text
 
 from ksniff.audit.codes import error_name
 from ksniff.audit.digest import FindingsDigest, Tally
 from ksniff.audit.model import Finding
 from ksniff.report.text import clock, more, plural, producer_label, shown, shown_message
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+# rich's tables (and their fractions and decimals) are loaded by the reports that have findings to show:
+# a run with none, --quiet, prints one line of them (bench/README.md, "Start-up").
 
 SEVERITIES = ("critical", "warning", "info")
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
@@ -154,6 +157,9 @@ def counts_table(findings: FindingsDigest) -> Table:
     kinds = sorted(
         {k for k, _s in counts}, key=lambda k: tuple(-counts.get((k, s), 0) for s in severities) + (k,)
     )
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
     table.add_column("Kind")
     for s in severities:
@@ -213,6 +219,8 @@ def finding_block(
     if evidence.plain:
         body.append("\n")
         body.append_text(evidence)
+    from rich.padding import Padding
+
     return Group(finding_headline(f), Padding(body, (0, 0, 0, 4)))
 
 
@@ -283,6 +291,8 @@ def advice(groups: Sequence[Tally]) -> RenderableType:
             g.first.kind for s in _severities_present(groups) for g in groups if g.first.severity == s
         )
     )
+    from rich.table import Table
+
     table = Table.grid(padding=(0, 1))
     table.add_column(no_wrap=True, style="bold")
     table.add_column(overflow="fold")

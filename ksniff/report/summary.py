@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich import box
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 from ksniff.report.text import more, plural, ranges, shown, shown_message, size, span
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from ksniff.result import AuditResult
 
 INPUTS_SHOWN = 5
@@ -20,6 +20,8 @@ INPUTS_SHOWN = 5
 
 def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
     """Where the numbers come from: inputs, capture span, traffic, decode health, gaps, engine."""
+    from rich.table import Table  # loaded by the whole report, not by --quiet's verdict line
+
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -162,6 +164,9 @@ def _limits_text(result: AuditResult) -> Text:
 
 
 def api_table(result: AuditResult) -> Table:
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), show_edge=False)
     table.add_column("API")
     table.add_column("Versions")

@@ -15,12 +15,8 @@ from rich.console import Console
 from rich.text import Text
 
 from ksniff.report.findings import findings_view
-from ksniff.report.partitions import LOG_ROWS_SHOWN, find_partitions, partition_view, partitions_overview
-from ksniff.report.producers import producers_table, stories_table
 from ksniff.report.summary import header, verdict_line
 from ksniff.report.text import section, shown
-from ksniff.report.timeline import TIMELINE_ROWS, producer_timeline
-from ksniff.report.transactions import transactions_summary
 
 if TYPE_CHECKING:
     from ksniff.result import AuditResult
@@ -38,7 +34,12 @@ def render_report(
 ) -> None:
     """Prints the report: header, transactional ids, producers, transactions, findings (quiet: findings
     only), the verdict, then the timeline of `producer` when one was asked for (without `report`: the
-    timeline alone, with the verdict)."""
+    timeline alone, with the verdict).
+
+    The parts other than the findings and the verdict are loaded where they are shown: --quiet with
+    nothing found loads none of them, nor rich's tables (bench/README.md, "Start-up")."""
+    if producer:
+        from ksniff.report.timeline import TIMELINE_ROWS, producer_timeline
     if producer and not report:
         console.print(section(f"Producer {shown(producer)}"))
         console.print(producer_timeline(result, producer, limit=None if verbose else TIMELINE_ROWS))
@@ -47,6 +48,10 @@ def render_report(
         return
     digest = result.account()
     if not quiet:
+        from ksniff.report.partitions import partitions_overview
+        from ksniff.report.producers import producers_table, stories_table
+        from ksniff.report.transactions import transactions_summary
+
         console.print(header(result, verbose=verbose))
         console.print()
         console.print(section("Transactional ids"))
@@ -72,6 +77,8 @@ def render_report(
     console.print()
     console.print(verdict_line(result))
     if topic_partition:
+        from ksniff.report.partitions import LOG_ROWS_SHOWN, find_partitions, partition_view
+
         console.print()
         console.print(section(f"Partition {shown(topic_partition)}"))
         found = find_partitions(result.partitions, topic_partition)
