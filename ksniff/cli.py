@@ -599,14 +599,18 @@ def live(
 
 def program() -> None:
     """The `ksniff` program itself (its console script, `python -m ksniff.cli`): `main`, then the end of
-    the process without the interpreter's teardown.
+    the process without the interpreter's teardown when nothing can be lost by it.
 
     Python's own ending takes every module and object apart one by one and collects garbage three times:
     a tenth of the instructions of an audit of nothing (bench/README.md, "Start-up"), for a process about
-    to be gone. By then everything ksniff writes is closed; exit handlers run and the standard streams
-    are flushed as at a normal end. Where one of those cannot be done (another thread still running, a
-    stream that will not flush, an exit status that is a message), the normal end does it all. A program
-    that calls `main` itself (the tests, a notebook) keeps the normal end."""
+    to be gone. What that ending does that matters is flushing what is still buffered: exit handlers run
+    and the standard streams are flushed here as there, and the quick end is taken only when every file
+    the run opened for writing is closed (the descriptors open for writing at the end are those open at
+    its start: a writer still open holds one). Otherwise (a writer left open, another thread still
+    running, a stream that will not flush, an exit status that is a message, a system without
+    /proc/self/fd), the normal end does it all. A program that calls `main` itself (the tests, a
+    notebook) keeps the normal end."""
+    before = _writable_descriptors()
     try:
         main()
         code = 0
@@ -615,7 +619,7 @@ def program() -> None:
         if code is not None and not isinstance(code, int):
             raise
     threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() > 1:
+    if before is None or (threading is not None and threading.active_count() > 1):
         sys.exit(code)
     import atexit
 
@@ -625,7 +629,30 @@ def program() -> None:
         sys.stderr.flush()
     except (OSError, ValueError):
         sys.exit(code)
+    after = _writable_descriptors()
+    if after is None or not after <= before:
+        sys.exit(code)
     os._exit(code or 0)
+
+
+def _writable_descriptors() -> frozenset[int] | None:
+    """The process's file descriptors open for writing (Linux's /proc), or None where they cannot be
+    listed."""
+    import fcntl
+
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    found = set()
+    for name in names:
+        try:
+            flags = fcntl.fcntl(int(name), fcntl.F_GETFL)
+        except (OSError, ValueError):
+            continue  # the listing's own descriptor, closed by now
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            found.add(int(name))
+    return frozenset(found)
 
 
 if __name__ == "__main__":

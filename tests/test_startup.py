@@ -108,26 +108,63 @@ def test_the_dataclasses_of_a_plain_audit_have_docstrings(tmp_path):
     assert made == []
 
 
-def test_the_program_ends_with_the_audits_code_its_output_and_exit_handlers(tmp_path):
-    """`ksniff` (ksniff.cli.program) ends the process without the interpreter's teardown: the report
-    and the JSON document are whole, exit handlers have run, the exit code is the audit's."""
+# In the child: an object whose finalizer runs only in the interpreter's own teardown.
+TEARDOWN = (
+    "import atexit, sys\n"
+    "class _Teardown:\n"
+    "    def __del__(self):\n"
+    "        sys.stderr.write('torn down\\n')\n"
+    "_mark = _Teardown()\n"
+    "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
+)
+
+
+def _program(tmp_path, before_run: str = "") -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / "out.json"
     child = (
-        "import atexit, sys\n"
-        "from ksniff.cli import program\n"
-        "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
-        f"sys.argv = ['ksniff', 'audit', {str(CAPTURE)!r}, '--json', {str(out)!r}]\n"
-        "program()\n"
-        "print('not reached')\n"
+        TEARDOWN
+        + "import ksniff.run\n"
+        + "from ksniff.cli import program\n"
+        + before_run
+        + f"sys.argv = ['ksniff', 'audit', {str(CAPTURE)!r}, '--json', {str(out)!r}]\n"
+        + "program()\n"
+        + "print('not reached')\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
         [sys.executable, "-c", child], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
+    return done, out
+
+
+def test_the_program_ends_with_the_audits_code_its_output_and_exit_handlers(tmp_path):
+    """`ksniff` (ksniff.cli.program) ends the process without the interpreter's teardown: the report
+    and the JSON document are whole, exit handlers have run, the exit code is the audit's."""
+    done, out = _program(tmp_path)
     assert done.returncode == 1, done.stderr  # the capture has findings
     assert done.stdout.rstrip().splitlines()[-1].startswith("Verdict: findings")
-    assert "not reached" not in done.stdout and done.stderr.strip() == "handler ran"
+    assert "not reached" not in done.stdout and "handler ran" in done.stderr
     assert json.loads(out.read_text())["summary"]["verdict"] == "findings"
+    if os.path.isdir("/proc/self/fd"):
+        assert "torn down" not in done.stderr  # the quick end
+
+
+def test_a_writer_left_open_gets_the_normal_end(tmp_path):
+    """A file the run opened for writing and did not close still has its buffer flushed: the quick end
+    is not taken."""
+    left = tmp_path / "left.txt"
+    leave_open = (
+        "_run = ksniff.run.run_audit\n"
+        "def _leaving(*args, **kwargs):\n"
+        f"    globals()['_open'] = open({str(left)!r}, 'w')\n"
+        "    _open.write('buffered, never flushed by the run')\n"
+        "    return _run(*args, **kwargs)\n"
+        "ksniff.run.run_audit = _leaving\n"
+    )
+    done, out = _program(tmp_path, leave_open)
+    assert done.returncode == 1, done.stderr
+    assert left.read_text() == "buffered, never flushed by the run"
+    assert "torn down" in done.stderr and "handler ran" in done.stderr
 
 
 def test_a_quiet_audit_with_nothing_to_show_loads_no_table(tmp_path):
