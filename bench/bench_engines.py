@@ -21,7 +21,9 @@ Run by hand (the cluster targets need Java; every process started here is stoppe
 nowhere), Spark's driver receiving the digest of the findings and transactions (ksniff.audit.digest)
 instead of every one; `--check` then compares the report's text. `--records` runs `ksniff audit --records
 --parquet DIR` (implies `--report`): every table written, the records table with them, its decompression
-budget drawn set after set; the Parquet files are removed after each run.
+budget drawn set after set; the Parquet files are removed after each run. `--shuffled` sends every
+capture set of the Spark targets the shuffled way (segments to their flows' tasks, events to their
+producer groups' tasks), as sets too large for one task go: what scaling out costs per MB.
 """
 
 from __future__ import annotations
@@ -232,9 +234,15 @@ def run_target(
     extra: list[tuple[str, str]] = (),
     report: bool = False,
     records: bool = False,
+    shuffled: bool = False,
 ) -> None:
     """One target over every scale, in a process of its own (so the peaks are its own)."""
     import shutil
+
+    if shuffled:
+        from ksniff.engine import spark_tasks
+
+        spark_tasks.DIRECT_MAX_BYTES = 0  # no set is audited where it is read
 
     from ksniff.engine.spark import audit_paths_spark, audit_spark
     from ksniff.report.stream import write_tables
@@ -315,13 +323,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark property")
     parser.add_argument("--report", action="store_true", help="the terminal report's run (see above)")
     parser.add_argument("--records", action="store_true", help="audit with --records")
+    parser.add_argument("--shuffled", action="store_true", help="every set the shuffled way on Spark")
     parser.add_argument("--only", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     scales = [int(s) for s in args.scales.split(",")]
     extra = [tuple(c.split("=", 1)) for c in args.conf]
     if args.only:
-        run_target(args.only, Path(args.dir), scales, extra, args.report, args.records)
+        run_target(args.only, Path(args.dir), scales, extra, args.report, args.records, args.shuffled)
         return 0
 
     print(
@@ -352,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.scales,
                     *(["--report"] if args.report else []),
                     *(["--records"] if args.records else []),
+                    *(["--shuffled"] if args.shuffled else []),
                 ],
                 check=False,
             )
