@@ -88,7 +88,9 @@ class FrameSplitter:
         self.min_size = min_size
         # A partial frame is buffered up to its own size; the cap only bounds what resync scanning keeps.
         self.max_buffer = max_buffer if max_buffer is not None else 1 << 20
-        self.buf = bytearray()
+        # The bytes held from the start of a partial frame (or a resynchronisation tail): a copy, or a view
+        # of the chunk they came from when they are at least half of it (`_held`).
+        self.buf: bytes | memoryview = b""
         # Chunks that came after `buf` while the frame it starts still needs more: held as they are and
         # joined once when the frame is whole (appending each to `buf` copied a large frame's bytes again
         # at every growth of the bytearray: a fifth of a run over large Produce requests).
@@ -117,7 +119,7 @@ class FrameSplitter:
     def gap(self) -> None:
         """Bytes were lost: whatever is buffered can no longer complete; find the next frame afresh."""
         self.skipped += len(self.buf) + self.later_len
-        self.buf.clear()
+        self.buf = b""
         self.buf_marks.clear()
         self.later.clear()
         self.later_len = 0
@@ -147,31 +149,50 @@ class FrameSplitter:
             held = self.buf_marks
             held.append((offset, first_ts))
             held.extend(marks)
-            if self.need and len(self.buf) + self.later_len + len(data) < self.need:
+            need = self.need
+            if need and len(self.buf) + self.later_len + len(data) < need:
                 self.later.append(data)
                 self.later_len += len(data)
                 return []
+            rest = need - len(self.buf) - self.later_len
+            if need and not self.syncing and self.confirm_at is None:
+                # The frame in step completes in this chunk: only its own bytes are joined, and the
+                # chunk's bytes after it are split where they are (not copied with the frame, nor their
+                # tail once more into the buffer).
+                frame = b"".join((self.buf, *self.later, memoryview(data)[:rest]))
+                frames = self._drop_held(frame, held)
+                frames += self.split(data, first_ts, offset, marks, rest)
+                return frames
             data = b"".join((self.buf, *self.later, data))
-            self.later.clear()
-            self.later_len = 0
             first_ts, offset = self.buf_ts, self.buf_offset
-            self.buf.clear()
-            self.buf_marks = []
-            self.need = 0
+            self._drop_held(b"", held)
             return self.split(data, first_ts, offset, held)
         return self.split(data, first_ts, offset, marks)
 
-    def split(self, data: bytes, first_ts: float, offset: int, marks) -> list:
-        """Frames of `data` (stream offset `offset`, capture time `first_ts` at its first byte, changing
-        at `marks`), as tuples of Frame's fields. The one loop over a chunk's frames: `take` calls it for
-        what is not a single whole frame, and so does the decoder's connection when nothing is held."""
+    def _drop_held(self, frame: bytes, held: list) -> list:
+        """The held bytes are let go; `frame` (when given) is the one whole frame they began."""
+        self.later.clear()
+        self.later_len = 0
+        first_ts, offset = self.buf_ts, self.buf_offset
+        self.buf = b""
+        self.buf_marks = []
+        self.need = 0
+        return self.split(frame, first_ts, offset, held) if frame else []
+
+    def split(self, data: bytes, first_ts: float, offset: int, marks, pos: int = 0) -> list:
+        """Frames of `data` from `pos` (stream offset `offset` at data[0], capture time `first_ts` at its
+        first byte, changing at `marks`), as tuples of Frame's fields. The one loop over a chunk's frames:
+        `take` calls it for what is not a single whole frame, and so does the decoder's connection when
+        nothing is held."""
         view = memoryview(data)
         end = len(data)
-        pos = 0
         frames: list[Frame] = []
         resynced = False
-        # The capture time at stream offset `offset + pos`, marks[m:] still ahead.
+        # The capture time at stream offset `offset + pos`, marks[m:] still ahead: from `pos`, as after
+        # a frame that ended at pos - 1.
         ts, m, n_marks = first_ts, 0, len(marks)
+        if pos:
+            ts, m = _time_at(marks, 0, first_ts, offset + pos - 1)
         while True:
             if self.confirm_at is not None:
                 verdict = self._confirm(data, pos, offset)
@@ -233,7 +254,7 @@ class FrameSplitter:
 
     def _keep(self, data: bytes, pos: int, offset: int, marks, m: int, ts: float) -> None:
         """Buffer data[pos:] (no bytes are buffered), with its capture times: `ts` before marks[m:]."""
-        self.buf += memoryview(data)[pos:]
+        self.buf = _held(data, pos)
         self.buf_offset = offset + pos
         self._keep_marks(offset + pos, marks, m, ts)
 
@@ -258,13 +279,21 @@ class FrameSplitter:
         elif status == WAIT:
             self.need = _wait_need(data, at)
         self.skipped += keep_from - pos
-        self.buf += memoryview(data)[keep_from:]
+        self.buf = _held(data, keep_from)
         self.buf_offset = (self.next_offset or 0) - len(self.buf)
         self._keep_marks(self.buf_offset, marks, m, ts)
         return len(data)
 
 
 _OFFSET = itemgetter(0)  # a mark's stream offset
+
+
+def _held(data: bytes, pos: int) -> bytes | memoryview:
+    """data[pos:] to hold until more comes: a view when `data` is bytes (immutable) and the part is at
+    least half of it, so what is held alive is at most twice what is counted as held; else a copy."""
+    if data.__class__ is bytes and 2 * (len(data) - pos) >= len(data):
+        return memoryview(data)[pos:]
+    return bytes(memoryview(data)[pos:])
 
 
 def _time_at(marks, m: int, ts: float, at: int) -> tuple[float, int]:

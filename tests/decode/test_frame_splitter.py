@@ -85,3 +85,21 @@ def test_a_frames_times_are_its_own_segments_however_the_segments_were_merged_in
         assert [(f.first_ts, f.last_ts) for f in got] == [
             (time_at(f.offset), time_at(f.offset + 3 + len(f.payload))) for f in got
         ]
+
+
+def test_what_a_partial_frame_keeps_alive_is_at_most_twice_what_is_counted_as_held():
+    # The start of a frame left at the end of a chunk is held as a view of the chunk when it is at least
+    # half of it (no copy of a large frame's first part), else copied: a byte held never keeps a whole
+    # chunk alive.
+    data, frames = _stream([1000, 300_000])
+    for cut in (1004 + 5, 1004 + 600, 1004 + 5000, 150_000, 250_000):
+        splitter = FrameSplitter(min_size=4)
+        got = splitter.feed(data[:cut], 1.0, 1.0, 0)
+        assert [(f.offset, bytes(f.payload)) for f in got] == frames[:1]
+        held = splitter.buf
+        assert splitter.buffered == cut - 1004
+        kept_alive = len(held.obj) if isinstance(held, memoryview) else len(held)
+        assert kept_alive <= 2 * splitter.buffered
+        got = splitter.feed(data[cut:], 2.0, 2.0, cut)
+        assert [(f.offset, bytes(f.payload)) for f in got] == frames[1:]
+        assert splitter.buffered == 0
