@@ -37,7 +37,7 @@ import sys
 from ksniff.audit import Auditor
 from ksniff.capture import read_files
 from ksniff.config import EngineConfig
-from ksniff.engine.local import event_ts, fewer_collections
+from ksniff.engine.local import PIECES_FROM, event_ts, fewer_collections
 
 path, upto = sys.argv[1], sys.argv[2]
 config = EngineConfig(keep_tables=False)
@@ -45,6 +45,7 @@ if upto == "start":
     sys.exit()
 with fewer_collections():
     run = read_files([path])
+    run.reassembler.hand_pieces(PIECES_FROM)  # as the engine does
     events = list(run)
     if upto != "capture":
         decoder = config.decoder(run.drop, run.drop)

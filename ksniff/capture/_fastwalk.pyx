@@ -367,6 +367,7 @@ cdef class Chunks:
     cdef Py_ssize_t conn_id, m_out, m_pending, m_at
     cdef Py_ssize_t c_conn, c_from_src, c_offset, c_data, c_first_ts, c_last_ts, c_marks, c_at
     cdef Py_ssize_t max_pending, tail_kept
+    cdef public Py_ssize_t pieces_from  # ChunkMerger.pieces_from: such chunks go to its flush_half
     cdef object chunk, make, keep
 
     def __init__(self, type half, type conn, type merger, type chunk, Py_ssize_t max_pending,
@@ -382,6 +383,7 @@ cdef class Chunks:
         self.c_first_ts, self.c_last_ts = _slot(chunk, "first_ts"), _slot(chunk, "last_ts")
         self.c_marks, self.c_at = _slot(chunk, "marks"), _slot(chunk, "at")
         self.max_pending, self.tail_kept = max_pending, tail_kept
+        self.pieces_from = 0
         self.chunk, self.make = chunk, object.__new__
         self.keep = (half, conn, merger)  # alive as long as their offsets are used
 
@@ -421,7 +423,8 @@ cdef class Chunks:
         if (pending is NULL or type(<object> pending) is not dict or out is NULL or parts is NULL
                 or conn is NULL or _get(<object> conn, self.conn_id) is NULL or _get(h, self.from_src) is NULL
                 or _get(h, self.p_off) is NULL or _get(h, self.p_first) is NULL or _get(h, self.p_last) is NULL
-                or _get(h, self.p_at) is NULL or _get(h, self.p_marks) is NULL):
+                or _get(h, self.p_at) is NULL or _get(h, self.p_marks) is NULL
+                or self.pieces_from and type(<object> parts) is list and len(<list> parts) >= self.pieces_from):
             merger.flush_half(h)
             return 0
         del (<dict> pending)[h]

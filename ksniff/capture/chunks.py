@@ -29,6 +29,23 @@ TAIL_KEPT = 2 << 10
 MAX_PENDING = 1024
 
 
+def chunk_size(data: bytes | tuple) -> int:
+    """Bytes of a chunk's `data`: bytes, or its pieces in order (ChunkMerger.pieces_from)."""
+    return len(data) if data.__class__ is not tuple else sum(map(len, data))
+
+
+def _last_bytes(parts: list, n: int) -> bytes:
+    """The last `n` bytes of the pieces `parts` (all of them when they hold fewer)."""
+    keep, have = [], 0
+    for p in reversed(parts):
+        keep.append(p)
+        have += len(p)
+        if have >= n:
+            break
+    keep.reverse()
+    return b"".join(keep)[-n:]
+
+
 def _opening_order(h: Half) -> int:
     return h.conn.id
 
@@ -37,7 +54,7 @@ class ChunkMerger:
     """`out` is the queue of events ready to leave; `pending` the directions whose chunk is being merged
     (at most one per connection; a direction's `parts` is a list exactly while it is there)."""
 
-    __slots__ = ("out", "pending", "max_chunk", "stats", "at")
+    __slots__ = ("out", "pending", "max_chunk", "stats", "at", "pieces_from")
 
     def __init__(self, max_chunk: int, stats: CaptureStats) -> None:
         self.out: deque[StreamEvent] = deque()
@@ -45,6 +62,10 @@ class ChunkMerger:
         self.max_chunk = max_chunk
         self.stats = stats
         self.at = 0  # where the segment being taken came in the capture: StreamChunk.at of a chunk it starts
+        # A chunk of at least this many segments is handed on as the tuple of their payloads, not joined
+        # (0: never): for a consumer that takes pieces (the decoder's frame splitter joins a large frame
+        # once from its segments instead of from joined chunks). Off unless the engine turns it on.
+        self.pieces_from = 0
 
     def start(self, h: Half, off: int, payload, n: int, ts: float) -> None:
         """A new chunk for `h` from stream offset `off` (the hot loop's in-order bytes come here too);
@@ -104,11 +125,15 @@ class ChunkMerger:
         del self.pending[h]
         parts = h.parts
         h.parts = None
-        data = b"".join(parts)
         marks, h.p_marks = h.p_marks, None
         marks = () if marks is None else tuple(marks)
+        pieces = self.pieces_from and len(parts) >= self.pieces_from
+        data = tuple(parts) if pieces else b"".join(parts)
         self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last, marks, h.p_at))
-        if len(data) <= TAIL_KEPT:
+        if pieces:
+            h.tail = _last_bytes(parts, TAIL_KEPT)
+            h.tail_off = h.p_off + h.p_len - len(h.tail)
+        elif len(data) <= TAIL_KEPT:
             h.tail, h.tail_off = data, h.p_off
         else:  # a copy of the end, so the whole chunk does not stay alive through it
             h.tail = data[-TAIL_KEPT:]

@@ -47,7 +47,9 @@ class StreamChunk:
     conn: int
     from_src: bool
     offset: int  # bytes since the first byte of this direction seen (0 = first payload byte)
-    data: bytes
+    # The bytes; or, from a reassembler told to (Reassembler.hand_pieces), the tuple of its segments'
+    # payloads in order (bytes or views of the capture's buffer), for a consumer that takes pieces.
+    data: bytes | tuple
     first_ts: float  # capture time of the segment carrying the first byte
     last_ts: float  # capture time of the segment carrying the last byte
     # Where the capture time changes within the chunk, when it merged segments of different times:

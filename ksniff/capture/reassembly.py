@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator
 
 from ksniff.capture import chunks as merging
 from ksniff.capture import compiled
-from ksniff.capture.chunks import ChunkMerger
+from ksniff.capture.chunks import ChunkMerger, chunk_size
 from ksniff.capture.connections import ConnectionTable, ConnIdFn
 from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.events import CaptureStats, StreamChunk, StreamEvent
@@ -90,6 +90,11 @@ class Reassembler:
         self.next_sweep = float("-inf")
         # Seconds of capture time between two idle sweeps: a few per timeout.
         self.sweep_every = max(1.0, min(self.limits.idle_timeout, self.limits.closed_linger) / 4)
+
+    def hand_pieces(self, segments: int) -> None:
+        """Chunks of at least `segments` segments are handed on as the tuple of their payloads, not
+        joined (ChunkMerger.pieces_from): for a consumer that takes pieces, as the decoder does."""
+        self._merger.pieces_from = segments
 
     # Counters an engine that runs several reassemblers adds up before asking one of them for warnings.
     evicted = _counter_of("_conns", "evicted")
@@ -196,6 +201,7 @@ class Reassembler:
             # steps); a build older than that calls the merger's methods.
             limits = merging.MAX_PENDING, merging.TAIL_KEPT  # read now: a test may set them lower
             slots.chunks = compiled.fastwalk.Chunks(Half, Conn, ChunkMerger, StreamChunk, *limits)
+            slots.chunks.pieces_from = self._merger.pieces_from
         if slots is None:
             yield from self.events(itertools.chain.from_iterable(batches), finish)
             return
@@ -352,7 +358,8 @@ class Reassembler:
             self._conns.drop(conn_id)
             return
         conn.tally, conn.holes = tally, {True: [], False: []}
-        held = sum(len(e.data) for e in self._merger.out if e.conn == conn_id and e.__class__ is StreamChunk)
+        out = self._merger.out
+        held = sum(chunk_size(e.data) for e in out if e.conn == conn_id and e.__class__ is StreamChunk)
         reached = {}
         for h in conn.halves:
             if h.parts is not None:

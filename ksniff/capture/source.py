@@ -133,11 +133,14 @@ class CaptureBuffer:
     def _release(self, pos: int) -> None:
         """Drop mapped pages already parsed, so resident memory stays flat however big the file is.
 
-        The pages are file-backed: a payload view still held downstream just reads them in again.
+        The pages are file-backed: a payload view still held downstream just reads them in again (the
+        decoder holds a large frame's segments until it is whole). Pages read in again are dropped at
+        the next window as well: every page before `pos` is dropped each time, not only those parsed
+        since the last window (unmapped ranges cost the kernel next to nothing to walk).
         """
         upto = pos - pos % mmap.PAGESIZE
         if self._map is not None and upto > self._released and hasattr(self._map, "madvise"):
-            self._map.madvise(mmap.MADV_DONTNEED, self._released, upto - self._released)
+            self._map.madvise(mmap.MADV_DONTNEED, 0, upto)
             self._released = upto
 
     def truncated(self, pos: int) -> str:

@@ -131,10 +131,19 @@ class Connection:
         self.last_ts = last_ts
         to_broker = from_src == self.client_is_src
         splitter = self.requests if to_broker else self.responses
+        if data.__class__ is tuple:  # the chunk's segments (ChunkMerger.pieces_from): a large frame's pieces
+            if not splitter.buf:
+                if splitter.start_parts(data, sum(map(len, data)), first_ts, offset, marks):
+                    self.moved += len(splitter.buf) + splitter.later_len
+                    return out
+                data = b"".join(data)
         if splitter.buf:
             before, over = splitter.malformed, splitter.oversized
             held = len(splitter.buf) + splitter.later_len
-            frames = splitter.take(data, first_ts, last_ts, offset, marks)
+            if data.__class__ is tuple:
+                frames = splitter.take_parts(data, first_ts, last_ts, offset, marks)
+            else:
+                frames = splitter.take(data, first_ts, last_ts, offset, marks)
         else:
             # Nothing held, as nearly always: FrameSplitter.take's own steps for it inline. A chunk holding
             # exactly one whole frame (a small request or response) goes straight to its request or

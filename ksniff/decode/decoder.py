@@ -344,6 +344,9 @@ class Decoder:
     def _chunk_slow(self, ev: StreamChunk) -> list[DecodeEvent]:
         if ev.conn in self._ignored:
             return []
+        if ev.data.__class__ is tuple:  # its segments' payloads (ChunkMerger.pieces_from): joined here
+            data = b"".join(ev.data)
+            ev = StreamChunk(ev.conn, ev.from_src, ev.offset, data, ev.first_ts, ev.last_ts, ev.marks, ev.at)
         opened = self._ported.get(ev.conn)
         if opened is not None:
             return self._first_on_port(opened, ev)

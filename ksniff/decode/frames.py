@@ -10,10 +10,11 @@ buffered at all.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from bisect import bisect_right
 from collections.abc import Callable
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from ksniff.capture.compiled import load
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
@@ -169,6 +170,54 @@ class FrameSplitter:
             return self.split(data, first_ts, offset, held)
         return self.split(data, first_ts, offset, marks)
 
+    def take_parts(self, parts: tuple, first_ts: float, last_ts: float, offset: int, marks: tuple) -> list:
+        """`take` for a chunk handed on as its segments' payloads (StreamChunk.data a tuple, while a
+        frame is held): the pieces of the frame in step are held as they are (`_kept`) and the frame
+        joined once, from them; the chunk's bytes after it, when it ends here, are taken as a new chunk.
+        Anything else (resynchronising, a jump, a frame not in step) joins the pieces and takes them."""
+        need = self.need
+        if not need or self.syncing or self.confirm_at is not None or offset != self.next_offset:
+            return self.take(b"".join(parts), first_ts, last_ts, offset, marks)
+        n = sum(map(len, parts))
+        self.next_offset = offset + n
+        held = self.buf_marks
+        held.append((offset, first_ts))
+        held.extend(marks)
+        have = len(self.buf) + self.later_len
+        if have + n < need:
+            self.later += _kept(parts)
+            self.later_len += n
+            return []
+        rest = need - have
+        head, after = _cut(parts, rest)
+        frames = self._drop_held(b"".join((self.buf, *self.later, *head)), held)
+        if rest < n:
+            at = offset + rest
+            if not self.start_parts(after, n - rest, _time_at(marks, 0, first_ts, at)[0], at, marks):
+                frames += self.split(b"".join(after), first_ts, at, marks)
+        return frames
+
+    def start_parts(self, parts, n: int, first_ts: float, offset: int, marks: tuple) -> bool:
+        """With nothing held: holds the pieces `parts` (`n` bytes from stream offset `offset`, capture
+        time `first_ts` there, changing at `marks`) without joining them when they begin a frame in step
+        that runs past them, as `split` would keep them; False, and nothing done, otherwise."""
+        if self.syncing or self.confirm_at is not None or n < 4:
+            return False
+        size = _SIZE(_first_bytes(parts, 4), 0)[0]
+        if size < self.min_size or size > self.max_frame or 4 + size <= n:
+            return False
+        kept = _kept(parts)
+        if not kept[0]:
+            return False
+        self.buf = kept[0]
+        self.later = kept[1:]
+        self.later_len = n - len(kept[0])
+        self.next_offset = offset + n
+        self.need = 4 + size
+        self.buf_offset = offset
+        self._keep_marks(offset, marks, 0, first_ts)
+        return True
+
     def _drop_held(self, frame: bytes, held: list) -> list:
         """The held bytes are let go; `frame` (when given) is the one whole frame they began."""
         self.later.clear()
@@ -286,6 +335,47 @@ class FrameSplitter:
 
 
 _OFFSET = itemgetter(0)  # a mark's stream offset
+
+
+_OWNER = attrgetter("obj")  # what a memoryview is a view of
+
+
+def _kept(parts) -> list:
+    """The pieces to hold for `parts`: themselves when each is a view of a mapped capture file (its
+    pages are the file's: holding them holds no copy, and the kernel may drop them and read them
+    again), else one copy. A view of anything else (a window inflated from gzip, a block of the live
+    ring) would keep all of it alive; pieces of bytes (not what the hot loop gives) are joined too."""
+    if set(map(type, parts)) == {memoryview} and all(
+        o.__class__ is mmap.mmap for o in set(map(_OWNER, parts))
+    ):
+        return list(parts)
+    return [b"".join(parts)]
+
+
+def _cut(parts, n: int) -> tuple[list, list]:
+    """`parts` cut after their first `n` bytes (0 < n <= their length): the pieces before and after."""
+    for i, p in enumerate(parts):
+        size = len(p)
+        if n < size:
+            view = memoryview(p)
+            return [*parts[:i], view[:n]], [view[n:], *parts[i + 1 :]]
+        n -= size
+        if n == 0:
+            return list(parts[: i + 1]), list(parts[i + 1 :])
+    return list(parts), []
+
+
+def _first_bytes(parts, n: int) -> bytes:
+    """The first `n` bytes of the pieces `parts` (they hold at least `n`)."""
+    first = parts[0]
+    if len(first) >= n:
+        return bytes(first[:n])
+    out = bytearray()
+    for p in parts:
+        out += p[: n - len(out)]
+        if len(out) >= n:
+            break
+    return bytes(out)
 
 
 def _held(data: bytes, pos: int) -> bytes | memoryview:

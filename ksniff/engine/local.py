@@ -41,6 +41,9 @@ from ksniff.result import AuditResult, join_results, stamp_set
 RECORD_ROWS_CHUNK = 4096  # record rows handed to the exports at a time
 PROGRESS_SECONDS = 0.1  # between two progress reports: often enough for a rate and an ETA
 GC_FIRST_THRESHOLD = 100_000  # allocations between young-generation collections during a run
+# Segments from which a chunk is handed to the decoder as its pieces (Reassembler.hand_pieces): a
+# large chunk of bulk data, never the chunk of a small request or response.
+PIECES_FROM = 16
 
 
 @contextlib.contextmanager
@@ -363,6 +366,9 @@ def audit_capture(
     --records budget (ksniff.decode.records.Inflation) the sets before it used; `peak`: when given, the
     budget's peak this audit reached (Inflation.peak) is appended to it."""
     run = read_files(list(paths), config.limits)
+    # The decoder takes a large chunk as its segments' payloads: a frame of many chunks (a bulk Produce
+    # request) is joined once, from its segments, instead of from chunks joined first.
+    run.reassembler.hand_pieces(PIECES_FROM)
     if offset_of is not None:  # captures of several hosts: each file on the set's time line
         run.offsets = [offset_of(f.path) for f in run.files]
     pipeline = Pipeline(

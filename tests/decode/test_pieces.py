@@ -1,0 +1,133 @@
+"""Chunks handed to the decoder as their segments' payloads (ChunkMerger.pieces_from, which the local
+engine turns on): the decode events are those of the same chunks joined, over the corpus and over large
+frames cut anywhere, and what the splitter holds of a frame in pieces is never a view of anything but a
+mapped capture file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import mmap
+import random
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from ksniff.capture import read_files
+from ksniff.decode import Decoder
+from ksniff.decode.frames import FrameSplitter
+
+PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
+
+
+def _corpus():
+    for exp in sorted(PCAPS.glob("*.expect.json")):
+        doc = json.loads(exp.read_text())
+        path = PCAPS / doc["capture"]
+        if path.exists():
+            yield pytest.param(path, doc["kafka_ports"], id=path.name)
+
+
+def _decode(path: Path, ports: list[int], pieces_from: int) -> list:
+    run = read_files([str(path)])
+    run.reassembler.hand_pieces(pieces_from)
+    dec = Decoder(ports=tuple(ports), on_not_kafka=run.drop)
+    out = []
+    for ev in run:
+        out += dec.feed(ev)
+    out += dec.finish()
+    return [*out, dec.stats.as_contract()]
+
+
+@pytest.mark.parametrize("path, ports", list(_corpus()))
+def test_the_corpus_decodes_the_same_from_pieces_as_from_joined_chunks(path, ports, tmp_path):
+    joined = _decode(path, ports, 0)
+    assert _decode(path, ports, 1) == joined  # every chunk in pieces: views of the mapped file
+    packed = tmp_path / (path.name + ".gz")  # views of an inflated window: held as copies
+    with path.open("rb") as src, gzip.open(packed, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert _decode(packed, ports, 1) == joined
+
+
+def _take(splitter: FrameSplitter, data, first_ts, last_ts, offset, marks) -> list:
+    """A chunk as the decoder's connection gives it to its splitter (bytes, or a tuple of pieces)."""
+    if data.__class__ is tuple:
+        if splitter.buf:
+            return splitter.take_parts(data, first_ts, last_ts, offset, marks)
+        if splitter.start_parts(data, sum(map(len, data)), first_ts, offset, marks):
+            return []
+        data = b"".join(data)
+    return splitter.take(data, first_ts, last_ts, offset, marks)
+
+
+def _frames(splitter: FrameSplitter, chunks: list) -> list:
+    out = []
+    for data, first_ts, last_ts, offset, marks in chunks:
+        out += [
+            (bytes(p), f, t, o, r)
+            for p, f, t, o, r in _take(splitter, data, first_ts, last_ts, offset, marks)
+        ]
+        out.append(
+            (splitter.buffered, splitter.need, splitter.buf_offset, splitter.buf_ts, list(splitter.buf_marks))
+        )
+    return out
+
+
+def test_large_frames_in_pieces_cut_anywhere_split_as_the_joined_chunks(tmp_path):
+    rng = random.Random(17)
+    body = [rng.choice((8, 40, 1400, 70_000, 300_000)) for _ in range(40)]
+    stream = b"".join(struct.pack(">i", n) + bytes([i % 251]) * n for i, n in enumerate(body))
+    capture = tmp_path / "stream"
+    capture.write_bytes(stream)
+    with capture.open("rb") as f:  # the map stays open as long as views of it live
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view = memoryview(mapped)
+        for kind in ("mapped", "bytes", "window"):
+            window = memoryview(bytes(stream))
+            joined, pieces, pos, t = [], [], 0, 1.0
+            while pos < len(stream):
+                n = rng.choice((1, 3, 1448, 65_536, 262_144))
+                cuts = sorted(
+                    {pos, *(rng.randrange(pos, pos + n) for _ in range(rng.randint(0, 30))), pos + n}
+                )
+                cuts[-1] = min(cuts[-1], len(stream))
+                marks = tuple((c, t + i) for i, c in enumerate(cuts[1:-1], 1))
+                last = marks[-1][1] if marks else t
+                source = {"mapped": view, "window": window}.get(kind)
+                parts = tuple(
+                    source[a:b] if source is not None else stream[a:b]
+                    for a, b in zip(cuts, cuts[1:], strict=False)
+                    if b > a
+                )
+                joined.append((stream[cuts[0] : cuts[-1]], t, last, pos, marks))
+                pieces.append((parts, t, last, pos, marks))
+                pos, t = cuts[-1], last + 1
+            splitter = FrameSplitter(min_size=4)
+            assert _frames(splitter, pieces) == _frames(FrameSplitter(min_size=4), joined)
+            assert splitter.buffered == 0
+
+
+def test_a_frame_held_in_pieces_holds_views_of_a_mapped_file_only(tmp_path):
+    stream = struct.pack(">i", 100_000) + bytes(100_000)
+    capture = tmp_path / "stream"
+    capture.write_bytes(stream)
+    with capture.open("rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        view = memoryview(mapped)
+        window = memoryview(bytes(stream) + bytes(10_000_000))  # a large inflated window
+        for source, mapped_views in ((view, True), (window, False)):
+            splitter = FrameSplitter(min_size=4)
+            parts = tuple(source[a : a + 1000] for a in range(0, 50_000, 1000))
+            assert _take(splitter, parts, 1.0, 1.0, 0, ()) == []
+            assert splitter.buffered == 50_000
+            held = [splitter.buf, *splitter.later]
+            if mapped_views:
+                assert all(isinstance(p, memoryview) and p.obj is mapped for p in held)
+            else:  # one copy of the pieces: the window is not kept alive
+                assert [type(p) for p in held] == [bytes]
+            rest = tuple(source[a : min(a + 1000, len(stream))] for a in range(50_000, len(stream), 1000))
+            frames = _take(splitter, rest, 2.0, 2.0, 50_000, ())
+            assert [bytes(p) for p, *_ in frames] == [bytes(100_000)]
+            assert splitter.buffered == 0
