@@ -105,9 +105,17 @@ def fast_init(cls: T) -> T:
             raise TypeError(f"fast_init: {cls.__name__}.{f.name} needs the dataclass's own __init__")
     if hasattr(cls, "__post_init__"):
         raise TypeError(f"fast_init: {cls.__name__} has a __post_init__")
-    # Pickled (the Spark engine ships every decode event between its stages) as the class and its field
-    # values in order, remade through that `__init__`: a slotted dataclass's own `__getstate__` and
-    # `__setstate__` look up its fields by name on every call (twice the time of the whole pickling).
+    if "__reduce__" not in cls.__dict__:  # a frozen_dataclass has made the same one (ksniff.common.frozen)
+        _reduce_by_position(cls)
+    _FAST_INITS[cls] = None
+    return deferred_init(cls)
+
+
+def _reduce_by_position(cls: type) -> None:
+    """Gives a slotted dataclass a `__reduce__`: pickled (the Spark engine ships every decode event between
+    its stages) as the class and its field values in order, remade through its `__init__`. The
+    dataclass's own `__getstate__` and `__setstate__` look up its fields by name on every call (twice the
+    time of the whole pickling)."""
     names = _names(cls)
     if len(names) > 1:
         values = operator.attrgetter(*names)
@@ -122,8 +130,6 @@ def fast_init(cls: T) -> T:
     __reduce__.__qualname__ = f"{cls.__qualname__}.__reduce__"
     __reduce__.__module__ = cls.__module__
     cls.__reduce__ = __reduce__
-    _FAST_INITS[cls] = None
-    return deferred_init(cls)
 
 
 def deferred_init(cls: T) -> T:
