@@ -722,7 +722,8 @@ def _duration_spread(transactions: Any, keep: Any) -> tuple[int, float, float, f
     n, longest = ended.agg(F.count("d"), F.max("d")).first()
     if not n:
         return (0, 0.0, 0.0, 0.0)
-    ranks = {percentile_rank(n, p) - 1 for p in (50, 95)}  # from 0, as zipWithIndex counts
+    p50, p95 = (percentile_rank(n, p) - 1 for p in (50, 95))  # from 0, as zipWithIndex counts
+    ranks = {p50, p95}
     picked = dict(
         ended.rdd.map(lambda row: row[0])
         .sortBy(lambda d: d)
@@ -731,7 +732,7 @@ def _duration_spread(transactions: Any, keep: Any) -> tuple[int, float, float, f
         .map(lambda pair: (pair[1], pair[0]))
         .collect()
     )
-    return (n, picked[percentile_rank(n, 50) - 1], picked[percentile_rank(n, 95) - 1], longest)
+    return (n, picked[p50], picked[p95], longest)
 
 
 def _frames(
