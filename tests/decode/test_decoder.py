@@ -511,15 +511,20 @@ def test_records_kept_only_when_asked():
     st.booleans(),
 )
 def test_mutated_real_frames_never_raise(mutations, cut, handshake):
-    stream = bytearray(
-        frame(init_producer_id(4), 4, 1)
-        + frame(produce_request(9), 9, 2)
-        + frame(produce_request(13, topic_ids={"orders": uuid.UUID(int=1)}), 13, 3)
-    )
+    frames = [
+        frame(init_producer_id(4), 4, 1),
+        frame(produce_request(9), 9, 2),
+        frame(produce_request(13, topic_ids={"orders": uuid.UUID(int=1)}), 13, 3),
+    ]
+    stream = bytearray(b"".join(frames))
+    starts = [sum(map(len, frames[:i])) for i in range(len(frames))]
+    size_fields = {at + k for at in starts for k in range(4)}
     answer = bytearray(frame(init_producer_id_response(4), 4, 1) + frame(produce_response(9), 9, 2))
+    resized = False
     for where, value in mutations:
         target = stream if where % 2 else answer
         target[where % len(target)] = value
+        resized |= target is stream and where % len(target) in size_fields
     s = Stream()
     dec = Decoder()
     events = [s.opened(handshake)]
@@ -528,7 +533,8 @@ def test_mutated_real_frames_never_raise(mutations, cut, handshake):
     events.append(s.send(answer, from_src=False))
     out = run(dec, events) + dec.finish()
     assert all(isinstance(e, Exchange | ConnectionEnded | ConnectionLost) for e in out)
-    assert dec.stats.requests <= 3
+    if not resized:  # a frame's size changed says it ends elsewhere: what follows is read as a frame
+        assert dec.stats.requests <= 3
 
 
 def test_pipelined_frames_merged_into_one_chunk_decode_as_if_each_came_alone():
