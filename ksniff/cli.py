@@ -610,16 +610,25 @@ def program() -> None:
     running, a stream that will not flush, an exit status that is a message, a system without
     /proc/self/fd), the normal end does it all. A program that calls `main` itself (the tests, a
     notebook) keeps the normal end."""
+    from ksniff.common import ending
+
     before = _writable_descriptors()
+    if before is not None:
+        ending.arm()  # the run's state is left to the end of the process (ksniff.common.ending)
     try:
         main()
         code = 0
     except SystemExit as end:
         code = end.code
         if code is not None and not isinstance(code, int):
+            ending.normal_end()
             raise
+    except BaseException:
+        ending.normal_end()
+        raise
     threading = sys.modules.get("threading")
     if before is None or (threading is not None and threading.active_count() > 1):
+        ending.normal_end()
         sys.exit(code)
     import atexit
 
@@ -628,9 +637,11 @@ def program() -> None:
         sys.stdout.flush()
         sys.stderr.flush()
     except (OSError, ValueError):
+        ending.normal_end()
         sys.exit(code)
     after = _writable_descriptors()
     if after is None or not after <= before:
+        ending.normal_end()
         sys.exit(code)
     os._exit(code or 0)
 

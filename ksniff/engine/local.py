@@ -30,6 +30,7 @@ from ksniff.capture import CaptureError, Reassembler, read_files
 from ksniff.capture.events import ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.folders import expand_inputs
+from ksniff.common import ending
 from ksniff.config import EngineConfig
 from ksniff.decode.events import DecodeEvent, Exchange
 from ksniff.decode.identity import Identity
@@ -54,7 +55,8 @@ def fewer_collections() -> Iterator[None]:
     hold no cycles), and keeps many alive for a while (the reorder window, the audit's state). With
     Python's default threshold (700 allocations) the collector walks them over and over: 15-20% of a
     run over many small transactions. Objects that exist before the run (modules, tables) are frozen
-    out of its walks for the same reason.
+    out of its walks for the same reason. In a process that ends without the interpreter's teardown
+    (ksniff.common.ending) the run's settings stay for what is left of it, the report of this run.
     """
     before = gc.get_threshold()
     gc.freeze()
@@ -62,8 +64,9 @@ def fewer_collections() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
+        if not ending.armed():
+            gc.set_threshold(*before)
+            gc.unfreeze()
 
 
 class RowSink(Protocol):
@@ -399,4 +402,5 @@ def audit_capture(
         result = pipeline.result(run, "local")
     if peak is not None:
         peak.append(inflation.peak)
+    ending.keep(pipeline, run)  # in a process that ends without teardown, not taken apart first
     return result, pipeline.identity
