@@ -113,7 +113,8 @@ class Reorder:
 
     def __init__(self, window: float) -> None:
         self._window = window
-        self._heap: list[tuple[float, float, tuple, int, DecodeEvent]] = []
+        # (release time, request time, place, arrival, event), the smallest first
+        self.heap: list[tuple[float, float, tuple, int, DecodeEvent]] = []
         self._seq = itertools.count()
 
     def push(self, event: DecodeEvent, clock: float = -INF, place: tuple = ()) -> None:
@@ -121,13 +122,22 @@ class Reorder:
         a capture event of `place` (Reassembler.place)."""
         ets = event_ts(event)
         release = release_time(ets, clock, self._window)
-        heapq.heappush(self._heap, (release, ets, place, next(self._seq), event))
+        heapq.heappush(self.heap, (release, ets, place, next(self._seq), event))
+
+    def push_all(self, events: list[DecodeEvent], clock: float, place: tuple) -> None:
+        """`push` of each of `events`, in their order (one call per capture event: `event_ts` and
+        `release_time` inline)."""
+        heap, window, seq, push = self.heap, self._window, self._seq, heapq.heappush
+        for event in events:
+            ets = event.request_ts if isinstance(event, Exchange) else event.ts
+            due = ets + window
+            push(heap, (clock if clock > due else due, ets, place, next(seq), event))
 
     def release(self, now: float, before: float = -INF) -> list[DecodeEvent]:
         """Events due before the clock `now`, and those requested before `before` (nothing earlier can
         come any more). An event due exactly at `now` waits for the clock to move past it: events the
         decoder still gives at `now` may come before it."""
-        heap = self._heap
+        heap = self.heap
         if not heap or (heap[0][0] >= now and heap[0][1] >= before):  # the usual case: nothing due
             return []
         pop = heapq.heappop
@@ -137,11 +147,11 @@ class Reorder:
         return out
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self.heap)
 
     def drain(self) -> Iterable[DecodeEvent]:
-        while self._heap:
-            yield heapq.heappop(self._heap)[4]
+        while self.heap:
+            yield heapq.heappop(self.heap)[4]
 
 
 class Pipeline:
@@ -214,17 +224,17 @@ class Pipeline:
                 place = (0, capture_event.at, 0)
             else:
                 place = capture.place
-            push = self.reorder.push
-            clock = self.clock
-            for event in events:
-                push(event, clock, place)
+            self.reorder.push_all(events, self.clock, place)
             self._horizon_due -= len(events)
         if ts is not None:
             if self._horizon_due <= 0:
                 self._horizon_due = HORIZON_EVERY + self.decoder.open_connections
                 self._before = self._horizon()
-            for event in self.reorder.release(self.clock, self._before):
-                self._audit(event)
+            heap = self.reorder.heap
+            # Reorder.release's usual case inline (once per capture event): nothing due yet.
+            if heap and (heap[0][0] < self.clock or heap[0][1] < self._before):
+                for event in self.reorder.release(self.clock, self._before):
+                    self._audit(event)
 
     def _horizon(self) -> float:
         """Events before this time can go to the audit now: nothing earlier is still to come."""
