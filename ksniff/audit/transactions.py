@@ -33,7 +33,7 @@ from ksniff.audit.identity import (
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, Lane, TxnIdState, TxnRecord
 from ksniff.audit.txn import ALLOWED, ILLEGAL, Trigger, TxnState, next_state
-from ksniff.decode.events import Exchange, ProducedBatch
+from ksniff.decode.events import Exchange, ProducedBatch, made_by_position
 
 _END = {TxnState.PREPARE_COMMIT: "commit", TxnState.PREPARE_ABORT: "abort"}
 
@@ -94,6 +94,43 @@ def taken_over(t: TxnIdState, producer_id: int, epoch: int, ts: float) -> None:
     t.txn, t.state = None, TxnState.EMPTY
 
 
+_TXN_RECORD = made_by_position(TxnRecord)  # one per transaction: in C when built
+
+
+def _new_record(
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    ts: float,
+    registration_known: bool,
+    client: str | None,
+) -> TxnRecord:
+    """`TxnRecord(transactional_id, producer_id, epoch, ts, registration_known=..., client=...)`, every
+    field given by position (the rest as their defaults, a new container each)."""
+    return _TXN_RECORD(
+        transactional_id,
+        producer_id,
+        epoch,
+        ts,
+        registration_known,
+        None,
+        None,
+        {},
+        set(),
+        {},
+        set(),
+        0,
+        0,
+        False,
+        None,
+        None,
+        None,
+        None,
+        client,
+        None,
+    )
+
+
 def enter(
     state: AuditState,
     t: Lane,
@@ -124,21 +161,12 @@ def enter(
         if not (before is _ONGOING and is_open):
             if is_open:
                 close_unknown(t, ts, producer_id, epoch)
-            rec = TxnRecord(
-                t.transactional_id,
-                producer_id,
-                epoch,
-                ts,
-                registration_known=before is not _UNKNOWN,
-                client=client,
-            )
+            rec = _new_record(t.transactional_id, producer_id, epoch, ts, before is not _UNKNOWN, client)
             state.transactions.append(rec)
             t.txn = rec
     elif after in _END and before in (_ONGOING, _UNKNOWN):
         if not is_open:  # its beginning was before the capture: still a transaction seen on the wire
-            rec = TxnRecord(
-                t.transactional_id, producer_id, epoch, ts, registration_known=False, client=client
-            )
+            rec = _new_record(t.transactional_id, producer_id, epoch, ts, False, client)
             state.transactions.append(rec)
             t.txn = rec
         rec.outcome, rec.end_ts = _END[after], end_ts if end_ts is not None else ts

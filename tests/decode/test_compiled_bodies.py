@@ -343,6 +343,7 @@ def _maker() -> type:
         "ksniff.decode.connection:Pending",
         "ksniff.audit.partlog:Placed",
         "ksniff.audit.model:Transaction",
+        "ksniff.audit.state:TxnRecord",
     ],
 )
 def test_maker_makes_what_the_class_makes(where):
@@ -431,6 +432,7 @@ def test_corpus_audit_documents_identical_with_the_makers_and_the_classes(monkey
         "TxnWrite",
         "Accepted",
         "Transaction",
+        "TxnRecord",
     } <= made
     ours = documents()
     for module, name, cls in makers:
