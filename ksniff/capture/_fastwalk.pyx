@@ -15,6 +15,9 @@ are not the common case (VLAN tags, IP options, IPv6, fragments, other link type
 `inorder` is the reassembler's hot loop over those batches (Reassembler.batch_events): the in-order
 segments of a connection on the hot path joined to the chunk being merged, in C, on the same Python
 objects; every other segment is handed back to the Python loop, the reference it is tested against.
+
+`pieces` measures a large chunk's segment payloads for the decoder's frame splitter in one pass (their
+bytes, and whether all are views of a mapped capture file), as `ksniff.decode.frames.measure_python` does.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -577,3 +580,57 @@ cdef inline bint _small(object value, long long *out):
 cdef inline bint _small_slot(object o, Py_ssize_t offset, long long *out):
     cdef PyObject *field = _get(o, offset)
     return field is not NULL and _small(<object> field, out)
+
+
+# -- a large chunk's pieces (ChunkMerger.pieces_from), as the decoder's frame splitter measures them ----
+
+cdef extern from *:
+    """
+    /* The bytes of a one-dimensional view of single bytes (its len()), else -1; its owner in `owner`. */
+    static inline Py_ssize_t ks_view_bytes(PyObject *mv, PyObject **owner) {
+        Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
+        if (b->ndim != 1 || b->itemsize != 1)
+            return -1;
+        *owner = b->obj;
+        return b->len;
+    }
+    """
+    Py_ssize_t ks_view_bytes(PyObject *mv, PyObject **owner)
+
+cdef extern from "Python.h":
+    PyObject **PySequence_Fast_ITEMS(object)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object)
+
+
+def pieces(parts, type mapped):
+    """(bytes in `parts`, whether every one of them is a view of a `mapped` object): a tuple or list of
+    a chunk's segment payloads measured in one pass, for `ksniff.decode.frames.measure`, the reference it
+    is held to (`sum(map(len, parts))`, `_mapped`). None when a piece is anything but bytes or a
+    one-dimensional view of bytes: the reference measures those."""
+    cdef Py_ssize_t i, n, total = 0
+    cdef PyObject **items
+    cdef PyObject *p
+    cdef PyObject *owner
+    cdef Py_ssize_t size
+    cdef bint all_mapped
+    if type(parts) is not tuple and type(parts) is not list:
+        return None
+    items = PySequence_Fast_ITEMS(parts)
+    n = PySequence_Fast_GET_SIZE(parts)
+    all_mapped = n > 0
+    for i in range(n):
+        p = items[i]
+        if type(<object> p) is memoryview:
+            owner = NULL
+            size = ks_view_bytes(p, &owner)
+            if size < 0:
+                return None
+            total += size
+            if all_mapped and (owner is NULL or type(<object> owner) is not mapped):
+                all_mapped = False
+        elif type(<object> p) is bytes:
+            total += len(<bytes> p)
+            all_mapped = False
+        else:
+            return None
+    return total, all_mapped

@@ -28,6 +28,7 @@ from ksniff.decode.frames import (
     MIN_REQUEST,
     MIN_RESPONSE,
     FrameSplitter,
+    measure,
     parse_response_header,
     request_head,
 )
@@ -133,7 +134,8 @@ class Connection:
         splitter = self.requests if to_broker else self.responses
         if data.__class__ is tuple:  # the chunk's segments (ChunkMerger.pieces_from): a large frame's pieces
             if not splitter.buf:
-                if splitter.start_parts(data, sum(map(len, data)), first_ts, offset, marks):
+                n, mapped = measure(data)
+                if splitter.start_parts(data, n, first_ts, offset, marks, mapped):
                     self.moved += len(splitter.buf) + splitter.later_len
                     return out
                 data = b"".join(data)

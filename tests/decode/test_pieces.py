@@ -14,10 +14,11 @@ import struct
 from pathlib import Path
 
 import pytest
+from compiled_walk import fastwalk
 
 from ksniff.capture import read_files
-from ksniff.decode import Decoder
-from ksniff.decode.frames import FrameSplitter
+from ksniff.decode import Decoder, connection, frames
+from ksniff.decode.frames import FrameSplitter, measure, measure_python
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
 
@@ -42,13 +43,52 @@ def _decode(path: Path, ports: list[int], pieces_from: int) -> list:
 
 
 @pytest.mark.parametrize("path, ports", list(_corpus()))
-def test_the_corpus_decodes_the_same_from_pieces_as_from_joined_chunks(path, ports, tmp_path):
+def test_the_corpus_decodes_the_same_from_pieces_as_from_joined_chunks(path, ports, tmp_path, monkeypatch):
     joined = _decode(path, ports, 0)
     assert _decode(path, ports, 1) == joined  # every chunk in pieces: views of the mapped file
     packed = tmp_path / (path.name + ".gz")  # views of an inflated window: held as copies
     with path.open("rb") as src, gzip.open(packed, "wb") as dst:
         shutil.copyfileobj(src, dst)
     assert _decode(packed, ports, 1) == joined
+    # The pieces measured by the pure-Python reference instead of the compiled pass (when it is built).
+    monkeypatch.setattr(frames, "measure", measure_python)
+    monkeypatch.setattr(connection, "measure", measure_python)
+    assert _decode(path, ports, 1) == joined
+    assert _decode(packed, ports, 1) == joined
+
+
+def test_pieces_are_measured_in_c_as_by_the_reference(tmp_path):
+    pieces = fastwalk().pieces
+    capture = tmp_path / "stream"
+    capture.write_bytes(bytes(range(256)) * 64)
+    with capture.open("rb") as f:
+        view = memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        other = memoryview(bytes(1000))
+        shapes = [
+            (),
+            [],
+            (view[0:1448],),
+            tuple(view[a : a + 1448] for a in range(0, 14480, 1514)),
+            [view[5:9], view[9:9], view[100:4000]],
+            (view[0:10], other[0:10]),
+            (b"abc", view[0:3]),
+            (b"", b"xyz"),
+            (other[3:900],),
+            (memoryview(bytearray(7)),),
+            (view[0:40:2], view[1:3]),
+        ]
+        for parts in shapes:
+            assert pieces(parts, mmap.mmap) == measure_python(parts), parts
+            assert measure(parts) == measure_python(parts)
+        # What the one pass does not measure, it leaves to the reference: the same answers.
+        for parts in (
+            (view.cast("I")[0:3],),
+            (bytearray(3),),
+            [view[0:4], memoryview(b"ab").cast("B", (1, 2))],
+        ):
+            assert pieces(parts, mmap.mmap) is None
+            assert measure(parts) == measure_python(parts)
+        assert pieces("not pieces", mmap.mmap) is None
 
 
 def _take(splitter: FrameSplitter, data, first_ts, last_ts, offset, marks) -> list:
