@@ -38,6 +38,35 @@ cdef extern from *:
     unsigned int ks_le32(const unsigned char *p) nogil
     unsigned int ks_be16(const unsigned char *p) nogil
 
+cdef extern from *:
+    """
+    /* base[start:stop] (0 <= start <= stop <= len(base)) for a one-dimensional view of single bytes laid
+       out one after another, made as memoryview's own slicing makes it (a new view of the same managed
+       buffer, then its start, length and shape set: memory_subscript's init_slice and init_len; its
+       flags stay those of a contiguous view), without the slice object and the two ints of its bounds
+       that `base[start:stop]` makes and frees for every segment. None: `base` is not such a view, slice
+       it. */
+    static PyObject *ks_subview(PyObject *base, Py_ssize_t start, Py_ssize_t stop) {
+        Py_buffer *b, *v;
+        PyObject *mv;
+        if (!PyMemoryView_Check(base))
+            Py_RETURN_NONE;
+        b = PyMemoryView_GET_BUFFER(base);
+        if (b->ndim != 1 || b->itemsize != 1 || b->strides == NULL || b->strides[0] != 1
+                || b->suboffsets != NULL || b->shape == NULL)
+            Py_RETURN_NONE;
+        mv = PyMemoryView_FromObject(base);
+        if (mv == NULL)
+            return NULL;
+        v = PyMemoryView_GET_BUFFER(mv);
+        v->buf = (char *)v->buf + start;
+        v->shape[0] = stop - start;
+        v->len = stop - start;
+        return mv;
+    }
+    """
+    object ks_subview(object base, Py_ssize_t start, Py_ssize_t stop)
+
 # The codes of ksniff.capture.packets (kept equal by a test).
 cdef enum:
     FRAGMENT = 1
@@ -64,9 +93,12 @@ cdef inline object _segment(buf, const unsigned char *b, Py_ssize_t p, Py_ssize_
             t = ip + 20
             d = t + (b[t + 12] >> 4) * 4
             if d <= ip_end <= q:
+                payload = ks_subview(buf, d, ip_end)
+                if payload is None:
+                    payload = buf[d:ip_end]
                 return (ts, _address(b + ip + 12), _port(ks_be16(b + t)),
                         _address(b + ip + 16), _port(ks_be16(b + t + 2)),
-                        ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], buf[d:ip_end])
+                        ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], payload)
     return parse(ts, buf, p, q, link)
 
 

@@ -51,6 +51,54 @@ def walk(path, limits=None) -> tuple:
     return segs, (c.packets, c.non_tcp, c.fragments, c.cut_short, c.first_ts, c.last_ts), list(f.warnings)
 
 
+def _views(path) -> list:
+    """Every payload view of the file's segments as a user of it sees it: what it is a view of, its
+    layout, its bytes, and its bytes read through a slice of it."""
+    f = CaptureFile(str(path))
+    out = []
+    for s in f.segments():
+        v = s[8]
+        if not isinstance(v, memoryview):
+            continue
+        out.append(
+            (
+                type(v.obj).__name__,
+                (v.format, v.itemsize, v.ndim, v.shape, v.strides, v.nbytes, v.readonly, v.contiguous),
+                (v.c_contiguous, v.f_contiguous, len(v), v.tobytes(), bytes(v[1:-1]), hash(v)),
+            )
+        )
+    f.close()
+    return out
+
+
+@pytest.mark.parametrize("path", CORPUS[:3], ids=lambda p: p.name)
+def test_payload_views_are_made_as_slices_of_the_map(walks, path):
+    """The compiled walk makes each payload view itself, not by slicing the map's view: every view
+    looks and reads as the slice the pure walk makes, a view of the mapped file."""
+    fast, pure = walks(lambda: _views(path))
+    assert len(fast) == len(pure) > 0
+    assert fast == pure
+    assert {kind for kind, *_ in fast} == {"mmap"}
+
+
+def test_payload_views_of_the_map_hold_it_open_and_let_it_go(tmp_path):
+    fastwalk()
+    path = CORPUS[0]
+    f = CaptureFile(str(path))
+    views = [s[8] for s in f.segments() if isinstance(s[8], memoryview) and len(s[8])]
+    mapped = views[0].obj
+    f.close()
+    assert not mapped.closed  # views still held keep the map
+    with pytest.raises(BufferError):
+        mapped.close()
+    first = views[0].tobytes()
+    views[0].release()  # one view let go: the others still read
+    assert views[1].tobytes() == bytes(views[1])
+    del views
+    mapped.close()  # none left: the map closes
+    assert mapped.closed and first
+
+
 def test_codes_agree_with_the_pure_walk():
     fast = fastwalk()
     assert fast.CODES == (packets.FRAGMENT, packets.CUT_SHORT)
