@@ -335,6 +335,7 @@ cdef enum:
 # The flags the hot loop leaves to the careful path (ksniff.capture.reassembly._SLOW_FLAGS, kept equal
 # by a test): FIN, SYN, RST, TRUNCATED, TICK.
 SLOW_FLAGS = 0x01 | 0x02 | 0x04 | 0x100 | 0x200
+cdef long long SLOW = SLOW_FLAGS  # the same, as a C integer for the hot loop
 
 
 cdef class HotSlots:
@@ -515,7 +516,7 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
     a slow flag, bytes out of order, anything not of the usual types); nothing of that segment is
     changed then. Returns len(segs) at the end."""
     cdef Py_ssize_t n = len(segs), plen
-    cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0
+    cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0, bits
     cdef bint joins
     cdef PyObject *field
     cdef tuple seg
@@ -532,7 +533,7 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
             return ~i
         if PyFloat_AS_DOUBLE(ts) > at.pm and PyFloat_AS_DOUBLE(ts) >= sweep_at:
             return ~i
-        if flags & SLOW_FLAGS:
+        if not _small(flags, &bits) or bits & SLOW:
             return ~i
         if type(payload) is not memoryview and type(payload) is not bytes:
             return ~i
