@@ -1307,7 +1307,8 @@ def log_row(p: Placed) -> dict[str, Any]:
 def summaries(st: LogState) -> tuple[PartitionSummary, ...]:
     rows = []
     for (topic, partition), lg in sorted(st.logs.items()):
-        placed = sorted(lg.at.values(), key=lambda p: p.base)
+        at = lg.at  # keyed by each batch's base offset: sorting the keys sorts the batches
+        placed = [at[base] for base in sorted(at)]
         producers = tuple(
             {
                 "producer_id": s.producer_id,
