@@ -905,12 +905,7 @@ def _decoded(
                 end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
                 ends[index] = tasks.RunEnd(end_ts)
             # Stage 2: per flow of each set, in the merge's order.
-            parts.append(
-                segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))
-                .repartition(partitions, "cset", "flow")
-                .sortWithinPartitions("cset", "flow", "pm", "file", "idx")
-                .mapInArrow(tasks.decode(config, ends), tasks.EVENTS_DDL)
-            )
+            parts.extend(_flows_decoded(spark, segments, ends, config, partitions))
         if direct:
             # Each such set is audited where it is read, by the local engine's code; with --records the
             # exact way, decoded there (its events audited below).
@@ -933,6 +928,59 @@ def _decoded(
         if row["kind"] == tasks.FILE_META:
             metas_of.setdefault(row["cset"], []).append(pickle.loads(row["blob"]))
     return events, small, metas_of
+
+
+SPREAD_FLOWS_MAX = 250_000  # flows seen in several files the driver broadcasts (a few MB); above, all meet
+
+
+def _flows_decoded(spark: Any, segments: Any, ends: dict, config: EngineConfig, partitions: int) -> list:
+    """Stage 2 over the segment rows of the sets in `ends`: each flow (every connection on one 4-tuple)
+    through one Reassembler and Decoder, in the merge's order (spark_tasks.decode).
+
+    A file's segments are all in the partition of the task that read it (files are never split). A flow
+    seen in that file only, as most are (a client's connection to the broker whose host was captured), is
+    decoded there: its rows sorted within the partition, nothing shuffled. Only a flow seen in several
+    files of its set (a long connection over rotated files, one between two captured hosts) has its
+    segments brought together by a shuffle. Either way the decode task sees a flow's rows alone and in the
+    same order, so the events are the same. Which flows are spread is found by Spark (a distinct over the
+    kept rows' set, flow and file columns) and only those come to the driver, to be broadcast; when they
+    are too many to broadcast (SPREAD_FLOWS_MAX), every flow is shuffled as before."""
+    from pyspark.sql import functions as F
+
+    from ksniff.engine import spark_tasks as tasks
+
+    live = segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))
+    spread = (
+        live.select("cset", "flow", "file")
+        .distinct()
+        .groupBy("cset", "flow")
+        .count()
+        .where(F.col("count") > 1)
+        .select("cset", "flow")
+        .limit(SPREAD_FLOWS_MAX + 1)
+        .toArrow()
+    )
+    order = ("cset", "flow", "pm", "file", "idx")
+    decode = tasks.decode(config, ends)
+    if spread.num_rows > SPREAD_FLOWS_MAX:
+        here, apart = None, live
+    elif spread.num_rows:
+        rows = zip(spread.column("cset").to_pylist(), spread.column("flow").to_pylist(), strict=True)
+        flows = F.broadcast(spark.createDataFrame(list(rows), "cset int, flow binary"))
+        here = live.join(flows, ["cset", "flow"], "left_anti")
+        apart = live.join(flows, ["cset", "flow"], "left_semi")
+    else:
+        here, apart = live, None
+    parts = []
+    if here is not None:
+        parts.append(here.sortWithinPartitions(*order).mapInArrow(decode, tasks.EVENTS_DDL))
+    if apart is not None:
+        parts.append(
+            apart.repartition(partitions, "cset", "flow")
+            .sortWithinPartitions(*order)
+            .mapInArrow(decode, tasks.EVENTS_DDL)
+        )
+    return parts
 
 
 def _between_stages(

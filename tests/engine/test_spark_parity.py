@@ -252,6 +252,22 @@ def way(request, monkeypatch):
 
 @pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) is not installed")
 def test_rotated_files_match_the_whole_capture(spark, tmp_path: Path, way: str) -> None:
+    _rotated_match_the_whole(spark, tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("editcap") is None, reason="editcap (Wireshark) is not installed")
+def test_rotated_files_match_when_every_flow_is_shuffled(spark, tmp_path: Path, monkeypatch) -> None:
+    """The shuffled way when too many flows are spread over several files to broadcast their list: every
+    flow's segments meet in its task, those seen in one file too."""
+    from ksniff.engine import spark as engine
+    from ksniff.engine import spark_tasks as tasks
+
+    monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 0)
+    monkeypatch.setattr(engine, "SPREAD_FLOWS_MAX", 0)
+    _rotated_match_the_whole(spark, tmp_path)
+
+
+def _rotated_match_the_whole(spark, tmp_path: Path) -> None:
     from ksniff.engine.spark import audit_paths_spark
 
     whole = max(CORPUS, key=lambda p: p.stat().st_size)
