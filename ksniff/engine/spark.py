@@ -905,7 +905,8 @@ def _decoded(
                 end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
                 ends[index] = tasks.RunEnd(end_ts)
             # Stage 2: per flow of each set, in the merge's order.
-            parts.extend(_flows_decoded(spark, segments, ends, config, partitions))
+            large = [m.file for m in shuffled if m.length > total / session.parallelism]
+            parts.extend(_flows_decoded(spark, segments, ends, config, partitions, large))
         if direct:
             # Each such set is audited where it is read, by the local engine's code; with --records the
             # exact way, decoded there (its events audited below).
@@ -933,18 +934,23 @@ def _decoded(
 SPREAD_FLOWS_MAX = 250_000  # flows seen in several files the driver broadcasts (a few MB); above, all meet
 
 
-def _flows_decoded(spark: Any, segments: Any, ends: dict, config: EngineConfig, partitions: int) -> list:
+def _flows_decoded(
+    spark: Any, segments: Any, ends: dict, config: EngineConfig, partitions: int, large: list[int]
+) -> list:
     """Stage 2 over the segment rows of the sets in `ends`: each flow (every connection on one 4-tuple)
     through one Reassembler and Decoder, in the merge's order (spark_tasks.decode).
 
     A file's segments are all in the partition of the task that read it (files are never split). A flow
     seen in that file only, as most are (a client's connection to the broker whose host was captured), is
-    decoded there: its rows sorted within the partition, nothing shuffled. Only a flow seen in several
-    files of its set (a long connection over rotated files, one between two captured hosts) has its
-    segments brought together by a shuffle. Either way the decode task sees a flow's rows alone and in the
-    same order, so the events are the same. Which flows are spread is found by Spark (a distinct over the
-    kept rows' set, flow and file columns) and only those come to the driver, to be broadcast; when they
-    are too many to broadcast (SPREAD_FLOWS_MAX), every flow is shuffled as before."""
+    decoded there: its rows sorted within the partition, nothing shuffled. A flow seen in several files
+    of its set (a long connection over rotated files, one between two captured hosts) has its segments
+    brought together by a shuffle, and so have the flows of the `large` files, each more than a core's
+    share of the run: decoded where it was read, one such file would keep one core busy while the others
+    wait (one large capture on many cores goes the shuffled way for its connections to be decoded in
+    parallel). Either way the decode task sees a flow's rows alone and in the same order, so the events
+    are the same. Which flows are spread is found by Spark (a distinct over the set, flow and file
+    columns) and only those come to the driver, to be broadcast; when they are too many to broadcast
+    (SPREAD_FLOWS_MAX), every flow is shuffled."""
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
@@ -960,17 +966,22 @@ def _flows_decoded(spark: Any, segments: Any, ends: dict, config: EngineConfig, 
         .limit(SPREAD_FLOWS_MAX + 1)
         .toArrow()
     )
-    order = ("cset", "flow", "pm", "file", "idx")
-    decode = tasks.decode(config, ends)
     if spread.num_rows > SPREAD_FLOWS_MAX:
         here, apart = None, live
-    elif spread.num_rows:
-        rows = zip(spread.column("cset").to_pylist(), spread.column("flow").to_pylist(), strict=True)
-        flows = F.broadcast(spark.createDataFrame(list(rows), "cset int, flow binary"))
-        here = live.join(flows, ["cset", "flow"], "left_anti")
-        apart = live.join(flows, ["cset", "flow"], "left_semi")
     else:
-        here, apart = live, None
+        home = ~F.col("file").isin(large) if large else F.lit(True)
+        if spread.num_rows:
+            rows = zip(spread.column("cset").to_pylist(), spread.column("flow").to_pylist(), strict=True)
+            flows = F.broadcast(spark.createDataFrame(list(rows), "cset int, flow binary"))
+            here = live.filter(home).join(flows, ["cset", "flow"], "left_anti")
+            apart = live.join(flows, ["cset", "flow"], "left_semi")
+            if large:
+                apart = apart.unionByName(live.filter(~home).join(flows, ["cset", "flow"], "left_anti"))
+        else:
+            here = live.filter(home)
+            apart = live.filter(~home) if large else None
+    order = ("cset", "flow", "pm", "file", "idx")
+    decode = tasks.decode(config, ends)
     parts = []
     if here is not None:
         parts.append(here.sortWithinPartitions(*order).mapInArrow(decode, tasks.EVENTS_DDL))

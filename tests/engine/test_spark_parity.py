@@ -407,16 +407,34 @@ def test_local_engine_refuses_uri_outputs(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
-def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Path, way: str) -> None:
+def test_per_broker_captures_with_shifted_clocks_match_local(
+    spark, tmp_path: Path, way: str, monkeypatch
+) -> None:
     """The executors read each capture of a host on its set's time line: per-broker captures of the mock
-    cluster with clocks moved by seconds give the single capture's outcomes and findings, as locally."""
+    cluster with clocks moved by seconds give the single capture's outcomes and findings, as locally.
+    The shuffled way decodes each connection where its file was read: each is in one broker's file, and
+    none is larger than a core's share, so no segment is shuffled."""
     from test_clock import _findings, _outcomes, per_broker
 
+    from ksniff.engine import spark as engine
     from ksniff.engine.spark import audit_paths_spark, audit_spark
 
+    plans = []
+    decoded = engine._flows_decoded
+    monkeypatch.setattr(
+        engine,
+        "_flows_decoded",
+        lambda *args: [plans.append(_plan(p)) or p for p in decoded(*args)],
+    )
     whole = audit_paths([str(PCAPS / "txn_confluent_mock.pcap")], CONFIG)
     made = sorted(per_broker(PCAPS / "txn_confluent_mock.pcap", tmp_path, [0.0, 2.5, -1.7]))
     split = audit_paths_spark(made, CONFIG, spark=spark)
+    if way == "shuffled":
+        (plan,) = plans  # one stage 2: every flow decoded at home
+        assert plan.startswith("MapInArrow"), plan  # the decode
+        assert "hashpartitioning" not in plan, plan
+    else:
+        assert not plans
     (cset,) = split.capture_sets
     assert [round(c.offset, 2) for c in cset.clocks if c.pairs] == [-2.5]
     assert _outcomes(split) == _outcomes(whole)
@@ -434,6 +452,11 @@ def test_per_broker_captures_with_shifted_clocks_match_local(spark, tmp_path: Pa
         assert run.summary.digest is not None and _report(run.summary) == _report(local)
     finally:
         run.close()
+
+
+def _plan(df) -> str:
+    """The physical plan Spark made for a DataFrame, as `explain` prints it."""
+    return df._jdf.queryExecution().executedPlan().toString()
 
 
 def _output_tables(result) -> dict[str, list[dict]]:
