@@ -36,6 +36,7 @@ for everything else, so that gigabytes of Fetch traffic cost a few counters per 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import field
 from typing import Any
 
@@ -323,9 +324,17 @@ class LogState:
     # connection's, in a partitioned run) names topics of Fetch v13+ and Produce v13+ by id
     names: dict[str, str] = field(default_factory=dict)
     timeouts: dict[str, int] = field(default_factory=dict)  # transactional id -> its InitProducerId's timeout
+    # (n, k): this state keeps only the partitions whose index is k modulo n (n a power of two up to
+    # SPLIT_MAX), one of n folds of a run's logs (the Spark engine's); None: every partition.
+    split: tuple[int, int] | None = None
 
     def name(self, topic: str) -> str:
         return self.names.get(topic, topic) if self.names else topic
+
+    def mine(self, partition: int) -> bool:
+        """Whether this state keeps the partitions numbered `partition` (see `split`)."""
+        split = self.split
+        return split is None or partition % split[0] == split[1]
 
     def log(self, topic: str, partition: int) -> PartitionLog:
         topic = self.name(topic)
@@ -340,6 +349,34 @@ def lost_in(losses: dict[int, list[float]], conns: set[int], since: float) -> bo
     """Whether `losses` (connection -> when the capture lost its bytes) has any of `conns` at or after
     `since`."""
     return any(ts >= since for c in conns for ts in losses.get(c, ()))
+
+
+SPLIT_MAX = 64  # of the folds a run's logs can be split into (each a power of two): see `split_mask`
+
+
+def split_mask(partitions: Iterable[int]) -> int:
+    """The partitions' indexes modulo SPLIT_MAX as the bits of a signed 64-bit mask: the fold k of n
+    (LogState.split) needs an exchange whose mask has a bit b with b % n == k."""
+    mask = 0
+    for p in partitions:
+        mask |= 1 << (p % SPLIT_MAX)
+    return mask - (1 << SPLIT_MAX) if mask >> (SPLIT_MAX - 1) else mask
+
+
+def learn_txn_ids(st: LogState, pairs: Iterable[tuple[int, str]]) -> None:
+    """What a transactional Produce tells every partition's fold (`_on_produce`): whose producer ids are
+    whose, as (producer id, transactional id) pairs, for the folds that do not keep its partitions."""
+    for pid, tid in pairs:
+        st.txn_ids[pid] = tid
+
+
+def txn_id_pairs(ex: Exchange) -> tuple[tuple[int, str], ...]:
+    """The pairs `_on_produce` learns from Produce `ex` (see `learn_txn_ids`)."""
+    return tuple(
+        (b.header.producer_id, b.transactional_id)
+        for b in ex.batches
+        if b.transactional_id and b.header.producer_id >= 0
+    )
 
 
 class Context:
@@ -377,8 +414,13 @@ def on_exchange(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
     if api == "Produce":
         _on_produce(st, ex, out, ctx)
     elif api == "Fetch":
-        for part in ex.fetched:
-            _on_fetched(st, ex, part, out, ctx)
+        if st.split is None:
+            for part in ex.fetched:
+                _on_fetched(st, ex, part, out, ctx)
+        else:
+            for part in ex.fetched:
+                if st.mine(part.partition):
+                    _on_fetched(st, ex, part, out, ctx)
     elif api == "EndTxn":
         _on_end_txn(st, ex, out, ctx)
     elif api == "WriteTxnMarkers":
@@ -402,6 +444,7 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
     # Once per batch of every Produce: the partition's log found, and the batch placed in it, inline
     # (`LogState.log`, `PartitionLog.place`).
     txn_ids = st.txn_ids
+    split = st.split
     head = None  # the exchange as placed batches keep it, made for its first acknowledged batch
     for b in ex.batches:
         h = b.header
@@ -410,6 +453,9 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
         code = b.error_code
         if tid and pid >= 0:
             txn_ids[pid] = tid
+        if split is not None and b.partition % split[0] != split[1]:
+            continue  # another fold's partition: only its producer's transactional id is learnt
+        if tid and pid >= 0:
             if code in FENCING_ERRORS:  # kept to tell a late write an epoch bump refused
                 st.txn_writes.setdefault((pid, h.producer_epoch), []).append(
                     TxnWrite(st.log(b.topic, b.partition), None, ex.response_ts, ex.request_ts, ex, b)
@@ -700,7 +746,7 @@ def _on_markers_written(st: LogState, ex: Exchange, out: list[Finding], ctx: Con
         outcome = "commit" if m.transaction_result else "abort"
         for t in m.topics:
             for index in t.partition_indexes:
-                if (m.producer_id, t.name, index) not in ok:
+                if (m.producer_id, t.name, index) not in ok or not st.mine(index):
                     continue
                 lg = st.log(t.name, index)
                 for base in lg.open_txn.pop(m.producer_id, []):
@@ -1200,7 +1246,7 @@ def _on_reset(st: LogState, ex: Exchange) -> None:
         for t in resp.topics:
             for p in t.partitions:
                 st.resets[(ip, ex.client_id, t.name, p.partition_index)] = ts
-                if p.error_code == 0 and p.offset > 0:
+                if p.error_code == 0 and p.offset > 0 and st.mine(p.partition_index):
                     lg = st.log(t.name, p.partition_index)
                     # the latest offset a broker lists is its high watermark (or LSO) at the time
                     lg.high_watermark = max(lg.high_watermark, p.offset)

@@ -610,22 +610,26 @@ def _pipeline(
                 runs[cset].outputs.append(bare)
                 runs[cset].digests.append(digest)
         # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
-        # which read the context events with the LOG rows (each once), folded by one task where they are.
+        # which read the context events with the LOG rows (each once), folded where they are, the logs
+        # split by partition over `folds` tasks (`_log_folds`).
+        folds = log_folds(partitions)
         folded = (
-            events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG))
-            .repartition(max(1, min(len(folding), partitions)), "cset")
-            .sortWithinPartitions("cset", *tasks.ORDER_COLUMNS)
-            .mapInArrow(tasks.context_fold(config, ends, conns, digests), tasks.OUTPUTS_DDL)
+            _log_folds(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)), folds)
+            .repartition(max(1, min(len(folding) * folds, partitions)), "cset", "lfold")
+            .sortWithinPartitions("cset", "lfold", *tasks.ORDER_COLUMNS)
+            .mapInArrow(tasks.context_fold(config, ends, conns, digests, folds), tasks.OUTPUTS_DDL)
             .select("cset", "blob")
             .toArrow()
         )
-        gaps = {
-            c: pickle.loads(b)
-            for c, b in zip(*(folded.column(n).to_pylist() for n in ("cset", "blob")), strict=True)
-        }
+        parts_of: dict[int, list] = {}
+        for c, b in zip(*(folded.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
+            parts_of.setdefault(c, []).append(pickle.loads(b))
         for index in folding:
             run = runs[index]
-            run.context_output = gaps.get(index) or tasks.context_output(config, ends[index], ())
+            parts = parts_of.get(index)
+            run.context_output = (
+                merge_outputs(parts) if parts else tasks.context_output(config, ends[index], ())
+            )
             if whole:
                 run.outputs.append(run.context_output)
             else:  # its gaps are few: digested here, as the tasks digest the groups' outputs
@@ -703,6 +707,38 @@ def _pipeline(
     if txns is not None and txns.count and txns.durations is None:
         summary.digest.transactions.spread = _duration_spread(run._frame("transactions"), keep)
     return run
+
+
+def log_folds(partitions: int) -> int:
+    """Into how many folds a capture set's partition logs are split: a power of two (as
+    ksniff.audit.partlog.split_mask needs), at most one per partition of the run and SPLIT_MAX."""
+    from ksniff.audit.partlog import SPLIT_MAX
+
+    folds = 1
+    while folds * 2 <= min(partitions, SPLIT_MAX):
+        folds *= 2
+    return folds
+
+
+def _log_folds(rows: Any, folds: int) -> Any:
+    """The rows the partition logs read, each with `lfold`, a fold that needs it (the fold k of `folds`
+    keeps the partitions numbered k modulo `folds`: ksniff.audit.partlog.LogState.split), once per such
+    fold: one that concerns partitions of several folds goes to each, one every fold reads to all."""
+    from pyspark.sql import functions as F
+
+    if folds == 1:
+        return rows.withColumn("lfold", F.lit(0))
+    width = 64
+    masks = []
+    for k in range(folds):
+        mask = sum(1 << b for b in range(width) if b % folds == k)
+        masks.append(mask - (1 << width) if mask >> (width - 1) else mask)
+    of_fold = F.array(*(F.lit(m).cast("long") for m in masks))
+    needed = F.filter(
+        F.sequence(F.lit(0), F.lit(folds - 1)),
+        lambda k: F.col("pmask").bitwiseAND(F.element_at(of_fold, k + 1)) != 0,
+    )
+    return rows.withColumn("lfold", F.explode(needed))
 
 
 def _duration_spread(transactions: Any, keep: Any) -> tuple[int, float, float, float]:

@@ -52,8 +52,11 @@ from dataclasses import field, replace
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
 
-from ksniff.audit import CONTEXT_KEY, Auditor, is_context, producer_keys, touched_keys
-from ksniff.audit.keys import is_log_event
+from ksniff.audit import CONTEXT_KEY, Auditor, is_context, partlog, producer_keys, touched_keys
+from ksniff.audit.fold import finding_order
+from ksniff.audit.keys import LOG_APIS, is_log_event
+from ksniff.audit.model import AuditOutput
+from ksniff.audit.partlog import LogState, learn_txn_ids, split_mask, txn_id_pairs
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
@@ -163,10 +166,14 @@ EVENTS = pa.schema(
         ("opm", pa.float64()),
         ("oconn", pa.int64()),
         ("n", pa.int64()),
+        # Of the rows the partition logs read: the partitions they concern (ksniff.audit.partlog.split_mask),
+        # for the logs' folds to be split by partition (EVERY_PART: every fold; 0: none's).
+        ("pmask", pa.int64()),
         ("blob", pa.binary()),
     ]
 )
 EVENTS_DDL = ddl(EVENTS)
+EVERY_PART = -1
 ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "opm", "oconn", "n")
 
 # Stage 3: each group's output, per capture set: whole (`blob`), and without its findings and
@@ -765,13 +772,14 @@ class _Rows:
         self.cset = 0
         self.held = 0  # bytes of the blobs buffered
 
-    def add(self, kind: int, key: str | None, order: tuple, blob: bytes) -> None:
+    def add(self, kind: int, key: str | None, order: tuple, blob: bytes, pmask: int = 0) -> None:
         c = self.cols
         c["cset"].append(self.cset)
         c["kind"].append(kind)
         c["key"].append(key)
         for name, value in zip(ORDER_COLUMNS, order, strict=True):
             c[name].append(value)
+        c["pmask"].append(pmask)
         c["blob"].append(blob)
         self.held += len(blob)
 
@@ -907,18 +915,30 @@ class _Flow:
         ets = event_ts(event)
         # The decoder's own finish is always at the end (ksniff.engine.local).
         rel = INF if phase == 2 else release_time(ets, clock, self.config.reorder_window)
-        self.stats.serial += 1  # the order events left the decoder in, within one position
         opm, _file, _place = self._opening(event.conn)
-        order = (rel, ets, phase, pm, file, idx, opm, event.conn, self.stats.serial)
+        stats = self.stats
         tables = self.config.keep_tables or self.config.keep_records
         if event.__class__ is Exchange and event.api_name == "Fetch":
             # Read only by the partition logs (a Fetch is no key's, no context, no identity): they travel
             # without their bodies (`for_logs`), the bulk of a consumer's traffic; whole only for the tables.
+            stats.serial += 1  # the order events left the decoder in, within one position
+            order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
             self.brokers.add(event.broker)
             if tables:
                 self.rows.add(TABLE, None, order, dumps(event))
-            self.rows.add(LOG, None, order, dumps(for_logs(event)))
+            self.rows.add(LOG, None, order, dumps(for_logs(event)), log_mask(event))
             return
+        log = is_log_event(event)
+        if log and event.api_name == "Produce" and event.request is not None:
+            # What the partition logs' folds that do not keep this Produce's partitions learn from it, just
+            # before it (`TxnIds`: the serial before its own).
+            pairs = txn_id_pairs(event)
+            if pairs:
+                stats.serial += 1
+                order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
+                self.rows.add(LOG, None, order, dumps(TxnIds(pairs)), EVERY_PART)
+        stats.serial += 1
+        order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
         blob = dumps(event)
         if isinstance(event, Exchange):
             self.brokers.add(event.broker)
@@ -926,17 +946,58 @@ class _Flow:
                 self.rows.add(IDENTITY, None, order, blob)
             if tables:
                 self.rows.add(TABLE, None, order, blob)
-        log = is_log_event(event)
         context = is_context(event)
         keys = () if context else producer_keys(event)
+        mask = log_mask(event) if log else 0
         if context:
-            self.rows.add(CONTEXT, None, order, blob)
+            self.rows.add(CONTEXT, None, order, blob, EVERY_PART)
         elif keys:
             for i, key in enumerate(keys):
-                self.rows.add(KEYED_LOG if log and not i else KEYED, key, order, blob)
+                if log and not i:
+                    self.rows.add(KEYED_LOG, key, order, blob, mask)
+                else:
+                    self.rows.add(KEYED, key, order, blob)
             self.links.add(touched_keys(event))
         if log and not keys:
-            self.rows.add(LOG, None, order, blob)
+            self.rows.add(LOG, None, order, blob, mask)
+
+
+@frozen_dataclass
+class TxnIds:
+    """A transactional Produce's (producer id, transactional id) pairs (ksniff.audit.partlog.txn_id_pairs),
+    for the partition logs' folds that do not keep its partitions (partlog.learn_txn_ids)."""
+
+    pairs: tuple[tuple[int, str], ...]
+
+
+def log_mask(ex: Exchange) -> int:
+    """The partitions an exchange the partition logs read concerns, as partlog.split_mask gives them: the
+    partitions its handler keeps state for (ksniff.audit.partlog.on_exchange), or EVERY_PART for what
+    every partition's fold reads (a transaction's end, a producer's timeout, topic names). An exchange
+    that concerns no partition goes to the first fold, and so does a Produce with a batch of no producer
+    id: the first fold is the CONTEXT_KEY group's, whose idempotence watch reads those
+    (ksniff.audit.idempotence)."""
+    api, req, resp = ex.api_name, ex.request, ex.response
+    if req is None:
+        return 1
+    if api == "Produce":
+        plain = any(b.header.producer_id < 0 and not b.header.control for b in ex.batches)
+        return split_mask(b.partition for b in ex.batches) | plain or 1
+    if api == "Fetch":
+        parts: Iterable[int] = (f.partition for f in ex.fetched)
+    elif api in ("OffsetCommit", "TxnOffsetCommit"):
+        parts = (p.partition_index for t in req.topics for p in t.partitions)
+    elif api == "ListOffsets":
+        parts = () if resp is None else (p.partition_index for t in resp.topics for p in t.partitions)
+    elif api == "OffsetFetch":
+        if resp is None:
+            parts = ()
+        else:
+            topics = [t for g in resp.groups for t in g.topics] if resp.groups else resp.topics
+            parts = (p.partition_index for t in topics for p in t.partitions)
+    else:
+        return EVERY_PART
+    return split_mask(parts) or 1
 
 
 # What stands for a Fetch's request and answer in `for_logs`: not None, as the bodies it replaces.
@@ -986,7 +1047,9 @@ def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 
 
 def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
-    """The event with the in-process engine's connection number."""
+    """The event with the in-process engine's connection number (a TxnIds has none)."""
+    if event.__class__ is TxnIds:
+        return event
     conn = conns.get(event.conn, event.conn)
     if isinstance(event, Exchange):
         batches = tuple(replace(b, conn=conn) for b in event.batches)
@@ -1067,28 +1130,73 @@ def _ordered(batch: pa.RecordBatch) -> Iterator[tuple[tuple, bytes]]:
     return zip(orders, batch.column("blob").to_pylist(), strict=True)
 
 
-def context_output(config: EngineConfig, end: RunEnd, events: Iterable[DecodeEvent]):
+def context_output(
+    config: EngineConfig, end: RunEnd, events: Iterable[DecodeEvent], split: tuple[int, int] = (1, 0)
+):
     """The CONTEXT_KEY group's output: the capture gaps, which belong to no producer, and the partition
-    logs, over the context events and the exchanges the logs read, in audit order."""
+    logs, over the context events and the exchanges the logs read, in audit order.
+
+    `split` (n, k): the logs of the partitions numbered k modulo n only. Fold 0 is the CONTEXT_KEY group
+    with those logs; the others fold only the logs of theirs (`logs_output`), over the same events."""
+    if split[1]:
+        return logs_output(config, events, split)
     auditor = Auditor(config.audit_config(), key=CONTEXT_KEY)
+    logs = auditor.state.logs
+    if split[0] > 1:
+        logs.split = split
     for event in events:
-        auditor.feed(event)
+        if event.__class__ is TxnIds:
+            learn_txn_ids(logs, event.pairs)
+        else:
+            auditor.feed(event)
     return auditor.finish(end.last_event)
 
 
+def logs_output(config: EngineConfig, events: Iterable[DecodeEvent], split: tuple[int, int]) -> AuditOutput:
+    """The partition logs of the partitions numbered k modulo n (`split`), folded as the audit folds them
+    (ksniff.audit.fold: every exchange the logs read, before anything else of the fold looks at it, with
+    the times the capture lost bytes of each connection), over a set's CONTEXT and LOG events: their
+    findings and the partitions' summaries."""
+    logs = LogState(split=split)
+    losses: dict[int, list[float]] = {}
+    ctx = partlog.Context(losses)
+    out: list = []
+    for event in events:
+        if event.__class__ is Exchange:
+            if event.api_name in LOG_APIS:
+                partlog.on_exchange(logs, event, out, ctx)
+        elif event.__class__ is TxnIds:
+            learn_txn_ids(logs, event.pairs)
+        elif event.__class__ is ConnectionLost:
+            losses.setdefault(event.conn, []).append(event.ts)
+    partlog.finish(logs, out, config.audit_config().txn_timeout_ms)
+    return AuditOutput(
+        producers=(),
+        transactions=(),
+        findings=tuple(sorted(out, key=finding_order)),
+        partitions=partlog.summaries(logs),
+    )
+
+
 def context_fold(
-    config: EngineConfig, ends: dict[int, RunEnd], conns: dict[int, int], digests: Digests | None = None
+    config: EngineConfig,
+    ends: dict[int, RunEnd],
+    conns: dict[int, int],
+    digests: Digests | None = None,
+    folds: int = 1,
 ):
-    """mapInArrow over the CONTEXT, LOG and KEYED_LOG rows sorted by (cset, audit order), each set's in one
-    partition: each set's CONTEXT_KEY group output, made where the rows are, so the exchanges the
-    partition logs read never reach the driver. An event that is both context and read by the logs came
-    once per kind, with one order: `_once` folds it once."""
+    """mapInArrow over the CONTEXT, LOG and KEYED_LOG rows sorted by (cset, lfold, audit order), each
+    (set, fold)'s in one partition: each set's CONTEXT_KEY group output in `folds` parts (`context_output`,
+    the partition logs split by partition), made where the rows are, so the exchanges the partition logs
+    read never reach the driver. An event that is both context and read by the logs came once per kind,
+    with one order: `_once` folds it once."""
     digests = digests or Digests()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: dict[str, list] = {name: [] for name in OUTPUTS.names}
-        for (cset,), rows in _keyed(batches, ("cset",)):
-            output = context_output(config, ends[cset], (event for _order, event in _once(rows, conns)))
+        for (cset, k), rows in _keyed(batches, ("cset", "lfold")):
+            events = (event for _order, event in _once(rows, conns))
+            output = context_output(config, ends[cset], events, (folds, k))
             _output_row(out, cset, CONTEXT_KEY, output, digests)
         yield pa.RecordBatch.from_pydict(out, schema=OUTPUTS)
 

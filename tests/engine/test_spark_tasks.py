@@ -423,6 +423,7 @@ def test_each_flow_decoded_alone_and_sorted_is_the_local_audit_order(limited: bo
     import pyarrow as pa
     from pcap_edit import again_later
 
+    from ksniff.audit.partlog import txn_id_pairs
     from ksniff.capture import read_files
     from ksniff.config import EngineConfig
     from ksniff.engine import spark_tasks as tasks
@@ -472,6 +473,11 @@ def test_each_flow_decoded_alone_and_sorted_is_the_local_audit_order(limited: bo
                         found[order] = r["blob"]  # an event is one row per key it touches: once here
         conns = {conn: n for n, (_at, conn) in enumerate(sorted(openings), start=1)}
         spread = [tasks.renumber(pickle.loads(found[order]), conns) for order in sorted(found)]
+        # What a transactional Produce tells the partition logs' other folds comes just before it.
+        facts = [i for i, e in enumerate(spread) if isinstance(e, tasks.TxnIds)]
+        assert all(spread[i + 1].api_name == "Produce" for i in facts), capture.name
+        assert all(spread[i].pairs == txn_id_pairs(spread[i + 1]) for i in facts), capture.name
+        spread = [e for e in spread if not isinstance(e, tasks.TxnIds)]
         # Which event, not all it holds: a Fetch answer's topic names come from Metadata answers of other
         # connections, which the flows' tasks do not see (the fold names them).
         assert [_which(e) for e in spread] == [_which(e) for e in local], capture.name
@@ -489,3 +495,74 @@ def _which(event) -> tuple:
         getattr(event, "request_ts", None) or getattr(event, "ts", None),
         getattr(event, "response_ts", None),
     )
+
+
+def _stage2_rows(path: str, config) -> tuple[list[dict], dict[int, int], object]:
+    """Stage 2's rows of one capture (each flow decoded by a task of its own), the local engine's
+    connection numbers and the capture's RunEnd."""
+    import itertools
+    import pickle
+
+    import pyarrow as pa
+
+    from ksniff.engine import spark_tasks as tasks
+
+    listing = pa.RecordBatch.from_pydict(
+        {"file": [0], "path": [path], "uri": [path], "folder": [False], "content": pa.nulls(1, pa.binary())}
+    )
+    table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
+    segments = table.filter(pa.compute.is_valid(table.column("flow")))
+    meta = pickle.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
+    rows = sorted(segments.to_pylist(), key=lambda r: (r["flow"], r["pm"], r["file"], r["idx"]))
+    out: list[dict] = []
+    for _flow, mine in itertools.groupby(rows, key=lambda r: r["flow"]):
+        batch = pa.RecordBatch.from_pylist(list(mine), schema=tasks.SEGMENTS)
+        for rows_out in tasks.decode(config, {0: tasks.RunEnd(meta.max_ts)})(iter([batch])):
+            out.extend(rows_out.to_pylist())
+    stats = [pickle.loads(r["blob"]) for r in out if r["kind"] == tasks.FLOW_STATS]
+    last = max((s.last_event_ts for s in stats), default=None)
+    openings = sorted(
+        ((r["ppm"], r["pfile"], r["pidx"]), pickle.loads(r["blob"])) for r in out if r["kind"] == tasks.CONN
+    )
+    conns = {conn: n for n, (_at, conn) in enumerate(openings, start=1)}
+    return out, conns, tasks.RunEnd(meta.max_ts, last)
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+def test_partition_logs_split_by_partition_are_the_whole_logs() -> None:
+    """The Spark engine folds a capture set's partition logs in several tasks, each keeping the partitions
+    whose index is k modulo n and given only the exchanges its partitions need (the rows' `pmask`) and
+    what every partition's fold reads: for every corpus capture, the folds together give the one fold's
+    partitions (their logs, readers, producers) and findings, and the other findings of the CONTEXT_KEY
+    group (capture gaps, unanswered requests, idempotence) once."""
+    from ksniff.audit import merge_outputs
+    from ksniff.config import EngineConfig
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.spark import log_folds
+
+    config = EngineConfig(keep_tables=False)
+    mask_of = {n: [sum(1 << b for b in range(64) if b % n == k) for k in range(n)] for n in (2, 4, 8)}
+    split_somewhere = 0
+    for capture in sorted(PCAPS.glob("*.pcap*")):
+        rows, conns, end = _stage2_rows(str(capture), config)
+        rows = [r for r in rows if r["kind"] in (tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)]
+        rows.sort(key=lambda r: tuple(r[c] for c in tasks.ORDER_COLUMNS))
+
+        def fold(n: int, k: int, rows=rows, conns=conns, end=end):
+            mine = [
+                (tuple(r[c] for c in tasks.ORDER_COLUMNS), r["blob"])
+                for r in rows
+                if n == 1 or (r["pmask"] & mask_of[n][k]) or r["pmask"] == tasks.EVERY_PART
+            ]
+            events = (e for _order, e in tasks._once(iter(mine), conns))
+            return tasks.context_output(config, end, events, (n, k))
+
+        whole = fold(1, 0)
+        for n in (2, 4, 8):
+            parts = [fold(n, k) for k in range(n)]
+            merged = merge_outputs(parts)
+            assert merged.partitions == whole.partitions, (capture.name, n)
+            assert merged.findings == whole.findings, (capture.name, n)
+            split_somewhere += sum(1 for p in parts if p.partitions) > 1
+    assert split_somewhere > 10  # captures whose logs were spread over several folds
+    assert [log_folds(p) for p in (1, 2, 3, 8, 200)] == [1, 2, 2, 8, 64]
