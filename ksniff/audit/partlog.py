@@ -324,8 +324,8 @@ class LogState:
     # connection's, in a partitioned run) names topics of Fetch v13+ and Produce v13+ by id
     names: dict[str, str] = field(default_factory=dict)
     timeouts: dict[str, int] = field(default_factory=dict)  # transactional id -> its InitProducerId's timeout
-    # (n, k): this state keeps only the partitions whose index is k modulo n (n a power of two up to
-    # SPLIT_MAX), one of n folds of a run's logs (the Spark engine's); None: every partition.
+    # (n, k): this state keeps only the partitions whose index is k modulo n, one of n folds of a run's
+    # logs (the Spark engine's, n up to SPLIT_MAX); None: every partition.
     split: tuple[int, int] | None = None
 
     def name(self, topic: str) -> str:
@@ -351,16 +351,7 @@ def lost_in(losses: dict[int, list[float]], conns: set[int], since: float) -> bo
     return any(ts >= since for c in conns for ts in losses.get(c, ()))
 
 
-SPLIT_MAX = 64  # of the folds a run's logs can be split into (each a power of two): see `split_mask`
-
-
-def split_mask(partitions: Iterable[int]) -> int:
-    """The partitions' indexes modulo SPLIT_MAX as the bits of a signed 64-bit mask: the fold k of n
-    (LogState.split) needs an exchange whose mask has a bit b with b % n == k."""
-    mask = 0
-    for p in partitions:
-        mask |= 1 << (p % SPLIT_MAX)
-    return mask - (1 << SPLIT_MAX) if mask >> (SPLIT_MAX - 1) else mask
+SPLIT_MAX = 64  # folds a run's logs are split into at most (LogState.split)
 
 
 def learn_txn_ids(st: LogState, pairs: Iterable[tuple[int, str]]) -> None:

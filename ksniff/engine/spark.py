@@ -555,7 +555,10 @@ def _pipeline(
     clocks_of = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
     # A part's durations come to the driver only when they are few; else it asks for their spread.
     digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN, tasks.DURATIONS_KEPT)
-    events, small, metas_of = _decoded(session, planned, config, partitions, cached, digests, records_apart)
+    folds = log_folds(partitions)  # the partition logs' folds per capture set (stages 2 and 3)
+    events, small, metas_of = _decoded(
+        session, planned, config, partitions, cached, digests, records_apart, folds
+    )
     # The local engine's errors in its order: the sets' in plan order, each set's files in order.
     runs: dict[int, _SetRun] = {}
     left_out: dict[int, list] = {}
@@ -612,7 +615,6 @@ def _pipeline(
         # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
         # which read the context events with the LOG rows (each once), folded where they are, the logs
         # split by partition over `folds` tasks (`_log_folds`).
-        folds = log_folds(partitions)
         folded = (
             _log_folds(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)), folds)
             .repartition(max(1, min(len(folding) * folds, partitions)), "cset", "lfold")
@@ -710,34 +712,23 @@ def _pipeline(
 
 
 def log_folds(partitions: int) -> int:
-    """Into how many folds a capture set's partition logs are split: a power of two (as
-    ksniff.audit.partlog.split_mask needs), at most one per partition of the run and SPLIT_MAX."""
+    """Into how many folds a capture set's partition logs are split: one per partition of the run, at most
+    ksniff.audit.partlog.SPLIT_MAX."""
     from ksniff.audit.partlog import SPLIT_MAX
 
-    folds = 1
-    while folds * 2 <= min(partitions, SPLIT_MAX):
-        folds *= 2
-    return folds
+    return max(1, min(partitions, SPLIT_MAX))
 
 
 def _log_folds(rows: Any, folds: int) -> Any:
-    """The rows the partition logs read, each with `lfold`, a fold that needs it (the fold k of `folds`
-    keeps the partitions numbered k modulo `folds`: ksniff.audit.partlog.LogState.split), once per such
-    fold: one that concerns partitions of several folds goes to each, one every fold reads to all."""
+    """The rows the partition logs read, each once per fold that reads it (`lfold`: the fold stage 2
+    gave it, or every fold: spark_tasks.log_pieces)."""
     from pyspark.sql import functions as F
 
-    if folds == 1:
-        return rows.withColumn("lfold", F.lit(0))
-    width = 64
-    masks = []
-    for k in range(folds):
-        mask = sum(1 << b for b in range(width) if b % folds == k)
-        masks.append(mask - (1 << width) if mask >> (width - 1) else mask)
-    of_fold = F.array(*(F.lit(m).cast("long") for m in masks))
-    needed = F.filter(
-        F.sequence(F.lit(0), F.lit(folds - 1)),
-        lambda k: F.col("pmask").bitwiseAND(F.element_at(of_fold, k + 1)) != 0,
-    )
+    from ksniff.engine import spark_tasks as tasks
+
+    every = F.sequence(F.lit(0), F.lit(folds - 1))
+    lfold = F.col("lfold")
+    needed = F.when(lfold == tasks.EVERY_FOLD, every).otherwise(F.array(lfold))
     return rows.withColumn("lfold", F.explode(needed))
 
 
@@ -883,6 +874,7 @@ def _decoded(
     cached: list,
     digests: Any = None,
     records_apart: bool = False,
+    folds: int = 1,
 ) -> tuple[Any, list[dict], dict[int, list]]:
     """Stages 1 and 2: every capture set's decode events (cached), the few rows per file and connection
     the driver reads between the stages, and each set's FileMetas."""
@@ -942,12 +934,12 @@ def _decoded(
                 ends[index] = tasks.RunEnd(end_ts)
             # Stage 2: per flow of each set, in the merge's order.
             large = [m.file for m in shuffled if m.length > total / session.parallelism]
-            parts.extend(_flows_decoded(spark, segments, ends, config, partitions, large))
+            parts.extend(_flows_decoded(spark, segments, ends, config, partitions, large, folds))
         if direct:
             # Each such set is audited where it is read, by the local engine's code; with --records the
             # exact way, decoded there (its events audited below).
             if config.keep_records and not records_apart:
-                how = tasks.extract_decoded(config)
+                how = tasks.extract_decoded(config, folds)
             else:
                 how = tasks.extract_audited(config, digests.clocks, digests)
             parts.append(_read(spark, direct, session.parallelism, total, how, together=True))
@@ -971,7 +963,13 @@ SPREAD_FLOWS_MAX = 250_000  # flows seen in several files the driver broadcasts 
 
 
 def _flows_decoded(
-    spark: Any, segments: Any, ends: dict, config: EngineConfig, partitions: int, large: list[int]
+    spark: Any,
+    segments: Any,
+    ends: dict,
+    config: EngineConfig,
+    partitions: int,
+    large: list[int],
+    folds: int = 1,
 ) -> list:
     """Stage 2 over the segment rows of the sets in `ends`: each flow (every connection on one 4-tuple)
     through one Reassembler and Decoder, in the merge's order (spark_tasks.decode).
@@ -1017,7 +1015,7 @@ def _flows_decoded(
             here = live.filter(home)
             apart = live.filter(~home) if large else None
     order = ("cset", "flow", "pm", "file", "idx")
-    decode = tasks.decode(config, ends)
+    decode = tasks.decode(config, ends, folds)
     parts = []
     if here is not None:
         parts.append(here.sortWithinPartitions(*order).mapInArrow(decode, tasks.EVENTS_DDL))

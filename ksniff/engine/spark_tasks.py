@@ -56,7 +56,7 @@ from ksniff.audit import CONTEXT_KEY, Auditor, is_context, partlog, producer_key
 from ksniff.audit.fold import finding_order
 from ksniff.audit.keys import LOG_APIS, is_log_event
 from ksniff.audit.model import AuditOutput
-from ksniff.audit.partlog import LogState, learn_txn_ids, split_mask, txn_id_pairs
+from ksniff.audit.partlog import LogState, learn_txn_ids, txn_id_pairs
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
@@ -166,14 +166,14 @@ EVENTS = pa.schema(
         ("opm", pa.float64()),
         ("oconn", pa.int64()),
         ("n", pa.int64()),
-        # Of the rows the partition logs read: the partitions they concern (ksniff.audit.partlog.split_mask),
-        # for the logs' folds to be split by partition (EVERY_PART: every fold; 0: none's).
-        ("pmask", pa.int64()),
+        # Of the rows the partition logs read: the fold of the logs that reads it (`log_pieces`), or
+        # EVERY_FOLD; of the others, 0.
+        ("lfold", pa.int32()),
         ("blob", pa.binary()),
     ]
 )
 EVENTS_DDL = ddl(EVENTS)
-EVERY_PART = -1
+EVERY_FOLD = -1
 ORDER_COLUMNS = ("rel", "ets", "phase", "ppm", "pfile", "pidx", "opm", "oconn", "n")
 
 # Stage 3: each group's output, per capture set: whole (`blob`), and without its findings and
@@ -380,7 +380,7 @@ def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 DIRECT_MAX_BYTES = 256 << 20  # the largest file decoded where it is read (its segments held by one task)
 
 
-def extract_decoded(config: EngineConfig):
+def extract_decoded(config: EngineConfig, folds: int = 1):
     """mapInArrow over rows like `extract`'s, each file the only one of its capture set: every flow of the
     file lives in it, so its segments are put into stage 2's order and decoded by this task (`decode`,
     with the file's own end), and stage 2's rows leave it, with the file's FileMeta as a FILE_META row:
@@ -399,7 +399,7 @@ def extract_decoded(config: EngineConfig):
         table = pa.Table.from_batches(segments, schema=SEGMENTS)
         end = RunEnd(meta.max_ts)
         order = pa.compute.sort_indices(table, sort_keys=[(c, "ascending") for c in ("flow", "pm", "idx")])
-        yield from decode(config, {cset: end})(iter(table.take(order).to_batches(BATCH_ROWS)))
+        yield from decode(config, {cset: end}, folds)(iter(table.take(order).to_batches(BATCH_ROWS)))
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         segments: list[pa.RecordBatch] = []
@@ -772,14 +772,14 @@ class _Rows:
         self.cset = 0
         self.held = 0  # bytes of the blobs buffered
 
-    def add(self, kind: int, key: str | None, order: tuple, blob: bytes, pmask: int = 0) -> None:
+    def add(self, kind: int, key: str | None, order: tuple, blob: bytes, lfold: int = 0) -> None:
         c = self.cols
         c["cset"].append(self.cset)
         c["kind"].append(kind)
         c["key"].append(key)
         for name, value in zip(ORDER_COLUMNS, order, strict=True):
             c[name].append(value)
-        c["pmask"].append(pmask)
+        c["lfold"].append(lfold)
         c["blob"].append(blob)
         self.held += len(blob)
 
@@ -799,8 +799,11 @@ NO_ORDER = (0.0, 0.0, 0, 0.0, 0, 0, 0.0, 0, 0)
 class _Flow:
     """Reassembles and decodes one flow (every connection on one 4-tuple) in the merge's order."""
 
-    def __init__(self, config: EngineConfig, end: RunEnd, stats: FlowStats, rows: _Rows) -> None:
+    def __init__(
+        self, config: EngineConfig, end: RunEnd, stats: FlowStats, rows: _Rows, folds: int = 1
+    ) -> None:
         self.config, self.end, self.stats, self.rows = config, end, stats, rows
+        self.folds = folds  # the partition logs' folds (`log_pieces`)
         self.capture = CaptureStats()
         self.reassembler = Reassembler(config.limits, self.capture, conn_id=self._conn_id)
         self.decoder = config.decoder(self.reassembler.drop, self.reassembler.drop)
@@ -926,7 +929,8 @@ class _Flow:
             self.brokers.add(event.broker)
             if tables:
                 self.rows.add(TABLE, None, order, dumps(event))
-            self.rows.add(LOG, None, order, dumps(for_logs(event)), log_mask(event))
+            for k, piece in log_pieces(for_logs(event), self.folds):
+                self.rows.add(LOG, None, order, dumps(piece), k)
             return
         log = is_log_event(event)
         if log and event.api_name == "Produce" and event.request is not None:
@@ -936,7 +940,7 @@ class _Flow:
             if pairs:
                 stats.serial += 1
                 order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
-                self.rows.add(LOG, None, order, dumps(TxnIds(pairs)), EVERY_PART)
+                self.rows.add(LOG, None, order, dumps(TxnIds(pairs)), EVERY_FOLD)
         stats.serial += 1
         order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
         blob = dumps(event)
@@ -948,18 +952,22 @@ class _Flow:
                 self.rows.add(TABLE, None, order, blob)
         context = is_context(event)
         keys = () if context else producer_keys(event)
-        mask = log_mask(event) if log else 0
+        # The logs' pieces of it: one, the event itself, goes in its row of the first key (KEYED_LOG)
+        pieces = log_pieces(event, self.folds) if log else ()
+        whole = len(pieces) == 1 and pieces[0][1] is event
         if context:
-            self.rows.add(CONTEXT, None, order, blob, EVERY_PART)
+            self.rows.add(CONTEXT, None, order, blob, EVERY_FOLD)
         elif keys:
             for i, key in enumerate(keys):
-                if log and not i:
-                    self.rows.add(KEYED_LOG, key, order, blob, mask)
+                if whole and not i:
+                    self.rows.add(KEYED_LOG, key, order, blob, pieces[0][0])
                 else:
                     self.rows.add(KEYED, key, order, blob)
             self.links.add(touched_keys(event))
-        if log and not keys:
-            self.rows.add(LOG, None, order, blob, mask)
+        if context or (keys and whole):
+            return
+        for k, piece in pieces:
+            self.rows.add(LOG, None, order, blob if piece is event else dumps(piece), k)
 
 
 @frozen_dataclass
@@ -970,34 +978,39 @@ class TxnIds:
     pairs: tuple[tuple[int, str], ...]
 
 
-def log_mask(ex: Exchange) -> int:
-    """The partitions an exchange the partition logs read concerns, as partlog.split_mask gives them: the
-    partitions its handler keeps state for (ksniff.audit.partlog.on_exchange), or EVERY_PART for what
-    every partition's fold reads (a transaction's end, a producer's timeout, topic names). An exchange
-    that concerns no partition goes to the first fold, and so does a Produce with a batch of no producer
-    id: the first fold is the CONTEXT_KEY group's, whose idempotence watch reads those
-    (ksniff.audit.idempotence)."""
-    api, req, resp = ex.api_name, ex.request, ex.response
-    if req is None:
-        return 1
-    if api == "Produce":
-        plain = any(b.header.producer_id < 0 and not b.header.control for b in ex.batches)
-        return split_mask(b.partition for b in ex.batches) | plain or 1
+def log_pieces(ex: Exchange, folds: int) -> list[tuple[int, Exchange]]:
+    """An exchange the partition logs read, as the logs' `folds` folds are given it: (fold, piece) pairs,
+    fold k keeping the partitions whose index is k modulo `folds` (ksniff.audit.partlog.LogState.split).
+    A Produce or Fetch goes to the folds of its batches' or partitions' and each is given only those
+    (each partition's log reads only its own); a Produce with a batch of no producer id goes whole to
+    fold 0 too, the CONTEXT_KEY group's, whose idempotence watch reads it (ksniff.audit.idempotence). What
+    every fold reads, or is small, goes to every fold (EVERY_FOLD): a transaction's end, a producer's
+    timeout, topic names, offsets committed, listed and fetched (a fold acts only on its own partitions).
+    An exchange the logs pass over (no request), or of no partition, goes to fold 0."""
+    api = ex.api_name
+    if api not in ("Produce", "Fetch"):
+        return [(EVERY_FOLD, ex)]
+    if folds == 1 or ex.request is None:
+        return [(0, ex)]
+    by_fold: dict[int, list] = {}
     if api == "Fetch":
-        parts: Iterable[int] = (f.partition for f in ex.fetched)
-    elif api in ("OffsetCommit", "TxnOffsetCommit"):
-        parts = (p.partition_index for t in req.topics for p in t.partitions)
-    elif api == "ListOffsets":
-        parts = () if resp is None else (p.partition_index for t in resp.topics for p in t.partitions)
-    elif api == "OffsetFetch":
-        if resp is None:
-            parts = ()
-        else:
-            topics = [t for g in resp.groups for t in g.topics] if resp.groups else resp.topics
-            parts = (p.partition_index for t in topics for p in t.partitions)
-    else:
-        return EVERY_PART
-    return split_mask(parts) or 1
+        for part in ex.fetched:
+            by_fold.setdefault(part.partition % folds, []).append(part)
+        if len(by_fold) <= 1:
+            return [(next(iter(by_fold), 0), ex)]
+        return [(k, replace(ex, fetched=tuple(parts))) for k, parts in sorted(by_fold.items())]
+    plain = False
+    for b in ex.batches:
+        by_fold.setdefault(b.partition % folds, []).append(b)
+        plain = plain or (b.header.producer_id < 0 and not b.header.control)
+    if not by_fold or (len(by_fold) == 1 and (not plain or 0 in by_fold)):
+        return [(next(iter(by_fold), 0), ex)]
+    pieces = [(0, ex)] if plain else []
+    return pieces + [
+        (k, replace(ex, batches=tuple(batches)))
+        for k, batches in sorted(by_fold.items())
+        if not (plain and k == 0)
+    ]
 
 
 # What stands for a Fetch's request and answer in `for_logs`: not None, as the bodies it replaces.
@@ -1016,9 +1029,10 @@ def for_logs(event: Exchange) -> Exchange:
     )
 
 
-def decode(config: EngineConfig, ends: dict[int, RunEnd]):
+def decode(config: EngineConfig, ends: dict[int, RunEnd], folds: int = 1):
     """mapInArrow over segment rows (not the files' summaries) sorted by (cset, flow, pm, file, idx):
-    decode events, and the counters of each capture set the task met (`ends`: each set's RunEnd)."""
+    decode events, and the counters of each capture set the task met (`ends`: each set's RunEnd);
+    `folds`: the partition logs' folds (`log_pieces`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = _Rows()
@@ -1027,7 +1041,7 @@ def decode(config: EngineConfig, ends: dict[int, RunEnd]):
             rows.cset = cset
             if cset not in stats:
                 stats[cset] = FlowStats(CaptureStats(), DecodeStats(by_api={}))
-            _Flow(config, ends[cset], stats[cset], rows).run(segments)
+            _Flow(config, ends[cset], stats[cset], rows, folds).run(segments)
             if rows.full():
                 yield rows.take()
         for cset, counted in stats.items():

@@ -497,9 +497,9 @@ def _which(event) -> tuple:
     )
 
 
-def _stage2_rows(path: str, config) -> tuple[list[dict], dict[int, int], object]:
-    """Stage 2's rows of one capture (each flow decoded by a task of its own), the local engine's
-    connection numbers and the capture's RunEnd."""
+def _stage2_rows(path: str, config, folds: int = 1) -> tuple[list[dict], dict[int, int], object]:
+    """Stage 2's rows of one capture (each flow decoded by a task of its own, the partition logs' rows
+    for `folds` folds), the local engine's connection numbers and the capture's RunEnd."""
     import itertools
     import pickle
 
@@ -517,7 +517,7 @@ def _stage2_rows(path: str, config) -> tuple[list[dict], dict[int, int], object]
     out: list[dict] = []
     for _flow, mine in itertools.groupby(rows, key=lambda r: r["flow"]):
         batch = pa.RecordBatch.from_pylist(list(mine), schema=tasks.SEGMENTS)
-        for rows_out in tasks.decode(config, {0: tasks.RunEnd(meta.max_ts)})(iter([batch])):
+        for rows_out in tasks.decode(config, {0: tasks.RunEnd(meta.max_ts)}, folds)(iter([batch])):
             out.extend(rows_out.to_pylist())
     stats = [pickle.loads(r["blob"]) for r in out if r["kind"] == tasks.FLOW_STATS]
     last = max((s.last_event_ts for s in stats), default=None)
@@ -530,39 +530,51 @@ def _stage2_rows(path: str, config) -> tuple[list[dict], dict[int, int], object]
 
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
 def test_partition_logs_split_by_partition_are_the_whole_logs() -> None:
-    """The Spark engine folds a capture set's partition logs in several tasks, each keeping the partitions
-    whose index is k modulo n and given only the exchanges its partitions need (the rows' `pmask`) and
-    what every partition's fold reads: for every corpus capture, the folds together give the one fold's
-    partitions (their logs, readers, producers) and findings, and the other findings of the CONTEXT_KEY
-    group (capture gaps, unanswered requests, idempotence) once."""
+    """The Spark engine folds a capture set's partition logs in several tasks, fold k keeping the
+    partitions whose index is k modulo n, given only its pieces of the Produce and Fetch exchanges (the
+    rows' `lfold`) and what every fold reads: for every corpus capture, the folds together give the one
+    fold's partitions (their logs, readers, producers) and findings, and the other findings of the
+    CONTEXT_KEY group (capture gaps, unanswered requests, idempotence) once; and what the folds are given
+    is the one fold's, not n copies of it."""
     from ksniff.audit import merge_outputs
     from ksniff.config import EngineConfig
     from ksniff.engine import spark_tasks as tasks
     from ksniff.engine.spark import log_folds
 
     config = EngineConfig(keep_tables=False)
-    mask_of = {n: [sum(1 << b for b in range(64) if b % n == k) for k in range(n)] for n in (2, 4, 8)}
+    logs = (tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)
     split_somewhere = 0
     for capture in sorted(PCAPS.glob("*.pcap*")):
-        rows, conns, end = _stage2_rows(str(capture), config)
-        rows = [r for r in rows if r["kind"] in (tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)]
-        rows.sort(key=lambda r: tuple(r[c] for c in tasks.ORDER_COLUMNS))
-
-        def fold(n: int, k: int, rows=rows, conns=conns, end=end):
-            mine = [
-                (tuple(r[c] for c in tasks.ORDER_COLUMNS), r["blob"])
-                for r in rows
-                if n == 1 or (r["pmask"] & mask_of[n][k]) or r["pmask"] == tasks.EVERY_PART
-            ]
-            events = (e for _order, e in tasks._once(iter(mine), conns))
-            return tasks.context_output(config, end, events, (n, k))
-
-        whole = fold(1, 0)
-        for n in (2, 4, 8):
-            parts = [fold(n, k) for k in range(n)]
+        whole = None
+        for n in (1, 2, 3, 8):
+            rows, conns, end = _stage2_rows(str(capture), config, n)
+            rows = [r for r in rows if r["kind"] in logs]
+            rows.sort(key=lambda r: tuple(r[c] for c in tasks.ORDER_COLUMNS))
+            parts = []
+            for k in range(n):
+                mine = [
+                    (tuple(r[c] for c in tasks.ORDER_COLUMNS), r["blob"])
+                    for r in rows
+                    if r["lfold"] in (k, tasks.EVERY_FOLD)
+                ]
+                events = (e for _order, e in tasks._once(iter(mine), conns))
+                parts.append(tasks.context_output(config, end, events, (n, k)))
             merged = merge_outputs(parts)
+            bulk = sum(len(r["blob"]) for r in rows if _produce_or_fetch(r["blob"]))
+            if whole is None:
+                whole, one = merged, bulk
+                continue
             assert merged.partitions == whole.partitions, (capture.name, n)
             assert merged.findings == whole.findings, (capture.name, n)
             split_somewhere += sum(1 for p in parts if p.partitions) > 1
+            # Each Fetch and Produce is given to the folds in pieces, not whole to each.
+            assert not any(r["lfold"] == tasks.EVERY_FOLD for r in rows if _produce_or_fetch(r["blob"]))
+            assert bulk <= 2.5 * one, (capture.name, n, bulk, one)  # a piece repeats what pickle shared
     assert split_somewhere > 10  # captures whose logs were spread over several folds
-    assert [log_folds(p) for p in (1, 2, 3, 8, 200)] == [1, 2, 2, 8, 64]
+    assert [log_folds(p) for p in (1, 2, 3, 200)] == [1, 2, 3, 64]
+
+
+def _produce_or_fetch(blob: bytes) -> bool:
+    import pickle
+
+    return getattr(pickle.loads(blob), "api_name", None) in ("Produce", "Fetch")
