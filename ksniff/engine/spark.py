@@ -555,7 +555,7 @@ def _pipeline(
     clocks_of = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
     # A part's durations come to the driver only when they are few; else it asks for their spread.
     digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN, tasks.DURATIONS_KEPT)
-    folds = log_folds(partitions)  # the partition logs' folds per capture set (stages 2 and 3)
+    folds = log_folds(session.parallelism)  # the partition logs' folds per capture set (stages 2 and 3)
     events, small, metas_of = _decoded(
         session, planned, config, partitions, cached, digests, records_apart, folds
     )
@@ -711,12 +711,15 @@ def _pipeline(
     return run
 
 
-def log_folds(partitions: int) -> int:
-    """Into how many folds a capture set's partition logs are split: one per partition of the run, at most
-    ksniff.audit.partlog.SPLIT_MAX."""
+def log_folds(cores: int) -> int:
+    """Into how many folds a capture set's partition logs are split: one per core of the session, at
+    most ksniff.audit.partlog.SPLIT_MAX. Each fold is given what every fold reads (a transaction's end,
+    topic names, connection ends) and its pieces of the Produce and Fetch exchanges, which repeat what
+    the whole exchange's pickle shared: in all 1.5-2x the one fold's rows on the corpus, for the logs of
+    a large set folded in parallel instead of by one task."""
     from ksniff.audit.partlog import SPLIT_MAX
 
-    return max(1, min(partitions, SPLIT_MAX))
+    return max(1, min(cores, SPLIT_MAX))
 
 
 def _log_folds(rows: Any, folds: int) -> Any:
