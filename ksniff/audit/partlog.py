@@ -370,6 +370,24 @@ def txn_id_pairs(ex: Exchange) -> tuple[tuple[int, str], ...]:
     )
 
 
+def topic_names(ex: Exchange) -> tuple[tuple[str, str], ...]:
+    """What a Metadata answer tells the logs: (topic id as text, name) of each topic it names by both."""
+    if ex.response is None:
+        return ()
+    pairs = []
+    for t in ex.response.topics or ():
+        topic_id = getattr(t, "topic_id", None)
+        if topic_id is not None and topic_id.int and t.name:
+            pairs.append((str(topic_id), t.name))
+    return tuple(pairs)
+
+
+def learn_names(st: LogState, pairs: Iterable[tuple[str, str]]) -> None:
+    """Topic names by id, from a Metadata answer (`topic_names`)."""
+    for topic_id, name in pairs:
+        st.names[topic_id] = name
+
+
 class Context:
     """What the handlers need from the rest of the audit: where bytes went missing (the audit's
     connection -> times table, read as it grows). Made once per audit: it holds the table, not the
@@ -424,11 +442,8 @@ def on_exchange(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
         req = ex.request
         if req.transactional_id and req.transaction_timeout_ms > 0 and len(st.timeouts) < MAX_TIMEOUTS:
             st.timeouts[req.transactional_id] = req.transaction_timeout_ms
-    elif api == "Metadata" and ex.response is not None:
-        for t in ex.response.topics or ():
-            topic_id = getattr(t, "topic_id", None)
-            if topic_id is not None and topic_id.int and t.name:
-                st.names[str(topic_id)] = t.name
+    elif api == "Metadata":
+        learn_names(st, topic_names(ex))
 
 
 def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) -> None:

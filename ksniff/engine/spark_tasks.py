@@ -56,7 +56,7 @@ from ksniff.audit import CONTEXT_KEY, Auditor, is_context, partlog, producer_key
 from ksniff.audit.fold import finding_order
 from ksniff.audit.keys import LOG_APIS, is_log_event
 from ksniff.audit.model import AuditOutput
-from ksniff.audit.partlog import LogState, learn_txn_ids, txn_id_pairs
+from ksniff.audit.partlog import LogState, learn_names, learn_txn_ids, topic_names, txn_id_pairs
 from ksniff.capture import CaptureError, Reassembler
 from ksniff.capture.events import CaptureStats, ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
@@ -933,6 +933,20 @@ class _Flow:
                 self.rows.add(LOG, None, order, dumps(piece), k)
             return
         log = is_log_event(event)
+        if log and event.api_name == "Metadata":
+            # The logs read of a Metadata answer only the topics' names by id (`TopicNames`); the
+            # rest of it, all topics, partitions and brokers, is for the tables and the cluster identity.
+            stats.serial += 1
+            order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
+            blob = dumps(event)
+            self.brokers.add(event.broker)
+            self.rows.add(IDENTITY, None, order, blob)
+            if tables:
+                self.rows.add(TABLE, None, order, blob)
+            names = topic_names(event) if event.request is not None else ()
+            if names:
+                self.rows.add(LOG, None, order, dumps(TopicNames(names)), EVERY_FOLD)
+            return
         if log and event.api_name == "Produce" and event.request is not None:
             # What the partition logs' folds that do not keep this Produce's partitions learn from it, just
             # before it (`TxnIds`: the serial before its own).
@@ -955,8 +969,9 @@ class _Flow:
         # The logs' pieces of it: one, the event itself, goes in its row of the first key (KEYED_LOG)
         pieces = log_pieces(event, self.folds) if log else ()
         whole = len(pieces) == 1 and pieces[0][1] is event
-        if context:
-            self.rows.add(CONTEXT, None, order, blob, EVERY_FOLD)
+        if context:  # read by the first fold, the CONTEXT_KEY group's; the losses and markers by every one
+            every = event.__class__ is ConnectionLost or log
+            self.rows.add(CONTEXT, None, order, blob, EVERY_FOLD if every else 0)
         elif keys:
             for i, key in enumerate(keys):
                 if whole and not i:
@@ -976,6 +991,13 @@ class TxnIds:
     for the partition logs' folds that do not keep its partitions (partlog.learn_txn_ids)."""
 
     pairs: tuple[tuple[int, str], ...]
+
+
+@frozen_dataclass
+class TopicNames:
+    """What the partition logs read of a Metadata answer (ksniff.audit.partlog.topic_names)."""
+
+    pairs: tuple[tuple[str, str], ...]
 
 
 def log_pieces(ex: Exchange, folds: int) -> list[tuple[int, Exchange]]:
@@ -1062,7 +1084,7 @@ def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 
 def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
     """The event with the in-process engine's connection number (a TxnIds has none)."""
-    if event.__class__ is TxnIds:
+    if event.__class__ is TxnIds or event.__class__ is TopicNames:
         return event
     conn = conns.get(event.conn, event.conn)
     if isinstance(event, Exchange):
@@ -1161,6 +1183,8 @@ def context_output(
     for event in events:
         if event.__class__ is TxnIds:
             learn_txn_ids(logs, event.pairs)
+        elif event.__class__ is TopicNames:
+            learn_names(logs, event.pairs)
         else:
             auditor.feed(event)
     return auditor.finish(end.last_event)
@@ -1181,6 +1205,8 @@ def logs_output(config: EngineConfig, events: Iterable[DecodeEvent], split: tupl
                 partlog.on_exchange(logs, event, out, ctx)
         elif event.__class__ is TxnIds:
             learn_txn_ids(logs, event.pairs)
+        elif event.__class__ is TopicNames:
+            learn_names(logs, event.pairs)
         elif event.__class__ is ConnectionLost:
             losses.setdefault(event.conn, []).append(event.ts)
     partlog.finish(logs, out, config.audit_config().txn_timeout_ms)
