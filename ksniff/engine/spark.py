@@ -555,7 +555,11 @@ def _pipeline(
     clocks_of = {index: c.clocks for index, (c, _ms) in enumerate(planned) if c.clocks}
     # A part's durations come to the driver only when they are few; else it asks for their spread.
     digests = tasks.Digests(clocks_of, keep, SLOWEST_SHOWN, tasks.DURATIONS_KEPT)
-    folds = log_folds(session.parallelism)  # the partition logs' folds per capture set (stages 2 and 3)
+    # The partition logs' folds of each capture set (stages 2 and 3).
+    folds = {
+        index: log_folds(session.parallelism, sum(m.length for m in ms))
+        for index, (_c, ms) in enumerate(planned)
+    }
     events, small, metas_of = _decoded(
         session, planned, config, partitions, cached, digests, records_apart, folds
     )
@@ -581,7 +585,9 @@ def _pipeline(
             runs[cset].audited = replace(runs[cset].audited, findings=findings, transactions=transactions)
             runs[cset].digests = []
     ends = {
-        index: tasks.RunEnd(last_event=None if run.last_event == -math.inf else run.last_event)
+        index: tasks.RunEnd(
+            last_event=None if run.last_event == -math.inf else run.last_event, folds=folds[index]
+        )
         for index, run in runs.items()
     }
 
@@ -614,12 +620,13 @@ def _pipeline(
                 runs[cset].digests.append(digest)
         # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
         # which read the context events with the LOG rows (each once), folded where they are, the logs
-        # split by partition over `folds` tasks (`_log_folds`).
+        # of a large set split by partition over several tasks (`log_folds`).
+        tasks_n = max(1, min(sum(folds[index] for index in folding), partitions))
         folded = (
             _log_folds(events.filter(F.col("kind").isin(tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)), folds)
-            .repartition(max(1, min(len(folding) * folds, partitions)), "cset", "lfold")
+            .repartition(tasks_n, "cset", "lfold")
             .sortWithinPartitions("cset", "lfold", *tasks.ORDER_COLUMNS)
-            .mapInArrow(tasks.context_fold(config, ends, conns, digests, folds), tasks.OUTPUTS_DDL)
+            .mapInArrow(tasks.context_fold(config, ends, conns, digests), tasks.OUTPUTS_DDL)
             .select("cset", "blob")
             .toArrow()
         )
@@ -711,26 +718,34 @@ def _pipeline(
     return run
 
 
-def log_folds(cores: int) -> int:
-    """Into how many folds a capture set's partition logs are split: one per core of the session, at
-    most ksniff.audit.partlog.SPLIT_MAX. Each fold is given what every fold reads (a transaction's end,
-    topic names, connection ends) and its pieces of the Produce and Fetch exchanges, which repeat what
-    the whole exchange's pickle shared: in all 1.5-2x the one fold's rows on the corpus, for the logs of
-    a large set folded in parallel instead of by one task."""
+# Capture bytes of a set per fold of its partition logs (`log_folds`).
+LOG_FOLD_BYTES = 256 << 20
+
+
+def log_folds(cores: int, set_bytes: int) -> int:
+    """Into how many folds a capture set's partition logs are split: one per LOG_FOLD_BYTES of its
+    captures, at most one per core of the session and ksniff.audit.partlog.SPLIT_MAX. Each fold is given
+    what every fold reads (a transaction's end, a producer's timeout, topic names, the capture's losses)
+    and its pieces of the Produce and Fetch exchanges, which repeat what the whole exchange's pickle
+    shared: on the benchmark's files, two folds are given 1.4x the one fold's bytes and take 1.4x its CPU
+    in all, for the logs of a set too large for one task folded in parallel instead of by one task."""
     from ksniff.audit.partlog import SPLIT_MAX
 
-    return max(1, min(cores, SPLIT_MAX))
+    return max(1, min(cores, SPLIT_MAX, set_bytes // LOG_FOLD_BYTES))
 
 
-def _log_folds(rows: Any, folds: int) -> Any:
-    """The rows the partition logs read, each once per fold that reads it (`lfold`: the fold stage 2
-    gave it, or every fold: spark_tasks.log_pieces)."""
+def _log_folds(rows: Any, folds: dict[int, int]) -> Any:
+    """The rows the partition logs read, each once per fold of its capture set that reads it (`lfold`:
+    the fold stage 2 gave it, or every fold of the set: spark_tasks.log_pieces); `folds`: each set's."""
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
 
-    every = F.sequence(F.lit(0), F.lit(folds - 1))
     lfold = F.col("lfold")
+    if all(n == 1 for n in folds.values()):
+        return rows.withColumn("lfold", F.lit(0))
+    of_set = F.create_map(*(F.lit(x) for index, n in sorted(folds.items()) for x in (index, n)))
+    every = F.sequence(F.lit(0), F.element_at(of_set, F.col("cset")) - 1)
     needed = F.when(lfold == tasks.EVERY_FOLD, every).otherwise(F.array(lfold))
     return rows.withColumn("lfold", F.explode(needed))
 
@@ -877,10 +892,11 @@ def _decoded(
     cached: list,
     digests: Any = None,
     records_apart: bool = False,
-    folds: int = 1,
+    folds: dict[int, int] | None = None,
 ) -> tuple[Any, list[dict], dict[int, list]]:
     """Stages 1 and 2: every capture set's decode events (cached), the few rows per file and connection
-    the driver reads between the stages, and each set's FileMetas."""
+    the driver reads between the stages, and each set's FileMetas. `folds`: each set's partition logs'
+    folds (`log_folds`), set to one here for a set decoded where its file is read."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -910,6 +926,9 @@ def _decoded(
         if len(direct) < session.parallelism:
             direct = []
     direct_sets = {ms[0].cset for ms in direct}
+    for index in direct_sets:  # decoded where read (extract_decoded): their logs in one fold
+        if folds is not None:
+            folds[index] = 1
     shuffled = [m for m in members if m.cset not in direct_sets]
 
     metas_of: dict[int, list] = {}
@@ -934,15 +953,15 @@ def _decoded(
                         _check_inputs(sorted(metas, key=lambda m: m.file))
                     continue  # reported below, in plan order, once the direct sets' files are read
                 end_ts = max((m.max_ts for m in metas if m.max_ts is not None), default=None)
-                ends[index] = tasks.RunEnd(end_ts)
+                ends[index] = tasks.RunEnd(end_ts, folds=(folds or {}).get(index, 1))
             # Stage 2: per flow of each set, in the merge's order.
             large = [m.file for m in shuffled if m.length > total / session.parallelism]
-            parts.extend(_flows_decoded(spark, segments, ends, config, partitions, large, folds))
+            parts.extend(_flows_decoded(spark, segments, ends, config, partitions, large))
         if direct:
             # Each such set is audited where it is read, by the local engine's code; with --records the
             # exact way, decoded there (its events audited below).
             if config.keep_records and not records_apart:
-                how = tasks.extract_decoded(config, folds)
+                how = tasks.extract_decoded(config)
             else:
                 how = tasks.extract_audited(config, digests.clocks, digests)
             parts.append(_read(spark, direct, session.parallelism, total, how, together=True))
@@ -972,7 +991,6 @@ def _flows_decoded(
     config: EngineConfig,
     partitions: int,
     large: list[int],
-    folds: int = 1,
 ) -> list:
     """Stage 2 over the segment rows of the sets in `ends`: each flow (every connection on one 4-tuple)
     through one Reassembler and Decoder, in the merge's order (spark_tasks.decode).
@@ -1018,7 +1036,7 @@ def _flows_decoded(
             here = live.filter(home)
             apart = live.filter(~home) if large else None
     order = ("cset", "flow", "pm", "file", "idx")
-    decode = tasks.decode(config, ends, folds)
+    decode = tasks.decode(config, ends)
     parts = []
     if here is not None:
         parts.append(here.sortWithinPartitions(*order).mapInArrow(decode, tasks.EVENTS_DDL))

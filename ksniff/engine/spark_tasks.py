@@ -227,6 +227,7 @@ class RunEnd:
 
     end_ts: float | None = None  # the capture's last segment time: where the reassembler closes everything
     last_event: float | None = None  # the latest capture event time: where the local engine ends the audit
+    folds: int = 1  # the set's partition logs are folded in this many parts (`log_pieces`)
 
 
 @slotted_dataclass
@@ -380,7 +381,7 @@ def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 DIRECT_MAX_BYTES = 256 << 20  # the largest file decoded where it is read (its segments held by one task)
 
 
-def extract_decoded(config: EngineConfig, folds: int = 1):
+def extract_decoded(config: EngineConfig):
     """mapInArrow over rows like `extract`'s, each file the only one of its capture set: every flow of the
     file lives in it, so its segments are put into stage 2's order and decoded by this task (`decode`,
     with the file's own end), and stage 2's rows leave it, with the file's FileMeta as a FILE_META row:
@@ -399,7 +400,7 @@ def extract_decoded(config: EngineConfig, folds: int = 1):
         table = pa.Table.from_batches(segments, schema=SEGMENTS)
         end = RunEnd(meta.max_ts)
         order = pa.compute.sort_indices(table, sort_keys=[(c, "ascending") for c in ("flow", "pm", "idx")])
-        yield from decode(config, {cset: end}, folds)(iter(table.take(order).to_batches(BATCH_ROWS)))
+        yield from decode(config, {cset: end})(iter(table.take(order).to_batches(BATCH_ROWS)))
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         segments: list[pa.RecordBatch] = []
@@ -799,11 +800,9 @@ NO_ORDER = (0.0, 0.0, 0, 0.0, 0, 0, 0.0, 0, 0)
 class _Flow:
     """Reassembles and decodes one flow (every connection on one 4-tuple) in the merge's order."""
 
-    def __init__(
-        self, config: EngineConfig, end: RunEnd, stats: FlowStats, rows: _Rows, folds: int = 1
-    ) -> None:
+    def __init__(self, config: EngineConfig, end: RunEnd, stats: FlowStats, rows: _Rows) -> None:
         self.config, self.end, self.stats, self.rows = config, end, stats, rows
-        self.folds = folds  # the partition logs' folds (`log_pieces`)
+        self.folds = end.folds  # the set's partition logs' folds (`log_pieces`)
         self.capture = CaptureStats()
         self.reassembler = Reassembler(config.limits, self.capture, conn_id=self._conn_id)
         self.decoder = config.decoder(self.reassembler.drop, self.reassembler.drop)
@@ -1051,10 +1050,9 @@ def for_logs(event: Exchange) -> Exchange:
     )
 
 
-def decode(config: EngineConfig, ends: dict[int, RunEnd], folds: int = 1):
+def decode(config: EngineConfig, ends: dict[int, RunEnd]):
     """mapInArrow over segment rows (not the files' summaries) sorted by (cset, flow, pm, file, idx):
-    decode events, and the counters of each capture set the task met (`ends`: each set's RunEnd);
-    `folds`: the partition logs' folds (`log_pieces`)."""
+    decode events, and the counters of each capture set the task met (`ends`: each set's RunEnd)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = _Rows()
@@ -1063,7 +1061,7 @@ def decode(config: EngineConfig, ends: dict[int, RunEnd], folds: int = 1):
             rows.cset = cset
             if cset not in stats:
                 stats[cset] = FlowStats(CaptureStats(), DecodeStats(by_api={}))
-            _Flow(config, ends[cset], stats[cset], rows, folds).run(segments)
+            _Flow(config, ends[cset], stats[cset], rows).run(segments)
             if rows.full():
                 yield rows.take()
         for cset, counted in stats.items():
@@ -1223,20 +1221,19 @@ def context_fold(
     ends: dict[int, RunEnd],
     conns: dict[int, int],
     digests: Digests | None = None,
-    folds: int = 1,
 ):
     """mapInArrow over the CONTEXT, LOG and KEYED_LOG rows sorted by (cset, lfold, audit order), each
-    (set, fold)'s in one partition: each set's CONTEXT_KEY group output in `folds` parts (`context_output`,
-    the partition logs split by partition), made where the rows are, so the exchanges the partition logs
-    read never reach the driver. An event that is both context and read by the logs came once per kind,
-    with one order: `_once` folds it once."""
+    (set, fold)'s in one partition: each set's CONTEXT_KEY group output in as many parts as its RunEnd
+    says (`context_output`, the partition logs split by partition), made where the rows are, so the
+    exchanges the partition logs read never reach the driver. An event that is both context and read by
+    the logs came once per kind, with one order: `_once` folds it once."""
     digests = digests or Digests()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         out: dict[str, list] = {name: [] for name in OUTPUTS.names}
         for (cset, k), rows in _keyed(batches, ("cset", "lfold")):
             events = (event for _order, event in _once(rows, conns))
-            output = context_output(config, ends[cset], events, (folds, k))
+            output = context_output(config, ends[cset], events, (ends[cset].folds, k))
             _output_row(out, cset, CONTEXT_KEY, output, digests)
         yield pa.RecordBatch.from_pydict(out, schema=OUTPUTS)
 

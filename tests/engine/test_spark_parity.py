@@ -240,7 +240,10 @@ def way(request, monkeypatch):
 
     made = []
     if request.param == "shuffled":
+        from ksniff.engine import spark as engine
+
         monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 0)
+        monkeypatch.setattr(engine, "LOG_FOLD_BYTES", 1)  # the partition logs in a fold per core
     else:
         audited = tasks.extract_audited
         monkeypatch.setattr(

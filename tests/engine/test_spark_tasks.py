@@ -521,7 +521,7 @@ def _stage2_rows(path: str, config, folds: int = 1) -> tuple[list[dict], dict[in
     out: list[dict] = []
     for _flow, mine in itertools.groupby(rows, key=lambda r: r["flow"]):
         batch = pa.RecordBatch.from_pylist(list(mine), schema=tasks.SEGMENTS)
-        for rows_out in tasks.decode(config, {0: tasks.RunEnd(meta.max_ts)}, folds)(iter([batch])):
+        for rows_out in tasks.decode(config, {0: tasks.RunEnd(meta.max_ts, folds=folds)})(iter([batch])):
             out.extend(rows_out.to_pylist())
     stats = [pickle.loads(r["blob"]) for r in out if r["kind"] == tasks.FLOW_STATS]
     last = max((s.last_event_ts for s in stats), default=None)
@@ -529,7 +529,7 @@ def _stage2_rows(path: str, config, folds: int = 1) -> tuple[list[dict], dict[in
         ((r["ppm"], r["pfile"], r["pidx"]), pickle.loads(r["blob"])) for r in out if r["kind"] == tasks.CONN
     )
     conns = {conn: n for n, (_at, conn) in enumerate(openings, start=1)}
-    return out, conns, tasks.RunEnd(meta.max_ts, last)
+    return out, conns, tasks.RunEnd(meta.max_ts, last, folds)
 
 
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
@@ -575,7 +575,13 @@ def test_partition_logs_split_by_partition_are_the_whole_logs() -> None:
             assert not any(r["lfold"] == tasks.EVERY_FOLD for r in rows if _produce_or_fetch(r["blob"]))
             assert bulk <= 2.5 * one, (capture.name, n, bulk, one)  # a piece repeats what pickle shared
     assert split_somewhere > 10  # captures whose logs were spread over several folds
-    assert [log_folds(p) for p in (1, 2, 3, 200)] == [1, 2, 3, 64]
+    mb = 1 << 20
+    assert [log_folds(c, b) for c, b in ((1, 1 << 40), (8, 100 * mb), (8, 600 * mb), (200, 1 << 40))] == [
+        1,
+        1,
+        2,
+        64,
+    ]
 
 
 def _produce_or_fetch(blob: bytes) -> bool:
