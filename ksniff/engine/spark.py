@@ -4,9 +4,12 @@
       a capture set small enough for one task: audited by the task that reads its files (the local
           engine's code) --> its result, its exchanges and batches rows
       the others: segment rows
-          --(repartition by flow, sort into the merge's order)--> Reassembler + Decoder per flow
-          --> decode events (pickled), keyed by producer
+          --(a flow seen in one file: sorted where the file was read; one seen in several files, or of
+             a file larger than a core's share: repartitioned by flow; into the merge's order)-->
+          Reassembler + Decoder per flow --> decode events (pickled), keyed by producer
           --(repartition by group of producer keys, sort into the audit's order)--> one Auditor per group
+          --(the context events and the exchanges the partition logs read, by fold of partitions)-->
+          the capture gaps and the partition logs, a fold per 256 MB of a set's captures
           --> DataFrames: exchanges, batches, records (built where the events are), transactions,
               findings, producers (built where each group's fold ran).
 
@@ -16,10 +19,11 @@ needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksn
 by tasks that read the files; one summary per file; each set audited where it was read, its result
 (without table rows); of the other sets, a few rows per connection (its opening, its context
 events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
-(producers), the context group's (capture gaps and the partition logs, folded by one task over the
-exchanges the logs read) and the run's counters. Of findings and transactions it receives the digests the
-tasks made (ksniff.audit.digest: tallies per cause, counts, the slowest and the open transactions; the
-spread of the transactions' durations is ranked on the executors), all the terminal report reads;
+(producers), the context group's (capture gaps and the partition logs, folded over the exchanges the
+logs read by a task per fold of the set's partitions) and the run's counters. Of findings and
+transactions it receives the digests the tasks made (ksniff.audit.digest: tallies per cause, counts,
+the slowest and the open transactions; the spread of the transactions' durations is ranked on the
+executors), all the terminal report reads;
 every one of them only for a whole summary (the JSON document, the HTML page, --verbose, the timeline
 and partition views, the pandas API). Exports are written by the executors.
 

@@ -8,11 +8,15 @@ decode or audit room's own code applied to a slice of the data:
 
 1. `extract`: one task per capture file reads its TCP segments into rows, with the keys that put the
    segments of all files back into the in-process engine's order (`pm`, `file`, `idx`, below).
-2. `decode`: rows partitioned by flow (the unordered 4-tuple) and sorted into that order; one
+2. `decode`: the rows of each flow (the unordered 4-tuple) together, where their file was read when
+   the flow is in one file (ksniff.engine.spark._flows_decoded), and sorted into that order; one
    Reassembler and one Decoder per flow turn them into decode events, pickled, each with the key of its
    place in the in-process engine's audit order.
 3. `fold`: events partitioned by producer key and sorted by that order key; one Auditor per key, over
-   its own events and the context events every key must see (ksniff.audit.keys).
+   its own events and the context events every key must see (ksniff.audit.keys). Beside it
+   `context_fold`: the capture gaps and the partition logs, over the context events and the exchanges
+   the logs read, in folds of the set's partitions (by index modulo the set's fold count), each given
+   only its pieces of each Produce and Fetch (`log_pieces`) and what every fold reads.
 
 The in-process engine's audit order is a function of each connection's own segments and the capture's
 clock (ksniff.engine.local), so each flow's task computes its events' places alone, with the capture and
@@ -946,7 +950,7 @@ class _Flow:
             if names:
                 self.rows.add(LOG, None, order, dumps(TopicNames(names)), EVERY_FOLD)
             return
-        if log and event.api_name == "Produce" and event.request is not None:
+        if log and self.folds > 1 and event.api_name == "Produce" and event.request is not None:
             # What the partition logs' folds that do not keep this Produce's partitions learn from it, just
             # before it (`TxnIds`: the serial before its own).
             pairs = txn_id_pairs(event)
@@ -965,7 +969,8 @@ class _Flow:
                 self.rows.add(TABLE, None, order, blob)
         context = is_context(event)
         keys = () if context else producer_keys(event)
-        # The logs' pieces of it: one, the event itself, goes in its row of the first key (KEYED_LOG)
+        # The logs' pieces of it. When the one piece is the event itself, a keyed event's row of its first
+        # key carries it to the logs too (KEYED_LOG): stored and shuffled once.
         pieces = log_pieces(event, self.folds) if log else ()
         whole = len(pieces) == 1 and pieces[0][1] is event
         if context:  # read by the first fold, the CONTEXT_KEY group's; the losses and markers by every one
@@ -1081,7 +1086,7 @@ def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 
 
 def renumber(event: DecodeEvent, conns: dict[int, int]) -> DecodeEvent:
-    """The event with the in-process engine's connection number (a TxnIds has none)."""
+    """The event with the in-process engine's connection number (a TxnIds or TopicNames has none)."""
     if event.__class__ is TxnIds or event.__class__ is TopicNames:
         return event
     conn = conns.get(event.conn, event.conn)
