@@ -1199,6 +1199,19 @@ def logs_output(config: EngineConfig, events: Iterable[DecodeEvent], split: tupl
     the times the capture lost bytes of each connection), over a set's CONTEXT and LOG events: their
     findings and the partitions' summaries."""
     logs = LogState(split=split)
+    out = fold_logs(logs, events)
+    partlog.finish(logs, out, config.audit_config().txn_timeout_ms)
+    return AuditOutput(
+        producers=(),
+        transactions=(),
+        findings=tuple(sorted(out, key=finding_order)),
+        partitions=partlog.summaries(logs),
+    )
+
+
+def fold_logs(logs: LogState, events: Iterable[DecodeEvent]) -> list:
+    """`logs` given `events` (a set's CONTEXT and LOG events, in audit order) as the audit gives them
+    (ksniff.audit.fold): its findings so far."""
     losses: dict[int, list[float]] = {}
     ctx = partlog.Context(losses)
     out: list = []
@@ -1212,13 +1225,7 @@ def logs_output(config: EngineConfig, events: Iterable[DecodeEvent], split: tupl
             learn_names(logs, event.pairs)
         elif event.__class__ is ConnectionLost:
             losses.setdefault(event.conn, []).append(event.ts)
-    partlog.finish(logs, out, config.audit_config().txn_timeout_ms)
-    return AuditOutput(
-        producers=(),
-        transactions=(),
-        findings=tuple(sorted(out, key=finding_order)),
-        partitions=partlog.summaries(logs),
-    )
+    return out
 
 
 def context_fold(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -538,35 +539,40 @@ def test_partition_logs_split_by_partition_are_the_whole_logs() -> None:
     partitions whose index is k modulo n, given only its pieces of the Produce and Fetch exchanges (the
     rows' `lfold`) and what every fold reads: for every corpus capture, the folds together give the one
     fold's partitions (their logs, readers, producers) and findings, and the other findings of the
-    CONTEXT_KEY group (capture gaps, unanswered requests, idempotence) once; and what the folds are given
+    CONTEXT_KEY group (capture gaps, unanswered requests, idempotence) once; every fold knows whose
+    producer ids are whose, topic names and timeouts as the one fold does; and what the folds are given
     is the one fold's, not n copies of it."""
     from ksniff.audit import merge_outputs
+    from ksniff.audit.partlog import LogState
     from ksniff.config import EngineConfig
     from ksniff.engine import spark_tasks as tasks
     from ksniff.engine.spark import log_folds
 
+    def events_of(rows: list[dict], conns: dict, k: int) -> Iterator:
+        """Fold k's events: its rows and those every fold reads, in audit order, each once."""
+        mine = [
+            (tuple(r[c] for c in tasks.ORDER_COLUMNS), r["blob"])
+            for r in rows
+            if r["lfold"] in (k, tasks.EVERY_FOLD)
+        ]
+        return (e for _order, e in tasks._once(iter(mine), conns))
+
     config = EngineConfig(keep_tables=False)
-    logs = (tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)
-    split_somewhere = 0
+    read = (tasks.CONTEXT, tasks.LOG, tasks.KEYED_LOG)
+    split_somewhere = known = 0
     for capture in sorted(PCAPS.glob("*.pcap*")):
         whole = None
         for n in (1, 2, 3, 8):
             rows, conns, end = _stage2_rows(str(capture), config, n)
-            rows = [r for r in rows if r["kind"] in logs]
+            rows = [r for r in rows if r["kind"] in read]
             rows.sort(key=lambda r: tuple(r[c] for c in tasks.ORDER_COLUMNS))
-            parts = []
-            for k in range(n):
-                mine = [
-                    (tuple(r[c] for c in tasks.ORDER_COLUMNS), r["blob"])
-                    for r in rows
-                    if r["lfold"] in (k, tasks.EVERY_FOLD)
-                ]
-                events = (e for _order, e in tasks._once(iter(mine), conns))
-                parts.append(tasks.context_output(config, end, events, (n, k)))
+            parts = [tasks.context_output(config, end, events_of(rows, conns, k), (n, k)) for k in range(n)]
             merged = merge_outputs(parts)
             bulk = sum(len(r["blob"]) for r in rows if _produce_or_fetch(r["blob"]))
             if whole is None:
                 whole, one = merged, bulk
+                whole_logs = LogState()
+                tasks.fold_logs(whole_logs, events_of(rows, conns, 0))
                 continue
             assert merged.partitions == whole.partitions, (capture.name, n)
             assert merged.findings == whole.findings, (capture.name, n)
@@ -574,7 +580,16 @@ def test_partition_logs_split_by_partition_are_the_whole_logs() -> None:
             # Each Fetch and Produce is given to the folds in pieces, not whole to each.
             assert not any(r["lfold"] == tasks.EVERY_FOLD for r in rows if _produce_or_fetch(r["blob"]))
             assert bulk <= 2.5 * one, (capture.name, n, bulk, one)  # a piece repeats what pickle shared
+            # Every fold knows what the one fold knows beyond partitions: whose producer ids are whose,
+            # topic names by id, transaction timeouts (what each fold is told of the others' exchanges).
+            for k in range(n):
+                logs = LogState(split=(n, k))
+                tasks.fold_logs(logs, events_of(rows, conns, k))
+                for name in ("txn_ids", "names", "timeouts", "tv2_pids"):
+                    assert getattr(logs, name) == getattr(whole_logs, name), (capture.name, n, k, name)
+                    known += len(getattr(logs, name))
     assert split_somewhere > 10  # captures whose logs were spread over several folds
+    assert known > 100
     mb = 1 << 20
     assert [log_folds(c, b) for c, b in ((1, 1 << 40), (8, 100 * mb), (8, 600 * mb), (200, 1 << 40))] == [
         1,
