@@ -129,7 +129,9 @@ def acked_exchange(ex: Exchange) -> AckedExchange:
 
 @slotted_dataclass
 class Placed:
-    """One batch at its offsets, as acknowledged (Produce answer) and/or as fetched (Fetch answer)."""
+    """One batch at its offsets, as acknowledged (Produce answer) and/or as fetched (Fetch answer). Its
+    fields hold numbers, text, None and the acknowledgement records only: it is made untracked by the
+    cyclic collector (`_PLACED`), which is right only while nothing it holds can refer back to it."""
 
     base: int
     last: int
@@ -409,10 +411,12 @@ class Context:
 # -- the fold ---------------------------------------------------------------------------------------------
 
 # The records made per acknowledged batch, by position: in C when the compiled body reader is built
-# (ksniff.decode.events.made_by_position), else by their classes.
-_ACKED_BATCH = made_by_position(AckedBatch)
-_ACKED_EXCHANGE = made_by_position(AckedExchange)
-_PLACED = made_by_position(Placed)
+# (ksniff.decode.events.made_by_position), else by their classes. A placed batch and its acknowledgement
+# records are kept for the whole run and hold only numbers, text and each other (never anything that
+# refers back to them): made without the cyclic collector's tracking.
+_ACKED_BATCH = made_by_position(AckedBatch, untracked=True)
+_ACKED_EXCHANGE = made_by_position(AckedExchange, untracked=True)
+_PLACED = made_by_position(Placed, untracked=True)
 _TXN_WRITE = made_by_position(TxnWrite)
 
 

@@ -94,7 +94,9 @@ def taken_over(t: TxnIdState, producer_id: int, epoch: int, ts: float) -> None:
     t.txn, t.state = None, TxnState.EMPTY
 
 
-_TXN_RECORD = made_by_position(TxnRecord)  # one per transaction: in C when built
+# One per transaction, kept for the whole run: in C when built, and untracked by the cyclic collector
+# (its fields hold numbers, text, None and containers of text and (topic, partition) pairs only).
+_TXN_RECORD = made_by_position(TxnRecord, untracked=True)
 
 
 def _new_record(

@@ -33,6 +33,7 @@ cdef extern from "Python.h":
     ctypedef PyObject *(*allocfunc)(PyTypeObject *, Py_ssize_t)
     ctypedef struct TypeAlloc "PyTypeObject":
         allocfunc tp_alloc
+    void PyObject_GC_UnTrack(void *op)
 
 
 # Op kinds (Program entries), as `compiled.fast_decoder_for` writes them.
@@ -401,14 +402,16 @@ cdef class Maker:
     stores them. The class call binds its arguments and runs that `__init__` as a Python function,
     which for the events made per batch and per exchange cost twice what storing the values does. Every
     field is given, in order; the class's `__init__` is the reference (tests/decode/test_compiled_bodies.py
-    holds the two to the same objects)."""
+    holds the two to the same objects). `untracked`: the instances are let out of the cyclic collector's
+    tracking once made (ksniff.decode.events.made_by_position says when that is right)."""
 
     cdef Py_ssize_t n
     cdef Py_ssize_t offsets[MAX_MADE]
     cdef PyTypeObject *cls
     cdef readonly type made  # the class
+    cdef readonly bint untracked
 
-    def __init__(self, type cls, tuple names):
+    def __init__(self, type cls, tuple names, bint untracked=False):
         """TypeError for a field that is not a writable object slot of `cls` itself."""
         if len(names) > MAX_MADE:
             raise TypeError(f"{cls.__name__}: more than {MAX_MADE} fields")
@@ -417,6 +420,7 @@ cdef class Maker:
         self.n = len(names)
         self.cls = <PyTypeObject *> cls
         self.made = cls
+        self.untracked = untracked
 
     cdef object make(self, tuple values):
         cdef Py_ssize_t i
@@ -436,6 +440,8 @@ cdef class Maker:
             Py_INCREF(<object> value)
             Py_XDECREF(slot[0])
             slot[0] = value
+        if self.untracked:
+            PyObject_GC_UnTrack(raw)
         return made
 
     def __call__(self, *values):

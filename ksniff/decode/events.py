@@ -284,17 +284,31 @@ class DecodeStats:
         }
 
 
-def made_by_position(cls: type) -> Any:
+def made_by_position(cls: type, untracked: bool = False) -> Any:
     """`cls`, or when the compiled body reader is built (ksniff.decode._bodies), a `Maker` of it: the same
     instances, made in C from every field's value given in order, without the class call's binding of
     arguments and Python `__init__` (twice the cost of storing the values, for the events made per batch
     and per exchange). Its callers give every field, by position. A class whose fields are not all object
-    slots of its own (a subclass's, a property) is made by the class."""
+    slots of its own (a subclass's, a property) is made by the class.
+
+    `untracked`: for records that can never be part of a reference cycle (their fields only ever hold
+    numbers, text, None, such records, or containers of those), made without the cyclic collector's
+    tracking, as CPython itself untracks tuples and dicts of such values. The audit keeps tens of
+    thousands of these for the whole run, and every young collection walked each of them once; reference
+    counting frees them as before. Without the compiled module (or with a build older than the flag)
+    they are tracked, the results the same."""
     from ksniff.capture.compiled import load
 
     m = load("ksniff.decode._bodies")
     if getattr(m, "Maker", None) is None:
         return cls
+    names = tuple(f.name for f in fields(cls))
+    try:
+        return m.Maker(cls, names, untracked) if untracked else m.Maker(cls, names)
+    except TypeError:
+        if not untracked:
+            return cls
+    return made_by_position(cls)  # a build without the flag
     try:
         return m.Maker(cls, tuple(f.name for f in fields(cls)))
     except TypeError:
