@@ -514,87 +514,130 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
     (returns the next index, so the caller yields them before going on), or before one the Python loop
     must take (returns ~index: a sweep or a cell's end due at `sweep_at` passed, an unknown connection,
     a slow flag, bytes out of order, anything not of the usual types); nothing of that segment is
-    changed then. Returns len(segs) at the end."""
+    changed then. Returns len(segs) at the end.
+
+    The numbers a run of segments of one direction moves on (`nxt`, `nxt32`, and `p_len` of its chunk)
+    are kept as C integers while the run lasts and stored in its slots once, when another direction's
+    bytes come, before anything is called (the merger's methods) and when the loop returns: not an int
+    made and freed for each of them per segment. Nothing outside this loop reads them in between."""
     cdef Py_ssize_t n = len(segs), plen
     cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0, bits
     cdef bint joins
     cdef PyObject *field
     cdef tuple seg
     cdef object h, ts, payload, flags, mark
-    while i < n:
-        item = segs[i]
-        if type(item) is not tuple or PyTuple_GET_SIZE(item) != 9:
-            return ~i
-        seg = <tuple> item
-        ts = seg[0]
-        flags = seg[7]
-        payload = seg[8]
-        if type(ts) is not float or type(flags) is not int:
-            return ~i
-        if PyFloat_AS_DOUBLE(ts) > at.pm and PyFloat_AS_DOUBLE(ts) >= sweep_at:
-            return ~i
-        if not _small(flags, &bits) or bits & SLOW:
-            return ~i
-        if type(payload) is not memoryview and type(payload) is not bytes:
-            return ~i
-        h = at.half_of(seg, table)
-        if h is None:
-            return ~i
-        field = _get(h, at.fast)
-        if field is NULL or <object> field is not True:  # False, or not a bool: the Python loop judges
-            return ~i
-        plen = len(payload)
-        joins = False
-        if plen:
-            # Every number this segment changes read first, as C integers (ints of the usual size only).
-            if not (_small(seg[5], &seq) and _small_slot(h, at.nxt32, &nxt32) and _small_slot(h, at.nxt, &nxt)):
+    cdef Held held = Held()  # the direction whose numbers are kept in C, if any
+    try:
+        while i < n:
+            item = segs[i]
+            if type(item) is not tuple or PyTuple_GET_SIZE(item) != 9:
                 return ~i
-            if seq != nxt32:
+            seg = <tuple> item
+            ts = seg[0]
+            flags = seg[7]
+            payload = seg[8]
+            if type(ts) is not float or type(flags) is not int:
                 return ~i
-            field = _get(h, at.parts)
-            if field is NULL:
+            if PyFloat_AS_DOUBLE(ts) > at.pm and PyFloat_AS_DOUBLE(ts) >= sweep_at:
                 return ~i
-            joins = <object> field is not None
-            if joins and not (type(<object> field) is list and _get(h, at.p_last) is not NULL
-                              and _small_slot(h, at.p_off, &p_off) and _small_slot(h, at.p_len, &p_len)):
+            if not _small(flags, &bits) or bits & SLOW:
                 return ~i
-        if PyFloat_AS_DOUBLE(ts) > at.pm:
-            at.pm = PyFloat_AS_DOUBLE(ts)
-        at.n += 1
-        _put(h, at.last_ts, ts)
-        _put(h, at.ack_out, seg[6])
-        i += 1
-        if not plen:
-            continue
-        _put(h, at.nxt, <object> (nxt + plen))
-        _put(h, at.nxt32, <object> ((seq + plen) & 0xFFFFFFFF))
-        if joins:
-            (<list> _get(h, at.parts)).append(payload)
-            field = _get(h, at.p_last)
-            if (PyFloat_AS_DOUBLE(ts) != PyFloat_AS_DOUBLE(<object> field) if type(<object> field) is float
-                    else ts != <object> field):
-                _put(h, at.p_last, ts)
-                mark = (<object> (p_off + p_len), ts)
-                field = _get(h, at.p_marks)
-                if field is NULL or <object> field is None:
-                    _put(h, at.p_marks, [mark])
-                else:
-                    (<object> field).append(mark)
-            p_len += plen
-            _put(h, at.p_len, <object> p_len)
-            if p_len >= max_chunk:
+            if type(payload) is not memoryview and type(payload) is not bytes:
+                return ~i
+            h = at.half_of(seg, table)
+            if h is None:
+                return ~i
+            field = _get(h, at.fast)
+            if field is NULL or <object> field is not True:  # False, or not a bool: the Python loop judges
+                return ~i
+            plen = len(payload)
+            joins = False
+            if plen:
+                if held.half is not h:
+                    held.store(at)
+                # Every number this segment changes read first, as C integers (ints of the usual size only).
+                if not _small(seg[5], &seq):
+                    return ~i
+                if held.half is h:
+                    nxt, nxt32 = held.nxt, held.nxt32
+                elif not (_small_slot(h, at.nxt32, &nxt32) and _small_slot(h, at.nxt, &nxt)):
+                    return ~i
+                if seq != nxt32:
+                    return ~i
+                field = _get(h, at.parts)
+                if field is NULL:
+                    return ~i
+                joins = <object> field is not None
+                if joins and not (type(<object> field) is list and _get(h, at.p_last) is not NULL
+                                  and _small_slot(h, at.p_off, &p_off)):
+                    return ~i
+                if joins:
+                    if held.half is h:
+                        p_len = held.p_len
+                    elif not _small_slot(h, at.p_len, &p_len):
+                        return ~i
+            if PyFloat_AS_DOUBLE(ts) > at.pm:
+                at.pm = PyFloat_AS_DOUBLE(ts)
+            at.n += 1
+            _put(h, at.last_ts, ts)
+            _put(h, at.ack_out, seg[6])
+            i += 1
+            if not plen:
+                continue
+            if joins:
+                (<list> _get(h, at.parts)).append(payload)
+                field = _get(h, at.p_last)
+                if (PyFloat_AS_DOUBLE(ts) != PyFloat_AS_DOUBLE(<object> field) if type(<object> field) is float
+                        else ts != <object> field):
+                    _put(h, at.p_last, ts)
+                    mark = (<object> (p_off + p_len), ts)
+                    field = _get(h, at.p_marks)
+                    if field is NULL or <object> field is None:
+                        _put(h, at.p_marks, [mark])
+                    else:
+                        (<object> field).append(mark)
+                p_len += plen
+                held.keep(h, nxt + plen, (seq + plen) & 0xFFFFFFFF, p_len)
+                if p_len >= max_chunk:
+                    held.store(at)
+                    if at.chunks is not None:
+                        at.chunks.flush_half(merger, h)
+                    else:
+                        merger.flush_half(h)
+            else:
+                held.store(at)
+                _put(h, at.nxt, <object> (nxt + plen))
+                _put(h, at.nxt32, <object> ((seq + plen) & 0xFFFFFFFF))
                 if at.chunks is not None:
-                    at.chunks.flush_half(merger, h)
+                    at.chunks.start(merger, h, <object> nxt, payload, <object> plen, ts, <object> at.n)
                 else:
-                    merger.flush_half(h)
-        elif at.chunks is not None:
-            at.chunks.start(merger, h, <object> nxt, payload, <object> plen, ts, <object> at.n)
-        else:
-            merger.at = at.n
-            merger.start(h, <object> nxt, payload, <object> plen, ts)
-        if out:
-            return i
-    return i
+                    merger.at = at.n
+                    merger.start(h, <object> nxt, payload, <object> plen, ts)
+            if out:
+                return i
+        return i
+    finally:
+        held.store(at)
+
+
+cdef class Held:
+    """The direction whose `nxt`, `nxt32` and chunk's `p_len` the hot loop keeps as C integers (`half`
+    None: none), until `store` puts them in its slots."""
+
+    cdef object half
+    cdef long long nxt, nxt32, p_len
+
+    cdef inline void keep(self, object half, long long nxt, long long nxt32, long long p_len):
+        self.half = half
+        self.nxt, self.nxt32, self.p_len = nxt, nxt32, p_len
+
+    cdef inline void store(self, HotSlots at):
+        if self.half is None:
+            return
+        _put(self.half, at.nxt, <object> self.nxt)
+        _put(self.half, at.nxt32, <object> self.nxt32)
+        _put(self.half, at.p_len, <object> self.p_len)
+        self.half = None
 
 
 cdef inline bint _small(object value, long long *out):

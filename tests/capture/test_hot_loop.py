@@ -20,7 +20,7 @@ from compiled_walk import fastwalk
 from ksniff.capture import CaptureLimits, chunks, compiled, read_files, reassembly
 from ksniff.capture.chunks import ChunkMerger
 from ksniff.capture.events import ConnectionOpened, StreamChunk
-from ksniff.capture.halves import Half
+from ksniff.capture.halves import MASK, Half
 from ksniff.capture.reassembly import Reassembler
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
@@ -197,6 +197,45 @@ def test_one_whole_file_of_in_order_segments(monkeypatch, hot, tmp_path):
     assert fast == pure
     chunks = [e for e in fast[0] if e[0] == "StreamChunk"]
     assert len(chunks) > 10 and all(dict((n, v) for n, _t, v in e[1:])["marks"] for e in chunks[:-1])
+
+
+def _halves_hold_their_numbers(run) -> int:
+    """Checks every direction the reassembler tracks as Python code sees it between two events: its
+    sequence number is its stream offset's, and the chunk it is merging ends where its bytes do. The hot
+    loop keeps these numbers in C while a run of segments lasts; they must be stored back by then."""
+    checked = 0
+    for conn in run.reassembler._conns.conns.values():
+        for h in conn.halves:
+            if h.base is None:
+                continue
+            assert h.nxt32 == (h.base + h.nxt) & MASK
+            if h.parts is not None:
+                assert h.p_len == sum(map(len, h.parts))
+                assert h.p_off + h.p_len == h.nxt
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("pieces", [0, 8], ids=["joined", "pieces"])
+def test_directions_hold_their_numbers_between_events(monkeypatch, hot, tmp_path, pieces):
+    """The bulk shape through the hot loop: at every event handed out, each direction's `nxt`, `nxt32`
+    and chunk length are in their slots, as the Python loop keeps them."""
+    f = Flow()
+    packets = f.handshake()
+    for i in range(3000):
+        packets.append(f.send(True, bytes([i % 256]) * 1448))
+        if i % 4 == 3:
+            packets.append(f.send(False, flags="A"))
+        if i % 500 == 499:
+            packets.append(f.send(False, b"answer" * 10))
+    packets += f.close()
+    path = tmp_path / "bulk.pcap"
+    write_ip_packets(path, packets, step=0.00001)
+    monkeypatch.setattr(compiled, "fastwalk", hot)
+    run = read_files([str(path)], CaptureLimits(max_chunk_bytes=32 << 10))
+    run.reassembler.hand_pieces(pieces)
+    checked = sum(_halves_hold_their_numbers(run) for _ in run)
+    assert checked > 200
 
 
 def test_batches_of_any_segments_match_events(hot):
