@@ -18,7 +18,8 @@ stages together and what the terminal report prints: with several inputs, what t
 needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksniff.engine.clock), found
 by tasks that read the files; one summary per file; each set audited where it was read, its result
 (without table rows); of the other sets, a few rows per connection (its opening, its context
-events: connection ends, capture gaps, ApiVersions, WriteTxnMarkers), each key group's audit output
+events: connection ends, capture gaps, ApiVersions without its list of API versions (for_context),
+WriteTxnMarkers), each key group's audit output
 (producers), the context group's (capture gaps and the partition logs, folded over the exchanges the
 logs read by a task per fold of the set's partitions) and the run's counters. Of findings and
 transactions it receives the digests the tasks made (ksniff.audit.digest: tallies per cause, counts,

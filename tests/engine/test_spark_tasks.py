@@ -603,3 +603,37 @@ def _produce_or_fetch(blob: bytes) -> bool:
     import pickle
 
     return getattr(pickle.loads(blob), "api_name", None) in ("Produce", "Fetch")
+
+
+def test_what_every_fold_is_given_of_an_api_versions_answer() -> None:
+    """Every connection opens with ApiVersions, a context event every key group's fold is given through
+    the driver: it goes without the answer's list of API version ranges, which no fold reads, and with
+    the finalized features (the cluster's transaction.version) and the exchange's own fields."""
+    import pickle
+
+    from ksniff.config import EngineConfig
+    from ksniff.engine import spark_tasks as tasks
+
+    rows, _conns, _end = _stage2_rows(str(PCAPS / "consume_tansu.pcap"), EngineConfig(keep_tables=True))
+    whole = {}
+    for r in rows:
+        if r["kind"] == tasks.TABLE:
+            whole[tuple(r[c] for c in tasks.ORDER_COLUMNS)] = pickle.loads(r["blob"])
+    given = 0
+    for r in rows:
+        if r["kind"] != tasks.CONTEXT:
+            continue
+        event = pickle.loads(r["blob"])
+        if getattr(event, "api_name", None) != "ApiVersions":
+            continue
+        table = whole[tuple(r[c] for c in tasks.ORDER_COLUMNS)]
+        assert table.response.api_keys and event.response.api_keys == ()
+        assert event.response.finalized_features == table.response.finalized_features
+        assert (event.conn, event.request_ts, event.response_ts) == (
+            table.conn,
+            table.request_ts,
+            table.response_ts,
+        )
+        assert len(r["blob"]) < len(pickle.dumps(table)) / 2
+        given += 1
+    assert given > 5
