@@ -182,17 +182,26 @@ def test_connection_dropped_while_read_identical(monkeypatch, hot, tmp_path):
     assert fast[1]["kafka_elsewhere_bytes"].get(9093)
 
 
-def test_one_whole_file_of_in_order_segments(monkeypatch, hot, tmp_path):
-    """The bulk shape: long runs of full segments one way and ACKs the other, chunks filling up."""
+def _bulk(folder, answer_every: int = 0):
+    """A capture of the bulk shape: 3,000 full segments one way, an ACK the other way every four and,
+    with `answer_every`, a small answer every that many segments."""
     f = Flow()
     packets = f.handshake()
     for i in range(3000):
         packets.append(f.send(True, bytes([i % 256]) * 1448))
         if i % 4 == 3:
             packets.append(f.send(False, flags="A"))
+        if answer_every and i % answer_every == answer_every - 1:
+            packets.append(f.send(False, b"answer" * 10))
     packets += f.close()
-    path = tmp_path / "bulk.pcap"
+    path = folder / "bulk.pcap"
     write_ip_packets(path, packets, step=0.00001)
+    return path
+
+
+def test_one_whole_file_of_in_order_segments(monkeypatch, hot, tmp_path):
+    """The bulk shape: long runs of full segments one way and ACKs the other, chunks filling up."""
+    path = _bulk(tmp_path)
     fast, pure = both(monkeypatch, hot, lambda: read(path))
     assert fast == pure
     chunks = [e for e in fast[0] if e[0] == "StreamChunk"]
@@ -220,17 +229,7 @@ def _halves_hold_their_numbers(run) -> int:
 def test_directions_hold_their_numbers_between_events(monkeypatch, hot, tmp_path, pieces):
     """The bulk shape through the hot loop: at every event handed out, each direction's `nxt`, `nxt32`
     and chunk length are in their slots, as the Python loop keeps them."""
-    f = Flow()
-    packets = f.handshake()
-    for i in range(3000):
-        packets.append(f.send(True, bytes([i % 256]) * 1448))
-        if i % 4 == 3:
-            packets.append(f.send(False, flags="A"))
-        if i % 500 == 499:
-            packets.append(f.send(False, b"answer" * 10))
-    packets += f.close()
-    path = tmp_path / "bulk.pcap"
-    write_ip_packets(path, packets, step=0.00001)
+    path = _bulk(tmp_path, answer_every=500)
     monkeypatch.setattr(compiled, "fastwalk", hot)
     run = read_files([str(path)], CaptureLimits(max_chunk_bytes=32 << 10))
     run.reassembler.hand_pieces(pieces)
