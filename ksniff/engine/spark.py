@@ -523,7 +523,10 @@ class _SetRun:
     metas: list  # its captures' FileMetas
     stats: list = field(default_factory=list)  # its flows' FlowStats
     last_event: float = -math.inf
-    context: list = field(default_factory=list)  # (audit order, pickled event) of its context events
+    # (audit order, pickled event) of the context events every key group is given (`_context_of`)
+    context: list = field(default_factory=list)
+    # group -> those of the connections its keyed events are on (their losses and ends), in audit order
+    context_of: dict = field(default_factory=dict)
     identity: Identity = field(default_factory=Identity)
     # Its key groups' AuditOutputs, then its context group's; without findings and transactions unless
     # the run collects whole lists, `digests` then holding what the report reads of them.
@@ -604,12 +607,13 @@ def _pipeline(
             group_rows or [(-1, "", "")], "cset int, key string, group string"
         )
         context = {index: run.context for index, run in runs.items()}
+        own = {(index, g): items for index, run in runs.items() for g, items in run.context_of.items()}
         outputs = (
             events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG))
             .join(F.broadcast(group_table), ["cset", "key"])
             .repartition(partitions, "cset", "group")
             .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
-            .mapInArrow(tasks.fold(config, ends, context, conns, groups, digests), tasks.OUTPUTS_DDL)
+            .mapInArrow(tasks.fold(config, ends, context, conns, groups, digests, own), tasks.OUTPUTS_DDL)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         cached.append(outputs)
@@ -1079,14 +1083,49 @@ def _between_stages(
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
         openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
         conns.update({pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)})
-        run.context = sorted((_order(r), r["blob"]) for r in by_kind.get(tasks.CONTEXT, []))
+        context_rows = by_kind.get(tasks.CONTEXT, [])
         if run.audited is None:
             run.identity = _identity(by_kind.get(tasks.IDENTITY, []))
         group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
         for key, group in sorted(group_of.items()):
             group_rows.append((index, key, group))
             groups.setdefault((index, group), set()).add(key)
+        run.context, run.context_of = _context_of(context_rows, by_kind.get(tasks.CONN_KEYS, []), group_of)
     return conns, group_rows, {g: frozenset(keys) for g, keys in groups.items()}
+
+
+def _context_of(
+    rows: list[dict], conn_keys: list[dict], group_of: dict[str, str]
+) -> tuple[list[tuple[tuple, bytes]], dict[str, list[tuple[tuple, bytes]]]]:
+    """A set's context events as its key groups' folds need them, each (audit order, pickled event):
+    those every group is given, and each group's own. A connection's loss or end changes only the folds
+    with exchanges on it (their unanswered requests, the losses they judge their writes by), so it goes
+    to the groups of its keyed events' keys (CONN_KEYS rows), not to every group: G groups and C
+    connections cost a fold O(C) instead of O(G x C). Of the ApiVersions answers, which every connection
+    sends first, every group is given only those that change the cluster's transaction.version in audit
+    order (the fold keeps the last one told); the transaction markers go to every group."""
+    from ksniff.engine import spark_tasks as tasks
+
+    groups_of_conn: dict[int, set[str]] = {}
+    for r in conn_keys:
+        conn, keys = pickle.loads(r["blob"])
+        groups_of_conn.setdefault(conn, set()).update(group_of[k] for k in keys if k in group_of)
+    every: list[tuple[tuple, bytes]] = []
+    own: dict[str, list[tuple[tuple, bytes]]] = {}
+    level = None
+    for order, r in sorted(((_order(r), r) for r in rows), key=lambda pair: pair[0]):
+        told = r["key"]
+        if told == tasks.CONTEXT_CONN:
+            for group in sorted(groups_of_conn.get(r["oconn"], ())):
+                own.setdefault(group, []).append((order, r["blob"]))
+        elif told is not None and told.startswith(tasks.CONTEXT_TXN_VERSION):
+            told = told[len(tasks.CONTEXT_TXN_VERSION) :]
+            if told and told != level:
+                level = told
+                every.append((order, r["blob"]))
+        else:
+            every.append((order, r["blob"]))
+    return every, own
 
 
 def _plan(

@@ -116,6 +116,14 @@ KEYED_LOG = 9
 # summary, else turned into table rows where they are) and its table rows as Arrow IPC (`key`: the
 # table), already in their final form.
 AUDITED, TABLE_ROWS, AUDITED_LISTS = 10, 11, 12
+# A connection's producer keys (those of its keyed events): which key groups are given its context
+# events (its losses and its end).
+CONN_KEYS = 13
+# The `key` of a CONTEXT row, for the driver to tell which key groups need it without unpickling it: a
+# connection's own event (its `oconn`'s groups'), an ApiVersions answer with the cluster's
+# transaction.version it tells (CONTEXT_TXN_VERSION + the level, or + "" when it tells none), or None
+# (every group's: the transaction markers).
+CONTEXT_CONN, CONTEXT_TXN_VERSION = "conn", "txnv:"
 
 _SQL_TYPES = {
     pa.binary(): "binary",
@@ -817,6 +825,7 @@ class _Flow:
         self.places: deque[tuple[int, tuple[float, int, int]]] = deque()
         self.opened_at: dict[int, tuple[float, int, int]] = {}
         self.links: set[frozenset[str]] = set()  # keys touched together (ksniff.audit.keys)
+        self.conn_keys: dict[int, set[str]] = {}  # each connection's keyed events' keys
         self.brokers: set[str] = set()  # server sides of the Kafka exchanges (ksniff.decode.identity)
 
     def _conn_id(self, _sip: bytes, _sp: int, _dip: bytes, _dp: int, _ts: float) -> int:
@@ -846,6 +855,8 @@ class _Flow:
         s.kafka_connections += self.decoder.kafka_connections
         s.evicted += reassembler.evicted
         s.forced_gaps += reassembler.forced_gaps
+        for conn, keys in self.conn_keys.items():
+            self.rows.add(CONN_KEYS, None, NO_ORDER, dumps((conn, tuple(sorted(keys)))))
         for keys in self.links:
             self.rows.add(LINK, None, NO_ORDER, "\n".join(sorted(keys)).encode())
         if self.brokers:
@@ -975,9 +986,13 @@ class _Flow:
         whole = len(pieces) == 1 and pieces[0][1] is event
         if context:  # read by the first fold, the CONTEXT_KEY group's; the losses and markers by every one
             every = event.__class__ is ConnectionLost or log
-            if event.__class__ is Exchange and event.api_name == "ApiVersions":
+            told = None
+            if event.__class__ is ConnectionLost or event.__class__ is ConnectionEnded:
+                told = CONTEXT_CONN
+            elif event.api_name == "ApiVersions":
                 blob = dumps(for_context(event))
-            self.rows.add(CONTEXT, None, order, blob, EVERY_FOLD if every else 0)
+                told = CONTEXT_TXN_VERSION + txn_version_told(event)
+            self.rows.add(CONTEXT, told, order, blob, EVERY_FOLD if every else 0)
         elif keys:
             for i, key in enumerate(keys):
                 if whole and not i:
@@ -985,6 +1000,10 @@ class _Flow:
                 else:
                     self.rows.add(KEYED, key, order, blob)
             self.links.add(touched_keys(event))
+            conn_keys = self.conn_keys.get(event.conn)
+            if conn_keys is None:
+                conn_keys = self.conn_keys[event.conn] = set()
+            conn_keys.update(keys)
         if context or (keys and whole):
             return
         for k, piece in pieces:
@@ -1057,6 +1076,17 @@ def for_logs(event: Exchange) -> Exchange:
     )
 
 
+def txn_version_told(event: Exchange) -> str:
+    """The cluster's transaction.version an ApiVersions answer sets in the fold (ksniff.audit.fold), as
+    text; "" when it sets none."""
+    told = ""
+    if event.response is not None:
+        for feature in getattr(event.response, "finalized_features", ()):
+            if feature.name == "transaction.version":
+                told = str(feature.max_version_level)
+    return told
+
+
 def for_context(event: Exchange) -> Exchange:
     """An ApiVersions exchange as the folds read it (ksniff.audit.fold: the cluster's finalized
     features, the exchange's own fields): without its answer's list of API version ranges, which every
@@ -1119,11 +1149,14 @@ def fold(
     conns: dict[int, int],
     groups: dict[tuple[int, str], frozenset[str]],
     digests: Digests | None = None,
+    own: dict[tuple[int, str], list[tuple[tuple, bytes]]] | None = None,
 ):
     """mapInArrow over KEYED and KEYED_LOG rows sorted by (cset, group, order): one fold per group of keys
-    of a capture set over its events and the set's context events (`context`), merged in audit order;
-    each group's AuditOutput pickled, whole and digested (`digests`)."""
+    of a capture set over its events, the set's context events every group is given (`context`) and
+    those of the connections its events are on (`own`, by set and group), merged in audit order; each
+    group's AuditOutput pickled, whole and digested (`digests`)."""
     digests = digests or Digests()
+    own = own or {}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         unpickled: dict[int, list] = {}
@@ -1133,8 +1166,11 @@ def fold(
                 unpickled[cset] = [
                     (order, renumber(pickle.loads(blob), conns)) for order, blob in context.get(cset, ())
                 ]
+            mine = [
+                (order, renumber(pickle.loads(blob), conns)) for order, blob in own.get((cset, group), ())
+            ]
             auditor = Auditor(config.audit_config(), key=group, keys=groups[cset, group])
-            merged = heapq.merge(_once(events, conns), iter(unpickled[cset]), key=lambda x: x[0])
+            merged = heapq.merge(_once(events, conns), iter(unpickled[cset]), iter(mine), key=lambda x: x[0])
             for _order, event in merged:
                 auditor.feed(event)
             _output_row(out, cset, group, auditor.finish(ends[cset].last_event), digests)

@@ -637,3 +637,36 @@ def test_what_every_fold_is_given_of_an_api_versions_answer() -> None:
         assert len(r["blob"]) < len(pickle.dumps(table)) / 2
         given += 1
     assert given > 5
+
+
+def test_key_groups_are_given_the_context_of_their_connections() -> None:
+    """Every key group's fold is given the transaction markers and each change of the cluster's
+    transaction.version, and the losses and ends of the connections its keyed events are on only: a set
+    of G groups and C connections costs the folds O(C), not O(G x C)."""
+    import pickle
+
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.spark import _context_of
+
+    def row(n: int, key, oconn: int = 0) -> dict:
+        order = dict.fromkeys(tasks.ORDER_COLUMNS, 0)
+        order.update(rel=float(n), oconn=oconn)
+        return {**order, "key": key, "blob": f"event {n}".encode()}
+
+    rows = [
+        row(1, tasks.CONTEXT_TXN_VERSION + "2", oconn=7),
+        row(2, tasks.CONTEXT_CONN, oconn=7),  # the end of a connection of keys a and b
+        row(3, tasks.CONTEXT_TXN_VERSION + "2", oconn=8),  # tells what the fold knows already
+        row(4, tasks.CONTEXT_TXN_VERSION, oconn=8),  # tells nothing
+        row(5, None, oconn=9),  # transaction markers
+        row(6, tasks.CONTEXT_CONN, oconn=8),  # a loss on key c's connection
+        row(7, tasks.CONTEXT_TXN_VERSION + "1", oconn=8),
+        row(8, tasks.CONTEXT_CONN, oconn=9),  # a connection of no keyed event
+    ]
+    conn_keys = [{"blob": pickle.dumps((7, ("a", "b")))}, {"blob": pickle.dumps((8, ("c",)))}]
+    every, own = _context_of(list(reversed(rows)), conn_keys, {"a": "a", "b": "a", "c": "c", "d": "d"})
+    assert [blob for _order, blob in every] == [b"event 1", b"event 5", b"event 7"]
+    assert {g: [blob for _o, blob in items] for g, items in own.items()} == {
+        "a": [b"event 2"],
+        "c": [b"event 6"],
+    }
