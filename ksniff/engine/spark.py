@@ -1103,7 +1103,10 @@ def _context_of(
     to the groups of its keyed events' keys (CONN_KEYS rows), not to every group: G groups and C
     connections cost a fold O(C) instead of O(G x C). Of the ApiVersions answers, which every connection
     sends first, every group is given only those that change the cluster's transaction.version in audit
-    order (the fold keeps the last one told); the transaction markers go to every group."""
+    order (the fold keeps the last one told). Transaction markers, which a fold applies only to producer
+    ids it knows (ksniff.audit.transactions.on_write_txn_markers), go to the groups of the "pid:N" keys
+    they name: a fold knows a producer id only from exchanges that name it, which link that key into its
+    group (ksniff.audit.keys.touched_keys)."""
     from ksniff.engine import spark_tasks as tasks
 
     groups_of_conn: dict[int, set[str]] = {}
@@ -1117,6 +1120,11 @@ def _context_of(
         told = r["key"]
         if told == tasks.CONTEXT_CONN:
             for group in sorted(groups_of_conn.get(r["oconn"], ())):
+                own.setdefault(group, []).append((order, r["blob"]))
+        elif told is not None and told.startswith(tasks.CONTEXT_MARKERS):
+            pids = told[len(tasks.CONTEXT_MARKERS) :]
+            named = {group_of.get(f"pid:{pid}") for pid in pids.split(",") if pid}
+            for group in sorted(g for g in named if g is not None):
                 own.setdefault(group, []).append((order, r["blob"]))
         elif told is not None and told.startswith(tasks.CONTEXT_TXN_VERSION):
             told = told[len(tasks.CONTEXT_TXN_VERSION) :]

@@ -121,9 +121,10 @@ AUDITED, TABLE_ROWS, AUDITED_LISTS = 10, 11, 12
 CONN_KEYS = 13
 # The `key` of a CONTEXT row, for the driver to tell which key groups need it without unpickling it: a
 # connection's own event (its `oconn`'s groups'), an ApiVersions answer with the cluster's
-# transaction.version it tells (CONTEXT_TXN_VERSION + the level, or + "" when it tells none), or None
-# (every group's: the transaction markers).
-CONTEXT_CONN, CONTEXT_TXN_VERSION = "conn", "txnv:"
+# transaction.version it tells (CONTEXT_TXN_VERSION + the level, or + "" when it tells none),
+# transaction markers with the producer ids they name (CONTEXT_MARKERS + the ids, comma-separated: the
+# groups of their "pid:N" keys'), or None (every group's).
+CONTEXT_CONN, CONTEXT_TXN_VERSION, CONTEXT_MARKERS = "conn", "txnv:", "markers:"
 
 _SQL_TYPES = {
     pa.binary(): "binary",
@@ -992,6 +993,9 @@ class _Flow:
             elif event.api_name == "ApiVersions":
                 blob = dumps(for_context(event))
                 told = CONTEXT_TXN_VERSION + txn_version_told(event)
+            elif event.api_name == "WriteTxnMarkers" and event.request is not None:
+                pids = sorted({m.producer_id for m in event.request.markers})
+                told = CONTEXT_MARKERS + ",".join(map(str, pids))
             self.rows.add(CONTEXT, told, order, blob, EVERY_FOLD if every else 0)
         elif keys:
             for i, key in enumerate(keys):

@@ -640,9 +640,10 @@ def test_what_every_fold_is_given_of_an_api_versions_answer() -> None:
 
 
 def test_key_groups_are_given_the_context_of_their_connections() -> None:
-    """Every key group's fold is given the transaction markers and each change of the cluster's
-    transaction.version, and the losses and ends of the connections its keyed events are on only: a set
-    of G groups and C connections costs the folds O(C), not O(G x C)."""
+    """Every key group's fold is given each change of the cluster's transaction.version, and only the
+    losses and ends of the connections its keyed events are on and the transaction markers of the
+    producer ids its events name: a set of G groups and C connections costs the folds O(C), not
+    O(G x C)."""
     import pickle
 
     from ksniff.engine import spark_tasks as tasks
@@ -658,15 +659,19 @@ def test_key_groups_are_given_the_context_of_their_connections() -> None:
         row(2, tasks.CONTEXT_CONN, oconn=7),  # the end of a connection of keys a and b
         row(3, tasks.CONTEXT_TXN_VERSION + "2", oconn=8),  # tells what the fold knows already
         row(4, tasks.CONTEXT_TXN_VERSION, oconn=8),  # tells nothing
-        row(5, None, oconn=9),  # transaction markers
+        row(5, tasks.CONTEXT_MARKERS + "42,43", oconn=9),  # markers of producer ids 42 (key d's) and 43
+        row(9, None, oconn=9),  # what every group is given
         row(6, tasks.CONTEXT_CONN, oconn=8),  # a loss on key c's connection
         row(7, tasks.CONTEXT_TXN_VERSION + "1", oconn=8),
         row(8, tasks.CONTEXT_CONN, oconn=9),  # a connection of no keyed event
+        row(10, tasks.CONTEXT_MARKERS + "44", oconn=9),  # of a producer id no group knows
     ]
     conn_keys = [{"blob": pickle.dumps((7, ("a", "b")))}, {"blob": pickle.dumps((8, ("c",)))}]
-    every, own = _context_of(list(reversed(rows)), conn_keys, {"a": "a", "b": "a", "c": "c", "d": "d"})
-    assert [blob for _order, blob in every] == [b"event 1", b"event 5", b"event 7"]
+    group_of = {"a": "a", "b": "a", "c": "c", "d": "d", "pid:42": "d"}
+    every, own = _context_of(list(reversed(rows)), conn_keys, group_of)
+    assert [blob for _order, blob in every] == [b"event 1", b"event 7", b"event 9"]
     assert {g: [blob for _o, blob in items] for g, items in own.items()} == {
         "a": [b"event 2"],
         "c": [b"event 6"],
+        "d": [b"event 5"],
     }
