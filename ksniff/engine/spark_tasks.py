@@ -934,13 +934,14 @@ class _Flow:
         # The decoder's own finish is always at the end (ksniff.engine.local).
         rel = INF if phase == 2 else release_time(ets, clock, self.config.reorder_window)
         opm, _file, _place = self._opening(event.conn)
+        at = (rel, ets, phase, pm, file, idx, opm, event.conn)  # its order but the serial
         stats = self.stats
         tables = self.config.keep_tables or self.config.keep_records
         if event.__class__ is Exchange and event.api_name == "Fetch":
             # Read only by the partition logs (a Fetch is no key's, no context, no identity): they travel
             # without their bodies (`for_logs`), the bulk of a consumer's traffic; whole only for the tables.
             stats.serial += 1  # the order events left the decoder in, within one position
-            order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
+            order = (*at, stats.serial)
             self.brokers.add(event.broker)
             if tables:
                 self.rows.add(TABLE, None, order, dumps(event))
@@ -948,30 +949,15 @@ class _Flow:
                 self.rows.add(LOG, None, order, dumps(piece), k)
             return
         log = is_log_event(event)
-        if log and event.api_name == "Metadata":
-            # The logs read of a Metadata answer only the topics' names by id (`TopicNames`); the
-            # rest of it, all topics, partitions and brokers, is for the tables and the cluster identity.
-            stats.serial += 1
-            order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
-            blob = dumps(event)
-            self.brokers.add(event.broker)
-            self.rows.add(IDENTITY, None, order, blob)
-            if tables:
-                self.rows.add(TABLE, None, order, blob)
-            names = topic_names(event) if event.request is not None else ()
-            if names:
-                self.rows.add(LOG, None, order, dumps(TopicNames(names)), EVERY_FOLD)
-            return
         if log and self.folds > 1 and event.api_name == "Produce" and event.request is not None:
             # What the partition logs' folds that do not keep this Produce's partitions learn from it, just
             # before it (`TxnIds`: the serial before its own).
             pairs = txn_id_pairs(event)
             if pairs:
                 stats.serial += 1
-                order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
-                self.rows.add(LOG, None, order, dumps(TxnIds(pairs)), EVERY_FOLD)
+                self.rows.add(LOG, None, (*at, stats.serial), dumps(TxnIds(pairs)), EVERY_FOLD)
         stats.serial += 1
-        order = (rel, ets, phase, pm, file, idx, opm, event.conn, stats.serial)
+        order = (*at, stats.serial)
         blob = dumps(event)
         if isinstance(event, Exchange):
             self.brokers.add(event.broker)
@@ -979,6 +965,13 @@ class _Flow:
                 self.rows.add(IDENTITY, None, order, blob)
             if tables:
                 self.rows.add(TABLE, None, order, blob)
+            if log and event.api_name == "Metadata":
+                # The logs read of a Metadata answer only the topics' names by id (`TopicNames`); the rest
+                # of it, all topics, partitions and brokers, is for the tables and the cluster identity.
+                names = topic_names(event) if event.request is not None else ()
+                if names:
+                    self.rows.add(LOG, None, order, dumps(TopicNames(names)), EVERY_FOLD)
+                return
         context = is_context(event)
         keys = () if context else producer_keys(event)
         # The logs' pieces of it. When the one piece is the event itself, a keyed event's row of its first
