@@ -615,34 +615,33 @@ def program() -> None:
     before = _writable_descriptors()
     if before is not None:
         ending.arm()  # the run's state is left to the end of the process (ksniff.common.ending)
+    quick = False
     try:
-        main()
-        code = 0
-    except SystemExit as end:
-        code = end.code
-        if code is not None and not isinstance(code, int):
-            ending.normal_end()
-            raise
-    except BaseException:
-        ending.normal_end()
-        raise
-    threading = sys.modules.get("threading")
-    if before is None or (threading is not None and threading.active_count() > 1):
-        ending.normal_end()
-        sys.exit(code)
-    import atexit
+        try:
+            main()
+            code = 0
+        except SystemExit as end:
+            code = end.code
+            if code is not None and not isinstance(code, int):
+                raise
+        threading = sys.modules.get("threading")
+        if before is None or (threading is not None and threading.active_count() > 1):
+            sys.exit(code)
+        import atexit
 
-    atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        ending.normal_end()
-        sys.exit(code)
-    after = _writable_descriptors()
-    if after is None or not after <= before:
-        ending.normal_end()
-        sys.exit(code)
+        atexit._run_exitfuncs()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            sys.exit(code)
+        after = _writable_descriptors()
+        if after is None or not after <= before:
+            sys.exit(code)
+        quick = True
+    finally:
+        if not quick:  # every way out but the quick end below
+            ending.normal_end()
     os._exit(code or 0)
 
 

@@ -309,7 +309,3 @@ def made_by_position(cls: type, untracked: bool = False) -> Any:
         if not untracked:
             return cls
     return made_by_position(cls)  # a build without the flag
-    try:
-        return m.Maker(cls, tuple(f.name for f in fields(cls)))
-    except TypeError:
-        return cls
