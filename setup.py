@@ -1,5 +1,5 @@
 """The optional compiled parts of ksniff (`ksniff.capture._fastwalk`, `ksniff.decode._crc`,
-`ksniff.common._slots`, `ksniff.decode._bodies`), built from their .pyx by Cython.
+`ksniff.common._slots`, `ksniff.decode._bodies`, `ksniff.engine._pack`), built from their .pyx by Cython.
 
 Everything else (metadata, dependencies, packages) is in pyproject.toml. The extensions are optional: when
 Cython is missing or no C compiler works, the build goes on without them and ksniff runs its pure-Python
@@ -34,7 +34,8 @@ def extensions() -> list:
         return []
     # The capture walk, the CRC-32C of record batches (else the crc32c package computes it), and the
     # events' slot store (else their __init__ stores each field through its descriptor), and the body
-    # reader (else the generated decoders read every body).
+    # reader (else the generated decoders read every body), and the Spark engine's codec of decode events
+    # (else ksniff.engine.pack's Python one).
     exts = [
         Extension(name, [path], optional=True, extra_compile_args=["-O2"])
         for name, path in (
@@ -42,6 +43,7 @@ def extensions() -> list:
             ("ksniff.decode._crc", "ksniff/decode/_crc.pyx"),
             ("ksniff.common._slots", "ksniff/common/_slots.pyx"),
             ("ksniff.decode._bodies", "ksniff/decode/_bodies.pyx"),
+            ("ksniff.engine._pack", "ksniff/engine/_pack.pyx"),
         )
     ]
     try:

@@ -93,10 +93,10 @@ def _reduce_class(cls: type[Struct]) -> tuple:
     # The class was made at run time, so pickle cannot find it by its name: send the number of its schema
     # struct's place in the protocol tables instead (every process running this ksniff numbers them
     # alike; pickles never outlive a run). A class made outside the tables travels by its field names.
-    place = None if cls._schema is None else _places().get(id(cls._schema))
-    if place is None:
-        return _class_by_names, (cls.__name__, cls._fields)
-    return _class_numbered, (_numbers()[place],)
+    number = struct_number(cls)
+    if number is None:
+        return class_by_names, (cls.__name__, cls._fields)
+    return numbered_class, (number,)
 
 
 copyreg.pickle(_StructClass, _reduce_class)
@@ -140,7 +140,14 @@ def _numbers() -> dict[Place, int]:
     return _number_of
 
 
-def _class_numbered(n: int) -> type[Struct]:
+def struct_number(cls: type[Struct]) -> int | None:
+    """The number of a Struct class's schema struct among every place of the protocol tables (the same in
+    every process running this ksniff), or None for a class made outside the tables (`class_by_names`)."""
+    place = None if cls._schema is None else _places().get(id(cls._schema))
+    return None if place is None else _numbers()[place]
+
+
+def numbered_class(n: int) -> type[Struct]:
     cls = _class_of_number.get(n)
     if cls is None:
         _numbers()
@@ -168,7 +175,7 @@ def class_at(api_key: int, is_request: bool, path: tuple[str, ...]) -> type[Stru
 _by_name: dict[tuple[str, tuple[str, ...]], type[Struct]] = {}
 
 
-def _class_by_names(name: str, names: tuple[str, ...]) -> type[Struct]:
+def class_by_names(name: str, names: tuple[str, ...]) -> type[Struct]:
     """The class of Structs made outside the tables, rebuilt from its name and field names (cached)."""
     cls = _by_name.get((name, names))
     if cls is None:

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -589,7 +588,7 @@ def _pipeline(
     if whole:  # the findings and transactions of the sets audited where they were read
         listed = events.filter(F.col("kind") == tasks.AUDITED_LISTS).select("cset", "blob").toArrow()
         for cset, blob in zip(*(listed.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
-            findings, transactions = pickle.loads(blob)
+            findings, transactions = tasks.loads(blob)
             runs[cset].audited = replace(runs[cset].audited, findings=findings, transactions=transactions)
             runs[cset].digests = []
     ends = {
@@ -622,9 +621,9 @@ def _pipeline(
         got = zip(*(audited.column(n).to_pylist() for n in ("cset", "key", column)), strict=True)
         for cset, _key, blob in sorted(got):
             if whole:
-                runs[cset].outputs.append(pickle.loads(blob))
+                runs[cset].outputs.append(tasks.loads(blob))
             else:
-                bare, digest = pickle.loads(blob)
+                bare, digest = tasks.loads(blob)
                 runs[cset].outputs.append(bare)
                 runs[cset].digests.append(digest)
         # Each set's CONTEXT_KEY group: the capture gaps, which are no producer's, and the partition logs,
@@ -641,7 +640,7 @@ def _pipeline(
         )
         parts_of: dict[int, list] = {}
         for c, b in zip(*(folded.column(n).to_pylist() for n in ("cset", "blob")), strict=True):
-            parts_of.setdefault(c, []).append(pickle.loads(b))
+            parts_of.setdefault(c, []).append(tasks.loads(b))
         for index in folding:
             run = runs[index]
             parts = parts_of.get(index)
@@ -953,7 +952,7 @@ def _decoded(
             # The files' summaries, one row each: what went wrong, and each set's end.
             summaries = segments.where(F.col("meta").isNotNull()).select("cset", "meta").toArrow()
             for cset, meta in zip(*(summaries.column(n).to_pylist() for n in ("cset", "meta")), strict=True):
-                metas_of.setdefault(cset, []).append(pickle.loads(meta))
+                metas_of.setdefault(cset, []).append(tasks.loads(meta))
             ends = {}
             for index in sorted({m.cset for m in shuffled}):
                 metas = metas_of.get(index, ())
@@ -986,7 +985,7 @@ def _decoded(
             segments.unpersist()
     for row in small:  # the files decoded where they were read say how their walks went
         if row["kind"] == tasks.FILE_META:
-            metas_of.setdefault(row["cset"], []).append(pickle.loads(row["blob"]))
+            metas_of.setdefault(row["cset"], []).append(tasks.loads(row["blob"]))
     return events, small, metas_of
 
 
@@ -1077,12 +1076,12 @@ def _between_stages(
         by_kind = by_set.get(index, {})
         audited = by_kind.get(tasks.AUDITED)
         if audited:  # audited where its files were read: its result, what it named, and the digest
-            run.audited, run.identity, digest, run.peak = pickle.loads(audited[0]["blob"])
+            run.audited, run.identity, digest, run.peak = tasks.loads(audited[0]["blob"])
             run.digests = [digest]
-        run.stats = [pickle.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
+        run.stats = [tasks.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
         openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
-        conns.update({pickle.loads(r["blob"]): n for n, r in enumerate(openings, start=1)})
+        conns.update({tasks.loads(r["blob"]): n for n, r in enumerate(openings, start=1)})
         context_rows = by_kind.get(tasks.CONTEXT, [])
         if run.audited is None:
             run.identity = _identity(by_kind.get(tasks.IDENTITY, []))
@@ -1111,7 +1110,7 @@ def _context_of(
 
     groups_of_conn: dict[int, set[str]] = {}
     for r in conn_keys:
-        conn, keys = pickle.loads(r["blob"])
+        conn, keys = tasks.loads(r["blob"])
         groups_of_conn.setdefault(conn, set()).update(group_of[k] for k in keys if k in group_of)
     every: list[tuple[tuple, bytes]] = []
     own: dict[str, list[tuple[tuple, bytes]]] = {}
@@ -1171,7 +1170,7 @@ def _plan_studied(
     task = tasks.study(tuple(config.ports), config.auto_detect, config.limits)
     frame = _plan_inputs(spark, inputs, {i.file: 0 for i in inputs})
     found = {
-        row["file"]: pickle.loads(row["blob"])
+        row["file"]: tasks.loads(row["blob"])
         for row in frame.repartition(min(len(inputs), 4 * session.parallelism))
         .mapInArrow(task, tasks.PLANNED_DDL)
         .collect()
@@ -1201,7 +1200,7 @@ def _plan_studied(
             .mapInArrow(task, tasks.PLANNED_DDL)
             .collect()
         )
-        by_group = {row["grp"]: pickle.loads(row["blob"]) for row in rows}
+        by_group = {row["grp"]: tasks.loads(row["blob"]) for row in rows}
         return [by_group[g] for g in range(len(groups))]
 
     planned = capture_sets.plan(
@@ -1271,10 +1270,12 @@ def _left_out_warnings(left_out: list) -> list[str]:
 
 def _identity(rows: list[dict]) -> Identity:
     """The set's cluster identity: the flows' broker addresses, then the naming answers in audit order."""
+    from ksniff.engine import spark_tasks as tasks
+
     identity = Identity()
     named = []
     for r in rows:
-        item = pickle.loads(r["blob"])
+        item = tasks.loads(r["blob"])
         if isinstance(item, tuple):
             for address in item:
                 identity.saw_broker(address)

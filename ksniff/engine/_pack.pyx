@@ -1,0 +1,440 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The compiled codec of ksniff.engine.pack: the same bytes, written and read in C.
+
+ksniff.engine.pack describes the encoding and is the reference: tests/engine/test_pack.py holds this codec
+to its bytes and its values on every event of the corpus. What differs is only how: a value's class is
+looked at once, strings, integers, floats and byte strings are written from their C representation into
+one growing buffer, and tuples are made and filled in C when read. A value this module does not know goes
+through the reference's own code (an integer beyond 64 bits, a string with lone surrogates) or pickle.
+"""
+
+import pickle
+import sys
+from uuid import UUID as _UUID
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
+from libc.string cimport memcpy
+
+from ksniff.decode import values
+from ksniff.engine import pack as _reference
+
+if sys.byteorder != "little":  # the floats are written from memory: the reference does it elsewhere
+    raise ImportError("ksniff.engine._pack writes floats as a little-endian machine holds them")
+
+
+cdef extern from "Python.h":
+    Py_ssize_t PyTuple_GET_SIZE(object)
+    PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
+    Py_ssize_t PyList_GET_SIZE(object)
+    PyObject *PyList_GET_ITEM(object, Py_ssize_t)
+    const char *PyUnicode_AsUTF8AndSize(object, Py_ssize_t *) except NULL
+    object PyUnicode_DecodeUTF8(const char *, Py_ssize_t, const char *)
+    PyObject *PyDict_GetItem(object, object)
+
+
+cdef enum:
+    MAGIC = 0xA7
+    NONE = 0
+    FALSE = 1
+    TRUE = 2
+    INT = 3
+    FLOAT = 4
+    STR = 5
+    STR_AGAIN = 6
+    BYTES = 7
+    TUPLE = 8
+    LIST = 9
+    FROZENSET = 10
+    SET = 11
+    DICT = 12
+    STRUCT = 13
+    STRUCT_NAMED = 14
+    RECORD = 15
+    UUID = 16
+    PICKLED = 17
+
+
+cdef class _Out:
+    """A growing byte buffer."""
+
+    cdef unsigned char *buf
+    cdef Py_ssize_t n, cap
+
+    def __cinit__(self):
+        self.cap = 512
+        self.n = 0
+        self.buf = <unsigned char *>PyMem_Malloc(self.cap)
+        if self.buf == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        PyMem_Free(self.buf)
+
+    cdef int room(self, Py_ssize_t k) except -1:
+        cdef Py_ssize_t cap
+        cdef unsigned char *grown
+        if self.n + k <= self.cap:
+            return 0
+        cap = self.cap * 2
+        if cap < self.n + k:
+            cap = self.n + k
+        grown = <unsigned char *>PyMem_Realloc(self.buf, cap)
+        if grown == NULL:
+            raise MemoryError()
+        self.buf, self.cap = grown, cap
+        return 0
+
+    cdef inline int byte(self, unsigned char b) except -1:
+        if self.n >= self.cap:
+            self.room(1)
+        self.buf[self.n] = b
+        self.n += 1
+        return 0
+
+    cdef int varint(self, unsigned long long v) except -1:
+        self.room(10)
+        while v >= 0x80:
+            self.buf[self.n] = <unsigned char>((v & 0x7F) | 0x80)
+            self.n += 1
+            v >>= 7
+        self.buf[self.n] = <unsigned char>v
+        self.n += 1
+        return 0
+
+    cdef int raw(self, const char *p, Py_ssize_t k) except -1:
+        self.room(k)
+        memcpy(self.buf + self.n, p, k)
+        self.n += k
+        return 0
+
+    cdef int blob(self, bytes data) except -1:
+        self.raw(PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data))
+        return 0
+
+
+cdef class Codec:
+    """ksniff.engine.pack.Codec, compiled: `pack` and `unpack` give and take the same bytes."""
+
+    cdef readonly tuple classes
+    cdef dict place
+    cdef tuple getters
+    cdef tuple widths
+    cdef dict numbers  # Struct class -> its schema struct's number, or -1 (made outside the tables)
+    cdef list by_number  # the Struct classes read so far, at their numbers (None: not yet)
+    cdef type struct_meta
+
+    def __init__(self, classes):
+        self.classes = tuple(classes)
+        self.place = {cls: n for n, cls in enumerate(self.classes)}
+        self.getters = tuple(_reference.fields_of(cls) for cls in self.classes)
+        self.widths = tuple(len(cls.__match_args__) for cls in self.classes)
+        self.numbers = {}
+        self.by_number = []
+        self.struct_meta = type(values.Struct)
+
+    def pack(self, obj):
+        cdef _Out out = _Out()
+        out.byte(MAGIC)
+        self.value(out, obj, {})
+        return PyBytes_FromStringAndSize(<char *>out.buf, out.n)
+
+    cdef int value(self, _Out out, object v, dict strings) except -1:
+        cdef type cls = type(v)
+        cdef PyObject *hit
+        cdef Py_ssize_t size, i, n
+        cdef const char *text
+        cdef long long x
+        cdef int overflow
+        cdef double d
+        if cls is str:
+            hit = PyDict_GetItem(strings, v)
+            if hit == NULL:
+                strings[v] = len(strings)
+                try:
+                    text = PyUnicode_AsUTF8AndSize(v, &size)
+                except UnicodeEncodeError:  # lone surrogates: as the reference writes them
+                    data = (<str>v).encode("utf-8", "surrogatepass")
+                    out.byte(STR)
+                    out.varint(PyBytes_GET_SIZE(data))
+                    out.blob(data)
+                    return 0
+                out.byte(STR)
+                out.varint(size)
+                out.raw(text, size)
+            else:
+                out.byte(STR_AGAIN)
+                out.varint(<object>hit)
+        elif cls is int:
+            x = PyLong_AsLongLongAndOverflow(v, &overflow)
+            out.byte(INT)
+            if overflow:
+                _big(out, v)
+            else:
+                out.varint((<unsigned long long>x << 1) ^ <unsigned long long>(x >> 63))
+        elif v is None:
+            out.byte(NONE)
+        elif cls is bool:
+            out.byte(TRUE if v is True else FALSE)
+        elif type(cls) is self.struct_meta:
+            hit = PyDict_GetItem(self.numbers, cls)
+            if hit == NULL:
+                number = values.struct_number(cls)
+                self.numbers[cls] = -1 if number is None else number
+                hit = PyDict_GetItem(self.numbers, cls)
+            if <object>hit == -1:
+                out.byte(STRUCT_NAMED)
+                self.value(out, cls.__name__, strings)
+                self.value(out, cls._fields, strings)
+            else:
+                out.byte(STRUCT)
+                out.varint(<object>hit)
+            n = PyTuple_GET_SIZE(v)
+            out.varint(n)
+            for i in range(n):
+                self.value(out, <object>PyTuple_GET_ITEM(v, i), strings)
+        elif cls is tuple:
+            n = PyTuple_GET_SIZE(v)
+            out.byte(TUPLE)
+            out.varint(n)
+            for i in range(n):
+                self.value(out, <object>PyTuple_GET_ITEM(v, i), strings)
+        else:
+            hit = PyDict_GetItem(self.place, cls)
+            if hit != NULL:
+                out.byte(RECORD)
+                out.varint(<object>hit)
+                fields = self.getters[<Py_ssize_t><object>hit](v)
+                for i in range(PyTuple_GET_SIZE(fields)):
+                    self.value(out, <object>PyTuple_GET_ITEM(fields, i), strings)
+            elif cls is float:
+                d = PyFloat_AS_DOUBLE(v)
+                out.byte(FLOAT)
+                out.raw(<const char *>&d, 8)
+            elif cls is bytes:
+                out.byte(BYTES)
+                out.varint(PyBytes_GET_SIZE(v))
+                out.blob(v)
+            elif cls is list:
+                n = PyList_GET_SIZE(v)
+                out.byte(LIST)
+                out.varint(n)
+                for i in range(n):
+                    self.value(out, <object>PyList_GET_ITEM(v, i), strings)
+            elif cls is _UUID:
+                out.byte(UUID)
+                out.blob(v.bytes)
+            elif cls is dict:
+                out.byte(DICT)
+                out.varint(len(v))
+                for key, item in (<dict>v).items():
+                    self.value(out, key, strings)
+                    self.value(out, item, strings)
+            elif cls is frozenset or cls is set:
+                out.byte(FROZENSET if cls is frozenset else SET)
+                out.varint(len(v))
+                for item in v:
+                    self.value(out, item, strings)
+            else:
+                data = pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL)
+                out.byte(PICKLED)
+                out.varint(PyBytes_GET_SIZE(data))
+                out.blob(data)
+        return 0
+
+    cdef object struct_class(self, Py_ssize_t number):
+        cdef list known = self.by_number
+        if number < len(known):
+            cls = known[number]
+            if cls is not None:
+                return cls
+        cls = values.numbered_class(number)
+        if number >= len(known):
+            known.extend([None] * (number + 1 - len(known)))
+        known[number] = cls
+        return cls
+
+    def unpack(self, bytes blob):
+        cdef _In reader = _In(self, blob)
+        if reader.n == 0 or reader.p[0] != MAGIC:
+            raise ValueError("not a packed value")
+        reader.at = 1
+        obj = reader.value()
+        if reader.at != reader.n:
+            raise ValueError("bytes after the packed value")
+        return obj
+
+
+cdef int _big(_Out out, object v) except -1:
+    """An integer beyond 64 bits, as the reference writes it."""
+    z = v << 1 if v >= 0 else ((-v) << 1) - 1
+    while z >= 0x80:
+        out.byte((z & 0x7F) | 0x80)
+        z >>= 7
+    out.byte(z)
+    return 0
+
+
+cdef class _In:
+    cdef Codec codec
+    cdef bytes blob
+    cdef const unsigned char *p
+    cdef Py_ssize_t at, n
+    cdef list strings
+
+    def __cinit__(self, Codec codec, bytes blob):
+        self.codec, self.blob = codec, blob
+        self.p = <const unsigned char *>PyBytes_AS_STRING(blob)
+        self.n = PyBytes_GET_SIZE(blob)
+        self.at = 0
+        self.strings = []
+
+    cdef int need(self, Py_ssize_t k) except -1:
+        if k < 0 or self.at + k > self.n:
+            raise ValueError("a packed value cut short")
+        return 0
+
+    cdef unsigned long long varint(self) except? 0xFFFFFFFFFFFFFFFF:
+        cdef unsigned long long v = 0
+        cdef int shift = 0
+        cdef unsigned char b
+        while True:
+            self.need(1)
+            b = self.p[self.at]
+            self.at += 1
+            if shift >= 63 and (b > 1 or (b & 0x80)):
+                raise ValueError("a packed length beyond 64 bits")
+            v |= (<unsigned long long>(b & 0x7F)) << shift
+            if b < 0x80:
+                return v
+            shift += 7
+
+    cdef object integer(self):
+        """An INT's value: in C up to 9 bytes of varint (63 bits of zigzag), else in Python."""
+        cdef Py_ssize_t start = self.at
+        cdef unsigned long long z = 0
+        cdef int shift = 0
+        cdef unsigned char b
+        while True:
+            self.need(1)
+            b = self.p[self.at]
+            self.at += 1
+            if shift >= 63:
+                return self.big(start)
+            z |= (<unsigned long long>(b & 0x7F)) << shift
+            if b < 0x80:
+                break
+            shift += 7
+        if z & 1:
+            return PyLong_FromLongLong(-<long long>((z - 1) >> 1) - 1)
+        return PyLong_FromLongLong(<long long>(z >> 1))
+
+    cdef object big(self, Py_ssize_t start):
+        self.at = start
+        z = 0
+        shift = 0
+        while True:
+            self.need(1)
+            b = self.p[self.at]
+            self.at += 1
+            z |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+        return z >> 1 if not z & 1 else -((z + 1) >> 1)
+
+    cdef bytes take(self, Py_ssize_t k):
+        self.need(k)
+        out = PyBytes_FromStringAndSize(<const char *>self.p + self.at, k)
+        self.at += k
+        return out
+
+    cdef tuple items(self):
+        cdef Py_ssize_t n = <Py_ssize_t>self.varint(), i
+        if n > self.n - self.at:  # every item takes a byte at least
+            raise ValueError("a packed value cut short")
+        cdef tuple out = PyTuple_New(n)
+        for i in range(n):
+            item = self.value()
+            Py_INCREF(item)
+            PyTuple_SET_ITEM(out, i, item)
+        return out
+
+    cdef object value(self):
+        cdef unsigned char tag
+        cdef Py_ssize_t k, i
+        cdef double d
+        self.need(1)
+        tag = self.p[self.at]
+        self.at += 1
+        if tag == STR:
+            k = <Py_ssize_t>self.varint()
+            self.need(k)
+            text = PyUnicode_DecodeUTF8(<const char *>self.p + self.at, k, "surrogatepass")
+            self.at += k
+            self.strings.append(text)
+            return text
+        if tag == STR_AGAIN:
+            k = <Py_ssize_t>self.varint()
+            if k >= len(self.strings):
+                raise ValueError("a packed string number out of range")
+            return self.strings[k]
+        if tag == INT:
+            return self.integer()
+        if tag == NONE:
+            return None
+        if tag == TRUE:
+            return True
+        if tag == FALSE:
+            return False
+        if tag == STRUCT:
+            cls = self.codec.struct_class(<Py_ssize_t>self.varint())
+            return cls(self.items())
+        if tag == RECORD:
+            k = <Py_ssize_t>self.varint()
+            codec = self.codec
+            if k >= len(codec.classes):
+                raise ValueError("a packed record of an unknown class")
+            width = codec.widths[k]
+            args = PyTuple_New(width)
+            for i in range(width):
+                item = self.value()
+                Py_INCREF(item)
+                PyTuple_SET_ITEM(args, i, item)
+            return codec.classes[k](*args)
+        if tag == TUPLE:
+            return self.items()
+        if tag == FLOAT:
+            self.need(8)
+            memcpy(&d, self.p + self.at, 8)
+            self.at += 8
+            return PyFloat_FromDouble(d)
+        if tag == BYTES:
+            return self.take(<Py_ssize_t>self.varint())
+        if tag == LIST:
+            return list(self.items())
+        if tag == UUID:
+            return _UUID(bytes=self.take(16))
+        if tag == DICT:
+            k = <Py_ssize_t>self.varint()
+            out = {}
+            for i in range(k):
+                key = self.value()
+                out[key] = self.value()
+            return out
+        if tag == FROZENSET:
+            return frozenset(self.items())
+        if tag == SET:
+            return set(self.items())
+        if tag == STRUCT_NAMED:
+            name = self.value()
+            names = self.value()
+            return values.class_by_names(name, names)(self.items())
+        if tag == PICKLED:
+            return pickle.loads(self.take(<Py_ssize_t>self.varint()))
+        raise ValueError(f"unknown tag {tag} in a packed value")
