@@ -6,7 +6,7 @@
       the others: segment rows
           --(a flow seen in one file: sorted where the file was read; one seen in several files, or of
              a file larger than a core's share: repartitioned by flow; into the merge's order)-->
-          Reassembler + Decoder per flow --> decode events (pickled), keyed by producer
+          Reassembler + Decoder per flow --> decode events (packed: ksniff.engine.pack), keyed by producer
           --(repartition by group of producer keys, sort into the audit's order)--> one Auditor per group
           --(the context events and the exchanges the partition logs read, by fold of partitions)-->
           the capture gaps and the partition logs, a fold per 256 MB of a set's captures
@@ -522,7 +522,7 @@ class _SetRun:
     metas: list  # its captures' FileMetas
     stats: list = field(default_factory=list)  # its flows' FlowStats
     last_event: float = -math.inf
-    # (audit order, pickled event) of the context events every key group is given (`_context_of`)
+    # (audit order, packed event) of the context events every key group is given (`_context_of`)
     context: list = field(default_factory=list)
     # group -> those of the connections its keyed events are on (their losses and ends), in audit order
     context_of: dict = field(default_factory=dict)
@@ -734,7 +734,7 @@ def log_folds(cores: int, set_bytes: int) -> int:
     """Into how many folds a capture set's partition logs are split: one per LOG_FOLD_BYTES of its
     captures, at most one per core of the session and ksniff.audit.partlog.SPLIT_MAX. Each fold is given
     what every fold reads (a transaction's end, a producer's timeout, topic names, the capture's losses)
-    and its pieces of the Produce and Fetch exchanges, which repeat what the whole exchange's pickle
+    and its pieces of the Produce and Fetch exchanges, which repeat what the whole exchange's blob
     shared: on the benchmark's files, two folds are given 1.4x the one fold's bytes and take 1.4x its CPU
     in all, for the logs of a set too large for one task folded in parallel instead of by one task."""
     from ksniff.audit.partlog import SPLIT_MAX
@@ -1096,7 +1096,7 @@ def _between_stages(
 def _context_of(
     rows: list[dict], conn_keys: list[dict], group_of: dict[str, str]
 ) -> tuple[list[tuple[tuple, bytes]], dict[str, list[tuple[tuple, bytes]]]]:
-    """A set's context events as its key groups' folds need them, each (audit order, pickled event):
+    """A set's context events as its key groups' folds need them, each (audit order, packed event):
     those every group is given, and each group's own. A connection's loss or end changes only the folds
     with exchanges on it (their unanswered requests, the losses they judge their writes by), so it goes
     to the groups of its keyed events' keys (CONN_KEYS rows), not to every group: G groups and C

@@ -142,7 +142,6 @@ def _audited(rows) -> tuple:
     """(result, identity, digest) of the one set `extract_audited` audited: what the driver always reads
     (AUDITED: the result without findings and transactions, and their digest) with the two lists it
     reads for a whole summary (AUDITED_LISTS)."""
-    import pickle
 
     from ksniff.engine import spark_tasks as tasks
 
@@ -150,7 +149,7 @@ def _audited(rows) -> tuple:
     for r in rows.to_pylist():
         if r["kind"] in (tasks.AUDITED, tasks.AUDITED_LISTS):
             assert r["kind"] not in of_kind  # one set
-            of_kind[r["kind"]] = pickle.loads(r["blob"])
+            of_kind[r["kind"]] = tasks.loads(r["blob"])
     bare, identity, digest, _peak = of_kind[tasks.AUDITED]
     assert bare.findings == [] and bare.transactions == []
     findings, transactions = of_kind[tasks.AUDITED_LISTS]
@@ -165,7 +164,6 @@ def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opene
     a duplicate of another's) and come in the order their connections opened, as the in-process sweep
     gives them."""
     import itertools
-    import pickle
 
     import pyarrow as pa
     from pcap_edit import again_later
@@ -182,7 +180,7 @@ def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opene
     )
     table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
     segments = table.filter(pa.compute.is_valid(table.column("flow")))
-    meta = pickle.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
+    meta = tasks.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
     config = EngineConfig()
     pms = sorted(set(segments.column("pm").to_pylist()))
     end = tasks.RunEnd(meta.max_ts)
@@ -193,7 +191,7 @@ def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opene
         for out in tasks.decode(config, {0: end})(iter([batch])):
             for r in out.to_pylist():
                 if r["kind"] == tasks.CONTEXT:
-                    events.append((tuple(r[c] for c in tasks.ORDER_COLUMNS), pickle.loads(r["blob"])))
+                    events.append((tuple(r[c] for c in tasks.ORDER_COLUMNS), tasks.loads(r["blob"])))
     orders = [order for order, _event in events]
     assert len(set(orders)) == len(orders)
     later = min(ts for ts in pms if ts > meta.first_ts + 1800)  # the later traffic's first packet
@@ -219,7 +217,6 @@ def test_a_file_decoded_where_it_is_read_gives_what_its_flows_tasks_give(name: s
     """A capture set of one file is decoded by the task that reads it (nothing shuffled): the rows are
     those its segments give when shuffled to their flows' tasks and decoded there, plus the file's
     summary, which the driver reads instead of stage 1's."""
-    import pickle
 
     import pyarrow as pa
 
@@ -243,7 +240,7 @@ def test_a_file_decoded_where_it_is_read_gives_what_its_flows_tasks_give(name: s
     table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
     segments = table.filter(pa.compute.is_valid(table.column("flow")))
     meta = table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py()
-    end = tasks.RunEnd(pickle.loads(meta).max_ts)
+    end = tasks.RunEnd(tasks.loads(meta).max_ts)
     ordered = segments.take(
         pa.compute.sort_indices(segments, [(c, "ascending") for c in ("flow", "pm", "idx")])
     )
@@ -264,7 +261,6 @@ def test_a_set_of_one_file_audited_where_it_is_read_is_the_local_result(name: st
     """A capture set of one file is audited by the task that reads it: its result is the local engine's
     for that file (named as the user named it), and its table rows are the local export's, in its order,
     each with its set in the row-order columns. A file that is not a capture is the local one-line error."""
-    import pickle
 
     import pyarrow as pa
 
@@ -292,7 +288,7 @@ def test_a_set_of_one_file_audited_where_it_is_read_is_the_local_result(name: st
     for r in rows.to_pylist():
         by_kind.setdefault(r["kind"], []).append(r)
     assert set(by_kind) == {tasks.FILE_META, tasks.AUDITED, tasks.AUDITED_LISTS, tasks.TABLE_ROWS}
-    ok, failed = (pickle.loads(r["blob"]) for r in by_kind[tasks.FILE_META])
+    ok, failed = (tasks.loads(r["blob"]) for r in by_kind[tasks.FILE_META])
     assert (ok.file, ok.error, failed.file) == (3, None, 4)
     with pytest.raises(Exception) as local_error:
         audit_paths([str(bad)], config)
@@ -324,7 +320,6 @@ def test_a_set_of_rotated_files_audited_where_it_is_read_is_the_local_result(tmp
     """A capture set of several files (a capture rotated mid-connection) is audited by one task, its
     files in the set's order: the local engine's result for those files as one set, each file's summary
     in its own row, the set's table rows in the local order."""
-    import pickle
 
     import pyarrow as pa
     from pcap_edit import split
@@ -350,7 +345,7 @@ def test_a_set_of_rotated_files_audited_where_it_is_read_is_the_local_result(tmp
         }
     )
     rows = pa.Table.from_batches(list(tasks.extract_audited(config)(iter([listing]))), schema=tasks.EVENTS)
-    metas = [pickle.loads(r["blob"]) for r in rows.to_pylist() if r["kind"] == tasks.FILE_META]
+    metas = [tasks.loads(r["blob"]) for r in rows.to_pylist() if r["kind"] == tasks.FILE_META]
     assert [(m.file, m.path, m.packets) for m in metas] == [
         (5 + n, i.path, i.packets) for n, i in enumerate(local.inputs)
     ]
@@ -418,7 +413,6 @@ def test_each_flow_decoded_alone_and_sorted_is_the_local_audit_order(limited: bo
     captures cut mid-traffic and followed by other traffic an hour later: the idle sweep gives up the
     requests left in flight long after they were sent (released by the clock, not the window)."""
     import itertools
-    import pickle
     from dataclasses import replace
 
     import pyarrow as pa
@@ -459,7 +453,7 @@ def test_each_flow_decoded_alone_and_sorted_is_the_local_audit_order(limited: bo
         table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
         segments = table.filter(pa.compute.is_valid(table.column("flow")))
         summary = table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py()
-        meta = pickle.loads(summary)
+        meta = tasks.loads(summary)
         end = tasks.RunEnd(meta.max_ts)
         rows = sorted(segments.to_pylist(), key=lambda r: (r["flow"], r["pm"], r["file"], r["idx"]))
         found, openings = {}, []
@@ -469,15 +463,15 @@ def test_each_flow_decoded_alone_and_sorted_is_the_local_audit_order(limited: bo
                 for r in out.to_pylist():
                     order = tuple(r[c] for c in tasks.ORDER_COLUMNS)
                     if r["kind"] == tasks.CONN:
-                        openings.append(((r["ppm"], r["pfile"], r["pidx"]), pickle.loads(r["blob"])))
+                        openings.append(((r["ppm"], r["pfile"], r["pidx"]), tasks.loads(r["blob"])))
                     elif r["kind"] in (tasks.TABLE, tasks.CONTEXT, tasks.KEYED, tasks.KEYED_LOG, tasks.LOG):
-                        event = pickle.loads(r["blob"])
+                        event = tasks.loads(r["blob"])
                         if isinstance(event, tasks.TopicNames):  # the logs' part of a Metadata answer
-                            assert event.pairs == topic_names(pickle.loads(found[order])), capture.name
+                            assert event.pairs == topic_names(tasks.loads(found[order])), capture.name
                             continue
                         found[order] = r["blob"]  # an event is one row per key it touches: once here
         conns = {conn: n for n, (_at, conn) in enumerate(sorted(openings), start=1)}
-        spread = [tasks.renumber(pickle.loads(found[order]), conns) for order in sorted(found)]
+        spread = [tasks.renumber(tasks.loads(found[order]), conns) for order in sorted(found)]
         # What a transactional Produce tells the partition logs' other folds comes just before it.
         facts = [i for i, e in enumerate(spread) if isinstance(e, tasks.TxnIds)]
         assert all(spread[i + 1].api_name == "Produce" for i in facts), capture.name
@@ -506,7 +500,6 @@ def _stage2_rows(path: str, config, folds: int = 1) -> tuple[list[dict], dict[in
     """Stage 2's rows of one capture (each flow decoded by a task of its own, the partition logs' rows
     for `folds` folds), the local engine's connection numbers and the capture's RunEnd."""
     import itertools
-    import pickle
 
     import pyarrow as pa
 
@@ -517,17 +510,17 @@ def _stage2_rows(path: str, config, folds: int = 1) -> tuple[list[dict], dict[in
     )
     table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
     segments = table.filter(pa.compute.is_valid(table.column("flow")))
-    meta = pickle.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
+    meta = tasks.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
     rows = sorted(segments.to_pylist(), key=lambda r: (r["flow"], r["pm"], r["file"], r["idx"]))
     out: list[dict] = []
     for _flow, mine in itertools.groupby(rows, key=lambda r: r["flow"]):
         batch = pa.RecordBatch.from_pylist(list(mine), schema=tasks.SEGMENTS)
         for rows_out in tasks.decode(config, {0: tasks.RunEnd(meta.max_ts, folds=folds)})(iter([batch])):
             out.extend(rows_out.to_pylist())
-    stats = [pickle.loads(r["blob"]) for r in out if r["kind"] == tasks.FLOW_STATS]
+    stats = [tasks.loads(r["blob"]) for r in out if r["kind"] == tasks.FLOW_STATS]
     last = max((s.last_event_ts for s in stats), default=None)
     openings = sorted(
-        ((r["ppm"], r["pfile"], r["pidx"]), pickle.loads(r["blob"])) for r in out if r["kind"] == tasks.CONN
+        ((r["ppm"], r["pfile"], r["pidx"]), tasks.loads(r["blob"])) for r in out if r["kind"] == tasks.CONN
     )
     conns = {conn: n for n, (_at, conn) in enumerate(openings, start=1)}
     return out, conns, tasks.RunEnd(meta.max_ts, last, folds)
@@ -600,9 +593,9 @@ def test_partition_logs_split_by_partition_are_the_whole_logs() -> None:
 
 
 def _produce_or_fetch(blob: bytes) -> bool:
-    import pickle
+    from ksniff.engine import spark_tasks as tasks
 
-    return getattr(pickle.loads(blob), "api_name", None) in ("Produce", "Fetch")
+    return getattr(tasks.loads(blob), "api_name", None) in ("Produce", "Fetch")
 
 
 def test_what_every_fold_is_given_of_an_api_versions_answer() -> None:
@@ -618,12 +611,12 @@ def test_what_every_fold_is_given_of_an_api_versions_answer() -> None:
     whole = {}
     for r in rows:
         if r["kind"] == tasks.TABLE:
-            whole[tuple(r[c] for c in tasks.ORDER_COLUMNS)] = pickle.loads(r["blob"])
+            whole[tuple(r[c] for c in tasks.ORDER_COLUMNS)] = tasks.loads(r["blob"])
     given = 0
     for r in rows:
         if r["kind"] != tasks.CONTEXT:
             continue
-        event = pickle.loads(r["blob"])
+        event = tasks.loads(r["blob"])
         if getattr(event, "api_name", None) != "ApiVersions":
             continue
         table = whole[tuple(r[c] for c in tasks.ORDER_COLUMNS)]
