@@ -122,15 +122,19 @@ cdef class Codec:
     """ksniff.engine.pack.Codec, compiled: `pack` and `unpack` give and take the same bytes."""
 
     cdef readonly tuple classes
+    cdef readonly object renamed
     cdef dict place
     cdef tuple getters
     cdef tuple widths
+    cdef tuple renamed_at
     cdef dict numbers  # Struct class -> its schema struct's number, or -1 (made outside the tables)
     cdef list by_number  # the Struct classes read so far, at their numbers (None: not yet)
     cdef type struct_meta
 
-    def __init__(self, classes):
+    def __init__(self, classes, renamed=None):
         self.classes = tuple(classes)
+        self.renamed = renamed
+        self.renamed_at = tuple(_reference._place_of(cls, renamed) for cls in self.classes)
         self.place = {cls: n for n, cls in enumerate(self.classes)}
         self.getters = tuple(_reference.fields_of(cls) for cls in self.classes)
         self.widths = tuple(len(cls.__match_args__) for cls in self.classes)
@@ -259,8 +263,9 @@ cdef class Codec:
         known[number] = cls
         return cls
 
-    def unpack(self, bytes blob):
+    def unpack(self, bytes blob, dict names=None):
         cdef _In reader = _In(self, blob)
+        reader.names = names
         if reader.n == 0 or reader.p[0] != MAGIC:
             raise ValueError("not a packed value")
         reader.at = 1
@@ -286,6 +291,7 @@ cdef class _In:
     cdef const unsigned char *p
     cdef Py_ssize_t at, n
     cdef list strings
+    cdef dict names
 
     def __cinit__(self, Codec codec, bytes blob):
         self.codec, self.blob = codec, blob
@@ -367,7 +373,7 @@ cdef class _In:
 
     cdef object value(self):
         cdef unsigned char tag
-        cdef Py_ssize_t k, i
+        cdef Py_ssize_t k, i, at
         cdef double d
         self.need(1)
         tag = self.p[self.at]
@@ -401,9 +407,12 @@ cdef class _In:
             if k >= len(codec.classes):
                 raise ValueError("a packed record of an unknown class")
             width = codec.widths[k]
+            at = codec.renamed_at[k] if self.names is not None else -1
             args = PyTuple_New(width)
             for i in range(width):
                 item = self.value()
+                if i == at:
+                    item = self.names.get(item, item)
                 Py_INCREF(item)
                 PyTuple_SET_ITEM(args, i, item)
             return codec.classes[k](*args)

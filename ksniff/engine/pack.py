@@ -65,13 +65,16 @@ def fields_of(cls: type) -> Any:
 
 class Codec:
     """Packs and unpacks values; `classes`: the dataclasses written as RECORDs, by their place in it
-    (every process must give the same classes in the same order)."""
+    (every process must give the same classes in the same order). `renamed`: the field of those classes
+    whose values `unpack` can rename as it reads them (the Spark engine's connection numbers)."""
 
-    def __init__(self, classes: Sequence[type]) -> None:
+    def __init__(self, classes: Sequence[type], renamed: str | None = None) -> None:
         self.classes = tuple(classes)
         self.place = {cls: n for n, cls in enumerate(self.classes)}
         self.getters = tuple(fields_of(cls) for cls in self.classes)
         self.widths = tuple(len(cls.__match_args__) for cls in self.classes)
+        self.renamed = renamed
+        self.renamed_at = tuple(_place_of(cls, renamed) for cls in self.classes)
 
     def pack(self, obj: Any) -> bytes:
         out = bytearray((MAGIC,))
@@ -150,10 +153,12 @@ class Codec:
         for item in items:
             self._value(out, item, strings)
 
-    def unpack(self, blob: bytes) -> Any:
+    def unpack(self, blob: bytes, names: dict | None = None) -> Any:
+        """The value packed in `blob`; with `names`, each record's `renamed` field holds names[value]
+        instead of its value, when `names` has one (as if the record had been made with it)."""
         if not is_packed(blob):
             raise ValueError("not a packed value")
-        reader = _Reader(self, memoryview(blob))
+        reader = _Reader(self, memoryview(blob), names)
         reader.at = 1
         try:
             obj = reader.value()
@@ -164,9 +169,13 @@ class Codec:
         return obj
 
 
+def _place_of(cls: type, name: str | None) -> int:
+    return cls.__match_args__.index(name) if name in cls.__match_args__ else -1
+
+
 class _Reader:
-    def __init__(self, codec: Codec, data: memoryview) -> None:
-        self.codec, self.data, self.at = codec, data, 0
+    def __init__(self, codec: Codec, data: memoryview, names: dict | None = None) -> None:
+        self.codec, self.data, self.at, self.names = codec, data, 0, names
         self.strings: list[str] = []
 
     def varint(self) -> int:
@@ -210,7 +219,11 @@ class _Reader:
         if tag == RECORD:
             n = self.varint()
             codec = self.codec
-            return codec.classes[n](*(self.value() for _ in range(codec.widths[n])))
+            fields = [self.value() for _ in range(codec.widths[n])]
+            at = codec.renamed_at[n]
+            if self.names is not None and at >= 0:
+                fields[at] = self.names.get(fields[at], fields[at])
+            return codec.classes[n](*fields)
         if tag == TUPLE:
             return self.items()
         if tag == FLOAT:

@@ -142,3 +142,37 @@ def test_a_cut_or_foreign_blob_is_refused() -> None:
         with pytest.raises(ValueError):
             codec.unpack(pickle.dumps(1))
     assert loads(pickle.dumps({"a": 1})) == {"a": 1}  # the engine's other blobs are still pickles
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+def test_connection_numbers_are_renamed_as_events_are_read() -> None:
+    """The Spark engine's folds read each event with the in-process engine's connection numbers
+    (spark_tasks.loads with the driver's numbering): the event, its Produce batches and its Fetch
+    partitions renamed alike, as if decoded with those numbers; a number not in the map is kept."""
+    from dataclasses import replace
+
+    from ksniff.decode.events import Exchange
+
+    def renamed(event, names):
+        if not hasattr(event, "conn"):  # TxnIds, TopicNames
+            return event
+        conn = names.get(event.conn, event.conn)
+        if isinstance(event, Exchange):
+            batches = tuple(replace(b, conn=conn) for b in event.batches)
+            fetched = tuple(replace(f, conn=conn) for f in event.fetched)
+            return replace(event, conn=conn, batches=batches, fetched=fetched)
+        return replace(event, conn=conn)
+
+    events = _corpus_events()
+    conns = sorted({e.conn for e in events if hasattr(e, "conn")})
+    names = {conn: n for n, conn in enumerate(conns[::2], start=1)}  # every other one renamed
+    assert len(conns) > 50
+    reference, compiled = _codecs()
+    for codec in (reference, compiled):
+        if codec is None:
+            continue
+        codec = type(codec)(reference.classes, renamed="conn")
+        for event in events:
+            blob = codec.pack(event)
+            assert _same(codec.unpack(blob, names), renamed(event, names))
+            assert _same(codec.unpack(blob), event)
