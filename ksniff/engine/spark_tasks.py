@@ -187,6 +187,12 @@ def ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {_SQL_TYPES[f.type]}" for f in schema)
 
 
+# Stage 1's rows: a file's segments in blocks, each of one flow (every connection on one 4-tuple), and
+# the file's summary (`meta`, in a row of its own). A block is the packed tuple of its segments (`pack`),
+# each (pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload): `pm` the running maximum of
+# the file's timestamps up to it, `idx` its place among the file's segments, `payload` its bytes or, for
+# a segment the capture cut short (TRUNCATED), the length it had. The row's `pm`, `file` and `idx` are the
+# block's first segment's: the merge's order of the blocks, in which stage 2 takes them.
 SEGMENTS = pa.schema(
     [
         ("cset", pa.int32()),  # the capture set the file is audited in (its index in the run's plan)
@@ -194,19 +200,15 @@ SEGMENTS = pa.schema(
         ("pm", pa.float64()),
         ("file", pa.int32()),
         ("idx", pa.int64()),
-        ("ts", pa.float64()),
-        ("src", pa.binary()),
-        ("sport", pa.int32()),
-        ("dst", pa.binary()),
-        ("dport", pa.int32()),
-        ("seq", pa.int64()),
-        ("ack", pa.int64()),
-        ("flags", pa.int32()),
-        ("payload", pa.binary()),
-        ("cut", pa.int64()),
+        ("block", pa.binary()),
         ("meta", pa.binary()),
     ]
 )
+# A flow's block is closed at this many segments or payload bytes, and every block once the file's open
+# ones hold BLOCKS_HELD bytes: a task holds a few MB of a file however long its connections are.
+BLOCK_SEGMENTS = 1024
+BLOCK_PAYLOAD = 512 << 10
+BLOCKS_HELD = 32 << 20
 SEGMENTS_DDL = ddl(SEGMENTS)
 
 # Stage 2's rows. `rel`, `ets` and (`phase`, `ppm`, `pfile`, `pidx`, `n`) make the audit order key.
@@ -734,30 +736,14 @@ def _meta_batch(meta: FileMeta, cset: int) -> pa.RecordBatch:
 def _extract_file(
     file: int, path: str, capture: CaptureFile, offset: float = 0.0, cset: int = 0
 ) -> Iterator[pa.RecordBatch]:
-    """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock)."""
-    cols: dict[str, list] = {name: [] for name in SEGMENTS.names}
+    """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock).
+
+    Segment rows of one flow travel as blocks (SEGMENTS): a row per segment cost the JVM more than all of
+    stage 2's decoding (kept, sorted and shuffled, each row taken apart into Arrow columns and back)."""
     pm = -INF
     idx = 0
-    # Once per segment: one list per column, appended to through bound methods, made into one Arrow
-    # batch per BATCH_ROWS segments (column by column, not row by row).
-    (
-        _sets,
-        flows,
-        pms,
-        files,
-        idxs,
-        tss,
-        srcs,
-        sports,
-        dsts,
-        dports,
-        seqs,
-        acks,
-        flagss,
-        payloads,
-        cuts,
-        metas,
-    ) = (cols[name] for name in SEGMENTS.names)
+    out = _Blocks(file, cset)
+    open_blocks = out.open
     walk = capture.segments()
     if offset:
         walk = ((s[0] + offset, *s[1:]) for s in walk)
@@ -766,27 +752,27 @@ def _extract_file(
             pm = ts
         a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
         flow = a + b if a <= b else b + a
-        truncated = flags & TRUNCATED
-        flows.append(flow)
-        pms.append(pm)
-        idxs.append(idx)
-        tss.append(ts)
-        srcs.append(src)
-        sports.append(sport)
-        dsts.append(dst)
-        dports.append(dport)
-        seqs.append(seq)
-        acks.append(ack)
-        flagss.append(flags)
-        payloads.append(None if truncated else bytes(payload))
-        cuts.append(payload if truncated else 0)
+        if flags & TRUNCATED:
+            size = 0
+        else:
+            payload = bytes(payload)
+            size = len(payload)
+        block = open_blocks.get(flow)
+        if block is None:
+            block = open_blocks[flow] = [0, []]
+        block[1].append((pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload))
+        block[0] += size
+        out.held += size + 100
         idx += 1
-        if len(pms) >= BATCH_ROWS:
-            yield _segment_batch(cols, file, cset)
-            for column in cols.values():
-                column.clear()
-    if pms:
-        yield _segment_batch(cols, file, cset)
+        if block[0] >= BLOCK_PAYLOAD or len(block[1]) >= BLOCK_SEGMENTS:
+            out.close(flow)
+        if out.held >= BLOCKS_HELD:
+            out.close_all()
+        if out.ready():
+            yield out.take()
+    out.close_all()
+    if out.rows:
+        yield out.take()
     c = capture.counts
     yield _meta_batch(
         FileMeta(
@@ -808,16 +794,51 @@ def _extract_file(
     )
 
 
-def _segment_batch(cols: dict[str, list], file: int, cset: int) -> pa.RecordBatch:
-    n = len(cols["pm"])
-    constant = {"file": file, "cset": cset}
-    arrays = [
-        pa.array([constant[name]] * n, type=f.type)
-        if name in constant
-        else (pa.nulls(n, type=f.type) if name == "meta" else pa.array(cols[name], type=f.type))
-        for name, f in zip(SEGMENTS.names, SEGMENTS, strict=True)
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=SEGMENTS)
+class _Blocks:
+    """A file's segment blocks (SEGMENTS): those still open, per flow ([payload bytes, segments]), and
+    the rows of the closed ones, made into Arrow batches."""
+
+    def __init__(self, file: int, cset: int) -> None:
+        self.file, self.cset = file, cset
+        self.open: dict[bytes, list] = {}
+        self.held = 0  # bytes of the open blocks, about
+        self.rows: list[tuple] = []
+        self.packed = 0  # bytes of the closed blocks' rows
+
+    def close(self, flow: bytes) -> None:
+        size, segments = self.open.pop(flow)
+        self.held -= size + 100 * len(segments)
+        first = segments[0]
+        blob = pack(tuple(segments))
+        self.rows.append((flow, first[0], first[2], blob))
+        self.packed += len(blob)
+
+    def close_all(self) -> None:
+        for flow in list(self.open):
+            self.close(flow)
+        self.held = 0
+
+    def ready(self) -> bool:
+        return self.packed >= BLOCK_BYTES or len(self.rows) >= BATCH_ROWS
+
+    def take(self) -> pa.RecordBatch:
+        flows, pms, idxs, blobs = zip(*self.rows, strict=True)
+        n = len(flows)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array([self.cset] * n, pa.int32()),
+                pa.array(flows, pa.binary()),
+                pa.array(pms, pa.float64()),
+                pa.array([self.file] * n, pa.int32()),
+                pa.array(idxs, pa.int64()),
+                pa.array(blobs, pa.binary()),
+                pa.nulls(n, pa.binary()),
+            ],
+            schema=SEGMENTS,
+        )
+        self.rows = []
+        self.packed = 0
+        return batch
 
 
 # -- stage 2: one reassembler and decoder per flow --------------------------------------------------------
@@ -906,34 +927,17 @@ class _Flow:
         if self.brokers:
             self.rows.add(IDENTITY, None, NO_ORDER, dumps(tuple(sorted(self.brokers))))
 
-    def _segments(self, rows: Iterator[tuple]) -> Iterator[tuple]:
+    def _segments(self, segments: Iterator[tuple]) -> Iterator[tuple]:
         """Segment tuples for the reassembler, noting each one's position, after what the capture's clock
-        reaching it let go (`_sweep_until`)."""
-        for (
-            _cset,
-            _flow,
-            pm,
-            file,
-            idx,
-            ts,
-            src,
-            sport,
-            dst,
-            dport,
-            seq,
-            ack,
-            flags,
-            payload,
-            cut,
-            _meta,
-        ) in rows:
+        reaching it let go (`_sweep_until`); `segments`: a block's (SEGMENTS), in the merge's order."""
+        for pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload in segments:
             self._sweep_until(pm)
             self.position = (pm, file, 2 * idx + 1)
             self.taken += 1
             if not self.reassembler.pending_chunks:
                 self.places.clear()
             self.places.append((self.taken, self.position))
-            yield (ts, src, sport, dst, dport, seq, ack, flags, cut if flags & TRUNCATED else payload)
+            yield (ts, src, sport, dst, dport, seq, ack, flags, payload)
 
     def _sweep_until(self, pm: float) -> None:
         """What the capture's clock reaching `pm` let go in the in-process reassembler (its idle sweeps,
@@ -1151,17 +1155,17 @@ def for_context(event: Exchange) -> Exchange:
 
 
 def decode(config: EngineConfig, ends: dict[int, RunEnd]):
-    """mapInArrow over segment rows (not the files' summaries) sorted by (cset, flow, pm, file, idx):
+    """mapInArrow over segment blocks (not the files' summaries) sorted by (cset, flow, pm, file, idx):
     decode events, and the counters of each capture set the task met (`ends`: each set's RunEnd)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = _Rows()
         stats: dict[int, FlowStats] = {}
-        for (cset, _flow), segments in itertools.groupby(_segment_rows(batches), key=lambda row: row[:2]):
+        for (cset, _flow), blocks in itertools.groupby(_block_rows(batches), key=lambda row: row[:2]):
             rows.cset = cset
             if cset not in stats:
                 stats[cset] = FlowStats(CaptureStats(), DecodeStats(by_api={}))
-            _Flow(config, ends[cset], stats[cset], rows).run(segments)
+            _Flow(config, ends[cset], stats[cset], rows).run(merged(blocks))
             if rows.full():
                 yield rows.take()
         for cset, counted in stats.items():
@@ -1172,9 +1176,52 @@ def decode(config: EngineConfig, ends: dict[int, RunEnd]):
     return _rarely_collected(run)
 
 
-def _segment_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
+def _block_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
+    names = ("cset", "flow", "pm", "file", "idx", "block")
     for batch in batches:
-        yield from zip(*(batch.column(name).to_pylist() for name in SEGMENTS.names), strict=True)
+        yield from zip(*(batch.column(name).to_pylist() for name in names), strict=True)
+
+
+def merged(blocks: Iterable[tuple]) -> Iterator[tuple]:
+    """The segments of one flow's blocks, rows (cset, flow, pm, file, idx, block) in the order of their
+    first segments' (pm, file, idx), in the merge's order of (pm, file, idx). The blocks of one file
+    follow each other; those of several files (a connection over rotated files, or seen by two captured
+    hosts) interleave. Each block is read when it comes, once every segment before its first is out, so
+    a task holds the blocks that overlap, not the flow."""
+    unpack = _codec().unpack
+    heap: list[list] = []  # each block begun: [its next segment's (pm, file, idx), at, its segments]
+    for _cset, _flow, pm, file, idx, blob in blocks:
+        if heap:
+            yield from _until(heap, (pm, file, idx))
+        segments = unpack(blob)
+        heapq.heappush(heap, [segments[0][:3], 0, segments])
+    yield from _until(heap, None)
+
+
+def _until(heap: list[list], bound: tuple | None) -> Iterator[tuple]:
+    """The segments of the blocks in `heap` before `bound` (all, for None), in (pm, file, idx) order."""
+    while heap:
+        top = heap[0]
+        key, at, segments = top
+        if bound is not None and key >= bound:
+            return
+        if len(heap) == 1:  # one block: its segments in their order, without the heap
+            n = len(segments)
+            while at < n:
+                segment = segments[at]
+                if bound is not None and segment[:3] >= bound:
+                    top[0], top[1] = segment[:3], at
+                    return
+                yield segment
+                at += 1
+            heap.pop()
+            return
+        yield segments[at]
+        at += 1
+        if at < len(segments):
+            heapq.heapreplace(heap, [segments[at][:3], at, segments])
+        else:
+            heapq.heappop(heap)
 
 
 # -- stage 3: the audit fold per producer key ------------------------------------------------------------

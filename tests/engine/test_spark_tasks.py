@@ -14,23 +14,73 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, rea
 PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
 
 
-@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
-def test_segment_rows_keep_the_merge_order() -> None:
+def _blocks(path: str, file: int = 0):
+    """Stage 1's rows of one capture (pyarrow Table, SEGMENTS): its flows' blocks and its summary."""
     import pyarrow as pa
 
-    from ksniff.engine.spark_tasks import SEGMENTS, extract
+    from ksniff.engine import spark_tasks as tasks
 
-    path = str(max(PCAPS.glob("*.pcap"), key=lambda p: p.stat().st_size))
+    content = pa.nulls(1, pa.binary())
     listing = pa.RecordBatch.from_pydict(
-        {"file": [0], "path": [path], "uri": [path], "folder": [False], "content": pa.nulls(1, pa.binary())}
+        {"file": [file], "path": [path], "uri": [path], "folder": [False], "content": content}
     )
-    batches = list(extract(iter([listing])))
-    table = pa.Table.from_batches(batches, schema=SEGMENTS)
-    segments = table.filter(pa.compute.is_valid(table.column("flow")))
-    pm = segments.column("pm").to_pylist()
+    return pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
+
+
+def _segments_of(table) -> list[tuple]:
+    """Every segment of the blocks in `table`, as stage 2 reads them."""
+    from ksniff.engine import spark_tasks as tasks
+
+    return [s for b in table.column("block").to_pylist() if b is not None for s in tasks.loads(b)]
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+def test_segment_blocks_keep_the_merge_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ksniff.engine import spark_tasks as tasks
+
+    monkeypatch.setattr(tasks, "BLOCK_SEGMENTS", 16)  # many blocks per flow
+    path = str(max(PCAPS.glob("*.pcap"), key=lambda p: p.stat().st_size))
+    table = _blocks(path)
+    blocks = table.filter(pa_valid(table, "flow")).to_pylist()
+    segments = sorted(_segments_of(table), key=lambda s: s[2])
+    assert [s[2] for s in segments] == list(range(len(segments)))  # every segment of the file once
+    pm = [s[0] for s in segments]
     assert pm == sorted(pm)  # the running maximum never steps back
-    assert segments.column("idx").to_pylist() == list(range(len(pm)))
-    assert table.num_rows == len(pm) + 1  # and the file's summary
+    assert len(blocks) > 2 * len({b["flow"] for b in blocks})
+    for b in blocks:
+        mine = tasks.loads(b["block"])
+        assert 0 < len(mine) <= 16
+        assert (b["pm"], b["file"], b["idx"]) == mine[0][:3]  # a row's order is its first segment's
+        assert [s[2] for s in mine] == sorted(s[2] for s in mine)
+        for s in mine:  # each segment of the block is its flow's, either way
+            a, z = s[4] + s[5].to_bytes(2, "big"), s[6] + s[7].to_bytes(2, "big")
+            assert b["flow"] in (a + z, z + a)
+    assert table.num_rows == len(blocks) + 1  # and the file's summary
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+def test_blocks_of_several_files_are_merged_segment_by_segment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One connection seen in two files (two captured hosts, or rotated files that overlap) is read by its
+    flow's task in the merge's order of (pm, file, idx), its blocks interleaved segment by segment."""
+    from ksniff.engine import spark_tasks as tasks
+
+    monkeypatch.setattr(tasks, "BLOCK_SEGMENTS", 8)
+    path = str(PCAPS / "txn_confluent_tansu_loss.pcap")
+    rows = []
+    for file in (0, 1):  # the same capture as two files: every segment's time in both
+        table = _blocks(path, file)
+        rows += table.filter(pa_valid(table, "flow")).to_pylist()
+    rows.sort(key=lambda r: (r["pm"], r["file"], r["idx"]))
+    everything = [(r["cset"], r["flow"], r["pm"], r["file"], r["idx"], r["block"]) for r in rows]
+    out = list(tasks.merged(everything))
+    assert out == sorted(s for r in rows for s in tasks.loads(r["block"]))
+    assert {s[1] for s in out[:20]} == {0, 1}  # interleaved from the start
+
+
+def pa_valid(table, column: str):
+    import pyarrow as pa
+
+    return pa.compute.is_valid(table.column(column))
 
 
 def test_caps_of_one_process_say_they_apply_per_flow() -> None:
@@ -182,7 +232,7 @@ def test_a_sweep_over_flows_decoded_by_different_tasks_orders_them_as_they_opene
     segments = table.filter(pa.compute.is_valid(table.column("flow")))
     meta = tasks.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
     config = EngineConfig()
-    pms = sorted(set(segments.column("pm").to_pylist()))
+    pms = sorted({s[0] for s in _segments_of(segments)})
     end = tasks.RunEnd(meta.max_ts)
     rows = sorted(segments.to_pylist(), key=lambda r: (r["flow"], r["pm"], r["file"], r["idx"]))
     events = []
