@@ -3,7 +3,7 @@
     inputs (paths or Hadoop URIs) --(Spark lists them; executors read them)-->
       a capture set small enough for one task: audited by the task that reads its files (the local
           engine's code) --> its result, its exchanges and batches rows
-      the others: segment rows
+      the others: segment blocks (a flow's segments of one file, packed)
           --(a flow seen in one file: sorted where the file was read; one seen in several files, or of
              a file larger than a core's share: repartitioned by flow; into the merge's order)-->
           Reassembler + Decoder per flow --> decode events (packed: ksniff.engine.pack), keyed by producer

@@ -822,7 +822,7 @@ class _Blocks:
         return self.packed >= BLOCK_BYTES or len(self.rows) >= BATCH_ROWS
 
     def take(self) -> pa.RecordBatch:
-        flows, pms, idxs, blobs = zip(*self.rows, strict=True)
+        flows, pms, idxs, blobs = ([*c] for c in zip(*self.rows, strict=True))  # lists: see _Rows.take
         n = len(flows)
         batch = pa.RecordBatch.from_arrays(
             [
@@ -861,7 +861,8 @@ class _Rows:
         return len(self.rows) >= BATCH_ROWS or self.held >= BLOCK_BYTES
 
     def take(self) -> pa.RecordBatch:
-        columns = zip(*self.rows, strict=True) if self.rows else [()] * len(_ROW_NAMES)
+        # Lists: pyarrow makes an array of a tuple ten times slower than of a list.
+        columns = [list(c) for c in zip(*self.rows, strict=True)] if self.rows else [[]] * len(_ROW_NAMES)
         batch = pa.RecordBatch.from_pydict(dict(zip(_ROW_NAMES, columns, strict=True)), schema=EVENTS)
         self.rows = []
         self.held = 0
