@@ -17,9 +17,10 @@ The driver never opens a capture and never holds a table row. What it collects i
 stages together and what the terminal report prints: with several inputs, what the capture-set planner
 needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksniff.engine.clock), found
 by tasks that read the files; one summary per file; each set audited where it was read, its result
-(without table rows); of the other sets, a few rows per connection (its opening, its context
-events: connection ends, capture gaps, ApiVersions without its list of API versions (for_context),
-WriteTxnMarkers), each key group's audit output
+(without table rows); of the other sets, a few rows per flow and connection (its opening, the keys it
+links, its brokers, the naming answers; of the ApiVersions answers those that change the
+transaction.version: the other context events are routed to their key groups by Spark,
+`_routed_context`), each key group's audit output
 (producers), the context group's (capture gaps and the partition logs, folded over the exchanges the
 logs read by a task per fold of the set's partitions) and the run's counters. Of findings and
 transactions it receives the digests the tasks made (ksniff.audit.digest: tallies per cause, counts,
@@ -522,10 +523,8 @@ class _SetRun:
     metas: list  # its captures' FileMetas
     stats: list = field(default_factory=list)  # its flows' FlowStats
     last_event: float = -math.inf
-    # (audit order, packed event) of the context events every key group is given (`_context_of`)
+    # (audit order, packed event) of the context events every key group is given (`_every_group`)
     context: list = field(default_factory=list)
-    # group -> those of the connections its keyed events are on (their losses and ends), in audit order
-    context_of: dict = field(default_factory=dict)
     identity: Identity = field(default_factory=Identity)
     # Its key groups' AuditOutputs, then its context group's; without findings and transactions unless
     # the run collects whole lists, `digests` then holding what the report reads of them.
@@ -606,13 +605,14 @@ def _pipeline(
             group_rows or [(-1, "", "")], "cset int, key string, group string"
         )
         context = {index: run.context for index, run in runs.items()}
-        own = {(index, g): items for index, run in runs.items() for g, items in run.context_of.items()}
+        keyed = events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG)).join(
+            F.broadcast(group_table), ["cset", "key"]
+        )
         outputs = (
-            events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG))
-            .join(F.broadcast(group_table), ["cset", "key"])
+            keyed.unionByName(_routed_context(events, group_table))
             .repartition(partitions, "cset", "group")
             .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
-            .mapInArrow(tasks.fold(config, ends, context, conns, groups, digests, own), tasks.OUTPUTS_DDL)
+            .mapInArrow(tasks.fold(config, ends, context, conns, groups, digests), tasks.OUTPUTS_DDL)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
         cached.append(outputs)
@@ -979,8 +979,14 @@ def _decoded(
             events = events.unionByName(part)
         events = events.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(events)
+        # The few rows per flow or connection the driver reads; the context events of connections and
+        # of producer ids stay in Spark, routed to their key groups (`_routed_context`), and of the
+        # ApiVersions answers only those that change the cluster's transaction.version come.
+        kind, key = F.col("kind"), F.col("key")
         bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG, tasks.TABLE_ROWS, tasks.AUDITED_LISTS)
-        small = events.filter(~F.col("kind").isin(*bulk)).toArrow().to_pylist()
+        few = ~kind.isin(*bulk, tasks.CONN_KEYS) & ((kind != tasks.CONTEXT) | key.isNull())
+        small = events.filter(few).toArrow().to_pylist()
+        small += _txn_version_changes(events).toArrow().to_pylist()
     finally:
         if segments is not None:
             segments.unpersist()
@@ -1083,57 +1089,101 @@ def _between_stages(
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
         openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
         conns.update({tasks.loads(r["blob"]): n for n, r in enumerate(openings, start=1)})
-        context_rows = by_kind.get(tasks.CONTEXT, [])
         if run.audited is None:
             run.identity = _identity(by_kind.get(tasks.IDENTITY, []))
         group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
         for key, group in sorted(group_of.items()):
             group_rows.append((index, key, group))
             groups.setdefault((index, group), set()).add(key)
-        run.context, run.context_of = _context_of(context_rows, by_kind.get(tasks.CONN_KEYS, []), group_of)
+        run.context = _every_group(by_kind.get(tasks.CONTEXT, []))
     return conns, group_rows, {g: frozenset(keys) for g, keys in groups.items()}
 
 
-def _context_of(
-    rows: list[dict], conn_keys: list[dict], group_of: dict[str, str]
-) -> tuple[list[tuple[tuple, bytes]], dict[str, list[tuple[tuple, bytes]]]]:
-    """A set's context events as its key groups' folds need them, each (audit order, packed event):
-    those every group is given, and each group's own. A connection's loss or end changes only the folds
-    with exchanges on it (their unanswered requests, the losses they judge their writes by), so it goes
-    to the groups of its keyed events' keys (CONN_KEYS rows), not to every group: G groups and C
-    connections cost a fold O(C) instead of O(G x C). Of the ApiVersions answers, which every connection
-    sends first, every group is given only those that change the cluster's transaction.version in audit
-    order (the fold keeps the last one told). Transaction markers, which a fold applies only to producer
-    ids it knows (ksniff.audit.transactions.on_write_txn_markers), go to the groups of the "pid:N" keys
-    they name: a fold knows a producer id only from exchanges that name it, which link that key into its
-    group (ksniff.audit.keys.touched_keys)."""
+def _every_group(rows: list[dict]) -> list[tuple[tuple, bytes]]:
+    """A set's context events every key group's fold is given, each (audit order, packed event): of the
+    ApiVersions answers, which every connection sends first, those that change the cluster's
+    transaction.version in audit order (the fold keeps the last one told; `_txn_version_changes` sent
+    only those), and any context event of no connection and no producer id."""
     from ksniff.engine import spark_tasks as tasks
 
-    groups_of_conn: dict[int, set[str]] = {}
-    for r in conn_keys:
-        conn, keys = tasks.loads(r["blob"])
-        groups_of_conn.setdefault(conn, set()).update(group_of[k] for k in keys if k in group_of)
     every: list[tuple[tuple, bytes]] = []
-    own: dict[str, list[tuple[tuple, bytes]]] = {}
     level = None
     for order, r in sorted(((_order(r), r) for r in rows), key=lambda pair: pair[0]):
         told = r["key"]
-        if told == tasks.CONTEXT_CONN:
-            for group in sorted(groups_of_conn.get(r["oconn"], ())):
-                own.setdefault(group, []).append((order, r["blob"]))
-        elif told is not None and told.startswith(tasks.CONTEXT_MARKERS):
-            pids = told[len(tasks.CONTEXT_MARKERS) :]
-            named = {group_of.get(f"pid:{pid}") for pid in pids.split(",") if pid}
-            for group in sorted(g for g in named if g is not None):
-                own.setdefault(group, []).append((order, r["blob"]))
-        elif told is not None and told.startswith(tasks.CONTEXT_TXN_VERSION):
+        if told is not None and told.startswith(tasks.CONTEXT_TXN_VERSION):
             told = told[len(tasks.CONTEXT_TXN_VERSION) :]
             if told and told != level:
                 level = told
                 every.append((order, r["blob"]))
         else:
             every.append((order, r["blob"]))
-    return every, own
+    return every
+
+
+def _txn_version_changes(events: Any) -> Any:
+    """The CONTEXT rows of ApiVersions answers that tell a transaction.version other than the one told
+    before them in the set's audit order: the few the driver collects of one such row per connection."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from ksniff.engine import spark_tasks as tasks
+
+    key = F.col("key")
+    told = events.filter(
+        (F.col("kind") == tasks.CONTEXT)
+        & key.startswith(tasks.CONTEXT_TXN_VERSION)
+        & (key != tasks.CONTEXT_TXN_VERSION)  # an answer that tells none
+    )
+    before = F.lag("key").over(Window.partitionBy("cset").orderBy(*tasks.ORDER_COLUMNS))
+    return (
+        told.withColumn("_before", before)
+        .filter(F.col("_before").isNull() | (key != F.col("_before")))
+        .drop("_before")
+    )
+
+
+def _routed_context(events: Any, group_table: Any) -> Any:
+    """The context events a key group's fold needs besides those every group is given, as rows of the
+    events' columns and the group's (`group`), found by Spark (none of them reaches the driver):
+
+    - a connection's loss or end changes only the folds with exchanges on it (their unanswered requests,
+      the losses they judge their writes by), so it goes to the groups of its keyed events' keys (its
+      CONN_KEYS rows): G groups and C connections cost the folds O(C), not O(G x C);
+    - transaction markers, which a fold applies only to producer ids it knows
+      (ksniff.audit.transactions.on_write_txn_markers), go to the groups of the "pid:N" keys they name: a
+      fold knows a producer id only from exchanges that name it, which link that key into its group
+      (ksniff.audit.keys.touched_keys).
+
+    An event comes to a group once per key of the group that brings it (a connection with two keys of
+    one group, markers naming two producer ids of one group), always with one order: the fold reads each
+    order once (spark_tasks._once), so no distinct (a shuffle) is made here."""
+    from pyspark.sql import functions as F
+
+    from ksniff.engine import spark_tasks as tasks
+
+    kind, key = F.col("kind"), F.col("key")
+    context = events.filter(kind == tasks.CONTEXT)
+    on_conn = (
+        events.filter(kind == tasks.CONN_KEYS)
+        .select("cset", "oconn", "key")
+        .join(F.broadcast(group_table), ["cset", "key"])
+        .select("cset", "oconn", "group")
+    )
+    ends = context.filter(key == tasks.CONTEXT_CONN).join(on_conn, ["cset", "oconn"])
+    start = len(tasks.CONTEXT_MARKERS) + 1
+    pids = F.explode(F.split(F.expr(f"substring(key, {start})"), ","))
+    named = (
+        context.filter(key.startswith(tasks.CONTEXT_MARKERS))
+        .withColumn("_pid", pids)
+        .filter(F.col("_pid") != "")
+        .withColumn("_named", F.concat(F.lit("pid:"), F.col("_pid")))
+        .join(
+            F.broadcast(group_table.withColumnRenamed("key", "_named")),
+            ["cset", "_named"],
+        )
+    )
+    columns = [*events.columns, "group"]
+    return ends.select(*columns).unionByName(named.select(*columns))
 
 
 def _plan(

@@ -161,8 +161,8 @@ KEYED_LOG = 9
 # summary, else turned into table rows where they are) and its table rows as Arrow IPC (`key`: the
 # table), already in their final form.
 AUDITED, TABLE_ROWS, AUDITED_LISTS = 10, 11, 12
-# A connection's producer keys (those of its keyed events): which key groups are given its context
-# events (its losses and its end).
+# A producer key of a connection's keyed events, one row per key (`key`; `oconn`: the connection): the
+# key groups that are given the connection's context events (its losses and its end), found by Spark.
 CONN_KEYS = 13
 # The `key` of a CONTEXT row, for the driver to tell which key groups need it without unpickling it: a
 # connection's own event (its `oconn`'s groups'), an ApiVersions answer with the cluster's
@@ -922,7 +922,9 @@ class _Flow:
         s.evicted += reassembler.evicted
         s.forced_gaps += reassembler.forced_gaps
         for conn, keys in self.conn_keys.items():
-            self.rows.add(CONN_KEYS, None, NO_ORDER, dumps((conn, tuple(sorted(keys)))))
+            on_conn = (0.0, 0.0, 0, 0.0, 0, 0, 0.0, conn, 0)
+            for key in sorted(keys):
+                self.rows.add(CONN_KEYS, key, on_conn, b"")
         for keys in self.links:
             self.rows.add(LINK, None, NO_ORDER, "\n".join(sorted(keys)).encode())
         if self.brokers:
@@ -1235,14 +1237,13 @@ def fold(
     conns: dict[int, int],
     groups: dict[tuple[int, str], frozenset[str]],
     digests: Digests | None = None,
-    own: dict[tuple[int, str], list[tuple[tuple, bytes]]] | None = None,
 ):
-    """mapInArrow over KEYED and KEYED_LOG rows sorted by (cset, group, order): one fold per group of keys
-    of a capture set over its events, the set's context events every group is given (`context`) and
-    those of the connections its events are on (`own`, by set and group), merged in audit order; each
-    group's AuditOutput pickled, whole and digested (`digests`)."""
+    """mapInArrow over KEYED, KEYED_LOG and CONTEXT rows sorted by (cset, group, order): one fold per
+    group of keys of a capture set over its events and the context events Spark routed to it (the losses
+    and ends of the connections its events are on, the transaction markers of its producer ids:
+    engine.spark._routed_context), with the set's context events every group is given (`context`),
+    merged in audit order; each group's AuditOutput pickled, whole and digested (`digests`)."""
     digests = digests or Digests()
-    own = own or {}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         unpickled: dict[int, list] = {}
@@ -1250,9 +1251,8 @@ def fold(
         for (cset, group), events in _keyed(batches):
             if cset not in unpickled:
                 unpickled[cset] = [(order, loads(blob, conns)) for order, blob in context.get(cset, ())]
-            mine = [(order, loads(blob, conns)) for order, blob in own.get((cset, group), ())]
             auditor = Auditor(config.audit_config(), key=group, keys=groups[cset, group])
-            merged = heapq.merge(_once(events, conns), iter(unpickled[cset]), iter(mine), key=lambda x: x[0])
+            merged = heapq.merge(_once(events, conns), iter(unpickled[cset]), key=lambda x: x[0])
             for _order, event in merged:
                 auditor.feed(event)
             _output_row(out, cset, group, auditor.finish(ends[cset].last_event), digests)

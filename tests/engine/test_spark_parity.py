@@ -653,3 +653,62 @@ def test_records_audited_where_read_unless_the_runs_budget_binds(spark, sample: 
         assert bool(local.decode.records_cut_by_run_cap) == (config is LIMITED)
         assert_same(local, audit_paths_spark(paths, config, spark=spark))
         assert ways == expected
+
+
+def test_key_groups_are_given_the_context_of_their_connections(spark) -> None:
+    """Every key group's fold is given each change of the cluster's transaction.version (through the
+    driver, which collects only those changes), and only the losses and ends of the connections its
+    keyed events are on and the transaction markers of the producer ids its events name (routed by
+    Spark, none through the driver): a set of G groups and C connections costs the folds O(C), not
+    O(G x C), and the driver a few rows."""
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.spark import _every_group, _routed_context, _txn_version_changes
+
+    def row(n: int, kind: int, key, oconn: int = 0) -> dict:
+        order = {c: 0.0 if tasks.EVENTS.field(c).type == "double" else 0 for c in tasks.ORDER_COLUMNS}
+        order.update(rel=float(n), oconn=oconn)
+        return {"cset": 0, "kind": kind, "key": key, **order, "lfold": 0, "blob": f"event {n}".encode()}
+
+    context = [
+        (1, tasks.CONTEXT_TXN_VERSION + "2", 7),
+        (2, tasks.CONTEXT_CONN, 7),  # the end of a connection of keys a and b
+        (3, tasks.CONTEXT_TXN_VERSION + "2", 8),  # tells what the fold knows already
+        (4, tasks.CONTEXT_TXN_VERSION, 8),  # tells nothing
+        (5, tasks.CONTEXT_MARKERS + "42,43", 9),  # markers of producer ids 42 (key d's) and 43
+        (9, None, 9),  # what every group is given
+        (6, tasks.CONTEXT_CONN, 8),  # a loss on key c's connection
+        (7, tasks.CONTEXT_TXN_VERSION + "1", 8),
+        (8, tasks.CONTEXT_CONN, 9),  # a connection of no keyed event
+        (10, tasks.CONTEXT_MARKERS + "44", 9),  # of a producer id no group knows
+        (11, tasks.CONTEXT_MARKERS + "42,45", 9),  # two producer ids of group d: d is given it once
+    ]
+    rows = [row(n, tasks.CONTEXT, key, oconn) for n, key, oconn in context]
+    rows += [row(0, tasks.CONN_KEYS, k, conn) for conn, keys in ((7, "ab"), (8, "c")) for k in keys]
+    rows.append(row(12, tasks.KEYED, "a", 7))  # a keyed event: not context
+    events = spark.createDataFrame(rows, tasks.EVENTS_DDL)
+    group_of = {"a": "a", "b": "a", "c": "c", "d": "d", "pid:42": "d", "pid:45": "d"}
+    group_table = spark.createDataFrame(
+        [(0, k, g) for k, g in group_of.items()], "cset int, key string, group string"
+    )
+
+    changes = _txn_version_changes(events).toArrow().to_pylist()
+    assert sorted(r["blob"] for r in changes) == [b"event 1", b"event 7"]  # 3 repeats 1, 4 tells none
+    collected = changes + [r for r in rows if r["kind"] == tasks.CONTEXT and r["key"] is None]
+    assert [blob for _order, blob in _every_group(list(reversed(collected)))] == [
+        b"event 1",
+        b"event 7",
+        b"event 9",
+    ]
+    routed = _routed_context(events, group_table).toArrow().to_pylist()
+    given: dict[str, list[bytes]] = {}
+    for r in sorted(routed, key=lambda r: r["rel"]):
+        given.setdefault(r["group"], []).append(r["blob"])
+    # Once per key of the group that brings it (keys a and b of group a's connection, producer ids 42
+    # and 45 of group d), always with one order: read once by the fold.
+    assert given == {
+        "a": [b"event 2", b"event 2"],
+        "c": [b"event 6"],
+        "d": [b"event 5", b"event 11", b"event 11"],
+    }
+    for blob in (b"event 2", b"event 11"):
+        assert len({tuple(r[c] for c in tasks.ORDER_COLUMNS) for r in routed if r["blob"] == blob}) == 1
