@@ -104,9 +104,9 @@ def loads(blob: bytes, conns: dict[int, int] | None = None):
 
 
 def pack(event) -> bytes:
-    """A blob of a decode event (or what stands for one: TxnIds, TopicNames): ksniff.engine.pack's
-    encoding, in C when built (ksniff.engine._pack), a fifth of pickle's time and two thirds of its
-    bytes on the corpus."""
+    """A blob of a decode event (or what stands for one: TxnIds, TopicNames), or of a block of segments
+    (SEGMENTS): ksniff.engine.pack's encoding, in C when built (ksniff.engine._pack), a fifth of
+    pickle's time and two thirds of its bytes on the corpus's events."""
     return _codec().pack(event)
 
 
@@ -164,7 +164,7 @@ AUDITED, TABLE_ROWS, AUDITED_LISTS = 10, 11, 12
 # A producer key of a connection's keyed events, one row per key (`key`; `oconn`: the connection): the
 # key groups that are given the connection's context events (its losses and its end), found by Spark.
 CONN_KEYS = 13
-# The `key` of a CONTEXT row, for the driver to tell which key groups need it without unpickling it: a
+# The `key` of a CONTEXT row, for Spark to route it to the key groups that need it without reading it: a
 # connection's own event (its `oconn`'s groups'), an ApiVersions answer with the cluster's
 # transaction.version it tells (CONTEXT_TXN_VERSION + the level, or + "" when it tells none),
 # transaction markers with the producer ids they name (CONTEXT_MARKERS + the ids, comma-separated: the
