@@ -198,16 +198,10 @@ cdef class Codec:
             else:
                 out.byte(STRUCT)
                 out.varint(<object>hit)
-            n = PyTuple_GET_SIZE(v)
-            out.varint(n)
-            for i in range(n):
-                self.value(out, <object>PyTuple_GET_ITEM(v, i), strings)
+            self.items(out, v, strings)
         elif cls is tuple:
-            n = PyTuple_GET_SIZE(v)
             out.byte(TUPLE)
-            out.varint(n)
-            for i in range(n):
-                self.value(out, <object>PyTuple_GET_ITEM(v, i), strings)
+            self.items(out, v, strings)
         else:
             hit = PyDict_GetItem(self.place, cls)
             if hit != NULL:
@@ -262,6 +256,14 @@ cdef class Codec:
             known.extend([None] * (number + 1 - len(known)))
         known[number] = cls
         return cls
+
+    cdef int items(self, _Out out, object v, dict strings) except -1:
+        """A tuple's (or a Struct's) count and items."""
+        cdef Py_ssize_t i, n = PyTuple_GET_SIZE(v)
+        out.varint(n)
+        for i in range(n):
+            self.value(out, <object>PyTuple_GET_ITEM(v, i), strings)
+        return 0
 
     def unpack(self, bytes blob, dict names=None):
         cdef _In reader = _In(self, blob)
@@ -321,21 +323,14 @@ cdef class _In:
             shift += 7
 
     cdef object integer(self):
-        """An INT's value: in C up to 9 bytes of varint (63 bits of zigzag), else in Python."""
-        cdef Py_ssize_t start = self.at
-        cdef unsigned long long z = 0
-        cdef int shift = 0
-        cdef unsigned char b
-        while True:
-            self.need(1)
-            b = self.p[self.at]
-            self.at += 1
-            if shift >= 63:
-                return self.big(start)
-            z |= (<unsigned long long>(b & 0x7F)) << shift
-            if b < 0x80:
-                break
-            shift += 7
+        """An INT's value: in C up to 9 bytes of varint (63 bits of zigzag), else in Python (`big`)."""
+        cdef Py_ssize_t end = self.at
+        cdef unsigned long long z
+        while end < self.n and self.p[end] >= 0x80:
+            end += 1
+        if end - self.at >= 9:
+            return self.big(self.at)
+        z = self.varint()
         if z & 1:
             return PyLong_FromLongLong(-<long long>((z - 1) >> 1) - 1)
         return PyLong_FromLongLong(<long long>(z >> 1))
