@@ -34,13 +34,43 @@ def _segments_of(table) -> list[tuple]:
     return [s for b in table.column("block").to_pylist() if b is not None for s in tasks.loads(b)]
 
 
-@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
-def test_segment_blocks_keep_the_merge_order(monkeypatch: pytest.MonkeyPatch) -> None:
+def _decoded_rows(table) -> list[dict]:
+    """Stage 2's rows of one file's blocks, each flow decoded alone, as Spark's tasks decode them."""
+    import itertools
+
+    import pyarrow as pa
+
+    from ksniff.config import EngineConfig
     from ksniff.engine import spark_tasks as tasks
 
-    monkeypatch.setattr(tasks, "BLOCK_SEGMENTS", 16)  # many blocks per flow
+    meta = tasks.loads(table.filter(pa_valid(table, "meta")).column("meta")[0].as_py())
+    blocks = sorted(
+        table.filter(pa_valid(table, "flow")).to_pylist(), key=lambda r: (r["flow"], r["pm"], r["idx"])
+    )
+    out = []
+    for _flow, mine in itertools.groupby(blocks, key=lambda r: r["flow"]):
+        batch = pa.RecordBatch.from_pylist(list(mine), schema=tasks.SEGMENTS)
+        for rows in tasks.decode(EngineConfig(), {0: tasks.RunEnd(meta.max_ts)})(iter([batch])):
+            out.extend(rows.to_pylist())
+    return out
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+@pytest.mark.parametrize("cut", ["per flow", "all held"])
+def test_segment_blocks_keep_the_merge_order(cut: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file's segments come out in blocks of one flow, each closed at its size or when the file's open
+    blocks hold too much; however they are cut, they hold every segment once, in the file's order, and
+    decode to the same rows."""
+    from ksniff.engine import spark_tasks as tasks
+
     path = str(max(PCAPS.glob("*.pcap"), key=lambda p: p.stat().st_size))
+    whole = _decoded_rows(_blocks(path))
+    if cut == "per flow":
+        monkeypatch.setattr(tasks, "BLOCK_SEGMENTS", 16)  # many blocks per flow
+    else:
+        monkeypatch.setattr(tasks, "BLOCKS_HELD", 8192)  # every open block closed every few segments
     table = _blocks(path)
+    assert _decoded_rows(table) == whole
     blocks = table.filter(pa_valid(table, "flow")).to_pylist()
     segments = sorted(_segments_of(table), key=lambda s: s[2])
     assert [s[2] for s in segments] == list(range(len(segments)))  # every segment of the file once
@@ -49,7 +79,7 @@ def test_segment_blocks_keep_the_merge_order(monkeypatch: pytest.MonkeyPatch) ->
     assert len(blocks) > 2 * len({b["flow"] for b in blocks})
     for b in blocks:
         mine = tasks.loads(b["block"])
-        assert 0 < len(mine) <= 16
+        assert 0 < len(mine) <= tasks.BLOCK_SEGMENTS
         assert (b["pm"], b["file"], b["idx"]) == mine[0][:3]  # a row's order is its first segment's
         assert [s[2] for s in mine] == sorted(s[2] for s in mine)
         for s in mine:  # each segment of the block is its flow's, either way
