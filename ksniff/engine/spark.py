@@ -986,7 +986,9 @@ def _decoded(
         bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG, tasks.TABLE_ROWS, tasks.AUDITED_LISTS)
         few = ~kind.isin(*bulk, tasks.CONN_KEYS) & ((kind != tasks.CONTEXT) | key.isNull())
         small = events.filter(few).toArrow().to_pylist()
-        small += _txn_version_changes(events).toArrow().to_pylist()
+        # Sets audited where they were read have no context rows: when all were, no job for them.
+        if shuffled or (direct and config.keep_records and not records_apart):
+            small += _txn_version_changes(events).toArrow().to_pylist()
     finally:
         if segments is not None:
             segments.unpersist()
