@@ -4,7 +4,7 @@ Pickle spends most of its time on an event in Python: a call per record class to
 generated body class to name it, again in every event's pickle. Here each value is one tag byte and its
 payload, written in one walk over the event with no call back into Python per object in the compiled
 codec (`ksniff.engine._pack`, built from _pack.pyx; this module is its reference and its fallback, and
-both write the same bytes). It is also smaller: field names and classes travel as small numbers, and a
+both write the same bytes). It is also smaller: fields go by position, classes as small numbers, and a
 string that comes again in one event (a broker, a client id, a topic in every batch) as its number.
 
 A blob is MAGIC, then one value:
