@@ -576,7 +576,7 @@ def _pipeline(
         metas, left_out[index] = _check_inputs(sorted(metas_of.get(index, ()), key=lambda m: m.file))
         if metas:
             runs[index] = _SetRun(metas)
-    conns, group_rows, groups = _between_stages(small, runs)
+    conns, group_rows, groups = _between_stages(*small, runs)
     del small  # what the driver keeps of it is in `runs` now (the sets' results are the bulk of it)
     used = 0  # of the --records budget, by the sets before, in plan order
     for run in runs.values():
@@ -901,10 +901,12 @@ def _decoded(
     digests: Any = None,
     records_apart: bool = False,
     folds: dict[int, int] | None = None,
-) -> tuple[Any, list[dict], dict[int, list]]:
+) -> tuple[Any, tuple[list[dict], Any], dict[int, list]]:
     """Stages 1 and 2: every capture set's decode events (cached), the few rows per file and connection
-    the driver reads between the stages, and each set's FileMetas. `folds`: each set's partition logs'
-    folds (`log_folds`), set to one here for a set decoded where its file is read."""
+    the driver reads between the stages (as dicts, and the connections' openings as an Arrow table: see
+    `_between_stages`), and each set's FileMetas. `folds`: each set's partition logs' folds
+    (`log_folds`), set to one here for a set decoded where its file is read."""
+    import pyarrow.compute as pc
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -985,7 +987,12 @@ def _decoded(
         kind, key = F.col("kind"), F.col("key")
         bulk = (tasks.KEYED, tasks.KEYED_LOG, tasks.TABLE, tasks.LOG, tasks.TABLE_ROWS, tasks.AUDITED_LISTS)
         few = ~kind.isin(*bulk, tasks.CONN_KEYS) & ((kind != tasks.CONTEXT) | key.isNull())
-        small = events.filter(few).toArrow().to_pylist()
+        got = events.filter(few).toArrow()
+        # A connection's opening, one row per connection, stays in columns (not a dict per row).
+        opening = pc.equal(got.column("kind"), tasks.CONN)
+        openings = got.filter(opening).select(["cset", "ppm", "pfile", "pidx", "oconn"])
+        small = got.filter(pc.invert(opening)).to_pylist()
+        del got
         # Sets audited where they were read have no context rows: when all were, no job for them.
         if shuffled or (direct and config.keep_records and not records_apart):
             small += _txn_version_changes(events).toArrow().to_pylist()
@@ -995,7 +1002,7 @@ def _decoded(
     for row in small:  # the files decoded where they were read say how their walks went
         if row["kind"] == tasks.FILE_META:
             metas_of.setdefault(row["cset"], []).append(tasks.loads(row["blob"]))
-    return events, small, metas_of
+    return events, (small, openings), metas_of
 
 
 SPREAD_FLOWS_MAX = 250_000  # flows seen in several files the driver broadcasts (a few MB); above, all meet
@@ -1067,18 +1074,30 @@ def _flows_decoded(
 
 
 def _between_stages(
-    small: list[dict], runs: dict[int, _SetRun]
+    small: list[dict], openings: Any, runs: dict[int, _SetRun]
 ) -> tuple[dict[int, int], list[tuple[int, str, str]], dict[tuple[int, str], frozenset[str]]]:
-    """From stage 2's few rows per connection, per set: its counters and last event time, the local
-    engine's connection numbers (in the merge's order of openings), its context events in audit order,
-    its cluster identity and its producer keys' groups. Returns the connection numbers (ids are unique
-    across sets), the (set, key, group) rows and each (set, group)'s keys."""
+    """From stage 2's few rows per flow and connection, per set: its counters and last event time, the
+    local engine's connection numbers (in the merge's order of `openings`, an Arrow table of the CONN
+    rows' set, place and connection), the context events every group is given, its cluster identity
+    and its producer keys' groups. Returns the connection numbers (ids are unique across sets), the
+    (set, key, group) rows and each (set, group)'s keys."""
+    import pyarrow.compute as pc
+
     from ksniff.engine import spark_tasks as tasks
 
     by_set: dict[int, dict[int, list[dict]]] = {}
     for row in small:
         by_set.setdefault(row["cset"], {}).setdefault(row["kind"], []).append(row)
     conns: dict[int, int] = {}
+    order = pc.sort_indices(openings, [(c, "ascending") for c in ("cset", "ppm", "pfile", "pidx")])
+    ordered = openings.take(order)
+    numbered = None
+    for cset, conn in zip(*(ordered.column(c).to_pylist() for c in ("cset", "oconn")), strict=True):
+        if cset != numbered:
+            numbered, n = cset, 0
+        if cset in runs:
+            n += 1
+            conns[conn] = n
     group_rows: list[tuple[int, str, str]] = []
     groups: dict[tuple[int, str], set[str]] = {}
     for index, run in runs.items():
@@ -1089,8 +1108,6 @@ def _between_stages(
             run.digests = [digest]
         run.stats = [tasks.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
-        openings = sorted(by_kind.get(tasks.CONN, []), key=lambda r: (r["ppm"], r["pfile"], r["pidx"]))
-        conns.update({tasks.loads(r["blob"]): n for n, r in enumerate(openings, start=1)})
         if run.audited is None:
             run.identity = _identity(by_kind.get(tasks.IDENTITY, []))
         group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
