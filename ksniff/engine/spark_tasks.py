@@ -1008,12 +1008,16 @@ class _Flow:
                 self.rows.add(LOG, None, (*at, stats.serial), pack(TxnIds(pairs)), EVERY_FOLD)
         stats.serial += 1
         order = (*at, stats.serial)
-        blob = pack(event)
+        # Packed when a row takes it whole: not for an exchange no fold, log or table reads (a heartbeat),
+        # nor for an ApiVersions answer, which the folds take without its list of API versions.
+        blob = b""
         if isinstance(event, Exchange):
             self.brokers.add(event.broker)
             if event.api_name in IDENTITY_APIS:
+                blob = pack(event)
                 self.rows.add(IDENTITY, None, order, blob)
             if tables:
+                blob = blob or pack(event)
                 self.rows.add(TABLE, None, order, blob)
             if log and event.api_name == "Metadata":
                 # The logs read of a Metadata answer only the topics' names by id (`TopicNames`); the rest
@@ -1031,16 +1035,19 @@ class _Flow:
         if context:  # read by the first fold, the CONTEXT_KEY group's; the losses and markers by every one
             every = event.__class__ is ConnectionLost or log
             told = None
+            given = None
             if event.__class__ is ConnectionLost or event.__class__ is ConnectionEnded:
                 told = CONTEXT_CONN
             elif event.api_name == "ApiVersions":
-                blob = pack(for_context(event))
+                given = pack(for_context(event))
                 told = CONTEXT_TXN_VERSION + txn_version_told(event)
             elif event.api_name == "WriteTxnMarkers" and event.request is not None:
                 pids = sorted({m.producer_id for m in event.request.markers})
                 told = CONTEXT_MARKERS + ",".join(map(str, pids))
-            self.rows.add(CONTEXT, told, order, blob, EVERY_FOLD if every else 0)
+            given = given or blob or pack(event)
+            self.rows.add(CONTEXT, told, order, given, EVERY_FOLD if every else 0)
         elif keys:
+            blob = blob or pack(event)
             for i, key in enumerate(keys):
                 if whole and not i:
                     self.rows.add(KEYED_LOG, key, order, blob, pieces[0][0])
@@ -1054,7 +1061,11 @@ class _Flow:
         if context or (keys and whole):
             return
         for k, piece in pieces:
-            self.rows.add(LOG, None, order, blob if piece is event else pack(piece), k)
+            if piece is event:
+                blob = blob or pack(event)
+                self.rows.add(LOG, None, order, blob, k)
+            else:
+                self.rows.add(LOG, None, order, pack(piece), k)
 
 
 @frozen_dataclass
