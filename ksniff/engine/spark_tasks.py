@@ -1165,7 +1165,7 @@ def for_context(event: Exchange) -> Exchange:
     resp = event.response
     if resp is None or not resp.api_keys:
         return event
-    return replace(event, response=resp._replace(api_keys=()))
+    return _remade(event, response=resp._replace(api_keys=()))
 
 
 def decode(config: EngineConfig, ends: dict[int, RunEnd]):
