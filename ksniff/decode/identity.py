@@ -21,6 +21,8 @@ IDENTITY_APIS = frozenset({"Metadata", "DescribeCluster", "FindCoordinator"})
 # and a capture cannot make it grow without bound.
 MAX_ENTRIES = 100_000
 _KEY_TYPES = {0: "group", 1: "transaction", 2: "share"}
+# The two kinds of `fact_of`: an answer naming a cluster and its brokers, one naming coordinators.
+NAMED, COORDINATORS = "named", "coordinators"
 
 
 @frozen_dataclass
@@ -54,13 +56,17 @@ class ClusterInfo:
 class Identity:
     """Learns clusters, brokers, coordinators and which broker each connection reached."""
 
-    __slots__ = ("_brokers", "_by_address", "_conn_cluster", "_coordinators", "_addresses", "_order")
+    __slots__ = ("_brokers", "_by_address", "_conn_cluster", "_coordinators", "_addresses", "_order", "_told")
 
     def __init__(self) -> None:
         self._brokers: dict[str | None, dict[int, Broker]] = {}
         self._by_address: dict[str, tuple[str | None, int]] = {}  # "host:port" -> (cluster, node id)
         self._conn_cluster: dict[str, str | None] = {}  # broker address -> cluster named on it
-        self._coordinators: dict[tuple[str | None, str, str], int] = {}
+        # (broker address that answered, kind, key) -> (the answer's place among them, coordinator's node id):
+        # its cluster is the broker's, as the whole capture names it (`clusters`), so that what is learnt
+        # depends on each answer's last place only, not on what other answers were learnt before it.
+        self._coordinators: dict[tuple[str, str, str], tuple[int, int]] = {}
+        self._told = 0  # coordinator answers learnt
         self._addresses: dict[str, None] = {}  # every broker address a Kafka connection reached, in order
         self._order: dict[str | None, None] = {}  # clusters in order learnt
 
@@ -73,40 +79,32 @@ class Identity:
         """Learn from one exchange, in audit order (cheap for every API that names no identity)."""
         if ex.broker not in self._addresses and len(self._addresses) < MAX_ENTRIES:
             self._addresses[ex.broker] = None
-        if ex.api_name not in IDENTITY_APIS or ex.response is None:
+        if ex.api_name in IDENTITY_APIS and ex.response is not None:
+            fact = fact_of(ex)
+            if fact is not None:
+                self.learn(fact)
+
+    def learn(self, fact: tuple) -> None:
+        """Learn one answer's `fact_of`, in audit order: what `feed` learns from the answer itself."""
+        if fact[0] == COORDINATORS:
+            _tag, broker, kind, pairs = fact
+            if len(self._coordinators) >= MAX_ENTRIES:
+                return
+            self._told += 1
+            for key, node in pairs:
+                self._coordinators[(broker, kind, key)] = (self._told, node)
             return
-        body = ex.response
-        if ex.api_name == "FindCoordinator":
-            self._coordinator(ex)
-            return
-        if getattr(body, "error_code", 0):  # DescribeCluster's error, Metadata v13's top-level error
-            return
-        cluster = getattr(body, "cluster_id", None) or None
+        _tag, broker, cluster, brokers = fact
         self._order.setdefault(cluster, None)
         if cluster is not None:
-            self._conn_cluster[ex.broker] = cluster
+            self._conn_cluster[broker] = cluster
         known = self._brokers.setdefault(cluster, {})
-        for b in body.brokers:
-            node = b.node_id if ex.api_name == "Metadata" else b.broker_id
+        for node, host, port in brokers:
             if len(self._by_address) >= MAX_ENTRIES:
                 break
-            broker = Broker(node, b.host, b.port)
-            known[node] = broker
-            self._by_address[broker.address] = (cluster, node)
-
-    def _coordinator(self, ex: Exchange) -> None:
-        req, body = ex.request, ex.response
-        if req is None or len(self._coordinators) >= MAX_ENTRIES:
-            return
-        kind = _KEY_TYPES.get(getattr(req, "key_type", 0), "other")
-        cluster = self.cluster_of(ex.broker)
-        if ex.api_version <= 3:
-            if body.error_code == 0 and req.key:
-                self._coordinators[(cluster, kind, req.key)] = body.node_id
-            return
-        for c in body.coordinators:
-            if c.error_code == 0 and c.key:
-                self._coordinators[(cluster, kind, c.key)] = c.node_id
+            found = Broker(node, host, port)
+            known[node] = found
+            self._by_address[found.address] = (cluster, node)
 
     @property
     def cluster_ids(self) -> list[str]:
@@ -135,15 +133,42 @@ class Identity:
         unnamed = [a for a in addresses if self.cluster_of(a) is None]
         if unnamed and None not in named:
             named.append(None)
+        latest: dict[tuple[str | None, str, str], tuple[int, int]] = {}  # the last answer per cluster's key
+        for (broker, kind, key), told in self._coordinators.items():
+            at = (self.cluster_of(broker), kind, key)
+            if at not in latest or latest[at] < told:
+                latest[at] = told
         for cluster in named:
             conns = tuple((a, self.node_of(a)) for a in addresses if self.cluster_of(a) == cluster)
             coordinators = tuple(
-                sorted(
-                    (kind, key, node) for (c, kind, key), node in self._coordinators.items() if c == cluster
-                )
+                sorted((kind, key, node) for (c, kind, key), (_n, node) in latest.items() if c == cluster)
             )
             brokers = self.brokers(cluster)
             if cluster is None and not (brokers or conns):
                 continue
             rows.append(ClusterInfo(cluster, brokers, coordinators, conns))
         return rows
+
+
+def fact_of(ex: Exchange) -> tuple | None:
+    """What `Identity` learns from an answer of IDENTITY_APIS, as a few numbers and strings, without the
+    rest of the answer (a Metadata answer's topics and partitions): `(NAMED, broker address, cluster id
+    or None, ((node id, host, port), ...))`, `(COORDINATORS, broker address, kind, ((key, node id),
+    ...))`, or None when it teaches nothing (an error answer). An engine that decodes connections apart
+    (ksniff.engine.spark_tasks) ships these, and `Identity.learn` takes them in audit order."""
+    body = ex.response
+    if ex.api_name == "FindCoordinator":
+        req = ex.request
+        if req is None:
+            return None
+        kind = _KEY_TYPES.get(getattr(req, "key_type", 0), "other")
+        if ex.api_version <= 3:
+            pairs = ((req.key, body.node_id),) if body.error_code == 0 and req.key else ()
+        else:
+            pairs = tuple((c.key, c.node_id) for c in body.coordinators if c.error_code == 0 and c.key)
+        return (COORDINATORS, ex.broker, kind, pairs)
+    if getattr(body, "error_code", 0):  # DescribeCluster's error, Metadata v13's top-level error
+        return None
+    metadata = ex.api_name == "Metadata"
+    brokers = tuple((b.node_id if metadata else b.broker_id, b.host, b.port) for b in body.brokers)
+    return (NAMED, ex.broker, getattr(body, "cluster_id", None) or None, brokers)
