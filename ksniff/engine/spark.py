@@ -1109,7 +1109,7 @@ def _between_stages(
         run.stats = [tasks.loads(r["blob"]) for r in by_kind.get(tasks.FLOW_STATS, [])]
         run.last_event = max((s.last_event_ts for s in run.stats), default=-math.inf)
         if run.audited is None:
-            run.identity = _identity(by_kind.get(tasks.IDENTITY, []))
+            run.identity = _identity(by_kind.get(tasks.BROKERS, []), by_kind.get(tasks.IDENTITY, []))
         group_of = fold_groups(r["blob"].decode().split("\n") for r in by_kind.get(tasks.LINK, []))
         for key, group in sorted(group_of.items()):
             group_rows.append((index, key, group))
@@ -1338,21 +1338,17 @@ def _left_out_warnings(left_out: list) -> list[str]:
     return [_not_captures(folder, names) for folder, names in folders.items()]
 
 
-def _identity(rows: list[dict]) -> Identity:
-    """The set's cluster identity: the flows' broker addresses, then the naming answers in audit order."""
+def _identity(brokers: list[dict], facts: list[dict]) -> Identity:
+    """The set's cluster identity: the flows' broker addresses, then what the naming answers taught, in
+    audit order (spark_tasks._Seen)."""
     from ksniff.engine import spark_tasks as tasks
 
     identity = Identity()
-    named = []
-    for r in rows:
-        item = tasks.loads(r["blob"])
-        if isinstance(item, tuple):
-            for address in item:
-                identity.saw_broker(address)
-        else:
-            named.append((_order(r), item))
-    for _key, ex in sorted(named, key=lambda pair: pair[0]):
-        identity.feed(ex)
+    for r in brokers:
+        for address in tasks.loads(r["blob"]):
+            identity.saw_broker(address)
+    for _key, fact in sorted(((_order(r), tasks.loads(r["blob"])) for r in facts), key=lambda pair: pair[0]):
+        identity.learn(fact)
     return identity
 
 

@@ -79,7 +79,7 @@ from ksniff.decode.events import (
     ProducedBatch,
     RecordBatchHeader,
 )
-from ksniff.decode.identity import IDENTITY_APIS
+from ksniff.decode.identity import IDENTITY_APIS, fact_of
 from ksniff.engine import pack as packing
 from ksniff.engine.local import event_ts, fewer_collections, release_time
 from ksniff.engine.pack import is_packed
@@ -104,9 +104,9 @@ def loads(blob: bytes, conns: dict[int, int] | None = None):
 
 
 def pack(event) -> bytes:
-    """A blob of a decode event (or what stands for one: TxnIds, TopicNames), or of a block of segments
-    (SEGMENTS): ksniff.engine.pack's encoding, in C when built (ksniff.engine._pack), a fifth of
-    pickle's time and two thirds of its bytes on the corpus's events."""
+    """A blob of a decode event (or what stands for one: TxnIds, TopicNames, an identity fact), or of a
+    block of segments (SEGMENTS): ksniff.engine.pack's encoding, in C when built (ksniff.engine._pack),
+    a fifth of pickle's time and two thirds of its bytes on the corpus's events."""
     return _codec().pack(event)
 
 
@@ -164,6 +164,8 @@ AUDITED, TABLE_ROWS, AUDITED_LISTS = 10, 11, 12
 # A producer key of a connection's keyed events, one row per key (`key`; `oconn`: the connection): the
 # key groups that are given the connection's context events (its losses and its end), found by Spark.
 CONN_KEYS = 13
+# The server sides of a task's Kafka connections of a set (IDENTITY rows: what its naming answers taught).
+BROKERS = 14
 # The `key` of a CONTEXT row, for Spark to route it to the key groups that need it without reading it: a
 # connection's own event (its `oconn`'s groups'), an ApiVersions answer with the cluster's
 # transaction.version it tells (CONTEXT_TXN_VERSION + the level, or + "" when it tells none),
@@ -875,14 +877,50 @@ _ROW_NAMES = ("cset", "kind", "key", *ORDER_COLUMNS, "lfold", "blob")  # a _Rows
 NO_ORDER = (0.0, 0.0, 0, 0.0, 0, 0, 0.0, 0, 0)
 
 
+class _Seen:
+    """What a stage-2 task's flows of one capture set tell the driver once per set, not per flow or per
+    answer: the keys touched together (LINK rows, ksniff.audit.keys.fold_groups), the brokers (BROKERS)
+    and what the naming answers taught (IDENTITY: each distinct `identity.fact_of` at the first and the
+    last place the task saw it, all that `Identity.learn` depends on: a cluster is listed from its
+    first answer, and for each broker, node and coordinator the last answer wins)."""
+
+    def __init__(self) -> None:
+        self.links: set[frozenset[str]] = set()  # keys touched together (ksniff.audit.keys)
+        self.brokers: set[str] = set()  # server sides of the Kafka exchanges (ksniff.decode.identity)
+        self.facts: dict[tuple, list[tuple]] = {}  # fact -> [its first order, its last]
+
+    def learnt(self, fact: tuple, order: tuple) -> None:
+        """`fact` taught at `order` (a task's flows come one after another, not in order)."""
+        seen = self.facts.get(fact)
+        if seen is None:
+            self.facts[fact] = [order, order]
+        elif order < seen[0]:
+            seen[0] = order
+        elif order > seen[1]:
+            seen[1] = order
+
+    def add_rows(self, rows: _Rows) -> None:
+        """Its rows, once the task's flows of the set are decoded."""
+        for keys in self.links:
+            rows.add(LINK, None, NO_ORDER, "\n".join(sorted(keys)).encode())
+        if self.brokers:
+            rows.add(BROKERS, None, NO_ORDER, dumps(tuple(sorted(self.brokers))))
+        for fact, (first, last) in self.facts.items():
+            blob = pack(fact)
+            rows.add(IDENTITY, None, first, blob)
+            if last != first:
+                rows.add(IDENTITY, None, last, blob)
+
+
 class _Flow:
     """Reassembles and decodes one flow (every connection on one 4-tuple) in the merge's order."""
 
-    def __init__(self, config: EngineConfig, end: RunEnd, stats: FlowStats, rows: _Rows) -> None:
+    def __init__(self, config: EngineConfig, end: RunEnd, stats: FlowStats, rows: _Rows, seen: _Seen) -> None:
         self.config, self.end, self.stats, self.rows = config, end, stats, rows
         self.folds = end.folds  # the set's partition logs' folds (`log_pieces`)
-        self.capture = CaptureStats()
-        self.reassembler = Reassembler(config.limits, self.capture, conn_id=self._conn_id)
+        self.tables = config.keep_tables or config.keep_records
+        # The task's counters of the set: the reassembler only adds to them, so every flow's counts in one.
+        self.reassembler = Reassembler(config.limits, stats.capture, conn_id=self._conn_id)
         self.decoder = config.decoder(self.reassembler.drop, self.reassembler.drop)
         self.position: tuple[float, int, int] = (0.0, 0, 0)
         # The positions of this flow's segments from the first one a chunk still being merged may have
@@ -890,9 +928,8 @@ class _Flow:
         self.taken = 0
         self.places: deque[tuple[int, tuple[float, int, int]]] = deque()
         self.opened_at: dict[int, tuple[float, int, int]] = {}
-        self.links: set[frozenset[str]] = set()  # keys touched together (ksniff.audit.keys)
+        self.seen, self.links, self.brokers = seen, seen.links, seen.brokers
         self.conn_keys: dict[int, set[str]] = {}  # each connection's keyed events' keys
-        self.brokers: set[str] = set()  # server sides of the Kafka exchanges (ksniff.decode.identity)
 
     def _conn_id(self, _sip: bytes, _sp: int, _dip: bytes, _dp: int, _ts: float) -> int:
         # Unique across the run (the opening segment's file and index); renumbered on the driver in the
@@ -916,7 +953,6 @@ class _Flow:
         for event in self.decoder.finish():
             self._decoded(event, 2, INF, self._opening(event.conn))
         s = self.stats
-        add_counters(s.capture, self.capture)
         add_counters(s.decode, self.decoder.stats)
         s.kafka_connections += self.decoder.kafka_connections
         s.evicted += reassembler.evicted
@@ -925,10 +961,6 @@ class _Flow:
             on_conn = (0.0, 0.0, 0, 0.0, 0, 0, 0.0, conn, 0)
             for key in sorted(keys):
                 self.rows.add(CONN_KEYS, key, on_conn, b"")
-        for keys in self.links:
-            self.rows.add(LINK, None, NO_ORDER, "\n".join(sorted(keys)).encode())
-        if self.brokers:
-            self.rows.add(IDENTITY, None, NO_ORDER, dumps(tuple(sorted(self.brokers))))
 
     def _segments(self, segments: Iterator[tuple]) -> Iterator[tuple]:
         """Segment tuples for the reassembler, noting each one's position, after what the capture's clock
@@ -986,7 +1018,7 @@ class _Flow:
         opm, _file, _place = self._opening(event.conn)
         at = (rel, ets, phase, pm, file, idx, opm, event.conn)  # its order but the serial
         stats = self.stats
-        tables = self.config.keep_tables or self.config.keep_records
+        tables = self.tables
         if event.__class__ is Exchange and event.api_name == "Fetch":
             # Read only by the partition logs (a Fetch is no key's, no context, no identity): they travel
             # without their bodies (`for_logs`), the bulk of a consumer's traffic; whole only for the tables.
@@ -1013,9 +1045,10 @@ class _Flow:
         blob = b""
         if isinstance(event, Exchange):
             self.brokers.add(event.broker)
-            if event.api_name in IDENTITY_APIS:
-                blob = pack(event)
-                self.rows.add(IDENTITY, None, order, blob)
+            if event.api_name in IDENTITY_APIS and event.response is not None:
+                fact = fact_of(event)
+                if fact is not None:
+                    self.seen.learnt(fact, order)
             if tables:
                 blob = blob or pack(event)
                 self.rows.add(TABLE, None, order, blob)
@@ -1175,16 +1208,19 @@ def decode(config: EngineConfig, ends: dict[int, RunEnd]):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = _Rows()
         stats: dict[int, FlowStats] = {}
+        seen: dict[int, _Seen] = {}
         for (cset, _flow), blocks in itertools.groupby(_block_rows(batches), key=lambda row: row[:2]):
             rows.cset = cset
             if cset not in stats:
                 stats[cset] = FlowStats(CaptureStats(), DecodeStats(by_api={}))
-            _Flow(config, ends[cset], stats[cset], rows).run(merged(blocks))
+                seen[cset] = _Seen()
+            _Flow(config, ends[cset], stats[cset], rows, seen[cset]).run(merged(blocks))
             if rows.full():
                 yield rows.take()
         for cset, counted in stats.items():
             rows.cset = cset
             rows.add(FLOW_STATS, None, NO_ORDER, dumps(counted))
+            seen[cset].add_rows(rows)
         yield rows.take()
 
     return _rarely_collected(run)
