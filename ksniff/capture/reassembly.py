@@ -30,6 +30,7 @@ connections are in it.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Iterable, Iterator
@@ -84,6 +85,7 @@ class Reassembler:
         self.clock = float("-inf")  # the time of the events being handed out (the module's docstring)
         self.place: tuple = (0, 0, 0)  # ... and where they were let go
         self._n = 0  # segments taken so far: the n-th is the segment at `place` (0, n, 0)
+        self._hot = None  # the compiled hot loop's slots, once `clocked_events` made them
         # The end of the chunk cell the clock is in: the chunks being merged leave when the clock gets there.
         self.cell_end = float("-inf")
         # The next sweep time not swept yet (a multiple of sweep_every): `sweeps(now)` has work from then.
@@ -192,16 +194,7 @@ class Reassembler:
         the same objects) and hands this loop every segment it leaves, which `events` then takes alone;
         without it, `events` takes them all. The same events either way."""
         inorder = hot_loop()
-        try:
-            slots = None if inorder is None else compiled.fastwalk.HotSlots(Half)
-        except TypeError:  # a build older than these classes' slots, or than this loop: the Python loop
-            slots = None
-        if slots is not None and hasattr(compiled.fastwalk, "Chunks"):
-            # The hot loop starts and lets go chunks in C (ChunkMerger.start and flush_half, the same
-            # steps); a build older than that calls the merger's methods.
-            limits = merging.MAX_PENDING, merging.TAIL_KEPT  # read now: a test may set them lower
-            slots.chunks = compiled.fastwalk.Chunks(Half, Conn, ChunkMerger, StreamChunk, *limits)
-            slots.chunks.pieces_from = self._merger.pieces_from
+        slots = self._hot_slots(inorder)
         if slots is None:
             yield from self.events(itertools.chain.from_iterable(batches), finish)
             return
@@ -236,6 +229,91 @@ class Reassembler:
         self._now, self._n = slots.pm, slots.n
         if finish:
             yield from self._finished(None if last is None else last[0])
+
+    def _hot_slots(self, inorder):
+        """What the compiled hot loop keeps between its calls (`_fastwalk.HotSlots`), or None: no compiled
+        loop, or a build older than these classes' slots or than the loop."""
+        if inorder is None:
+            return None
+        try:
+            slots = compiled.fastwalk.HotSlots(Half)
+        except TypeError:  # a build older than these classes' slots, or than this loop: the Python loop
+            return None
+        if hasattr(compiled.fastwalk, "Chunks"):
+            # The hot loop starts and lets go chunks in C (ChunkMerger.start and flush_half, the same
+            # steps); a build older than that calls the merger's methods.
+            limits = merging.MAX_PENDING, merging.TAIL_KEPT  # read now: a test may set them lower
+            slots.chunks = compiled.fastwalk.Chunks(Half, Conn, ChunkMerger, StreamChunk, *limits)
+            slots.chunks.pieces_from = self._merger.pieces_from
+        return slots
+
+    def clocked_events(self, segments: list[tuple], clocks: list[float]) -> Iterator[StreamEvent]:
+        """`events(segments, finish=False)` on the whole capture's clock, for an engine that gives this
+        reassembler a slice of the capture (one flow's segments: ksniff.engine.spark_tasks): `clocks[i]`
+        is that clock when `segments[i]` came (the running maximum of the capture's timestamps, at least
+        the segment's own; never going back). The sweeps and cells' ends that the clock passes come
+        before the segment it passes them at, at their own times, as `events` gives them on its own
+        clock; between two of them, the segments run through the compiled hot loop, as `batch_events`
+        runs them. `place` and `clock` say, for each event, where and when it was let go, as `events`
+        keeps them (a chunk's place is its own, `StreamChunk.at`), and `place` is the segment being taken
+        while the careful path takes it (a new connection is named then: `conn_id`)."""
+        inorder = hot_loop()
+        slots = self._hot
+        if slots is None and inorder is not None:
+            slots = self._hot = self._hot_slots(inorder)
+        table = self._conns.table
+        merger = self._merger
+        out = merger.out
+        popleft = out.popleft
+        max_chunk = self.limits.max_chunk_bytes
+        n = len(segments)
+        i = 0
+        while i < n:
+            now = clocks[i]
+            if now > self._now:
+                self._now = now
+            due_at = self._due_at()
+            if now >= due_at:  # what the clock reaching `now` lets go, before this segment
+                at = self._n + 1
+                for clock, kind in self.sweeps(now):
+                    self.clock = clock
+                    self.place = (0, at, -1, clock, kind)
+                    while out:
+                        yield popleft()
+                due_at = self._due_at()
+            # Up to the next segment at which the clock reaches the next sweep, nothing is let go by time.
+            stop = bisect.bisect_left(clocks, due_at, i + 1, n) if slots is not None else i + 1
+            run = segments if i == 0 and stop == n else segments[i:stop]
+            base, k, m = i, 0, stop - i
+            while k < m:
+                if slots is not None:
+                    slots.pm, slots.n = self._now, self._n
+                    got = inorder(run, k, table, merger, out, math.inf, max_chunk, slots)
+                    taken = got if got >= 0 else ~got
+                    self._n = slots.n
+                    if taken > k:
+                        self._now = clocks[base + taken - 1]
+                    if out:
+                        self.clock = self._now
+                        self.place = (0, self._n, 0)
+                        while out:
+                            yield popleft()
+                    k = taken
+                    if got >= 0:
+                        continue
+                # The careful path (or no compiled loop): this segment alone, on the clock.
+                now = clocks[base + k]
+                if now > self._now:
+                    self._now = now
+                self.place = (0, self._n + 1, 0)
+                yield from self.events((run[k],), finish=False, sweeps=False)
+                k += 1
+            i = stop
+
+    def oldest_pending_at(self) -> int | None:
+        """`StreamChunk.at` of the oldest chunk being merged: where the earliest chunk still to come from
+        the segments taken began (None: none is being merged)."""
+        return min((h.p_at for h in self._merger.pending), default=None)
 
     # -- the careful path: the TCP state machine ----------------------------------------------------
 

@@ -49,7 +49,6 @@ import itertools
 import math
 import os
 import pickle
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import field, replace
 
@@ -209,6 +208,7 @@ SEGMENTS = pa.schema(
 # A flow's block is closed at this many segments or payload bytes, and every block once the file's open
 # ones hold BLOCKS_HELD bytes: a task holds a few MB of a file however long its connections are.
 BLOCK_SEGMENTS = 1024
+LIST_SEGMENTS = 1024  # a flow's segments handed to its reassembler at a time (Reassembler.clocked_events)
 BLOCK_PAYLOAD = 512 << 10
 BLOCKS_HELD = 32 << 20
 SEGMENTS_DDL = ddl(SEGMENTS)
@@ -924,9 +924,10 @@ class _Flow:
         self.decoder = config.decoder(self.reassembler.drop, self.reassembler.drop)
         self.position: tuple[float, int, int] = (0.0, 0, 0)
         # The positions of this flow's segments from the first one a chunk still being merged may have
-        # started at (by the reassembler's count of segments): where each chunk's own place is.
-        self.taken = 0
-        self.places: deque[tuple[int, tuple[float, int, int]]] = deque()
+        # started at: the n-th segment the reassembler took (its count, StreamChunk.at) is at
+        # `positions[n - first]`, so each chunk's own place is found, and the place of what let it go.
+        self.positions: list[tuple[float, int, int]] = []
+        self.first = 1
         self.opened_at: dict[int, tuple[float, int, int]] = {}
         self.seen, self.links, self.brokers = seen, seen.links, seen.brokers
         self.conn_keys: dict[int, set[str]] = {}  # each connection's keyed events' keys
@@ -934,17 +935,24 @@ class _Flow:
     def _conn_id(self, _sip: bytes, _sp: int, _dip: bytes, _dp: int, _ts: float) -> int:
         # Unique across the run (the opening segment's file and index); renumbered on the driver in the
         # merge's order of openings, which is how the in-process reassembler numbers connections.
-        pm, file, place = self.position
+        position = self.positions[self.reassembler.place[1] - self.first]  # the segment being taken
+        pm, file, place = position
         conn = (file << 40) | (place >> 1)  # a connection opens at a segment of its own (place 2 idx + 1)
-        self.opened_at[conn] = self.position
+        self.opened_at[conn] = position
         self.rows.add(CONN, None, (0.0, 0.0, 0, pm, file, place, pm, conn, 0), dumps(conn))
         return conn
 
     def run(self, segments: Iterator[tuple]) -> None:
         reassembler = self.reassembler
-        # Sweeps come from the run's clock (`_sweep_until`), not this flow's own segments.
-        for event in reassembler.events(self._segments(segments), finish=False, sweeps=False):
-            self._feed(event, 0, self.position)
+        positions = self.positions
+        # Sweeps come from the run's clock (each segment's `pm`), not this flow's own timestamps.
+        for taken, clocks in self._lists(segments):
+            for event in reassembler.clocked_events(taken, clocks):
+                place = reassembler.place
+                if len(place) == 3:  # let go by a segment
+                    self._feed(event, 0, positions[place[1] - self.first])
+                else:  # by a sweep or a cell's end, before the segment `place[1]`
+                    self._feed(event, 0, (place[3], -1, place[4]))
         if self.end.end_ts is not None:
             self._sweep_until(self.end.end_ts)
         reassembler.finish(self.end.end_ts)
@@ -962,17 +970,27 @@ class _Flow:
             for key in sorted(keys):
                 self.rows.add(CONN_KEYS, key, on_conn, b"")
 
-    def _segments(self, segments: Iterator[tuple]) -> Iterator[tuple]:
-        """Segment tuples for the reassembler, noting each one's position, after what the capture's clock
-        reaching it let go (`_sweep_until`); `segments`: a block's (SEGMENTS), in the merge's order."""
-        for pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload in segments:
-            self._sweep_until(pm)
-            self.position = (pm, file, 2 * idx + 1)
-            self.taken += 1
-            if not self.reassembler.pending_chunks:
-                self.places.clear()
-            self.places.append((self.taken, self.position))
-            yield (ts, src, sport, dst, dport, seq, ack, flags, payload)
+    def _lists(self, segments: Iterator[tuple]) -> Iterator[tuple[list[tuple], list[float]]]:
+        """The reassembler's segment tuples and the run's clock at each (`pm`), a list of up to LIST_SEGMENTS
+        at a time, each segment's position noted in `positions`; `segments`: a block's (SEGMENTS), in the
+        merge's order. Before each list, the positions no chunk still being merged began at are let go."""
+        positions = self.positions
+        while True:
+            taken: list[tuple] = []
+            clocks: list[float] = []
+            for segment in itertools.islice(segments, LIST_SEGMENTS):  # (pm, file, idx, *the tuple)
+                pm = segment[0]
+                taken.append(segment[3:])
+                clocks.append(pm)
+                positions.append((pm, segment[1], 2 * segment[2] + 1))
+            if not taken:
+                return
+            yield taken, clocks
+            oldest = self.reassembler.oldest_pending_at()
+            drop = (self.first + len(positions) if oldest is None else oldest) - self.first
+            if drop > 0:
+                del positions[:drop]
+                self.first += drop
 
     def _sweep_until(self, pm: float) -> None:
         """What the capture's clock reaching `pm` let go in the in-process reassembler (its idle sweeps,
@@ -1002,10 +1020,7 @@ class _Flow:
         clock = self.end.end_ts if phase == 1 else position[0]
         if isinstance(event, StreamChunk):  # where its first segment came, even when the end let it go
             phase = 0
-            places = self.places
-            while places[0][0] < event.at:
-                places.popleft()
-            position = places[0][1]
+            position = self.positions[event.at - self.first]
         for d in decoded:
             self._decoded(d, phase, -INF if clock is None else clock, position)
 

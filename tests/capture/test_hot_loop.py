@@ -305,3 +305,63 @@ def test_chunks_start_and_leave_in_c(monkeypatch, hot, tmp_path):
     events = read(path)[0]
     assert sum(e[0] == "StreamChunk" for e in events) == 300
     assert len(called) <= 2  # the Python loop's, for the segments it takes: the close lets go the last chunk
+
+
+def read_flows_on_the_clock(path, limits=None, lists=(1 << 30,), seed=0) -> tuple:
+    """Every flow (connections on one 4-tuple) of one capture through a reassembler of its own, on the
+    whole capture's clock (`Reassembler.clocked_events`, as the Spark engine's stage 2 runs them), the
+    segments handed over in lists of sizes drawn from `lists`: each event with its place and clock, then
+    every reassembler's counters and the flow's end."""
+    from ksniff.capture.files import CaptureFile
+
+    f = CaptureFile(str(path))
+    flows: dict[tuple, list] = {}
+    pm = float("-inf")
+    try:
+        for seg in f.segments():
+            pm = max(pm, seg[0])
+            payload = seg[8] if isinstance(seg[8], int) else bytes(seg[8])
+            a, b = (seg[1], seg[2]), (seg[3], seg[4])
+            flows.setdefault((a, b) if a <= b else (b, a), []).append((pm, (*seg[:8], payload)))
+    finally:
+        f.close()
+    rng = random.Random(seed)
+    out = []
+    for flow in flows.values():
+        r = Reassembler(limits)
+        i = 0
+        while i < len(flow):
+            n = rng.choice(lists)
+            part = flow[i : i + n]
+            i += n
+            for event in r.clocked_events([s for _pm, s in part], [p for p, _s in part]):
+                out.append((described(event), r.place, r.clock))
+        for now, kind in r.sweeps(pm):  # the rest of the capture's clock, then its end
+            while r.out:
+                out.append((described(r.out.popleft()), ("swept", now, kind)))
+        r.finish(pm)
+        while r.out:
+            out.append((described(r.out.popleft()), "end"))
+        out.append({k: getattr(r.stats, k) for k in r.stats.__slots__})
+    return out
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_flows_on_the_capture_clock_identical(monkeypatch, hot, path):
+    """Each flow alone on the whole capture's clock: the hot loop between the sweeps gives what the Python
+    loop gives segment by segment (the reference), events, places, clocks and counters."""
+    fast, pure = both(monkeypatch, hot, lambda: read_flows_on_the_clock(path, lists=(1, 3, 64, 1 << 30)))
+    assert fast == pure
+    assert any(e[0][0] == "StreamChunk" for e in fast if isinstance(e, tuple))
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("max_chunk", [256 << 10, 3000])
+def test_crafted_flows_on_the_capture_clock_identical(monkeypatch, hot, tmp_path, seed, max_chunk):
+    path = tmp_path / "t.pcap"
+    _write(path, _traffic(seed))
+    limits = CaptureLimits(max_chunk_bytes=max_chunk, idle_timeout=60.0)
+    fast, pure = both(monkeypatch, hot, lambda: read_flows_on_the_clock(path, limits, (1, 7, 500), seed))
+    assert fast == pure
+    places = {e[1][2] for e in fast if isinstance(e, tuple) and e[1][0] == 0}
+    assert {0, -1} <= places  # let go by segments, and by sweeps and cells' ends before one
