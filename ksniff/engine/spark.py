@@ -43,6 +43,7 @@ Python API (an existing SparkSession, nothing through the driver):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -491,23 +492,50 @@ def _run(
     with the length of its traffic."""
     spark = session.spark
     inputs = _list_inputs(spark, paths)
-    planned, warnings, skipped = _plan(session, inputs, paths, config)
-    for index, (_cset, members) in enumerate(planned):
-        for m in members:
-            m.cset = index
-    # With --records, first each set on a decompression budget of its own where it is read (exact when
-    # the run's one budget would not have bound: checked), else the exact way.
-    for apart in (True, False) if config.keep_records else (False,):
-        cached: list[Any] = []
-        left = (list(warnings), skipped)
-        try:
-            return _pipeline(session, inputs, paths, planned, left, config, cached, whole, keep, apart)
-        except BaseException as exc:
-            for df in cached:
-                df.unpersist()
-            if not isinstance(exc, _BudgetBinds):
-                raise
+    with _shuffle_partitions(spark, partitions_for(sum(i.length for i in inputs), session.parallelism)):
+        planned, warnings, skipped = _plan(session, inputs, paths, config)
+        for index, (_cset, members) in enumerate(planned):
+            for m in members:
+                m.cset = index
+        # With --records, first each set on a decompression budget of its own where it is read (exact
+        # when the run's one budget would not have bound: checked), else the exact way.
+        for apart in (True, False) if config.keep_records else (False,):
+            cached: list[Any] = []
+            left = (list(warnings), skipped)
+            try:
+                return _pipeline(session, inputs, paths, planned, left, config, cached, whole, keep, apart)
+            except BaseException as exc:
+                for df in cached:
+                    df.unpersist()
+                if not isinstance(exc, _BudgetBinds):
+                    raise
     raise AssertionError("unreachable: only the first way raises _BudgetBinds")
+
+
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+SPARK_DEFAULT_SHUFFLE_PARTITIONS = "200"
+
+
+@contextlib.contextmanager
+def _shuffle_partitions(spark: Any, partitions: int) -> Iterator[None]:
+    """The run's own queries with `partitions` shuffle partitions (sized for the run: `partitions_for`),
+    unless whoever runs it chose a number (spark-submit's or the session's --conf, or set on the session
+    before the run): the setting is put back when the run's queries are done, so the tables it returns,
+    computed later, are computed with the session's own.
+
+    Left at Spark's default of 200, every exchange a join, window or aggregate makes in these queries is
+    200 partitions: adaptive execution merges the small ones it reads, but every task writing into it
+    still writes 200 (on the benchmark's 164 files, a fifth of the shuffled way's CPU). SHUFFLES."""
+    said = spark.sparkContext.getConf().get(SHUFFLE_PARTITIONS, None)
+    now = spark.conf.get(SHUFFLE_PARTITIONS)
+    if said is not None or now != SPARK_DEFAULT_SHUFFLE_PARTITIONS:
+        yield
+        return
+    spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
+    try:
+        yield
+    finally:
+        spark.conf.set(SHUFFLE_PARTITIONS, now)
 
 
 class _BudgetBinds(Exception):
@@ -609,7 +637,7 @@ def _pipeline(
             F.broadcast(group_table), ["cset", "key"]
         )
         outputs = (
-            keyed.unionByName(_routed_context(events, group_table))
+            keyed.unionByName(_routed_context(events, group_table, partitions))
             .repartition(partitions, "cset", "group")
             .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
             .mapInArrow(tasks.fold(config, ends, context, conns, groups, digests), tasks.OUTPUTS_DDL)
@@ -995,7 +1023,7 @@ def _decoded(
         del got
         # Sets audited where they were read have no context rows: when all were, no job for them.
         if shuffled or (direct and config.keep_records and not records_apart):
-            small += _txn_version_changes(events).toArrow().to_pylist()
+            small += _txn_version_changes(events, partitions).toArrow().to_pylist()
     finally:
         if segments is not None:
             segments.unpersist()
@@ -1005,6 +1033,12 @@ def _decoded(
     return events, (small, openings), metas_of
 
 
+# SHUFFLES: the exchanges of the run's own queries are made in a number of partitions sized for the run
+# (`partitions_for`): the windows' and aggregates' by an explicit repartition on the keys they need (which
+# then make none of their own), whatever the session's spark.sql.shuffle.partitions; the joins' by that
+# setting, which the run sets to the same number unless it was chosen (`_shuffle_partitions`): a join
+# left to adaptive execution becomes a broadcast join when one side turns out small, which an explicit
+# repartition of both sides would prevent.
 SPREAD_FLOWS_MAX = 250_000  # flows seen in several files the driver broadcasts (a few MB); above, all meet
 
 
@@ -1037,6 +1071,7 @@ def _flows_decoded(
     live = segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))
     spread = (
         live.select("cset", "flow", "file")
+        .repartition(partitions, "cset", "flow")  # see SHUFFLES
         .distinct()
         .groupBy("cset", "flow")
         .count()
@@ -1139,9 +1174,10 @@ def _every_group(rows: list[dict]) -> list[tuple[tuple, bytes]]:
     return every
 
 
-def _txn_version_changes(events: Any) -> Any:
+def _txn_version_changes(events: Any, partitions: int) -> Any:
     """The CONTEXT rows of ApiVersions answers that tell a transaction.version other than the one told
-    before them in the set's audit order: the few the driver collects of one such row per connection."""
+    before them in the set's audit order: the few the driver collects of one such row per connection.
+    (In `partitions` by set, for the window: see SHUFFLES.)"""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -1152,7 +1188,7 @@ def _txn_version_changes(events: Any) -> Any:
         (F.col("kind") == tasks.CONTEXT)
         & key.startswith(tasks.CONTEXT_TXN_VERSION)
         & (key != tasks.CONTEXT_TXN_VERSION)  # an answer that tells none
-    )
+    ).repartition(partitions, "cset")
     before = F.lag("key").over(Window.partitionBy("cset").orderBy(*tasks.ORDER_COLUMNS))
     return (
         told.withColumn("_before", before)
@@ -1161,7 +1197,7 @@ def _txn_version_changes(events: Any) -> Any:
     )
 
 
-def _routed_context(events: Any, group_table: Any) -> Any:
+def _routed_context(events: Any, group_table: Any, partitions: int) -> Any:
     """The context events a key group's fold needs besides those every group is given, as rows of the
     events' columns and the group's (`group`), found by Spark (none of them reaches the driver):
 
@@ -1175,7 +1211,8 @@ def _routed_context(events: Any, group_table: Any) -> Any:
 
     An event comes to a group once per key of the group that brings it (a connection with two keys of
     one group, markers naming two producer ids of one group), always with one order: the fold reads each
-    order once (spark_tasks._once), so no distinct (a shuffle) is made here."""
+    order once (spark_tasks._once), so no distinct (a shuffle) is made here. The join of the connections'
+    own events is made in `partitions` (see SHUFFLES)."""
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks

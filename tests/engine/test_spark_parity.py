@@ -691,7 +691,7 @@ def test_key_groups_are_given_the_context_of_their_connections(spark) -> None:
         [(0, k, g) for k, g in group_of.items()], "cset int, key string, group string"
     )
 
-    changes = _txn_version_changes(events).toArrow().to_pylist()
+    changes = _txn_version_changes(events, 2).toArrow().to_pylist()
     assert sorted(r["blob"] for r in changes) == [b"event 1", b"event 7"]  # 3 repeats 1, 4 tells none
     collected = changes + [r for r in rows if r["kind"] == tasks.CONTEXT and r["key"] is None]
     assert [blob for _order, blob in _every_group(list(reversed(collected)))] == [
@@ -699,7 +699,7 @@ def test_key_groups_are_given_the_context_of_their_connections(spark) -> None:
         b"event 7",
         b"event 9",
     ]
-    routed = _routed_context(events, group_table).toArrow().to_pylist()
+    routed = _routed_context(events, group_table, 2).toArrow().to_pylist()
     given: dict[str, list[bytes]] = {}
     for r in sorted(routed, key=lambda r: r["rel"]):
         given.setdefault(r["group"], []).append(r["blob"])
@@ -712,3 +712,23 @@ def test_key_groups_are_given_the_context_of_their_connections(spark) -> None:
     }
     for blob in (b"event 2", b"event 11"):
         assert len({tuple(r[c] for c in tasks.ORDER_COLUMNS) for r in routed if r["blob"] == blob}) == 1
+
+
+def test_the_runs_queries_shuffle_into_partitions_sized_for_the_run(spark) -> None:
+    """The run's own queries shuffle into as many partitions as the run needs, not Spark's default of
+    200 (into each of which every writing task writes), and the session's setting is put back after the
+    run; a number whoever runs ksniff chose (spark-submit's --conf, or the session's) is kept."""
+    from ksniff.engine.spark import SHUFFLE_PARTITIONS, _shuffle_partitions
+
+    assert not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS)  # the test session's own default
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == "200"
+    with _shuffle_partitions(spark, 3):
+        assert spark.conf.get(SHUFFLE_PARTITIONS) == "3"
+    assert spark.conf.get(SHUFFLE_PARTITIONS) == "200"
+    spark.conf.set(SHUFFLE_PARTITIONS, "64")
+    try:
+        with _shuffle_partitions(spark, 3):
+            assert spark.conf.get(SHUFFLE_PARTITIONS) == "64"
+        assert spark.conf.get(SHUFFLE_PARTITIONS) == "64"
+    finally:
+        spark.conf.unset(SHUFFLE_PARTITIONS)
