@@ -111,6 +111,9 @@ class SparkAudit:
     summary: AuditResult
     _tables: dict[str, Any]
     _cached: list[Any] = field(default_factory=list)
+    # The shuffle partitions the exports' global sorts are made in (`_shuffle_partitions`; 0: the
+    # session's), sized for the run as its own queries were.
+    partitions: int = 0
 
     def _frame(self, table: str):
         """The table's DataFrame with its hidden columns (None: not kept by this run), made now if it was
@@ -236,10 +239,11 @@ class SparkAudit:
             )
             return
         tables = [t for t in TABLES if self._tables.get(t) is not None]
-        if parquet_dir:
-            _write_parquet(self, parquet_dir, tables, tuple(partition_by))
-        if csv_dir:
-            _write_csv(self, csv_dir, tables)
+        with _shuffle_partitions(self.spark, self.partitions):
+            if parquet_dir:
+                _write_parquet(self, parquet_dir, tables, tuple(partition_by))
+            if csv_dir:
+                _write_csv(self, csv_dir, tables)
 
     def close(self) -> None:
         for df in self._cached:
@@ -525,10 +529,11 @@ def _shuffle_partitions(spark: Any, partitions: int) -> Iterator[None]:
 
     Left at Spark's default of 200, every exchange a join, window or aggregate makes in these queries is
     200 partitions: adaptive execution merges the small ones it reads, but every task writing into it
-    still writes 200 (on the benchmark's 164 files, a fifth of the shuffled way's CPU). SHUFFLES."""
+    still writes 200 (on the benchmark's 164 files, a fifth of the shuffled way's CPU); and the exports'
+    global sorts (`SparkAudit.write`) write as many files. SHUFFLES. `partitions` 0: the session's."""
     said = spark.sparkContext.getConf().get(SHUFFLE_PARTITIONS, None)
     now = spark.conf.get(SHUFFLE_PARTITIONS)
-    if said is not None or now != SPARK_DEFAULT_SHUFFLE_PARTITIONS:
+    if not partitions or said is not None or now != SPARK_DEFAULT_SHUFFLE_PARTITIONS:
         yield
         return
     spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
@@ -747,7 +752,7 @@ def _pipeline(
     listed = events.filter(F.col("kind") == tasks.AUDITED_LISTS) if not whole else None
     sources = (table_events, stored, listed)
     frames = _frames(spark, config, sources, outputs, summary, runs, labels, clocks, conns, frozenset(cut))
-    run = SparkAudit(spark, summary, frames, list(cached))
+    run = SparkAudit(spark, summary, frames, list(cached), partitions)
     txns = None if summary.digest is None else summary.digest.transactions
     if txns is not None and txns.count and txns.durations is None:
         summary.digest.transactions.spread = _duration_spread(run._frame("transactions"), keep)

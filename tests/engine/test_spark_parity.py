@@ -732,3 +732,27 @@ def test_the_runs_queries_shuffle_into_partitions_sized_for_the_run(spark) -> No
         assert spark.conf.get(SHUFFLE_PARTITIONS) == "64"
     finally:
         spark.conf.unset(SHUFFLE_PARTITIONS)
+
+
+def test_the_exports_sort_into_the_runs_partitions(spark, tmp_path: Path, monkeypatch) -> None:
+    """The exports' global sorts (into the local export's row order) shuffle into the run's own number of
+    partitions, not Spark's default 200, each of which would be a part file; the session's setting is
+    back afterwards."""
+    from ksniff.engine import spark as engine
+
+    seen: list[str] = []
+    write = engine._write_csv
+
+    def noted(run, folder, tables):
+        seen.append(spark.conf.get(engine.SHUFFLE_PARTITIONS))
+        return write(run, folder, tables)
+
+    monkeypatch.setattr(engine, "_write_csv", noted)
+    run = engine.audit_spark(spark, [str(PCAPS / SAMPLE[0])], CONFIG)
+    try:
+        run.write(csv_dir=str(tmp_path / "csv"))
+    finally:
+        run.close()
+    assert run.partitions >= 1 and seen == [str(run.partitions)]
+    assert spark.conf.get(engine.SHUFFLE_PARTITIONS) == "200"
+    assert list((tmp_path / "csv" / "exchanges.csv").glob("part-*"))
