@@ -131,11 +131,7 @@ class Reassembler:
             if ts > now:
                 now = ts
                 if ts >= due_at:  # a sweep or a cell's end: what they let go leaves before this segment
-                    for clock, kind in self.sweeps(ts):
-                        self.clock = clock
-                        self.place = (0, at, -1, clock, kind)
-                        while out:
-                            yield popleft()
+                    yield from self._let_go_by_time(ts, at)
                     due_at = self._due_at()
             h = table_get((sip, sp, dip, dp))
             if h is None or not h.fast or flags & _SLOW_FLAGS:
@@ -178,6 +174,16 @@ class Reassembler:
         self._n = at
         if finish:
             yield from self._finished(ts)
+
+    def _let_go_by_time(self, now: float, at: int) -> Iterator[StreamEvent]:
+        """What the clock reaching `now` lets go (`sweeps`) before the `at`-th segment, each sweep's and
+        cell's events at its time and place."""
+        out = self.out
+        for clock, kind in self.sweeps(now):
+            self.clock = clock
+            self.place = (0, at, -1, clock, kind)
+            while out:
+                yield out.popleft()
 
     def _finished(self, ts: float | None) -> Iterator[StreamEvent]:
         """The end of the capture (its last segment's time `ts`): what is open closes."""
@@ -274,12 +280,7 @@ class Reassembler:
                 self._now = now
             due_at = self._due_at()
             if now >= due_at:  # what the clock reaching `now` lets go, before this segment
-                at = self._n + 1
-                for clock, kind in self.sweeps(now):
-                    self.clock = clock
-                    self.place = (0, at, -1, clock, kind)
-                    while out:
-                        yield popleft()
+                yield from self._let_go_by_time(now, self._n + 1)
                 due_at = self._due_at()
             # Up to the next segment at which the clock reaches the next sweep, nothing is let go by time.
             stop = bisect.bisect_left(clocks, due_at, i + 1, n) if slots is not None else i + 1
