@@ -489,11 +489,6 @@ class Reassembler:
         self._merger.flush()
 
     @property
-    def pending_chunks(self) -> bool:
-        """Whether a chunk is being merged (a chunk still to come may have started at a segment taken)."""
-        return bool(self._merger.pending)
-
-    @property
     def open_connections(self) -> int:
         """Connections tracked now (open, or closed and lingering): a sweep can change only those."""
         return len(self._conns.conns)

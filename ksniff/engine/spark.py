@@ -530,7 +530,9 @@ def _shuffle_partitions(spark: Any, partitions: int) -> Iterator[None]:
     Left at Spark's default of 200, every exchange a join, window or aggregate makes in these queries is
     200 partitions: adaptive execution merges the small ones it reads, but every task writing into it
     still writes 200 (on the benchmark's 164 files, a fifth of the shuffled way's CPU); and the exports'
-    global sorts (`SparkAudit.write`) write as many files. SHUFFLES. `partitions` 0: the session's."""
+    global sorts (`SparkAudit.write`) write as many files. The one setting sizes every exchange the
+    queries make (a join left to adaptive execution still becomes a broadcast join when one side turns
+    out small, which an explicit repartition of both sides would prevent). `partitions` 0: the session's."""
     said = spark.sparkContext.getConf().get(SHUFFLE_PARTITIONS, None)
     now = spark.conf.get(SHUFFLE_PARTITIONS)
     if not partitions or said is not None or now != SPARK_DEFAULT_SHUFFLE_PARTITIONS:
@@ -642,7 +644,7 @@ def _pipeline(
             F.broadcast(group_table), ["cset", "key"]
         )
         outputs = (
-            keyed.unionByName(_routed_context(events, group_table, partitions))
+            keyed.unionByName(_routed_context(events, group_table))
             .repartition(partitions, "cset", "group")
             .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
             .mapInArrow(tasks.fold(config, ends, context, conns, groups, digests), tasks.OUTPUTS_DDL)
@@ -1028,7 +1030,7 @@ def _decoded(
         del got
         # Sets audited where they were read have no context rows: when all were, no job for them.
         if shuffled or (direct and config.keep_records and not records_apart):
-            small += _txn_version_changes(events, partitions).toArrow().to_pylist()
+            small += _txn_version_changes(events).toArrow().to_pylist()
     finally:
         if segments is not None:
             segments.unpersist()
@@ -1038,12 +1040,6 @@ def _decoded(
     return events, (small, openings), metas_of
 
 
-# SHUFFLES: the exchanges of the run's own queries are made in a number of partitions sized for the run
-# (`partitions_for`): the windows' and aggregates' by an explicit repartition on the keys they need (which
-# then make none of their own), whatever the session's spark.sql.shuffle.partitions; the joins' by that
-# setting, which the run sets to the same number unless it was chosen (`_shuffle_partitions`): a join
-# left to adaptive execution becomes a broadcast join when one side turns out small, which an explicit
-# repartition of both sides would prevent.
 SPREAD_FLOWS_MAX = 250_000  # flows seen in several files the driver broadcasts (a few MB); above, all meet
 
 
@@ -1076,7 +1072,6 @@ def _flows_decoded(
     live = segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))
     spread = (
         live.select("cset", "flow", "file")
-        .repartition(partitions, "cset", "flow")  # see SHUFFLES
         .distinct()
         .groupBy("cset", "flow")
         .count()
@@ -1179,10 +1174,9 @@ def _every_group(rows: list[dict]) -> list[tuple[tuple, bytes]]:
     return every
 
 
-def _txn_version_changes(events: Any, partitions: int) -> Any:
+def _txn_version_changes(events: Any) -> Any:
     """The CONTEXT rows of ApiVersions answers that tell a transaction.version other than the one told
-    before them in the set's audit order: the few the driver collects of one such row per connection.
-    (In `partitions` by set, for the window: see SHUFFLES.)"""
+    before them in the set's audit order: the few the driver collects of one such row per connection."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -1193,7 +1187,7 @@ def _txn_version_changes(events: Any, partitions: int) -> Any:
         (F.col("kind") == tasks.CONTEXT)
         & key.startswith(tasks.CONTEXT_TXN_VERSION)
         & (key != tasks.CONTEXT_TXN_VERSION)  # an answer that tells none
-    ).repartition(partitions, "cset")
+    )
     before = F.lag("key").over(Window.partitionBy("cset").orderBy(*tasks.ORDER_COLUMNS))
     return (
         told.withColumn("_before", before)
@@ -1202,7 +1196,7 @@ def _txn_version_changes(events: Any, partitions: int) -> Any:
     )
 
 
-def _routed_context(events: Any, group_table: Any, partitions: int) -> Any:
+def _routed_context(events: Any, group_table: Any) -> Any:
     """The context events a key group's fold needs besides those every group is given, as rows of the
     events' columns and the group's (`group`), found by Spark (none of them reaches the driver):
 
@@ -1216,8 +1210,7 @@ def _routed_context(events: Any, group_table: Any, partitions: int) -> Any:
 
     An event comes to a group once per key of the group that brings it (a connection with two keys of
     one group, markers naming two producer ids of one group), always with one order: the fold reads each
-    order once (spark_tasks._once), so no distinct (a shuffle) is made here. The join of the connections'
-    own events is made in `partitions` (see SHUFFLES)."""
+    order once (spark_tasks._once), so no distinct (a shuffle) is made here."""
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks

@@ -973,7 +973,8 @@ class _Flow:
     def _lists(self, segments: Iterator[tuple]) -> Iterator[tuple[list[tuple], list[float]]]:
         """The reassembler's segment tuples and the run's clock at each (`pm`), a list of up to LIST_SEGMENTS
         at a time, each segment's position noted in `positions`; `segments`: a block's (SEGMENTS), in the
-        merge's order. Before each list, the positions no chunk still being merged began at are let go."""
+        merge's order. Once the reassembler has taken a list, the positions before the oldest chunk
+        still being merged are let go."""
         positions = self.positions
         while True:
             taken: list[tuple] = []

@@ -691,7 +691,7 @@ def test_key_groups_are_given_the_context_of_their_connections(spark) -> None:
         [(0, k, g) for k, g in group_of.items()], "cset int, key string, group string"
     )
 
-    changes = _txn_version_changes(events, 2).toArrow().to_pylist()
+    changes = _txn_version_changes(events).toArrow().to_pylist()
     assert sorted(r["blob"] for r in changes) == [b"event 1", b"event 7"]  # 3 repeats 1, 4 tells none
     collected = changes + [r for r in rows if r["kind"] == tasks.CONTEXT and r["key"] is None]
     assert [blob for _order, blob in _every_group(list(reversed(collected)))] == [
@@ -699,7 +699,7 @@ def test_key_groups_are_given_the_context_of_their_connections(spark) -> None:
         b"event 7",
         b"event 9",
     ]
-    routed = _routed_context(events, group_table, 2).toArrow().to_pylist()
+    routed = _routed_context(events, group_table).toArrow().to_pylist()
     given: dict[str, list[bytes]] = {}
     for r in sorted(routed, key=lambda r: r["rel"]):
         given.setdefault(r["group"], []).append(r["blob"])
