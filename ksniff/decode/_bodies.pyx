@@ -6,10 +6,12 @@ The program (`Program`, made by `compiled.fast_decoder_for`) lists the struct's 
 decoder reads them: a constant for a field absent at that version or tagged, a fixed-size number, a
 string, bytes, a UUID, record batches, an array or a nested struct. Values are built as the generated
 decoder builds them (the same Struct classes, the same ints, strings, bytes and tuples; record batches by
-the same parse function), so the two give equal bodies. Only the plain path is here: at the first thing
-that is not (bytes missing, a bad length, a tagged-field section that is not empty, the item budget
-passed) the body is read again by the generated decoder, which words the error or reads the tags
-exactly as before. The generated decoder is the reference: tests/decode/test_compiled_bodies.py holds
+the same parse function), so the two give equal bodies. A struct's tagged fields are read here too
+(`Program.tags`: each known tag's place and how its value is read; an unknown tag kept with its bytes, in
+the order met), as the generated decoder reads them: Kafka brokers since 3.7 end every Fetch answer of
+version 16 or later with one (its node endpoints, usually none). Only the plain path is here: at the
+first thing that is not (bytes missing, a bad length or tag, the item budget passed) the body is read
+again by the generated decoder, which words the error exactly as before. The generated decoder is the reference: tests/decode/test_compiled_bodies.py holds
 the two to the same results on every body of the corpus and the protocol fixtures.
 """
 
@@ -76,13 +78,16 @@ cdef class Program:
     cdef public object cls  # the Struct class made
     cdef public bint flexible
     cdef public tuple ops
+    # Of a flexible struct, its tagged fields at this version: tag -> (the field's place, its Op).
+    cdef public dict tags
     # Whether `cls(values)` makes nothing but a tuple of `cls` holding the values (a tuple subclass whose
     # construction nobody changed): then the struct is allocated as that and filled in place, without
     # the values' own tuple.
     cdef readonly bint direct
 
-    def __init__(self, cls, bint flexible, tuple ops):
+    def __init__(self, cls, bint flexible, tuple ops, dict tags=None):
         self.cls, self.flexible, self.ops = cls, flexible, ops
+        self.tags = tags if tags is not None else {}
         self.direct = (
             isinstance(cls, type) and issubclass(cls, tuple) and cls.__new__ is tuple.__new__
             and cls.__init__ is object.__init__ and type(cls).__call__ is type.__call__
@@ -280,19 +285,56 @@ cdef object _struct(Program prog, Cursor *c, object view, object parse, object m
             v = _value(op, c, flexible, view, parse, make_uuid)
         Py_INCREF(v)
         PyTuple_SET_ITEM(values, i, v)
+    v = ()
     if flexible:
-        # The tagged-field section: nearly always empty (one zero byte); any tag is the generated
-        # decoder's to read.
+        # The tagged-field section: nearly always empty (one zero byte).
         if c.pos < c.end and c.p[c.pos] == 0:
             c.pos += 1
         else:
-            raise _FALLBACK()
-    v = ()
+            v = _tagged(prog, c, values, view, parse, make_uuid)
     Py_INCREF(v)
     PyTuple_SET_ITEM(values, n, v)
     if prog.direct:
         return values
     return prog.cls(values)
+
+
+cdef object _tagged(Program prog, Cursor *c, object values, object view, object parse, object make_uuid):
+    """A struct's tagged-field section (`values`: the struct being filled, its known tags' defaults in
+    place): each known tag's value read from its own bytes into its place (a later one of the same tag
+    wins), the unknown tags as (tag, bytes), returned in the order met. Anything amiss in the section or
+    a value (a varint too long, a size past the end, a value past its tag's bytes): the generated
+    decoder's, which reads the whole section before any value and words the error."""
+    cdef Py_ssize_t count, i, tag, size
+    cdef Cursor sub
+    cdef PyObject *old
+    cdef list unknown = None
+    cdef object v, hit
+    cdef dict tags = prog.tags
+    count = _uvarint(c) + 1
+    if count > c.end - c.pos:
+        raise _FALLBACK()
+    for i in range(count):
+        tag = _uvarint(c) + 1
+        size = _uvarint(c) + 1
+        if size > c.end - c.pos:
+            raise _FALLBACK()
+        hit = tags.get(tag)
+        if hit is None:
+            if unknown is None:
+                unknown = []
+            unknown.append((tag, PyBytes_FromStringAndSize(<const char *> (c.p + c.pos), size)))
+        else:
+            sub.p, sub.pos, sub.end, sub.budget = c.p, c.pos, c.pos + size, c.budget
+            v = _value(<Op> (<tuple> hit)[1], &sub, prog.flexible, view, parse, make_uuid)
+            c.budget = sub.budget
+            i = (<tuple> hit)[0]
+            old = PyTuple_GET_ITEM(values, i)
+            Py_INCREF(v)
+            PyTuple_SET_ITEM(values, i, v)
+            Py_XDECREF(old)
+        c.pos += size
+    return () if unknown is None else tuple(unknown)
 
 
 cdef class Body:

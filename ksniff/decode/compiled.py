@@ -347,8 +347,8 @@ def decode_body(
 # -- the compiled body reader ---------------------------------------------------------------------------
 # `ksniff.decode._bodies` (Cython, optional as the capture walk is: absent without a compiler, not loaded
 # with KSNIFF_PURE_PYTHON set) reads a body by walking a program made here from the same tables, field by
-# field as `_Gen` writes them; whatever it does not take (an error, tagged fields, the item budget
-# passed) it hands to the generated decoder, which stays the reference.
+# field as `_Gen` writes them, tagged fields included; whatever it does not take (an error, the item
+# budget passed) it hands to the generated decoder, which stays the reference.
 
 
 _bodies = load("ksniff.decode._bodies")
@@ -356,12 +356,15 @@ _bodies = load("ksniff.decode._bodies")
 
 def _program(m: Any, fields: tuple[Field, ...], cls: type[Struct], version: int, flexible: bool) -> Any:
     ops = []
-    for f in fields:
+    tags = {}  # as `_Gen.struct_fn`'s `known`: the tagged fields of this version, read when present
+    for i, f in enumerate(fields):
         if f.tag is not None or not f.versions.contains(version):
             ops.append(m.Op(m.CONST, value=default_of(f)))
+            if f.tag is not None and flexible and f.tagged.contains(version):
+                tags[f.tag] = (i, _op(m, f, f.type, version, flexible, f.nullable.contains(version)))
         else:
             ops.append(_op(m, f, f.type, version, flexible, f.nullable.contains(version)))
-    return m.Program(cls, flexible, tuple(ops))
+    return m.Program(cls, flexible, tuple(ops), tags)
 
 
 def _op(m: Any, f: Field, t: Any, version: int, flexible: bool, nullable: bool) -> Any:
@@ -416,9 +419,8 @@ def fast_decoder_for(api: Api, version: int, is_request: bool, keep_records: boo
 
 class Generated:
     """`decoder_for(api, version, is_request, keep_records)`, generated when first called: the compiled
-    body reader hands it only the bodies it does not take itself (an error, tagged fields, the item
-    budget passed), which most runs never meet, and writing and compiling a decoder costs about a
-    millisecond."""
+    body reader hands it only the bodies it does not take itself (an error, the item budget passed),
+    which most runs never meet, and writing and compiling a decoder costs about a millisecond."""
 
     __slots__ = ("key", "fn")
 

@@ -25,7 +25,7 @@ from decode_builders import (
     produce_response,
     record_batch,
 )
-from decode_encoder import fixture
+from decode_encoder import fixture, uvarint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
@@ -101,8 +101,9 @@ def test_equal_on_table_fixtures(api, version, is_request, nulls, tags):
     data = fixture(api, version, is_request, nulls=nulls, tags=tags)
     (kind, *_), handed_back = same(api, version, is_request, data)
     assert kind == "ok"
-    if not tags:  # no tagged field: the compiled path reads the whole body itself
-        assert handed_back == 0
+    # Tagged fields too (every known one and an unknown tag in each flexible struct): the compiled path
+    # reads the whole body itself.
+    assert handed_back == 0
 
 
 @pytest.mark.parametrize("api, version, is_request", CASES)
@@ -113,15 +114,17 @@ def test_equal_under_every_item_budget(api, version, is_request):
 
 
 @pytest.mark.parametrize("api, version, is_request", CASES)
-def test_equal_on_truncations(api, version, is_request):
-    data = fixture(api, version, is_request, tags=False)
+@pytest.mark.parametrize("tags", [False, True])
+def test_equal_on_truncations(api, version, is_request, tags):
+    data = fixture(api, version, is_request, tags=tags)
     for n in range(len(data)):
         same(api, version, is_request, data[:n])
 
 
 @pytest.mark.parametrize("api, version, is_request", CASES)
-def test_equal_on_mutations(api, version, is_request):
-    data = bytearray(fixture(api, version, is_request, tags=False))
+@pytest.mark.parametrize("tags", [False, True])
+def test_equal_on_mutations(api, version, is_request, tags):
+    data = bytearray(fixture(api, version, is_request, tags=tags))
     if not data:
         pytest.skip("empty body at this version")
     for mutated in mutations(bytes(data), f"{api.key}-{version}-{is_request}"):
@@ -143,6 +146,80 @@ def test_equal_on_real_client_produce(version, keep_records):
 def test_equal_on_random_bytes(case, data):
     api, version, is_request = case.values
     same(api, version, is_request, data)
+
+
+FETCH = ALL_APIS[1]  # Fetch
+
+
+def _endpoints(*nodes: tuple) -> bytes:
+    """A Fetch answer's node_endpoints value (v16+): a compact array of (node id, host, port, rack)."""
+    out = uvarint(len(nodes) + 1)
+    for node_id, host, port, rack in nodes:
+        out += struct.pack(">i", node_id) + uvarint(len(host) + 1) + host + struct.pack(">i", port)
+        out += b"\x00" if rack is None else uvarint(len(rack) + 1) + rack
+        out += b"\x00"  # the node's own tagged section
+    return out
+
+
+def _section(*tags: tuple[int, bytes]) -> bytes:
+    return uvarint(len(tags)) + b"".join(uvarint(tag) + uvarint(len(data)) + data for tag, data in tags)
+
+
+ONE = _endpoints((1, b"broker-1", 9092, b"rack-a"))
+TWO = _endpoints((2, b"broker-2", 9093, None), (3, b"b3", 9094, b""))
+TAG_SECTIONS = {  # name: (the answer's tagged section, the outcome, the node endpoints read)
+    "no endpoints, as a broker sends them": ((_section((0, _endpoints()))), "ok", ()),
+    "two endpoints": (_section((0, TWO)), "ok", ((2, "broker-2", 9093, None), (3, "b3", 9094, ""))),
+    "the tag twice: the later one wins": (_section((0, ONE), (0, TWO)), "ok", ((2,), (3,))),
+    "unknown tags around it, kept in order": (_section((7, b"abc"), (0, ONE), (3, b"")), "ok", ((1,),)),
+    "a value shorter than its tag's bytes": (_section((0, ONE + b"\x05\x06")), "ok", ((1, "broker-1"),)),
+    "a tag number past 2**31": (_section((2**31 + 5, b"x")), "ok", ()),
+    "a value past its tag's bytes": (_section((0, ONE[:-4])), "error", None),
+    "a tag's size past the body": (uvarint(1) + uvarint(0) + uvarint(200) + ONE, "error", None),
+    "more tags than bytes": (uvarint(50) + uvarint(0), "error", None),
+    "a tag varint too long": (uvarint(1) + b"\xff\xff\xff\xff\xff\x01", "error", None),
+}
+
+
+@pytest.mark.parametrize("name", TAG_SECTIONS)
+def test_tagged_sections_read_in_c_as_the_generated_decoder_reads_them(name):
+    """Kafka brokers since 3.7 end every Fetch answer of v16+ with a tagged node_endpoints (empty, most
+    often): the compiled reader reads such sections itself, known tags into their fields and unknown ones
+    kept, with the generated decoder's value; a bad section is handed back and gets its error."""
+    section, kind, endpoints = TAG_SECTIONS[name]
+    plain = fixture(FETCH, 16, False, tags=False)
+    assert plain.endswith(b"\x00")  # the answer's own (empty) tagged section ends the body
+    ours, handed_back = same(FETCH, 16, False, plain[:-1] + section)
+    assert ours[0] == kind
+    if kind == "ok":
+        assert handed_back == 0
+        read = [(e.node_id, e.host, e.port, e.rack) for e in ours[1].node_endpoints]
+        assert len(read) == len(endpoints)
+        assert [r[: len(want)] for r, want in zip(read, endpoints, strict=True)] == list(endpoints)
+        unknown = ((7, b"abc"), (3, b"")) if name.startswith("unknown") else ()
+        unknown += ((2**31 + 5, b"x"),) if name.startswith("a tag number") else ()
+        assert ours[1]._unknown_tags == unknown
+    else:
+        assert handed_back == 1
+
+
+def test_every_body_of_the_corpus_is_read_in_c(monkeypatch):
+    """No body of a real client or broker in the corpus goes back to the generated decoder: the plain path
+    covers what real traffic sends (a Fetch answer's tagged node_endpoints sent all of them back)."""
+    handed_back: list[tuple] = []
+    generated_call = compiled.Generated.__call__
+
+    def counted(self, view, items):
+        handed_back.append((self.key[0].name, self.key[1], self.key[2]))
+        return generated_call(self, view, items)
+
+    monkeypatch.setattr(compiled.Generated, "__call__", counted)
+    bodies = 0
+    for path in CORPUS:
+        for event in _decoded(path)[0]:
+            bodies += getattr(event, "request", None) is not None
+    assert bodies > 1000
+    assert handed_back == []
 
 
 def test_made_once_per_version():
