@@ -52,9 +52,10 @@ class CaptureRun:
 
     def _events(self) -> Iterator[StreamEvent]:
         try:
-            if len(self._files) == 1 and not any(self.offsets) and hot_loop() is not None:
-                # One file on its own clock: its segments in the compiled walk's batches, to the hot loop
-                yield from self.reassembler.batch_events(self._files[0].segments(batched=True))
+            if hot_loop() is not None:
+                # The segments in lists (the compiled walk's batches, cut where the merge of several
+                # files goes to another file), to the hot loop
+                yield from self.reassembler.batch_events(batched_segments(self._files, self.offsets))
             else:
                 yield from self.reassembler.events(segments(self._files, self.offsets))
         finally:
@@ -144,6 +145,67 @@ def _merged(files: list[CaptureFile], shifts: list[float]) -> Iterator[tuple]:
 def _shifted(walk: Iterator[tuple], offset: float) -> Iterator[tuple]:
     for seg in walk:
         yield (seg[0] + offset, *seg[1:])
+
+
+def batched_segments(files: list[CaptureFile], offsets: Sequence[float] = ()) -> Iterator[list[tuple]]:
+    """`segments(files, offsets)` in lists, for `Reassembler.batch_events`: the same segments in the same
+    order. One file on its own clock gives its walk's batches as they are."""
+    shifts = list(offsets) or [0.0] * len(files)
+    if len(files) == 1:
+        return _batched_walk(files[0], shifts[0])
+    return _merged_batches(files, shifts)
+
+
+def _batched_walk(f: CaptureFile, offset: float) -> Iterator[list[tuple]]:
+    if not offset:
+        return f.segments(batched=True)
+    return ([(seg[0] + offset, *seg[1:]) for seg in batch] for batch in f.segments(batched=True))
+
+
+def _merged_batches(files: list[CaptureFile], shifts: list[float]) -> Iterator[list[tuple]]:
+    """`_merged` a run of one file's segments at a time: the merge takes a file's next segment while it
+    is still the least of all (its timestamp, then the file's place, against the next segment of every
+    other file), so a run goes on until a segment of another file comes first. Rotated files, which
+    follow one another, give their whole batches; files of hosts captured at once, the runs between
+    their segments."""
+    heap: list[tuple] = []  # (its next segment's timestamp, file, its batch, that segment's place, walk)
+    for n, f in enumerate(files):
+        ts = f.first_ts()
+        if ts is not None:
+            heap.append((ts + shifts[n], n, None, 0, None))
+    heapq.heapify(heap)
+    while heap:
+        _key, n, batch, i, walk = heap[0]
+        if walk is None:  # the merge is at this file's first segment: open it
+            walk = _batched_walk(files[n], shifts[n])
+            batch, i = next(walk, None), 0
+            while batch is not None and not batch:
+                batch = next(walk, None)
+            if batch is None:
+                heapq.heappop(heap)
+                continue
+        m = len(batch)
+        j = i + 1
+        if len(heap) == 1:
+            j = m
+        else:  # the least next segment of the other files: the root's children hold it
+            bound = heap[1] if len(heap) == 2 or heap[1] < heap[2] else heap[2]
+            limit = bound[0]
+            if n < bound[1]:  # a tie goes to the earlier file
+                while j < m and batch[j][0] <= limit:
+                    j += 1
+            else:
+                while j < m and batch[j][0] < limit:
+                    j += 1
+        yield batch if i == 0 and j == m else batch[i:j]
+        if j == m:
+            batch, j = next(walk, None), 0
+            while batch is not None and not batch:
+                batch = next(walk, None)
+            if batch is None:
+                heapq.heappop(heap)
+                continue
+        heapq.heapreplace(heap, (batch[j][0], n, batch, j, walk))
 
 
 def iter_segments(path: str) -> Iterator[tuple]:

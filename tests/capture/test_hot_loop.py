@@ -365,3 +365,81 @@ def test_crafted_flows_on_the_capture_clock_identical(monkeypatch, hot, tmp_path
     assert fast == pure
     places = {e[1][2] for e in fast if isinstance(e, tuple) and e[1][0] == 0}
     assert {0, -1} <= places  # let go by segments, and by sweeps and cells' ends before one
+
+
+# -- several files in one run ----------------------------------------------------------------------------
+
+
+def _split(tmp_path, seed: int, files: int = 3) -> list[Path]:
+    """`_traffic(seed)` as captured by `files` hosts at once: each packet in one file chosen at random
+    (so the files' times interleave and tie), some neighbours in a file with their times swapped (a
+    file's clock going back), and a last file of the same traffic an hour later (a rotated file)."""
+    rng = random.Random(seed)
+    parts: list[list[tuple[float, bytes]]] = [[] for _ in range(files)]
+    packets = _traffic(seed)
+    for ts, packet in packets:
+        parts[rng.randrange(files)].append((ts, packet))
+    for part in parts:
+        for i in range(1, len(part)):
+            if rng.random() < 0.05:
+                (a, p), (b, q) = part[i - 1], part[i]
+                part[i - 1], part[i] = (b, p), (a, q)
+    parts.append([(ts + 3600.0, packet) for ts, packet in packets[:400]])
+    paths = []
+    for n, part in enumerate(parts):
+        paths.append(tmp_path / f"host{n}.pcap")
+        _write(paths[-1], part)
+    return paths
+
+
+def _segments(batches) -> list[tuple]:
+    return [(*seg[:-1], bytes(seg[-1])) for batch in batches for seg in batch]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("offsets", [(), (0.0, 0.0015, -0.002, 0.0, 0.0)], ids=["own clocks", "aligned"])
+@pytest.mark.parametrize("walk", ["compiled", "python"])
+def test_several_files_in_lists_merge_as_one_at_a_time(monkeypatch, hot, tmp_path, seed, offsets, walk):
+    """`batched_segments`: the files' segments in runs of one file's lists, exactly the merge of
+    `segments` (by timestamp, ties to the earlier file, each file's clock shifted by its offset)."""
+    from ksniff.capture.files import CaptureFile
+    from ksniff.capture.run import batched_segments, segments
+
+    monkeypatch.setattr(compiled, "fastwalk", hot if walk == "compiled" else None)
+    paths = _split(tmp_path, seed, files=4)
+    one_at_a_time = [(*s[:-1], bytes(s[-1])) for s in segments([CaptureFile(str(p)) for p in paths], offsets)]
+    lists = list(batched_segments([CaptureFile(str(p)) for p in paths], offsets))
+    assert _segments(lists) == one_at_a_time
+    assert len(one_at_a_time) > 1500
+    if walk == "compiled":  # the Python walk's lists hold one segment each
+        assert 1 < len(lists) < len(one_at_a_time) / 2  # runs of several segments, several runs
+
+
+def _read_run(paths, limits=None, offsets=()) -> tuple:
+    """`read` of several files as one run (`CaptureRun`, the files' clocks shifted by `offsets`)."""
+    from ksniff.capture.files import CaptureFile
+    from ksniff.capture.run import CaptureRun
+
+    run = CaptureRun([CaptureFile(str(p), limits) for p in paths], limits, offsets=offsets)
+    events = [described(event) for event in run]
+    stats = {k: getattr(run.stats, k) for k in run.stats.__slots__}
+    return events, stats, list(run.warnings)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("offsets", [(), (0.0, 0.0015, -0.002, 0.0)], ids=["own clocks", "aligned"])
+def test_several_files_through_the_hot_loop_identical(monkeypatch, hot, tmp_path, seed, offsets):
+    """Hosts captured at once and a rotated file, read as one run: with the hot loop over the merged
+    lists, the events, counters and warnings of the Python loop over the merge one segment at a time."""
+    paths = _split(tmp_path, seed)
+    limits = CaptureLimits(max_chunk_bytes=3000, idle_timeout=60.0)
+    fast, pure = both(monkeypatch, hot, lambda: _read_run(paths, limits, offsets))
+    assert fast == pure
+    assert {"StreamChunk", "StreamGap", "ConnectionClosed"} <= {e[0] for e in fast[0]}
+
+
+def test_the_corpus_as_one_run_identical(monkeypatch, hot):
+    """Every capture of the corpus read as one run (`ksniff audit` of the folder as one capture set)."""
+    fast, pure = both(monkeypatch, hot, lambda: _read_run(CORPUS))
+    assert fast == pure
+    assert sum(e[0] == "StreamChunk" for e in fast[0]) > 1000

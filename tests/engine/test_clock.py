@@ -112,3 +112,31 @@ def test_findings_within_the_clocks_uncertainty_are_unverified(tmp_path):
         else:
             assert after.severity == "warning" and after.evidence["unverified"] is True
             assert after.evidence["clock_uncertainty_s"] >= 1.0
+
+
+def test_anchors_of_rotated_files_the_same_through_the_hot_loop(tmp_path, monkeypatch):
+    """The anchors of one host's files (a capture rotated into three), read through the compiled walk's
+    merged lists and the hot loop, are those of the Python loop over the merge one segment at a time."""
+    from dataclasses import fields
+
+    from ksniff.capture import compiled
+    from ksniff.engine.clock import anchors_of
+
+    hot = compiled.fastwalk
+    if hot is None or not hasattr(hot, "inorder"):
+        pytest.skip("the compiled capture walk with its hot loop is not built here")
+    packets = rdpcap(str(PCAPS / "txn_confluent_mock.pcap"))
+    third = len(packets) // 3
+    paths = []
+    for n, part in enumerate((packets[:third], packets[third : 2 * third], packets[2 * third :])):
+        paths.append(str(tmp_path / f"rotated{n}.pcap"))
+        wrpcap(paths[-1], part)
+
+    def anchors():
+        a = anchors_of(paths, (9092,), True, None)
+        return {f.name: getattr(a, f.name) for f in fields(a)}
+
+    fast = anchors()
+    monkeypatch.setattr(compiled, "fastwalk", None)
+    assert fast == anchors()
+    assert fast["born"] and fast["ends"] and fast["writes"]
