@@ -193,16 +193,39 @@ cdef Py_ssize_t _length(Cursor *c, bint flexible, bint wide) except -2:
     return <short> ((q[0] << 8) | q[1])
 
 
+# The UUIDs read lately, by their bytes: a topic's id comes in every Fetch of v13+ and every Produce of
+# v13+, and making a uuid.UUID costs about a microsecond. UUIDs are immutable, so one object serves every
+# body that names it; the table is emptied when full, so bytes chosen by a client cannot grow it.
+import uuid as _uuid_module
+
+cdef object _UUID = _uuid_module.UUID
+cdef dict _uuids = {}
+UUIDS_KEPT = 4096
+
+
+def uuids_kept():
+    """How many UUIDs the table holds now."""
+    return len(_uuids)
+
+
 cdef object _value(Op op, Cursor *c, bint flexible, object view, object parse, object make_uuid):
     cdef Py_ssize_t n, i, start
-    cdef object v, items
+    cdef object v, items, key
     cdef int kind = op.kind
     if kind == K_FIXED:
         return _fixed(c, op.code)
     if kind == K_UUID:
         _need(c, 16)
-        v = make_uuid(bytes=PyBytes_FromStringAndSize(<const char *> (c.p + c.pos), 16))
+        key = PyBytes_FromStringAndSize(<const char *> (c.p + c.pos), 16)
         c.pos += 16
+        if make_uuid is not _UUID:
+            return make_uuid(bytes=key)
+        v = _uuids.get(key)
+        if v is None:
+            v = _UUID(bytes=key)
+            if len(_uuids) >= UUIDS_KEPT:
+                _uuids.clear()
+            _uuids[key] = v
         return v
     if kind == K_STRUCT:
         if op.nullable:

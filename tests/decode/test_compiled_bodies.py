@@ -203,6 +203,25 @@ def test_tagged_sections_read_in_c_as_the_generated_decoder_reads_them(name):
         assert handed_back == 1
 
 
+def test_a_uuid_read_again_is_the_one_made_before_and_the_table_of_them_is_bounded():
+    """Topic ids (every Fetch and Produce of v13+) are made once per id seen lately, as uuid.UUID makes
+    them; ids chosen by a client, all different, leave the table at its bound."""
+    import uuid
+
+    fast = compiled.fast_decoder_for(FETCH, 16, False)
+    body = fixture(FETCH, 16, False, tags=False)
+    first = fast(memoryview(body), 1_000_000)[0].responses[0].topic_id
+    at = body.index(first.bytes)
+    again = fast(memoryview(body), 1_000_000)[0].responses[0].topic_id
+    assert again is first
+    m = compiled._bodies
+    for n in range(m.UUIDS_KEPT * 3):
+        chosen = uuid.UUID(int=(n * 2654435761) % (1 << 128) | (1 << 120))
+        value = fast(memoryview(body[:at] + chosen.bytes + body[at + 16 :]), 1_000_000)[0]
+        assert value.responses[0].topic_id == chosen and type(value.responses[0].topic_id) is uuid.UUID
+        assert m.uuids_kept() <= m.UUIDS_KEPT
+
+
 def test_every_body_of_the_corpus_is_read_in_c(monkeypatch):
     """No body of a real client or broker in the corpus goes back to the generated decoder: the plain path
     covers what real traffic sends (a Fetch answer's tagged node_endpoints sent all of them back)."""
