@@ -697,3 +697,105 @@ cdef class ProducedBatches:
                         next_offset += header.last_offset_delta + 1
                     i += 1
         return tuple(out)
+
+
+# -- the partitions of a Fetch exchange -----------------------------------------------------------------
+
+
+cdef class FetchedPartitions:
+    """`Connection._fetched` in C: each partition of a Fetch answer with the offset its request asked it
+    from, as FetchedPartition events (`made`), built from the request's and response's Structs by field
+    position. `classes` are the Struct classes it reads (request, topic, partition, response, response
+    topic, response partition, aborted transaction, replica state) and `fields` the positions of the
+    fields it reads in each; a body of any other class returns None (the Python method then runs)."""
+
+    cdef tuple classes
+    cdef Py_ssize_t r_topics, r_replica, r_state, r_isolation, r_session, r_epoch, t_name, t_id, t_parts
+    cdef Py_ssize_t p_index, p_offset, s_topics, st_name, st_id, st_parts, sp_index, sp_error, sp_hw
+    cdef Py_ssize_t sp_lso, sp_start, sp_aborted, sp_records, a_pid, a_first, rs_replica
+    cdef object made, zero_uuid
+
+    def __init__(self, tuple classes, tuple fields, made, zero_uuid):
+        (self.r_topics, self.r_replica, self.r_state, self.r_isolation, self.r_session, self.r_epoch,
+         self.t_name, self.t_id, self.t_parts, self.p_index, self.p_offset, self.s_topics, self.st_name,
+         self.st_id, self.st_parts, self.sp_index, self.sp_error, self.sp_hw, self.sp_lso, self.sp_start,
+         self.sp_aborted, self.sp_records, self.a_pid, self.a_first, self.rs_replica) = fields
+        self.classes, self.made, self.zero_uuid = classes, made, zero_uuid
+
+    cdef object _key(self, object topic, Py_ssize_t name_at, Py_ssize_t id_at):
+        topic_id = _field(topic, id_at)
+        if topic_id is not None and topic_id is not self.zero_uuid and topic_id != self.zero_uuid:
+            return topic_id
+        return _field(topic, name_at) or ""
+
+    def __call__(self, request, response, dict names, tuple head, response_ts, unverified):
+        """`head`: (ts, conn, client, broker, client_id, correlation_id, api_version) of the exchange."""
+        cdef dict asked = {}
+        cdef list out = []
+        cdef list pairs
+        cdef tuple classes = self.classes
+        if type(request) is not classes[0] or type(response) is not classes[3]:
+            return None
+        for topic in _field(request, self.r_topics):
+            if type(topic) is not classes[1]:
+                return None
+            key = self._key(topic, self.t_name, self.t_id)
+            for part in _field(topic, self.t_parts):
+                if type(part) is not classes[2]:
+                    return None
+                asked[(key, _field(part, self.p_index))] = _field(part, self.p_offset)
+        ts, conn, client, broker, client_id, correlation_id, api_version = head
+        replica_id = _field(request, self.r_replica)
+        if api_version >= 15:
+            state = _field(request, self.r_state)
+            if state is not None:
+                if type(state) is not classes[7]:
+                    return None
+                replica_id = _field(state, self.rs_replica)
+        isolation = _field(request, self.r_isolation)
+        session = _field(request, self.r_session)
+        session_epoch = _field(request, self.r_epoch)
+        for topic in _field(response, self.s_topics):
+            if type(topic) is not classes[4]:
+                return None
+            key = self._key(topic, self.st_name, self.st_id)
+            name = key if isinstance(key, str) else names.get(key, str(key))
+            for part in _field(topic, self.st_parts):
+                if type(part) is not classes[5]:
+                    return None
+                aborted = _field(part, self.sp_aborted)
+                if aborted is not None:
+                    pairs = []
+                    for a in aborted:
+                        if type(a) is not classes[6]:
+                            return None
+                        pairs.append((_field(a, self.a_pid), _field(a, self.a_first)))
+                    aborted = tuple(pairs)
+                index = _field(part, self.sp_index)
+                out.append(
+                    _make(self.made, (
+                        ts,
+                        response_ts,
+                        conn,
+                        client,
+                        broker,
+                        client_id,
+                        correlation_id,
+                        api_version,
+                        replica_id,
+                        isolation,
+                        session,
+                        session_epoch,
+                        name,
+                        index,
+                        asked.get((key, index)),
+                        _field(part, self.sp_error),
+                        _field(part, self.sp_hw),
+                        _field(part, self.sp_lso),
+                        _field(part, self.sp_start),
+                        aborted,
+                        _field(part, self.sp_records) or (),
+                        unverified,
+                    ))
+                )
+        return tuple(out)

@@ -377,7 +377,12 @@ class Connection:
             # Without the compiled maker, or for a body of other classes than the Produce schema's:
             batches = made if made is not None else self._produced(p, response, response_ts, unverified)
         elif p.api_key == FETCH and response is not None and p.body is not None:
-            fetched = self._fetched(p, response, response_ts, unverified)
+            made = None
+            if _FETCHED is not None:
+                names = self.ctx.topic_names
+                made = _FETCHED(p.body, response, names, self._head(p), response_ts, unverified)
+            # Without the compiled maker, or for bodies of other classes than the Fetch schema's:
+            fetched = made if made is not None else self._fetched(p, response, response_ts, unverified)
         return _EXCHANGE(
             self.conn,
             self.client,
@@ -567,7 +572,50 @@ def _compiled_produced() -> Any:
     return m.ProducedBatches(classes, fields, made_by_position(ProducedBatch), RecordSet, ZERO_UUID)
 
 
+def _compiled_fetched() -> Any:
+    """`Connection._fetched` in C (ksniff.decode._bodies.FetchedPartitions, when built), reading the
+    Structs of the Fetch schema by field position; `_fetched` is the reference it is held to
+    (tests/decode/test_compiled_bodies.py) and runs for any other body."""
+    m = load("ksniff.decode._bodies")
+    if getattr(m, "FetchedPartitions", None) is None:
+        return None
+    from ksniff.decode.apis.consumer import FETCH as API
+    from ksniff.decode.interp import message_class
+    from ksniff.decode.values import camel, struct_class
+
+    def field(fields: tuple, name: str):
+        return next(f for f in fields if f.name == name)
+
+    def nested(fields: tuple, name: str) -> tuple:
+        f = field(fields, name)
+        return f.type.of, struct_class(f.type.of, camel(name))
+
+    request, response = message_class(API, True), message_class(API, False)
+    topic_fields, topic = nested(API.request, "topics")
+    _, part = nested(topic_fields, "partitions")
+    answer_fields, answer_topic = nested(API.response, "responses")
+    answer_part_fields, answer = nested(answer_fields, "partitions")
+    _, aborted = nested(answer_part_fields, "aborted_transactions")
+    state_field = field(API.request, "replica_state")
+    state = struct_class(state_field.type, camel("replica_state"))
+    named = (
+        (request, "topics", "replica_id", "replica_state", "isolation_level", "session_id", "session_epoch"),
+        (topic, "topic", "topic_id", "partitions"),
+        (part, "partition", "fetch_offset"),
+        (response, "responses"),
+        (answer_topic, "topic", "topic_id", "partitions"),
+        (answer, "partition_index", "error_code", "high_watermark", "last_stable_offset", "log_start_offset"),
+        (answer, "aborted_transactions", "records"),
+        (aborted, "producer_id", "first_offset"),
+        (state, "replica_id"),
+    )
+    fields = tuple(cls._fields.index(name) for cls, *names in named for name in names)
+    classes = (request, topic, part, response, answer_topic, answer, aborted, state)
+    return m.FetchedPartitions(classes, fields, made_by_position(FetchedPartition), ZERO_UUID)
+
+
 _PRODUCED = _compiled_produced()
+_FETCHED = _compiled_fetched()
 # An Exchange, and a request waiting for its answer, made by position: in C when the compiled body reader
 # is built (made_by_position).
 _EXCHANGE = made_by_position(Exchange)

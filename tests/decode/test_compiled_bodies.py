@@ -265,6 +265,7 @@ def test_corpus_decode_events_identical(path, monkeypatch):
     ours = _decoded(path)
     monkeypatch.setattr(compiled, "_bodies", None)
     monkeypatch.setattr(connection, "_PRODUCED", None)
+    monkeypatch.setattr(connection, "_FETCHED", None)
     monkeypatch.setattr(connection, "_EXCHANGE", connection.Exchange)
     monkeypatch.setattr(connection, "request_head", frames.request_head_python)
     assert compiled.fast_decoder_for(ALL_APIS[0], 9, True) is compiled.decoder_for(ALL_APIS[0], 9, True)
@@ -410,6 +411,65 @@ def test_produced_batches_leave_other_bodies_to_python():
     head = (1.0, 7, "c", "b", None, 1, 9)
     assert _PRODUCED(tuple(request), response, {}, head, None, False) is None  # not a ProduceRequest
     assert _PRODUCED(request, tuple(response), {}, head, None, False) is None
+
+
+# -- the partitions of a Fetch exchange -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", range(FETCH.valid.low, FETCH.valid.high + 1))
+@pytest.mark.parametrize("nulls, tags", [(False, True), (True, True), (False, False)])
+def test_fetched_partitions_equal(version, nulls, tags):
+    """Every version's request and answer (the protocol fixtures: aborted transactions or none, records
+    or none, the replica_state a v15+ follower sends in its tags), topic ids known and not known."""
+    from ksniff.decode.connection import _FETCHED, Connection, Pending
+    from ksniff.decode.context import DecodeContext
+
+    assert _FETCHED is not None
+    request = compiled.decoder_for(FETCH, version, True)(
+        memoryview(fixture(FETCH, version, True, nulls=nulls, tags=tags)), 1_000_000
+    )[0]
+    response = compiled.decoder_for(FETCH, version, False)(
+        memoryview(fixture(FETCH, version, False, nulls=nulls, tags=tags)), 1_000_000
+    )[0]
+    ctx = DecodeContext(ALL_APIS, max_frame=1 << 20, max_in_flight=10, keep_records=False)
+    ctx.topic_names[response.responses[0].topic_id] = "orders"  # learnt from a Metadata answer; not the other
+    c = Connection(ctx, 7, "10.0.0.1:5000", "10.0.0.2:9092", True, False)
+    p = Pending(1, FETCH, 1, "Fetch", version, 11, "app", request, None, 1.0, 1.2, False, None)
+    head = (p.first_ts, c.conn, c.client, c.broker, p.client_id, p.correlation_id, p.api_version)
+    for unverified in (False, True):
+        ref = c._fetched(p, response, 2.5, unverified)
+        ours = _FETCHED(request, response, ctx.topic_names, head, 2.5, unverified)
+        assert type(ours) is tuple and len(ours) == 4
+        assert ours == ref
+        assert [tuple(map(type, dataclasses.astuple(f))) for f in ours] == [
+            tuple(map(type, dataclasses.astuple(f))) for f in ref
+        ]
+    if version >= 15 and tags:  # a follower's id from its replica_state
+        assert ours[0].replica_id == request.replica_state.replica_id != request.replica_id
+
+
+def test_fetched_partitions_asked_offsets_of_the_corpus():
+    """Real consumers' Fetch answers are each joined to the offset its request asked the partition from."""
+    asked = answered = 0
+    for path in CORPUS:
+        for event in _decoded(path)[0]:
+            for part in getattr(event, "fetched", ()):
+                answered += 1
+                asked += part.fetch_offset is not None
+    assert answered > 500 and asked == answered
+
+
+def test_fetched_partitions_leave_other_bodies_to_python():
+    from ksniff.decode.connection import _FETCHED
+
+    request = compiled.decoder_for(FETCH, 12, True)(memoryview(fixture(FETCH, 12, True, tags=False)), 100)[0]
+    response = compiled.decoder_for(FETCH, 12, False)(memoryview(fixture(FETCH, 12, False, tags=False)), 100)[
+        0
+    ]
+    head = (1.0, 7, "c", "b", None, 1, 12)
+    assert _FETCHED(tuple(request), response, {}, head, None, False) is None  # not a FetchRequest
+    assert _FETCHED(request, tuple(response), {}, head, None, False) is None
+    assert len(_FETCHED(request, response, {}, head, None, False)) == 4
 
 
 # -- events made by position ------------------------------------------------------------------------------
