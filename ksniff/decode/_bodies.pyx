@@ -8,11 +8,13 @@ string, bytes, a UUID, record batches, an array or a nested struct. Values are b
 decoder builds them (the same Struct classes, the same ints, strings, bytes and tuples; record batches by
 the same parse function), so the two give equal bodies. A struct's tagged fields are read here too
 (`Program.tags`: each known tag's place and how its value is read; an unknown tag kept with its bytes, in
-the order met), as the generated decoder reads them: Kafka brokers since 3.7 end every Fetch answer of
-version 16 or later with one (its node endpoints, usually none). Only the plain path is here: at the
-first thing that is not (bytes missing, a bad length or tag, the item budget passed) the body is read
-again by the generated decoder, which words the error exactly as before. The generated decoder is the reference: tests/decode/test_compiled_bodies.py holds
-the two to the same results on every body of the corpus and the protocol fixtures.
+the order met), as the generated decoder reads them: a broker may end every answer with one (Tansu,
+the corpus's broker, ends each Fetch answer of v16+ with node endpoints, most often none; Apache Kafka
+writes a tag when its value is not the default: a new leader's endpoints, the features in ApiVersions).
+Only the plain path is here: at the first thing that is not (bytes missing, a bad length or tag, the
+item budget passed) the body is read again by the generated decoder, which words the error exactly as
+before. The generated decoder is the reference: tests/decode/test_compiled_bodies.py holds the two to
+the same results on every body of the corpus and the protocol fixtures.
 """
 
 from cpython.object cimport PyObject

@@ -183,9 +183,10 @@ TAG_SECTIONS = {  # name: (the answer's tagged section, the outcome, the node en
 
 @pytest.mark.parametrize("name", TAG_SECTIONS)
 def test_tagged_sections_read_in_c_as_the_generated_decoder_reads_them(name):
-    """Kafka brokers since 3.7 end every Fetch answer of v16+ with a tagged node_endpoints (empty, most
-    often): the compiled reader reads such sections itself, known tags into their fields and unknown ones
-    kept, with the generated decoder's value; a bad section is handed back and gets its error."""
+    """A broker may end every Fetch answer of v16+ with a tagged node_endpoints (Tansu, the corpus's
+    broker, does, most often empty): the compiled reader reads such sections itself, known tags into their
+    fields and unknown ones kept, with the generated decoder's value; a bad section is handed back and
+    gets its error."""
     section, kind, endpoints = TAG_SECTIONS[name]
     plain = fixture(FETCH, 16, False, tags=False)
     assert plain.endswith(b"\x00")  # the answer's own (empty) tagged section ends the body
