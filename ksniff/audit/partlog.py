@@ -198,7 +198,6 @@ class Position:
 
     expected: int
     answered_ts: float
-    explained: bool = False  # an error, ListOffsets or OffsetFetch since the last answer
 
 
 @slotted_dataclass
@@ -569,7 +568,7 @@ def _on_fetched(st: LogState, ex: Exchange, part: FetchedPartition, out: list[Fi
             reader = lg.readers[rkey] = Reader(part.client, part.client_id, part.isolation_level)
         reader.fetches += 1
     read_committed = consumer and part.isolation_level == 1
-    lost = ctx.lost(ex)
+    lost = None  # ctx.lost(ex), asked only for a batch a read_committed consumer reads
     next_offset = asked
     for h in batches:
         lg.fetched_batches += 1
@@ -586,13 +585,18 @@ def _on_fetched(st: LogState, ex: Exchange, part: FetchedPartition, out: list[Fi
         if read_committed and h.transactional and not h.control and h.producer_id >= 0:
             if any(pid == h.producer_id and first <= h.base_offset for pid, first in aborted):
                 continue  # the broker told the consumer to skip it
+            if lost is None:
+                lost = ctx.lost(ex)
             _read_committed(lg, p, h, part, ex, out, lost)
     if reader is not None and next_offset is not None:
         reader.next_offset = next_offset
     if consumer and next_offset is not None:
-        if len(st.positions) >= MAX_POSITIONS and key not in st.positions:
-            st.positions.pop(next(iter(st.positions)))
-        st.positions[key] = Position(next_offset, part.response_ts or part.ts)
+        if position is not None:  # still the key's (only an error, above, lets it go): moved on in place
+            position.expected, position.answered_ts = next_offset, part.response_ts or part.ts
+        else:
+            if len(st.positions) >= MAX_POSITIONS:
+                st.positions.pop(next(iter(st.positions)))
+            st.positions[key] = Position(next_offset, part.response_ts or part.ts)
     if batches and part.fetch_offset is not None:
         _check_acked_range(lg, part, ex, out, ctx)
 
