@@ -16,6 +16,7 @@ from ksniff.audit import AuditConfig
 from ksniff.capture import CaptureLimits
 from ksniff.common.frozen import frozen_dataclass
 from ksniff.decode import Decoder
+from ksniff.decode.context import DecodeContext
 from ksniff.decode.decoder import (
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_MAX_IN_FLIGHT_TOTAL,
@@ -93,9 +94,11 @@ class EngineConfig:
         self,
         on_not_kafka: Callable[[int], Any] | None = None,
         on_elsewhere: Callable[[int, int], Any] | None = None,
+        shared: DecodeContext | None = None,
     ) -> Decoder:
         """A decoder for one run (or one partition of it) with this run's ports and caps; `on_elsewhere`:
-        how to give up a connection on another port that looks like Kafka (Decoder)."""
+        how to give up a connection on another port that looks like Kafka; `shared`: the context of
+        another decoder of this config whose counters and caches it adds to (Decoder)."""
         return Decoder(
             ports=self.ports,
             auto_detect=self.auto_detect,
@@ -108,6 +111,7 @@ class EngineConfig:
             max_partial_total=self.max_partial_total,
             max_body_items=self.max_body_items,
             records_caps=(self.max_records_batch, self.max_records_request, self.max_records_run),
+            shared=shared,
         )
 
     def audit_config(self) -> AuditConfig:

@@ -6,6 +6,7 @@ decoder routes stream events to connections, the context is all a connection nee
 
 from __future__ import annotations
 
+import copy
 import functools
 import struct
 from collections.abc import Callable, Mapping
@@ -76,6 +77,15 @@ class DecodeContext:
         # (API key, version) -> VersionPlan: only versions the tables know, so hostile keys and versions
         # never grow it; made by `remember` once the version's counters exist.
         self.plans: dict[tuple[int, int], VersionPlan] = {}
+
+    def sharing(self) -> DecodeContext:
+        """A context for another part of the same run, decoded apart (the Spark engine's flows of one
+        task): the same counters, per-API counts and caches of body decoders and version plans, so that
+        nothing is made or counted once per part, but topic names of its own, as each part learns them
+        only from the Metadata answers it sees."""
+        other = copy.copy(self)
+        other.topic_names = {}
+        return other
 
     def remember(self, api: Api | None, version: int, counts: ApiCounts) -> VersionPlan | None:
         """The VersionPlan of `api` at `version` (made on first call), or None when its bodies are not

@@ -126,6 +126,7 @@ class Decoder:
         max_body_items: int = MAX_BODY_ITEMS,
         on_elsewhere: Callable[[int, int], Any] | None = None,
         watch_elsewhere: bool = True,
+        shared: DecodeContext | None = None,
     ) -> None:
         self.ports = frozenset(ports)
         self.auto_detect = auto_detect
@@ -136,15 +137,20 @@ class Decoder:
         # its bytes (the capture room's `Reassembler.drop(conn, tally=port)`).
         self.on_elsewhere = on_elsewhere
         self.watch_elsewhere = watch_elsewhere
-        # What every connection shares: body decoding, counters, caps and the run's topic names.
-        ctx = self.ctx = DecodeContext(
-            apis if apis is not None else _default_apis(),
-            max_frame=max_frame,
-            max_in_flight=max_in_flight,
-            keep_records=keep_records,
-            body_decoder=body_decoder,
-            max_body_items=max_body_items,
-        )
+        # What every connection shares: body decoding, counters, caps and the run's topic names; with
+        # `shared` (another decoder's context, made with the same settings: DecodeContext.sharing), its
+        # counters and caches too.
+        if shared is not None:
+            ctx = self.ctx = shared.sharing()
+        else:
+            ctx = self.ctx = DecodeContext(
+                apis if apis is not None else _default_apis(),
+                max_frame=max_frame,
+                max_in_flight=max_in_flight,
+                keep_records=keep_records,
+                body_decoder=body_decoder,
+                max_body_items=max_body_items,
+            )
         self.max_frame, self.max_in_flight, self.keep_records = max_frame, max_in_flight, keep_records
         self.apis, self.stats, self.request_check = ctx.apis, ctx.stats, ctx.request_check
         self.topic_names = ctx.topic_names  # topic id -> name, learnt from Metadata responses in the run

@@ -65,9 +65,9 @@ from ksniff.capture.compiled import load
 from ksniff.capture.events import CaptureStats, ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.packets import TRUNCATED
-from ksniff.common.counters import add_counters
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.config import EngineConfig
+from ksniff.decode.context import DecodeContext
 from ksniff.decode.events import (
     ConnectionEnded,
     ConnectionLost,
@@ -315,10 +315,12 @@ class FileMeta:
 
 @slotted_dataclass
 class FlowStats:
-    """What one stage-2 task's reassemblers and decoders counted."""
+    """What one stage-2 task's reassemblers and decoders counted (`decoding`: the context whose counters
+    are `decode`, which the task's decoders of the set share, with its caches)."""
 
     capture: CaptureStats
     decode: DecodeStats
+    decoding: DecodeContext | None = None
     kafka_connections: int = 0
     evicted: int = 0
     forced_gaps: int = 0
@@ -921,7 +923,8 @@ class _Flow:
         self.tables = config.keep_tables or config.keep_records
         # The task's counters of the set: the reassembler only adds to them, so every flow's counts in one.
         self.reassembler = Reassembler(config.limits, stats.capture, conn_id=self._conn_id)
-        self.decoder = config.decoder(self.reassembler.drop, self.reassembler.drop)
+        # The set's decoders in this task share their counters and caches (not their topic names).
+        self.decoder = config.decoder(self.reassembler.drop, self.reassembler.drop, shared=stats.decoding)
         self.position: tuple[float, int, int] = (0.0, 0, 0)
         # The positions of this flow's segments from the first one a chunk still being merged may have
         # started at: the n-th segment the reassembler took (its count, StreamChunk.at) is at
@@ -961,7 +964,6 @@ class _Flow:
         for event in self.decoder.finish():
             self._decoded(event, 2, INF, self._opening(event.conn))
         s = self.stats
-        add_counters(s.decode, self.decoder.stats)
         s.kafka_connections += self.decoder.kafka_connections
         s.evicted += reassembler.evicted
         s.forced_gaps += reassembler.forced_gaps
@@ -1228,14 +1230,15 @@ def decode(config: EngineConfig, ends: dict[int, RunEnd]):
         for (cset, _flow), blocks in itertools.groupby(_block_rows(batches), key=lambda row: row[:2]):
             rows.cset = cset
             if cset not in stats:
-                stats[cset] = FlowStats(CaptureStats(), DecodeStats(by_api={}))
+                decoding = config.decoder().ctx
+                stats[cset] = FlowStats(CaptureStats(), decoding.stats, decoding)
                 seen[cset] = _Seen()
             _Flow(config, ends[cset], stats[cset], rows, seen[cset]).run(merged(blocks))
             if rows.full():
                 yield rows.take()
         for cset, counted in stats.items():
             rows.cset = cset
-            rows.add(FLOW_STATS, None, NO_ORDER, dumps(counted))
+            rows.add(FLOW_STATS, None, NO_ORDER, dumps(replace(counted, decoding=None)))
             seen[cset].add_rows(rows)
         yield rows.take()
 

@@ -710,3 +710,59 @@ def test_what_every_fold_is_given_of_an_api_versions_answer() -> None:
         assert len(r["blob"]) < len(pickle.dumps(table)) / 2
         given += 1
     assert given > 5
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+def test_a_tasks_decoders_share_their_counters_not_their_topic_names() -> None:
+    """A task's flows of one capture set are decoded by decoders that share one context's counters and
+    caches (DecodeContext.sharing): for every corpus capture decoded by one task, the decode counters are
+    the sum of each flow's decoded by a task of its own, and so is every other row; a flow's decoder
+    learns topic names only from its own flow's Metadata answers, as a decoder of its own does."""
+    import pyarrow as pa
+
+    from ksniff.common.counters import add_counters
+    from ksniff.config import EngineConfig
+    from ksniff.decode.events import DecodeStats
+    from ksniff.engine import spark_tasks as tasks
+
+    config = EngineConfig(keep_tables=True)
+    compared = 0
+    for capture in sorted(PCAPS.glob("*.pcap")):
+        apart_rows, _conns, end = _stage2_rows(str(capture), config)  # a task per flow
+        path = str(capture)
+        listing = pa.RecordBatch.from_pydict(
+            {
+                "file": [0],
+                "path": [path],
+                "uri": [path],
+                "folder": [False],
+                "content": pa.nulls(1, pa.binary()),
+            }
+        )
+        table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
+        table = table.filter(pa.compute.is_valid(table.column("flow")))
+        order = pa.compute.sort_indices(
+            table, sort_keys=[(c, "ascending") for c in ("flow", "pm", "file", "idx")]
+        )
+        one_task = [
+            r
+            for batch in tasks.decode(config, {0: tasks.RunEnd(end.end_ts)})(
+                iter(table.take(order).to_batches())
+            )
+            for r in batch.to_pylist()
+        ]
+        (shared,) = [tasks.loads(r["blob"]).decode for r in one_task if r["kind"] == tasks.FLOW_STATS]
+        apart = DecodeStats(by_api={})
+        for r in apart_rows:
+            if r["kind"] == tasks.FLOW_STATS:
+                add_counters(apart, tasks.loads(r["blob"]).decode)
+        assert shared == apart, capture.name
+        events = (tasks.TABLE, tasks.KEYED, tasks.KEYED_LOG, tasks.CONTEXT, tasks.LOG)
+        assert sorted((r["kind"], r["blob"]) for r in one_task if r["kind"] in events) == sorted(
+            (r["kind"], r["blob"]) for r in apart_rows if r["kind"] in events
+        ), capture.name
+        compared += shared.exchanges
+    assert compared > 2000
+    a = config.decoder()
+    b = config.decoder(shared=a.ctx)
+    assert b.stats is a.stats and b.ctx.plans is a.ctx.plans and b.topic_names is not a.topic_names
