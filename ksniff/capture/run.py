@@ -162,6 +162,14 @@ def _batched_walk(f: CaptureFile, offset: float) -> Iterator[list[tuple]]:
     return ([(seg[0] + offset, *seg[1:]) for seg in batch] for batch in f.segments(batched=True))
 
 
+def _next_batch(walk: Iterator[list[tuple]]) -> list[tuple] | None:
+    """A walk's next list that holds a segment (None at its end)."""
+    for batch in walk:
+        if batch:
+            return batch
+    return None
+
+
 def _merged_batches(files: list[CaptureFile], shifts: list[float]) -> Iterator[list[tuple]]:
     """`_merged` a run of one file's segments at a time: the merge takes a file's next segment while it
     is still the least of all (its timestamp, then the file's place, against the next segment of every
@@ -178,9 +186,7 @@ def _merged_batches(files: list[CaptureFile], shifts: list[float]) -> Iterator[l
         _key, n, batch, i, walk = heap[0]
         if walk is None:  # the merge is at this file's first segment: open it
             walk = _batched_walk(files[n], shifts[n])
-            batch, i = next(walk, None), 0
-            while batch is not None and not batch:
-                batch = next(walk, None)
+            batch, i = _next_batch(walk), 0
             if batch is None:
                 heapq.heappop(heap)
                 continue
@@ -199,9 +205,7 @@ def _merged_batches(files: list[CaptureFile], shifts: list[float]) -> Iterator[l
                     j += 1
         yield batch if i == 0 and j == m else batch[i:j]
         if j == m:
-            batch, j = next(walk, None), 0
-            while batch is not None and not batch:
-                batch = next(walk, None)
+            batch, j = _next_batch(walk), 0
             if batch is None:
                 heapq.heappop(heap)
                 continue

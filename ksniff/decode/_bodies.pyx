@@ -609,6 +609,14 @@ cdef inline object _field(object struct, Py_ssize_t i):
     return <object> PyTuple_GET_ITEM(struct, i)
 
 
+cdef inline object _topic_key(object topic, Py_ssize_t name_at, Py_ssize_t id_at, object zero_uuid):
+    """A topic's topic id, or its name when it has none (`connection._topic_key`)."""
+    topic_id = _field(topic, id_at)
+    if topic_id is not None and topic_id is not zero_uuid and topic_id != zero_uuid:
+        return topic_id
+    return _field(topic, name_at) or ""
+
+
 cdef class ProducedBatches:
     """`Connection._produced` in C: each record batch of a Produce request with the broker's answer for
     its partition, as ProducedBatch events (`batch`), built from the request's and response's Structs by
@@ -627,12 +635,6 @@ cdef class ProducedBatches:
          self.sp_error, self.sp_base) = fields
         self.classes, self.batch, self.record_set, self.zero_uuid = classes, batch, record_set, zero_uuid
 
-    cdef object _key(self, object topic, Py_ssize_t name_at, Py_ssize_t id_at):
-        topic_id = _field(topic, id_at)
-        if topic_id is not None and topic_id is not self.zero_uuid and topic_id != self.zero_uuid:
-            return topic_id
-        return _field(topic, name_at) or ""
-
     def __call__(self, request, response, dict names, tuple head, response_ts, unverified):
         """`head`: (ts, conn, client, broker, client_id, correlation_id, api_version) of the exchange."""
         cdef dict answers = {}
@@ -647,7 +649,7 @@ cdef class ProducedBatches:
             for topic in _field(response, self.s_topics) or ():
                 if type(topic) is not self.classes[4]:
                     return None
-                key = self._key(topic, self.st_name, self.st_id)
+                key = _topic_key(topic, self.st_name, self.st_id, self.zero_uuid)
                 for part in _field(topic, self.st_parts) or ():
                     if type(part) is not self.classes[5]:
                         return None
@@ -657,7 +659,7 @@ cdef class ProducedBatches:
         for topic in _field(request, self.r_topics) or ():
             if type(topic) is not self.classes[1]:
                 return None
-            key = self._key(topic, self.t_name, self.t_id)
+            key = _topic_key(topic, self.t_name, self.t_id, self.zero_uuid)
             topic_name = key if isinstance(key, str) else names.get(key, str(key))
             for part in _field(topic, self.t_parts) or ():
                 if type(part) is not self.classes[2]:
@@ -724,12 +726,6 @@ cdef class FetchedPartitions:
          self.sp_aborted, self.sp_records, self.a_pid, self.a_first, self.rs_replica) = fields
         self.classes, self.made, self.zero_uuid = classes, made, zero_uuid
 
-    cdef object _key(self, object topic, Py_ssize_t name_at, Py_ssize_t id_at):
-        topic_id = _field(topic, id_at)
-        if topic_id is not None and topic_id is not self.zero_uuid and topic_id != self.zero_uuid:
-            return topic_id
-        return _field(topic, name_at) or ""
-
     def __call__(self, request, response, dict names, tuple head, response_ts, unverified):
         """`head`: (ts, conn, client, broker, client_id, correlation_id, api_version) of the exchange."""
         cdef dict asked = {}
@@ -741,7 +737,7 @@ cdef class FetchedPartitions:
         for topic in _field(request, self.r_topics):
             if type(topic) is not classes[1]:
                 return None
-            key = self._key(topic, self.t_name, self.t_id)
+            key = _topic_key(topic, self.t_name, self.t_id, self.zero_uuid)
             for part in _field(topic, self.t_parts):
                 if type(part) is not classes[2]:
                     return None
@@ -760,7 +756,7 @@ cdef class FetchedPartitions:
         for topic in _field(response, self.s_topics):
             if type(topic) is not classes[4]:
                 return None
-            key = self._key(topic, self.st_name, self.st_id)
+            key = _topic_key(topic, self.st_name, self.st_id, self.zero_uuid)
             name = key if isinstance(key, str) else names.get(key, str(key))
             for part in _field(topic, self.st_parts):
                 if type(part) is not classes[5]:

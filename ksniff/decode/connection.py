@@ -539,6 +539,19 @@ def _topic_key(topic: Any, name_field: str = "name") -> Any:
     return getattr(topic, name_field, "") or ""
 
 
+def _nested(fields: tuple, name: str) -> tuple:
+    """The fields and the Struct class of the elements of the array field `name` of a schema's `fields`."""
+    from ksniff.decode.values import camel, struct_class
+
+    f = next(f for f in fields if f.name == name)
+    return f.type.of, struct_class(f.type.of, camel(name))
+
+
+def _places(named: tuple) -> tuple[int, ...]:
+    """The places of the fields `named` lists, each (Struct class, its fields' names...), in order."""
+    return tuple(cls._fields.index(name) for cls, *names in named for name in names)
+
+
 def _compiled_produced() -> Any:
     """`Connection._produced` in C (ksniff.decode._bodies.ProducedBatches, when built), reading the
     Structs of the Produce schema by field position; `_produced` is the reference it is held to
@@ -548,17 +561,12 @@ def _compiled_produced() -> Any:
         return None
     from ksniff.decode.apis.producer import PRODUCE as API
     from ksniff.decode.interp import message_class
-    from ksniff.decode.values import camel, struct_class
-
-    def nested(fields: tuple, name: str) -> tuple:
-        f = next(f for f in fields if f.name == name)
-        return f.type.of, struct_class(f.type.of, camel(name))
 
     request, response = message_class(API, True), message_class(API, False)
-    topic_fields, topic = nested(API.request, "topic_data")
-    _, part = nested(topic_fields, "partition_data")
-    answer_fields, answer_topic = nested(API.response, "responses")
-    _, answer = nested(answer_fields, "partition_responses")
+    topic_fields, topic = _nested(API.request, "topic_data")
+    _, part = _nested(topic_fields, "partition_data")
+    answer_fields, answer_topic = _nested(API.response, "responses")
+    _, answer = _nested(answer_fields, "partition_responses")
     named = (
         (request, "transactional_id", "acks", "topic_data"),
         (topic, "name", "topic_id", "partition_data"),
@@ -567,9 +575,8 @@ def _compiled_produced() -> Any:
         (answer_topic, "name", "topic_id", "partition_responses"),
         (answer, "index", "error_code", "base_offset"),
     )
-    fields = tuple(cls._fields.index(name) for cls, *names in named for name in names)
     classes = (request, topic, part, response, answer_topic, answer)
-    return m.ProducedBatches(classes, fields, made_by_position(ProducedBatch), RecordSet, ZERO_UUID)
+    return m.ProducedBatches(classes, _places(named), made_by_position(ProducedBatch), RecordSet, ZERO_UUID)
 
 
 def _compiled_fetched() -> Any:
@@ -583,20 +590,13 @@ def _compiled_fetched() -> Any:
     from ksniff.decode.interp import message_class
     from ksniff.decode.values import camel, struct_class
 
-    def field(fields: tuple, name: str):
-        return next(f for f in fields if f.name == name)
-
-    def nested(fields: tuple, name: str) -> tuple:
-        f = field(fields, name)
-        return f.type.of, struct_class(f.type.of, camel(name))
-
     request, response = message_class(API, True), message_class(API, False)
-    topic_fields, topic = nested(API.request, "topics")
-    _, part = nested(topic_fields, "partitions")
-    answer_fields, answer_topic = nested(API.response, "responses")
-    answer_part_fields, answer = nested(answer_fields, "partitions")
-    _, aborted = nested(answer_part_fields, "aborted_transactions")
-    state_field = field(API.request, "replica_state")
+    topic_fields, topic = _nested(API.request, "topics")
+    _, part = _nested(topic_fields, "partitions")
+    answer_fields, answer_topic = _nested(API.response, "responses")
+    answer_part_fields, answer = _nested(answer_fields, "partitions")
+    _, aborted = _nested(answer_part_fields, "aborted_transactions")
+    state_field = next(f for f in API.request if f.name == "replica_state")
     state = struct_class(state_field.type, camel("replica_state"))
     named = (
         (request, "topics", "replica_id", "replica_state", "isolation_level", "session_id", "session_epoch"),
@@ -609,9 +609,8 @@ def _compiled_fetched() -> Any:
         (aborted, "producer_id", "first_offset"),
         (state, "replica_id"),
     )
-    fields = tuple(cls._fields.index(name) for cls, *names in named for name in names)
     classes = (request, topic, part, response, answer_topic, answer, aborted, state)
-    return m.FetchedPartitions(classes, fields, made_by_position(FetchedPartition), ZERO_UUID)
+    return m.FetchedPartitions(classes, _places(named), made_by_position(FetchedPartition), ZERO_UUID)
 
 
 _PRODUCED = _compiled_produced()

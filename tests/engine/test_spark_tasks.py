@@ -576,9 +576,12 @@ def _which(event) -> tuple:
     )
 
 
-def _stage2_rows(path: str, config, folds: int = 1) -> tuple[list[dict], dict[int, int], object]:
-    """Stage 2's rows of one capture (each flow decoded by a task of its own, the partition logs' rows
-    for `folds` folds), the local engine's connection numbers and the capture's RunEnd."""
+def _stage2_rows(
+    path: str, config, folds: int = 1, one_task: bool = False
+) -> tuple[list[dict], dict[int, int], object]:
+    """Stage 2's rows of one capture (each flow decoded by a task of its own, or with `one_task` every
+    flow by one task; the partition logs' rows for `folds` folds), the local engine's connection numbers
+    and the capture's RunEnd."""
     import itertools
 
     import pyarrow as pa
@@ -593,7 +596,7 @@ def _stage2_rows(path: str, config, folds: int = 1) -> tuple[list[dict], dict[in
     meta = tasks.loads(table.filter(pa.compute.is_valid(table.column("meta"))).column("meta")[0].as_py())
     rows = sorted(segments.to_pylist(), key=lambda r: (r["flow"], r["pm"], r["file"], r["idx"]))
     out: list[dict] = []
-    for _flow, mine in itertools.groupby(rows, key=lambda r: r["flow"]):
+    for _flow, mine in itertools.groupby(rows, key=lambda r: None if one_task else r["flow"]):
         batch = pa.RecordBatch.from_pylist(list(mine), schema=tasks.SEGMENTS)
         for rows_out in tasks.decode(config, {0: tasks.RunEnd(meta.max_ts, folds=folds)})(iter([batch])):
             out.extend(rows_out.to_pylist())
@@ -718,8 +721,6 @@ def test_a_tasks_decoders_share_their_counters_not_their_topic_names() -> None:
     caches (DecodeContext.sharing): for every corpus capture decoded by one task, the decode counters are
     the sum of each flow's decoded by a task of its own, and so is every other row; a flow's decoder
     learns topic names only from its own flow's Metadata answers, as a decoder of its own does."""
-    import pyarrow as pa
-
     from ksniff.common.counters import add_counters
     from ksniff.config import EngineConfig
     from ksniff.decode.events import DecodeStats
@@ -728,29 +729,8 @@ def test_a_tasks_decoders_share_their_counters_not_their_topic_names() -> None:
     config = EngineConfig(keep_tables=True)
     compared = 0
     for capture in sorted(PCAPS.glob("*.pcap")):
-        apart_rows, _conns, end = _stage2_rows(str(capture), config)  # a task per flow
-        path = str(capture)
-        listing = pa.RecordBatch.from_pydict(
-            {
-                "file": [0],
-                "path": [path],
-                "uri": [path],
-                "folder": [False],
-                "content": pa.nulls(1, pa.binary()),
-            }
-        )
-        table = pa.Table.from_batches(list(tasks.extract(iter([listing]))), schema=tasks.SEGMENTS)
-        table = table.filter(pa.compute.is_valid(table.column("flow")))
-        order = pa.compute.sort_indices(
-            table, sort_keys=[(c, "ascending") for c in ("flow", "pm", "file", "idx")]
-        )
-        one_task = [
-            r
-            for batch in tasks.decode(config, {0: tasks.RunEnd(end.end_ts)})(
-                iter(table.take(order).to_batches())
-            )
-            for r in batch.to_pylist()
-        ]
+        apart_rows, _conns, _end = _stage2_rows(str(capture), config)  # a task per flow
+        one_task, _conns, _end = _stage2_rows(str(capture), config, one_task=True)
         (shared,) = [tasks.loads(r["blob"]).decode for r in one_task if r["kind"] == tasks.FLOW_STATS]
         apart = DecodeStats(by_api={})
         for r in apart_rows:
