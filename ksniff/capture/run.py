@@ -52,12 +52,7 @@ class CaptureRun:
 
     def _events(self) -> Iterator[StreamEvent]:
         try:
-            if hot_loop() is not None:
-                # The segments in lists (the compiled walk's batches, cut where the merge of several
-                # files goes to another file), to the hot loop
-                yield from self.reassembler.batch_events(batched_segments(self._files, self.offsets))
-            else:
-                yield from self.reassembler.events(segments(self._files, self.offsets))
+            yield from reassembled(self.reassembler, self._files, self.offsets)
         finally:
             self._summarise()
 
@@ -102,6 +97,17 @@ def add_file_counts(
         warnings.append(f"{path}: {counts.fragments} IP fragments not reassembled")
 
 
+def reassembled(
+    reassembler: Reassembler, files: list[CaptureFile], offsets: Sequence[float] = ()
+) -> Iterator[StreamEvent]:
+    """`reassembler`'s events for the files' segments merged by time (`segments`): in the compiled
+    walk's lists, cut where the merge goes to another file, through the hot loop when it is built, else
+    one at a time through the Python loop."""
+    if hot_loop() is not None:
+        return reassembler.batch_events(batched_segments(files, offsets))
+    return reassembler.events(segments(files, offsets))
+
+
 def segments(files: list[CaptureFile], offsets: Sequence[float] = ()) -> Iterator[tuple]:
     """Segments of all files; several files are merged by timestamp, each file's shifted by its offset
     (seconds added: ksniff.engine.clock) when given."""
@@ -120,12 +126,7 @@ def _merged(files: list[CaptureFile], shifts: list[float]) -> Iterator[tuple]:
     opened only when the merge reaches its first segment (`CaptureFile.first_ts`, read first with the file
     closed again) and closed after its last: the rotated files of a week of captures hold open the few
     the merge is in, not thousands at once."""
-    heap = []
-    for n, f in enumerate(files):
-        ts = f.first_ts()
-        if ts is not None:
-            heap.append((ts + shifts[n], n, None, None))
-    heapq.heapify(heap)
+    heap = [(ts, n, None, None) for ts, n in _first_times(files, shifts)]
     while heap:
         _key, n, seg, walk = heap[0]
         if walk is None:  # the merge is at this file's first segment: open it
@@ -140,6 +141,13 @@ def _merged(files: list[CaptureFile], shifts: list[float]) -> Iterator[tuple]:
             heapq.heappop(heap)
         else:
             heapq.heapreplace(heap, (seg[0], n, seg, walk))
+
+
+def _first_times(files: list[CaptureFile], shifts: list[float]) -> list[tuple[float, int]]:
+    """(the shifted time of its first TCP segment, its place) of each file that has one, in order: where
+    a merge opens each file (the files stay closed until then)."""
+    firsts = [(f.first_ts(), n) for n, f in enumerate(files)]
+    return sorted((ts + shifts[n], n) for ts, n in firsts if ts is not None)
 
 
 def _shifted(walk: Iterator[tuple], offset: float) -> Iterator[tuple]:
@@ -176,12 +184,8 @@ def _merged_batches(files: list[CaptureFile], shifts: list[float]) -> Iterator[l
     other file), so a run goes on until a segment of another file comes first. Rotated files, which
     follow one another, give their whole batches; files of hosts captured at once, the runs between
     their segments."""
-    heap: list[tuple] = []  # (its next segment's timestamp, file, its batch, that segment's place, walk)
-    for n, f in enumerate(files):
-        ts = f.first_ts()
-        if ts is not None:
-            heap.append((ts + shifts[n], n, None, 0, None))
-    heapq.heapify(heap)
+    # (its next segment's timestamp, file, its batch, that segment's place, walk)
+    heap: list[tuple] = [(ts, n, None, 0, None) for ts, n in _first_times(files, shifts)]
     while heap:
         _key, n, batch, i, walk = heap[0]
         if walk is None:  # the merge is at this file's first segment: open it

@@ -330,7 +330,7 @@ cdef object _tagged(Program prog, Cursor *c, object values, object view, object 
     wins), the unknown tags as (tag, bytes), returned in the order met. Anything amiss in the section or
     a value (a varint too long, a size past the end, a value past its tag's bytes): the generated
     decoder's, which reads the whole section before any value and words the error."""
-    cdef Py_ssize_t count, i, tag, size
+    cdef Py_ssize_t count, i, tag, size, place
     cdef Cursor sub
     cdef PyObject *old
     cdef list unknown = None
@@ -353,10 +353,10 @@ cdef object _tagged(Program prog, Cursor *c, object values, object view, object 
             sub.p, sub.pos, sub.end, sub.budget = c.p, c.pos, c.pos + size, c.budget
             v = _value(<Op> (<tuple> hit)[1], &sub, prog.flexible, view, parse, make_uuid)
             c.budget = sub.budget
-            i = (<tuple> hit)[0]
-            old = PyTuple_GET_ITEM(values, i)
+            place = (<tuple> hit)[0]
+            old = PyTuple_GET_ITEM(values, place)
             Py_INCREF(v)
-            PyTuple_SET_ITEM(values, i, v)
+            PyTuple_SET_ITEM(values, place, v)
             Py_XDECREF(old)
         c.pos += size
     return () if unknown is None else tuple(unknown)

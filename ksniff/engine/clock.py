@@ -36,7 +36,7 @@ from dataclasses import field, replace
 from ksniff.audit.transactions import add_partitions_entries
 from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.files import CaptureFile
-from ksniff.capture.reassembly import Reassembler, hot_loop
+from ksniff.capture.reassembly import Reassembler
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
@@ -163,7 +163,7 @@ def anchors_of(
     paths: Sequence[str], ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None
 ) -> Anchors:
     """The anchors of files that share one clock, decoding only the four APIs they come from."""
-    from ksniff.capture.run import batched_segments, segments
+    from ksniff.capture.run import reassembled
 
     anchors = Anchors()
     files = [CaptureFile(p, limits) for p in paths]
@@ -174,11 +174,7 @@ def anchors_of(
         )
 
         def exchanges():
-            if hot_loop() is not None:  # the compiled walk's lists through the hot loop
-                events = reassembler.batch_events(batched_segments(files))
-            else:
-                events = reassembler.events(segments(files))
-            for event in events:
+            for event in reassembled(reassembler, files):
                 yield from decoder.feed(event)
             yield from decoder.finish()  # once the walk is over: the requests left unanswered
 
