@@ -710,3 +710,67 @@ def pieces(parts, type mapped):
         else:
             return None
     return total, all_mapped
+
+
+# The pages of a mapped capture file, mapped in ahead of the walk and dropped behind it, for
+# ksniff.capture.readahead's worker thread: both run without the GIL, so the walk goes on meanwhile.
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <sys/mman.h>
+    #include <unistd.h>
+    #ifndef MADV_POPULATE_READ
+    #define MADV_POPULATE_READ 22  /* Linux 5.14 */
+    #endif
+
+    static long ks_page(void) {
+        long page = sysconf(_SC_PAGESIZE);
+        return page > 0 ? page : 4096;
+    }
+
+    /* Maps the pages of [p, p + n) in: by the kernel in one call where it can (MADV_POPULATE_READ),
+       else by reading a byte of each page, which faults it in (from the page cache, or the disk). */
+    static void ks_populate(const unsigned char *p, size_t n) {
+        long page = ks_page();
+        uintptr_t start = (uintptr_t)p & ~(uintptr_t)(page - 1);
+        volatile unsigned char sink;
+        if (madvise((void *)start, (uintptr_t)p + n - start, MADV_POPULATE_READ) == 0)
+            return;
+        for (size_t i = 0; i < n; i += page)  /* a byte of every page the range overlaps */
+            sink = p[i];
+        sink = p[n - 1];
+        (void)sink;
+    }
+
+    /* Drops the whole pages of [p, p + n) from the mapping (their next read maps them in again from
+       the file). Only for a mapping's own page-aligned start, so nothing outside it is touched. */
+    static int ks_release(const unsigned char *p, size_t n) {
+        long page = ks_page();
+        if ((uintptr_t)p % page)
+            return -1;
+        n -= n % page;
+        return n ? madvise((void *)p, n, MADV_DONTNEED) : 0;
+    }
+    """
+    void ks_populate(const unsigned char *p, size_t n) nogil
+    int ks_release(const unsigned char *p, size_t n) nogil
+
+
+def populate(const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t stop):
+    """Maps the pages of buf[start:stop] in (a memory map of a capture file), without the GIL."""
+    stop = min(stop, buf.shape[0])
+    if 0 <= start < stop:
+        with nogil:
+            ks_populate(&buf[start], stop - start)
+
+
+def release(const unsigned char[::1] buf, Py_ssize_t stop):
+    """Drops the mapped pages of buf[:stop] (a whole memory map of a capture file, so it starts on a
+    page), without the GIL. Returns madvise's 0, or -1 (the buffer does not start on a page: nothing
+    dropped)."""
+    cdef int done = 0
+    stop = min(stop, buf.shape[0])
+    if stop > 0:
+        with nogil:
+            done = ks_release(&buf[0], stop)
+    return done

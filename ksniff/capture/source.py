@@ -2,7 +2,11 @@
 
 Walks read `buf[pos:end]` and call `more(pos)` when a record runs past `end`. A gzip stream is inflated
 a window at a time, so memory follows the window, not the file; the total it may inflate to is capped
-(`max_inflated`), and a stream cut there ends the walk with the cap named in a warning.
+(`max_inflated`), and a stream cut there ends the walk with the cap named in a warning. A mapped file is
+served a window at a time too: from the second window on, the pages of the window after the walk's are
+mapped in ahead of it, and those of the windows it has left are dropped (ksniff.capture.readahead). A
+file is opened and closed again before its walk (its header, its first packet's time): nothing is read
+ahead for those.
 """
 
 from __future__ import annotations
@@ -12,10 +16,14 @@ import os
 import stat
 import zlib
 
+from ksniff.capture import readahead
 from ksniff.capture.errors import CaptureError
 
 GZIP_MAGIC = b"\x1f\x8b"
-WINDOW = 32 << 20  # bytes parsed between progress updates (and inflated per step from a gzip stream)
+# Bytes parsed between progress updates, inflated per step from a gzip stream, and of a mapped file the
+# step of its readahead: at most about two windows of a file are mapped at once (the one walked, the one
+# after it), however big it is.
+WINDOW = 16 << 20
 
 
 class Gunzip:
@@ -117,6 +125,7 @@ class CaptureBuffer:
                 return None
             self._release(pos)
             self.end = min(self.size, self.end + WINDOW)
+            readahead.ahead(self.buf, self.end, min(self.size, self.end + WINDOW))
             self.read_pos = self.end
             return pos
         data = self._gz.read(WINDOW)
@@ -139,8 +148,8 @@ class CaptureBuffer:
         since the last window (unmapped ranges cost the kernel next to nothing to walk).
         """
         upto = pos - pos % mmap.PAGESIZE
-        if self._map is not None and upto > self._released and hasattr(self._map, "madvise"):
-            self._map.madvise(mmap.MADV_DONTNEED, 0, upto)
+        if self._map is not None and upto > self._released:
+            readahead.behind(self._map, self.buf, upto)
             self._released = upto
 
     def truncated(self, pos: int) -> str:
