@@ -1,5 +1,8 @@
-"""The optional compiled parts of ksniff (`ksniff.capture._fastwalk`, `ksniff.decode._crc`,
-`ksniff.common._slots`, `ksniff.decode._bodies`, `ksniff.engine._pack`), built from their .pyx by Cython.
+"""The optional compiled parts of ksniff, built by Cython: the modules written for it
+(`ksniff.capture._fastwalk`, `ksniff.decode._crc`, `ksniff.common._slots`, `ksniff.decode._bodies`,
+`ksniff.engine._pack`, from their .pyx), and the audit's fold compiled from its own Python source
+(`ksniff.audit.fold`, `partlog`, ...: the same code, without the interpreter's dispatch;
+KSNIFF_PURE_PYTHON=1 runs the source, ksniff.common.sources).
 
 Everything else (metadata, dependencies, packages) is in pyproject.toml. The extensions are optional: when
 Cython is missing or no C compiler works, the build goes on without them and ksniff runs its pure-Python
@@ -26,9 +29,25 @@ class OptionalBuildExt(build_ext):
             print(f"ksniff: {ext.name} not built ({exc}); the pure-Python walk will be used")
 
 
+# The modules of ksniff/audit/ compiled from their Python source (ksniff.common.sources loads the source
+# instead when KSNIFF_PURE_PYTHON is set).
+COMPILED_SOURCES = (
+    "auditor",
+    "fold",
+    "idempotence",
+    "identity",
+    "keys",
+    "offsets",
+    "partlog",
+    "produce",
+    "state",
+    "transactions",
+)
+
+
 def extensions() -> list:
     try:
-        from Cython.Build import cythonize
+        import Cython.Build  # noqa: F401 - only whether it is there
     except ImportError:
         print("ksniff: Cython not found; the pure-Python capture walk will be used")
         return []
@@ -46,10 +65,28 @@ def extensions() -> list:
             ("ksniff.engine._pack", "ksniff/engine/_pack.pyx"),
         )
     ]
+    # The audit fold's modules, each compiled from its .py as it is: every exchange goes through them
+    # (bench/README, "The fold compiled"). Neither inferred nor read from annotations, their types stay
+    # the Python objects the source makes, with the source's semantics.
+    sources = [
+        Extension(
+            f"ksniff.audit.{name}", [f"ksniff/audit/{name}.py"], optional=True, extra_compile_args=["-O2"]
+        )
+        for name in COMPILED_SOURCES
+    ]
+    untyped = {"infer_types": False, "annotation_typing": False}
+    return _translated(exts) + _translated(sources, compiler_directives=untyped)
+
+
+def _translated(exts: list, **options) -> list:
+    """`exts` translated to C by Cython, or none (and the pure-Python code is used) when it cannot."""
+    from Cython.Build import cythonize
+
     try:
-        return cythonize(exts, language_level=3, quiet=True)
+        return cythonize(exts, language_level=3, quiet=True, **options)
     except Exception as exc:
-        print(f"ksniff: Cython could not translate the compiled parts ({exc}); the pure-Python ones are used")
+        names = ", ".join(e.name for e in exts)
+        print(f"ksniff: Cython could not translate {names} ({exc}); the pure-Python code is used")
         return []
 
 

@@ -14,8 +14,12 @@ everything, makes that room's module object callable: `ksniff.audit(...)` runs t
 import inspect as _inspect
 import types as _types
 
-from ksniff import audit as _room
-from ksniff.common.version import VERSION as __version__
+from ksniff.common import sources as _sources
+
+_sources.install()  # before any module that may be compiled from its source is imported
+
+from ksniff import audit as _room  # noqa: E402
+from ksniff.common.version import VERSION as __version__  # noqa: E402
 
 __all__ = ["__version__", "audit", "audit_captures"]
 

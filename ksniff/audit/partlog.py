@@ -835,7 +835,7 @@ def _hanging(st: LogState, lg: PartitionLog, default_ms: int, out: list[Finding]
         if _marker_above(lg, p.producer_id, p.base) is not None:
             return  # its marker is there: the offset is held for another reason
         written = [t for t in (p.acked.ts if p.acked else None, p.fetched_ts) if t is not None]
-        start = min([start, *written])
+        start = min([start] + written)
         own = st.timeouts.get(tid) if tid is not None else None
         if own:
             timeout_ms, source = own, "InitProducerId"
