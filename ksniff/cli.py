@@ -608,8 +608,10 @@ def program() -> None:
     the run opened for writing is closed (the descriptors open for writing at the end are those open at
     its start: a writer still open holds one). Otherwise (a writer left open, another thread still
     running, a stream that will not flush, an exit status that is a message, a system without
-    /proc/self/fd), the normal end does it all. A program that calls `main` itself (the tests, a
-    notebook) keeps the normal end."""
+    /proc/self/fd), the normal end does it all. The capture files' page worker
+    (ksniff.capture.readahead) is not such a thread: it only advises the kernel on the pages of files
+    read, and nothing is lost with it. A program that calls `main` itself (the tests, a notebook) keeps
+    the normal end."""
     from ksniff.common import ending
 
     before = _writable_descriptors()
@@ -625,7 +627,9 @@ def program() -> None:
             if code is not None and not isinstance(code, int):
                 raise
         threading = sys.modules.get("threading")
-        if before is None or (threading is not None and threading.active_count() > 1):
+        pages = sys.modules.get("ksniff.capture.readahead")
+        others = 1 + (pages.threads() if pages is not None else 0)  # this one, and the page worker
+        if before is None or (threading is not None and threading.active_count() > others):
             sys.exit(code)
         import atexit
 

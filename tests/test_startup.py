@@ -167,6 +167,30 @@ def test_a_writer_left_open_gets_the_normal_end(tmp_path):
     assert "torn down" in done.stderr and "handler ran" in done.stderr
 
 
+def test_the_capture_files_page_worker_does_not_keep_the_quick_end_away(tmp_path):
+    """A capture of several windows starts the page worker thread (ksniff.capture.readahead, with the
+    compiled walk built); the program still ends the quick way. Any other thread still running does
+    not get it."""
+    pytest.importorskip("ksniff.capture._fastwalk")
+    small_windows = (
+        "import atexit, ksniff.capture.source as source, ksniff.capture.readahead as pages\n"
+        "source.WINDOW = 4096\n"
+        "atexit.register(lambda: print('page threads', pages.threads(), file=sys.stderr))\n"
+    )
+    done, out = _program(tmp_path, small_windows)
+    assert done.returncode == 1, done.stderr
+    assert "page threads 1" in done.stderr  # the worker ran
+    if os.path.isdir("/proc/self/fd"):
+        assert "torn down" not in done.stderr  # the quick end
+    another = (
+        small_windows
+        + "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    done, out = _program(tmp_path, another)
+    assert done.returncode == 1, done.stderr
+    assert "torn down" in done.stderr and json.loads(out.read_text())["summary"]["verdict"] == "findings"
+
+
 def test_a_quiet_audit_with_nothing_to_show_loads_no_table(tmp_path):
     """--quiet with no finding prints one line and the verdict: rich's tables (and the fractions and
     decimals of their column widths) and the other parts of the report are loaded by the reports that

@@ -82,6 +82,11 @@ def behind(mapped: mmap.mmap, view: memoryview, stop: int) -> None:
         mapped.madvise(mmap.MADV_DONTNEED, 0, stop)
 
 
+def threads() -> int:
+    """How many threads the page work runs in this process (0 or 1)."""
+    return 0 if _worker is None else 1
+
+
 def idle() -> None:
     """Waits until the page work asked for so far is done."""
     if _worker is not None:
