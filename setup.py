@@ -20,13 +20,13 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # any build failure means: install without it
-            print(f"ksniff: compiled capture walk not built ({exc}); the pure-Python walk will be used")
+            print(f"ksniff: compiled parts not built ({exc}); their pure-Python code will be used")
 
     def build_extension(self, ext) -> None:
         try:
             super().build_extension(ext)
         except Exception as exc:
-            print(f"ksniff: {ext.name} not built ({exc}); the pure-Python walk will be used")
+            print(f"ksniff: {ext.name} not built ({exc}); its pure-Python code will be used")
 
 
 # The modules of ksniff/audit/ compiled from their Python source (ksniff.common.sources loads the source
@@ -49,7 +49,7 @@ def extensions() -> list:
     try:
         import Cython.Build  # noqa: F401 - only whether it is there
     except ImportError:
-        print("ksniff: Cython not found; the pure-Python capture walk will be used")
+        print("ksniff: Cython not found; the pure-Python code will be used")
         return []
     # The capture walk, the CRC-32C of record batches (else the crc32c package computes it), and the
     # events' slot store (else their __init__ stores each field through its descriptor), and the body
