@@ -1,4 +1,5 @@
-"""Whether the compiled capture walk is in use (and how compiled modules are loaded).
+"""Whether the compiled capture walk is in use (`load`, how every compiled module is loaded, is
+ksniff.common.sources', kept here for the rooms that import it from here).
 
 `ksniff.capture._fastwalk` is built from `_fastwalk.pyx` by the project's build when Cython and a C
 compiler are there; when it is missing (no compiler), or `KSNIFF_PURE_PYTHON` is set to anything but
@@ -8,22 +9,11 @@ against.
 
 from __future__ import annotations
 
-import importlib
-import os
+from ksniff.common.sources import load
+
+__all__ = ["BATCH", "engine_name", "fastwalk", "load"]
 
 BATCH = 1024  # records walked per call of the compiled walk (its segments are then yielded one by one)
-
-
-def load(module: str):
-    """The compiled module `module`, or None when it is not built or KSNIFF_PURE_PYTHON is set (also the
-    decode room's CRC-32C, ksniff.decode.crc)."""
-    if os.environ.get("KSNIFF_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
-
 
 fastwalk = load("ksniff.capture._fastwalk")
 

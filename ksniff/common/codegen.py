@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import marshal
 import operator
 import os
@@ -19,6 +18,8 @@ import sys
 import zlib
 from importlib.util import MAGIC_NUMBER
 from typing import Any, TypeVar
+
+from ksniff.common import sources
 
 T = TypeVar("T", bound=type)
 
@@ -232,16 +233,7 @@ def _names(cls: type) -> list[str]:
 # objects, on their own and through whole audits of the corpus.
 
 
-def _load_slots() -> Any:
-    if os.environ.get("KSNIFF_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        return importlib.import_module("ksniff.common._slots")
-    except ImportError:
-        return None
-
-
-_slots = _load_slots()
+_slots = sources.load("ksniff.common._slots")
 # Every fast_init class: its descriptor `__init__` and its compiled one (None when not built), or None
 # until its first use.
 _FAST_INITS: dict[type, tuple[Any, Any] | None] = {}

@@ -1,6 +1,9 @@
-"""Which of a module's two builds is imported: its Python source, or the module Cython compiled from it.
+"""Which code runs: ksniff's compiled modules, or the pure-Python code they are tested against.
 
-Some of ksniff's modules are also compiled from their own .py by the project's build (setup.py's
+`load` gives a module written for compiling (a .pyx: the capture walk, the body reader, ...), or None
+when it is not built or `KSNIFF_PURE_PYTHON` is set, and its callers then run their Python code.
+
+Other modules are also compiled from their own .py by the project's build (setup.py's
 COMPILED_SOURCES), and the compiled module sits beside the source. Python's own import takes the
 compiled one. `install` puts a finder before it that takes the source instead when:
 
@@ -14,6 +17,7 @@ Every other import goes on as usual.
 
 from __future__ import annotations
 
+import importlib
 import importlib.machinery
 import os
 import sys
@@ -21,6 +25,16 @@ import sys
 
 def pure_python() -> bool:
     return os.environ.get("KSNIFF_PURE_PYTHON", "") not in ("", "0")
+
+
+def load(module: str):
+    """The compiled module `module`, or None when it is not built or KSNIFF_PURE_PYTHON is set."""
+    if pure_python():
+        return None
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        return None
 
 
 class SourceFinder:
