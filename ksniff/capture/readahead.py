@@ -64,20 +64,38 @@ def _the_worker() -> _Worker:
     return _worker
 
 
+# Jobs the worker may have waiting (one step of the walk: a window to drop, the next to map in) before a
+# walk stops handing it more: a walk that only reads the records (the capture-set planner's scan) runs
+# through windows faster than the worker maps and drops them, and every page it passed would stay in
+# memory until the worker caught up (half of a 1 GB file).
+LAG_MAX = 2
+
+
+def _behind_by(worker: _Worker) -> bool:
+    return worker.jobs.qsize() >= LAG_MAX
+
+
 def ahead(view: memoryview, start: int, stop: int) -> None:
     """Maps the pages of view[start:stop] in, soon, beside the walk (nothing without the compiled
-    module)."""
+    module, nor while the worker is behind the walk: the walk maps the pages in itself)."""
     walk = compiled.fastwalk
     if walk is not None and start < stop:
-        _the_worker().jobs.put((walk.populate, view, start, stop))
+        worker = _the_worker()
+        if not _behind_by(worker):
+            worker.jobs.put((walk.populate, view, start, stop))
 
 
 def behind(mapped: mmap.mmap, view: memoryview, stop: int) -> None:
     """Drops the pages of the map's first `stop` bytes (`view` is the whole map): by the worker when
-    the compiled module is there, else now."""
+    the compiled module is there, else now; now too, without the GIL, when the worker is behind the
+    walk (its late jobs then find those pages gone, which costs it next to nothing)."""
     walk = compiled.fastwalk
     if walk is not None:
-        _the_worker().jobs.put((walk.release, view, stop))
+        worker = _the_worker()
+        if not _behind_by(worker):
+            worker.jobs.put((walk.release, view, stop))
+            return
+        walk.release(view, stop)
     elif hasattr(mapped, "madvise"):
         mapped.madvise(mmap.MADV_DONTNEED, 0, stop)
 

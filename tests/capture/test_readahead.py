@@ -87,3 +87,33 @@ def test_without_the_compiled_module_pages_are_dropped_in_the_walk_and_none_read
     buffer.more(buffer.end)  # the first dropped at once, the second not read ahead
     assert resident(capture_file) == 0
     buffer.close()
+
+
+def test_a_walk_faster_than_the_worker_drops_what_it_passed_itself(capture_file, monkeypatch):
+    """A walk that only reads the records (the capture-set planner's scan of every file) can run ahead of
+    the worker: it then drops the pages it has passed itself, so they do not pile up (they did: half of a
+    1 GB file resident at the end of a scan), and stops asking for pages ahead."""
+    fastwalk()
+    monkeypatch.setattr(source, "WINDOW", W)
+    import threading
+
+    held_up = threading.Event()
+    readahead._the_worker().jobs.put((held_up.wait,))  # the worker stuck behind a slow job
+    try:
+        buffer = source.CaptureBuffer(str(capture_file))
+        pos, peak = 0, 0
+        while True:
+            bytes(buffer.buf[pos : buffer.end])  # the walk reads its window
+            peak = max(peak, resident(capture_file))
+            moved = buffer.more(buffer.end)
+            if moved is None:
+                break
+            pos = moved
+        assert pos == 16 * MB - W
+        # the window read, the one before it (dropped once the worker is LAG_MAX jobs behind), and no more
+        assert peak <= 2 * W + W * readahead.LAG_MAX // 2
+        assert resident(capture_file) <= 2 * W
+        buffer.close()
+    finally:
+        held_up.set()
+        readahead.idle()
