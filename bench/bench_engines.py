@@ -24,6 +24,8 @@ instead of every one; `--check` then compares the report's text. `--records` run
 budget drawn set after set; the Parquet files are removed after each run. `--shuffled` sends every
 capture set of the Spark targets the shuffled way (segments to their flows' tasks, events to their
 producer groups' tasks), as sets too large for one task go: what scaling out costs per MB.
+`--captures A,B,...` runs the given captures instead of the corpus copies, once, as one run (its "copies"
+column reads 0), e.g. the large ones `bench/gen_captures.py` records.
 """
 
 from __future__ import annotations
@@ -242,7 +244,7 @@ def run_target(
     if shuffled:
         from ksniff.engine import spark_tasks
 
-        spark_tasks.DIRECT_MAX_BYTES = 0  # no set is audited where it is read
+        spark_tasks.DIRECT_MAX_BYTES = spark_tasks.DIRECT_LOCAL_MAX_BYTES = 0  # no set audited where read
 
     from ksniff.engine.spark import audit_paths_spark, audit_spark
     from ksniff.report.stream import write_tables
@@ -294,8 +296,8 @@ def run_target(
             (folder / f"result_{target}_{scale}.json").write_text(json.dumps(kept, default=str))
             memory = f"{py:.0f}/{jvm:.0f}" if jvm else f"{py:.0f}/-"
             print(
-                f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.3f} "
-                f"{jvm_cpu / size:>8.3f} {'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} "
+                f"{target:>9} {scale:>6} {len(paths):>5} {size:>6.1f} {wall:>7.1f} {cpu / size:>8.4f} "
+                f"{jvm_cpu / size:>8.4f} {'?' if shuffled is None else f'{shuffled / 1e6:.1f}':>10} "
                 f"{memory:>19}",
                 flush=True,
             )
@@ -324,10 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="the terminal report's run (see above)")
     parser.add_argument("--records", action="store_true", help="audit with --records")
     parser.add_argument("--shuffled", action="store_true", help="every set the shuffled way on Spark")
+    parser.add_argument("--captures", help="these capture files (comma-separated) instead of the corpus copies")
     parser.add_argument("--only", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    scales = [int(s) for s in args.scales.split(",")]
+    scales = [0] if args.captures else [int(s) for s in args.scales.split(",")]
     extra = [tuple(c.split("=", 1)) for c in args.conf]
     if args.only:
         run_target(args.only, Path(args.dir), scales, extra, args.report, args.records, args.shuffled)
@@ -343,9 +346,13 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="ksniff-bench-") as tmp:
-        captures = corpus()
-        for scale in scales:
-            build(Path(tmp), scale, captures, args.per_file)
+        if args.captures:  # scale 0: the given files, linked under the names a scale's files have
+            for n, path in enumerate(args.captures.split(",")):
+                os.symlink(os.path.abspath(path), Path(tmp) / f"s0_{n:02d}_{Path(path).name}")
+        else:
+            captures = corpus()
+            for scale in scales:
+                build(Path(tmp), scale, captures, args.per_file)
         targets = args.targets.split(",")
         for target in targets:
             subprocess.run(
@@ -358,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                     "--dir",
                     tmp,
                     "--scales",
-                    args.scales,
+                    ",".join(map(str, scales)),
                     *(["--report"] if args.report else []),
                     *(["--records"] if args.records else []),
                     *(["--shuffled"] if args.shuffled else []),

@@ -442,7 +442,12 @@ def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
             yield file, path, uri, folder, contents[i].as_py, offsets[i] or 0.0, sets[i]
 
 
-DIRECT_MAX_BYTES = 256 << 20  # the largest file decoded where it is read (its segments held by one task)
+# The largest capture set audited (or decoded) where its files are read, when Spark's binaryFile source
+# reads them: the task holds their bytes. Files a task opens itself (`file:`, `local_path`) are mapped and
+# walked in the local engine's bounded memory, so a set of them has no such bound
+# (DIRECT_LOCAL_MAX_BYTES): only its cost decides (ksniff.engine.spark.SHUFFLED_COST).
+DIRECT_MAX_BYTES = 256 << 20
+DIRECT_LOCAL_MAX_BYTES = math.inf
 
 
 def extract_decoded(config: EngineConfig):

@@ -243,6 +243,7 @@ def way(request, monkeypatch):
         from ksniff.engine import spark as engine
 
         monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 0)
+        monkeypatch.setattr(tasks, "DIRECT_LOCAL_MAX_BYTES", 0)
         monkeypatch.setattr(engine, "LOG_FOLD_BYTES", 1)  # the partition logs in a fold per core
     else:
         audited = tasks.extract_audited
@@ -266,6 +267,7 @@ def test_rotated_files_match_when_every_flow_is_shuffled(spark, tmp_path: Path, 
     from ksniff.engine import spark_tasks as tasks
 
     monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 0)
+    monkeypatch.setattr(tasks, "DIRECT_LOCAL_MAX_BYTES", 0)
     monkeypatch.setattr(engine, "SPREAD_FLOWS_MAX", 0)
     _rotated_match_the_whole(spark, tmp_path)
 
@@ -521,6 +523,44 @@ def test_inputs_on_another_file_system_are_planned_by_the_executors(spark, tmp_p
     assert [w.replace("viewfs://ksniff/caps", "F") for w in remote.warnings if "not a capture" in w] == [
         w.replace(str(folder), "F") for w in local.warnings if "not a capture" in w
     ]
+
+
+def test_a_set_the_tasks_open_is_audited_where_read_whatever_its_size(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A capture set of files the executors open themselves (paths, file: URIs) is walked in the local
+    engine's bounded memory, so it is audited where it is read however large it is: here larger than the
+    bound on sets read through Spark's binaryFile source (shrunk to one byte), which the same files on
+    another file system obey, going the shuffled way. Both give the local engine's result."""
+    from test_clock import _findings, _outcomes
+
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.spark import audit_paths_spark
+
+    folder = tmp_path / "caps"
+    folder.mkdir()
+    shutil.copy(PCAPS / "txn_confluent_tansu_loss.pcap", folder / "broker.pcap")
+    spark.sparkContext._jsc.hadoopConfiguration().set(
+        "fs.viewfs.mounttable.ksniff.link./large", folder.as_uri()
+    )
+    made = []
+    audited = tasks.extract_audited
+    monkeypatch.setattr(
+        tasks, "extract_audited", lambda config, *clocks: made.append(config) or audited(config, *clocks)
+    )
+    monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 1)
+    local = audit_paths([str(folder)], CONFIG)
+
+    for where in (str(folder), folder.as_uri()):
+        made.clear()
+        assert_same(local, audit_paths_spark([where], CONFIG, spark=spark), inputs=False)
+        assert made, f"{where}: not audited where it was read"
+
+    made.clear()
+    remote = audit_paths_spark(["viewfs://ksniff/large"], CONFIG, spark=spark)
+    assert not made, "a set read through binaryFile above DIRECT_MAX_BYTES was audited where read"
+    assert (_outcomes(remote), _findings(remote)) == (_outcomes(local), _findings(local))
+    assert remote.capture.packets == local.capture.packets > 0
 
 
 def test_parquet_partitioned_by_date_and_cluster_for_a_lake(spark, tmp_path: Path) -> None:
