@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="the terminal report's run (see above)")
     parser.add_argument("--records", action="store_true", help="audit with --records")
     parser.add_argument("--shuffled", action="store_true", help="every set the shuffled way on Spark")
-    parser.add_argument("--captures", help="these capture files (comma-separated) instead of the corpus copies")
+    parser.add_argument("--captures", help="capture files (comma-separated) instead of the corpus copies")
     parser.add_argument("--only", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
