@@ -930,15 +930,17 @@ SHUFFLED_COST = 2.5  # CPU of the shuffled way against auditing where read (1.9x
 def _held_by_one_task(members: list[_Input]) -> bool:
     """Whether one task may read a capture set's files and audit them where it reads them. Files the task
     opens itself (`file:` inputs and paths) are mapped and walked a window at a time, in the local
-    engine's bounded memory, whatever their size (DIRECT_LOCAL_MAX_BYTES, unbounded but for tests);
-    files read through Spark's binaryFile source come as one row each, whose bytes the task holds while
-    it reads the set (DIRECT_MAX_BYTES)."""
+    engine's bounded memory, whatever their size (DIRECT_LOCAL_MAX_BYTES, unbounded but for tests).
+    Files read through Spark's binaryFile source come as one row each, whose bytes the task holds while
+    it reads the set: several of them up to DIRECT_MAX_BYTES in all; one alone whatever its size, since
+    the shuffled way's first stage holds that file in one task too (binaryFile reads at most 2 GB).
+    DIRECT_MAX_BYTES 0 keeps every set of such files off this path (as tests and the benchmark do)."""
     from ksniff.engine import spark_tasks as tasks
 
     size = sum(m.length for m in members)
     if all(tasks.local_path(m.uri) is not None for m in members):
         return size <= tasks.DIRECT_LOCAL_MAX_BYTES
-    return size <= tasks.DIRECT_MAX_BYTES
+    return size <= tasks.DIRECT_MAX_BYTES or (len(members) == 1 and tasks.DIRECT_MAX_BYTES > 0)
 
 
 def _decoded(
@@ -964,18 +966,18 @@ def _decoded(
     spark = session.spark
     members = [m for _cset, ms in planned for m in ms]
     total = sum(i.length for i in members)
-    # A capture set one task can hold (`_held_by_one_task`: any set of files the tasks open themselves, a
-    # set read through Spark's binaryFile source up to DIRECT_MAX_BYTES) is audited by the task that reads
-    # it, with the local engine's code, and nothing of it is shuffled. That costs about half of what
-    # shuffling its segments to their flows' tasks and its events to their producer groups' does
-    # (SHUFFLED_COST, with a margin for flows spread over files, whose segments the benchmark does not
-    # shuffle), so a set goes the shuffled way only when its share of the run is more than that much
+    # A capture set one task can hold (`_held_by_one_task`: any set of files the tasks open themselves,
+    # one file read through Spark's binaryFile source, several up to DIRECT_MAX_BYTES) is audited by the
+    # task that reads it, with the local engine's code, and nothing of it is shuffled. That costs about
+    # half of what shuffling its segments to their flows' tasks and its events to their producer groups'
+    # does (SHUFFLED_COST, with a margin for flows spread over files, whose segments the benchmark does
+    # not shuffle), so a set goes the shuffled way only when its share of the run is more than that much
     # above a core's (one large capture on many cores: its connections decoded in parallel). With
     # --records, whose decompression budget is drawn set after set: when every set goes where it is read
-    # (`records_apart`), each is audited there on a budget of its own, which the driver checks against
-    # the run's (`_BudgetBinds`); else (or when that check fails) sets of one file up to DIRECT_MAX_BYTES
-    # are only decoded where they are read, and only when there are enough of them to keep every core
-    # busy, the budget replayed by the driver. The others' segments go to their flows' tasks (stage 2).
+    # (`records_apart`), each is audited there on a budget of its own, which the driver checks against the
+    # run's (`_BudgetBinds`); else (or when that check fails) sets of one file up to DIRECT_MAX_BYTES are
+    # only decoded where they are read, and only when there are enough of them to keep every core busy,
+    # the budget replayed by the driver. The others' segments go to their flows' tasks (stage 2).
     small = [ms for _cset, ms in planned if _held_by_one_task(ms)]
     fair = SHUFFLED_COST * total / session.parallelism
     direct = [ms for ms in small if sum(m.length for m in ms) <= fair]

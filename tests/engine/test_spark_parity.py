@@ -525,44 +525,51 @@ def test_inputs_on_another_file_system_are_planned_by_the_executors(spark, tmp_p
     ]
 
 
-def test_a_set_the_tasks_open_is_audited_where_read_whatever_its_size(
+def test_a_set_one_task_holds_is_audited_where_read_whatever_its_size(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A capture set of files the executors open themselves (paths, file: URIs) is walked in the local
     engine's bounded memory, so it is audited where it is read however large it is: here larger than the
-    bound on sets read through Spark's binaryFile source (shrunk to one byte), which the same files on
-    another file system obey, going the shuffled way. Both give the local engine's result."""
-    from test_clock import _findings, _outcomes
+    bound on sets read through Spark's binaryFile source (shrunk to one byte). So is one file read
+    through binaryFile, which the shuffled way's first stage would hold in one task too; a set of several
+    such files above the bound goes the shuffled way. Each gives the local engine's result."""
+    from test_clock import _findings, _outcomes, per_broker
 
     from ksniff.engine import spark_tasks as tasks
     from ksniff.engine.spark import audit_paths_spark
 
-    folder = tmp_path / "caps"
-    folder.mkdir()
-    shutil.copy(PCAPS / "txn_confluent_tansu_loss.pcap", folder / "broker.pcap")
-    # A mount table of its own: Hadoop keeps one file system object per table, made with the links the
+    brokers, alone = tmp_path / "brokers", tmp_path / "alone"
+    brokers.mkdir()
+    alone.mkdir()
+    per_broker(PCAPS / "txn_confluent_mock.pcap", brokers, [0.0, 2.5, -1.7])  # one set of three files
+    shutil.copy(PCAPS / "txn_confluent_tansu_loss.pcap", alone / "broker.pcap")
+    # Mount tables of their own: Hadoop keeps one file system object per table, made with the links the
     # table had when it was first used.
-    spark.sparkContext._jsc.hadoopConfiguration().set(
-        "fs.viewfs.mounttable.whatever_its_size.link./large", folder.as_uri()
-    )
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    hadoop.set("fs.viewfs.mounttable.brokers_set.link./caps", brokers.as_uri())
+    hadoop.set("fs.viewfs.mounttable.one_file.link./caps", alone.as_uri())
     made = []
     audited = tasks.extract_audited
     monkeypatch.setattr(
         tasks, "extract_audited", lambda config, *clocks: made.append(config) or audited(config, *clocks)
     )
     monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 1)
-    local = audit_paths([str(folder)], CONFIG)
 
-    for where in (str(folder), folder.as_uri()):
+    for folder, remote, where_read in (
+        (brokers, "viewfs://brokers_set/caps", False),
+        (alone, "viewfs://one_file/caps", True),
+    ):
+        local = audit_paths([str(folder)], CONFIG)
+        assert len(local.capture_sets) == 1
         made.clear()
-        assert_same(local, audit_paths_spark([where], CONFIG, spark=spark), inputs=False)
-        assert made, f"{where}: not audited where it was read"
-
-    made.clear()
-    remote = audit_paths_spark(["viewfs://whatever_its_size/large"], CONFIG, spark=spark)
-    assert not made, "a set read through binaryFile above DIRECT_MAX_BYTES was audited where read"
-    assert (_outcomes(remote), _findings(remote)) == (_outcomes(local), _findings(local))
-    assert remote.capture.packets == local.capture.packets > 0
+        assert_same(local, audit_paths_spark([str(folder)], CONFIG, spark=spark))
+        assert made, f"{folder}: not audited where it was read"
+        for there, read_there in ((folder.as_uri(), True), (remote, where_read)):
+            made.clear()  # inputs named by URI: the inputs and clock offsets name them so
+            far = audit_paths_spark([there], CONFIG, spark=spark)
+            assert bool(made) == read_there, there
+            assert (_outcomes(far), _findings(far)) == (_outcomes(local), _findings(local))
+            assert far.capture.packets == local.capture.packets > 0
 
 
 def test_parquet_partitioned_by_date_and_cluster_for_a_lake(spark, tmp_path: Path) -> None:
