@@ -61,6 +61,27 @@ def test_the_collector_is_restored_after_a_run_unless_armed(monkeypatch):
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
+def test_nested_runs_put_the_collector_back_once_the_outermost_ends(monkeypatch):
+    """A Spark task around the audits of its capture sets: each audit freezes what the ones before it left,
+    and only the task's end puts the collector back, with what was frozen left so when asked."""
+    monkeypatch.setattr(ending, "_kept", None)
+    before = gc.get_threshold()
+    try:
+        for keep_frozen in (False, True):
+            with fewer_collections(keep_frozen=keep_frozen):
+                with fewer_collections():
+                    pass
+                assert gc.get_threshold()[0] == GC_FIRST_THRESHOLD and gc.get_freeze_count() > 0
+                with fewer_collections():
+                    pass
+                assert gc.get_threshold()[0] == GC_FIRST_THRESHOLD and gc.get_freeze_count() > 0
+            assert gc.get_threshold() == before
+            assert (gc.get_freeze_count() > 0) == keep_frozen
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
 def test_the_collector_keeps_the_runs_settings_in_an_armed_process(armed):
     before = gc.get_threshold()
     try:

@@ -746,3 +746,35 @@ def test_a_tasks_decoders_share_their_counters_not_their_topic_names() -> None:
     a = config.decoder()
     b = config.decoder(shared=a.ctx)
     assert b.stats is a.stats and b.ctx.plans is a.ctx.plans and b.topic_names is not a.topic_names
+
+
+def test_a_worker_walks_everything_again_every_few_tasks() -> None:
+    """pyspark's daemon collects a Python worker whole after each task; a task leaves what it froze out of
+    that walk, but every FULL_WALK_EVERY-th task of the worker leaves nothing frozen, so that a cycle
+    that became garbage while frozen is collected and the worker does not grow run after run. Each task
+    gets its function as Spark ships it (cloudpickle), with a copy of the globals it names: the count
+    must be the worker's, not the copy's."""
+    import gc
+
+    import pyarrow as pa
+    from pyspark import cloudpickle
+
+    from ksniff.engine import spark_tasks as tasks
+
+    def task(batches):
+        yield from batches
+
+    shipped = cloudpickle.dumps(tasks._rarely_collected(task))
+    batch = pa.RecordBatch.from_pydict({"x": [1]})
+    threshold = gc.get_threshold()
+    left_frozen = []
+    try:
+        for _ in range(2 * tasks.FULL_WALK_EVERY):
+            run = cloudpickle.loads(shipped)  # as each task of a worker gets it
+            assert list(run(iter([batch]))) == [batch]
+            assert gc.get_threshold() == threshold  # the collector's settings put back after each
+            left_frozen.append(gc.get_freeze_count() > 0)
+    finally:
+        gc.unfreeze()
+    assert left_frozen.count(False) == 2  # nothing frozen after every FULL_WALK_EVERY-th task
+    assert left_frozen.count(True) == 2 * tasks.FULL_WALK_EVERY - 2
