@@ -774,3 +774,54 @@ def release(const unsigned char[::1] buf, Py_ssize_t stop):
         with nogil:
             done = ks_release(&buf[0], stop)
     return done
+
+
+# TCP's flags as ksniff.capture.packets names them (kept equal by a test): FIN, SYN, RST, ACK.
+TCP_FLAGS = (0x01, 0x02, 0x04, 0x10)
+cdef enum:
+    K_FIN = 0x01
+    K_SYN = 0x02
+    K_RST = 0x04
+    K_ACK = 0x10
+
+
+def scan_batch(list segs, dict dirs, set servers, Py_ssize_t max_dirs, Py_ssize_t max_servers, address):
+    """The capture-set planner's scan (ksniff.engine.sets.scan_segments, the reference) over one batch of
+    the walk's segment tuples: for each TCP direction (src, sport, dst, dport) in `dirs`, [its first
+    sequence number, the lowest and the highest byte seen relative to it, whether it opened (SYN) and
+    closed (FIN)]; `address(ip, port)` of each connection opened, into `servers`. Returns the segments of
+    directions left out at `max_dirs`."""
+    cdef Py_ssize_t dropped = 0
+    cdef tuple seg
+    cdef list r
+    cdef object found, payload
+    cdef long flags
+    cdef long long n, rel
+    cdef unsigned long long seq, first
+    for seg in segs:
+        flags = seg[7]
+        payload = seg[8]
+        n = payload if type(payload) is int else len(payload)
+        key = seg[1:5]
+        found = dirs.get(key)
+        if flags & K_SYN and not flags & K_ACK and len(servers) < max_servers:
+            servers.add(address(seg[3], seg[4]))
+        if found is None:
+            if len(dirs) >= max_dirs:
+                dropped += 1
+                continue
+            dirs[key] = [seg[5], 0, n, flags & K_SYN]
+            continue
+        r = <list>found
+        if flags & (K_FIN | K_RST):
+            r[3] = r[3] | K_FIN
+        seq = seg[5]
+        first = r[0]
+        rel = <long long>((seq - first) & 0xFFFFFFFFULL)
+        if rel >= 0x80000000LL:
+            rel -= 0x100000000LL
+        if rel < <long long>r[1]:
+            r[1] = rel
+        if rel + n > <long long>r[2]:
+            r[2] = rel + n
+    return dropped

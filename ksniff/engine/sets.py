@@ -31,7 +31,7 @@ import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import field, replace
 
-from ksniff.capture import CaptureError
+from ksniff.capture import CaptureError, compiled
 from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.halves import ip_text
@@ -105,39 +105,55 @@ def scan(path: str) -> FileScan:
     """One walk of `path`: its time span and TCP directions (no reassembly, no decoding)."""
     out = FileScan(path)
     f = CaptureFile(path)
-    dirs = out.directions
+    walk = compiled.fastwalk
     try:
-        for seg in f.segments():
-            key = seg[1:5]
-            seq = seg[5]
-            payload = seg[8]
-            n = payload if payload.__class__ is int else len(payload)
-            r = dirs.get(key)
-            if seg[7] & SYN and not seg[7] & ACK and len(out.servers) < MAX_SERVERS:
-                out.servers.add(_address(seg[3], seg[4]))
-            if r is None:
-                if len(dirs) >= MAX_DIRECTIONS:
-                    out.directions_dropped += 1
-                    continue
-                dirs[key] = [seq, 0, n, seg[7] & SYN]
-                continue
-            if seg[7] & (FIN | RST):
-                r[3] |= FIN
-            rel = (seq - r[0]) % _MOD
-            if rel >= _HALF:
-                rel -= _MOD
-            if rel < r[1]:
-                r[1] = rel
-            if rel + n > r[2]:
-                r[2] = rel + n
+        if walk is not None:  # the same work in C over each of the compiled walk's batches
+            batch = walk.scan_batch
+            dirs, servers = out.directions, out.servers
+            for segs in f.segments(batched=True):
+                out.directions_dropped += batch(segs, dirs, servers, MAX_DIRECTIONS, MAX_SERVERS, _address)
+        else:
+            for segs in f.segments(batched=True):
+                scan_segments(segs, out)
         out.first_ts, out.last_ts = f.counts.first_ts, f.counts.last_ts
     finally:
         f.close()
     # A connection that opened and closed inside this file cannot go on in another one: forgotten, so
     # that what is kept is the connections open at the file's edges (bounded like the reassembler's).
+    dirs = out.directions
     for key in [k for k, r in dirs.items() if r[3] == SYN | FIN]:
         del dirs[key]
     return out
+
+
+def scan_segments(segs: list[tuple], out: FileScan) -> None:
+    """`scan`'s work on a list of segment tuples, the reference of `_fastwalk.scan_batch`: for each TCP
+    direction (src, sport, dst, dport), [its first sequence number, the lowest and the highest byte seen
+    relative to it, whether it opened (SYN) and closed (FIN)]; the address of each connection opened."""
+    dirs = out.directions
+    for seg in segs:
+        key = seg[1:5]
+        seq = seg[5]
+        payload = seg[8]
+        n = payload if payload.__class__ is int else len(payload)
+        r = dirs.get(key)
+        if seg[7] & SYN and not seg[7] & ACK and len(out.servers) < MAX_SERVERS:
+            out.servers.add(_address(seg[3], seg[4]))
+        if r is None:
+            if len(dirs) >= MAX_DIRECTIONS:
+                out.directions_dropped += 1
+                continue
+            dirs[key] = [seq, 0, n, seg[7] & SYN]
+            continue
+        if seg[7] & (FIN | RST):
+            r[3] |= FIN
+        rel = (seq - r[0]) % _MOD
+        if rel >= _HALF:
+            rel -= _MOD
+        if rel < r[1]:
+            r[1] = rel
+        if rel + n > r[2]:
+            r[2] = rel + n
 
 
 def study(
