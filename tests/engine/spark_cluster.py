@@ -104,7 +104,7 @@ class StandaloneCluster:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=2) as answer:
                 state = json.load(answer)
-        except OSError:
+        except (OSError, ValueError):  # not up yet; or, once, an HTML page (another web UI on the port)
             return 0
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
