@@ -572,6 +572,24 @@ def test_a_set_one_task_holds_is_audited_where_read_whatever_its_size(
             assert far.capture.packets == local.capture.packets > 0
 
 
+def test_a_set_audited_where_read_keeps_the_process_caps_as_locally(spark) -> None:
+    """The caps that bound one process's memory (connections, out-of-order bytes, requests in flight and
+    partial frames across all connections) act on a capture set audited where it is read as on the
+    local engine's run of it, which audits each set by a pipeline of its own: the same counts and
+    results, and no warning that they apply per flow (that is for a set that goes the shuffled way)."""
+    from ksniff.engine.spark import audit_paths_spark
+
+    capped = replace(
+        CONFIG, max_connections=2, max_buffer_total=1024, max_in_flight_total=3, max_partial_total=4096
+    )
+    path = [str(PCAPS / "txn_confluent_tansu_loss.pcap")]
+    local = audit_paths(path, capped)
+    assert comparable(local) != comparable(audit_paths(path, CONFIG))  # the caps bind here
+    distributed = audit_paths_spark(path, capped, spark=spark)
+    assert_same(local, distributed)
+    assert not [w for w in distributed.warnings if "each flow's task" in w]
+
+
 def test_parquet_partitioned_by_date_and_cluster_for_a_lake(spark, tmp_path: Path) -> None:
     """--partition-by date,cluster: each table a Hive-partitioned folder whose rows are the local
     export's, split by the UTC day of their time and the cluster of their capture set; a later run
