@@ -242,9 +242,9 @@ def run_target(
     import shutil
 
     if shuffled:
-        from ksniff.engine import spark_tasks
+        from ksniff.engine import spark
 
-        spark_tasks.DIRECT_MAX_BYTES = spark_tasks.DIRECT_LOCAL_MAX_BYTES = 0  # no set audited where read
+        spark.EVERY_SET_SHUFFLED = True  # no set is audited where it is read
 
     from ksniff.engine.spark import audit_paths_spark, audit_spark
     from ksniff.report.stream import write_tables

@@ -924,23 +924,26 @@ def _with_driver_rows(
     return frame.unionByName(spark.createDataFrame(pa.Table.from_batches([own]), ddl))
 
 
-SHUFFLED_COST = 2.5  # CPU of the shuffled way against auditing where read (1.9x measured, README)
+SHUFFLED_COST = 2.5  # CPU of the shuffled way against auditing where read (1.9-2.0x measured, README)
+# Every capture set the shuffled way, none audited or decoded where it is read: what scaling out costs,
+# for the tests and the benchmark (`bench_engines.py --shuffled`).
+EVERY_SET_SHUFFLED = False
 
 
 def _held_by_one_task(members: list[_Input]) -> bool:
     """Whether one task may read a capture set's files and audit them where it reads them. Files the task
     opens itself (`file:` inputs and paths) are mapped and walked a window at a time, in the local
-    engine's bounded memory, whatever their size (DIRECT_LOCAL_MAX_BYTES, unbounded but for tests).
-    Files read through Spark's binaryFile source come as one row each, whose bytes the task holds while
-    it reads the set: several of them up to DIRECT_MAX_BYTES in all; one alone whatever its size, since
-    the shuffled way's first stage holds that file in one task too (binaryFile reads at most 2 GB).
-    DIRECT_MAX_BYTES 0 keeps every set of such files off this path (as tests and the benchmark do)."""
+    engine's bounded memory, whatever their size. Files read through Spark's binaryFile source come as
+    one row each, whose bytes the task holds while it reads the set: several of them up to
+    DIRECT_MAX_BYTES in all; one alone whatever its size, since the shuffled way's first stage holds that
+    file in one task too (binaryFile reads at most 2 GB)."""
     from ksniff.engine import spark_tasks as tasks
 
-    size = sum(m.length for m in members)
-    if all(tasks.local_path(m.uri) is not None for m in members):
-        return size <= tasks.DIRECT_LOCAL_MAX_BYTES
-    return size <= tasks.DIRECT_MAX_BYTES or (len(members) == 1 and tasks.DIRECT_MAX_BYTES > 0)
+    if EVERY_SET_SHUFFLED:
+        return False
+    if len(members) == 1 or all(tasks.local_path(m.uri) is not None for m in members):
+        return True
+    return sum(m.length for m in members) <= tasks.DIRECT_MAX_BYTES
 
 
 def _decoded(

@@ -460,12 +460,9 @@ def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
             yield file, path, uri, folder, contents[i].as_py, offsets[i] or 0.0, sets[i]
 
 
-# The largest capture set audited (or decoded) where its files are read, when Spark's binaryFile source
-# reads them: the task holds their bytes. Files a task opens itself (`file:`, `local_path`) are mapped and
-# walked in the local engine's bounded memory, so a set of them has no such bound
-# (DIRECT_LOCAL_MAX_BYTES): only its cost decides (ksniff.engine.spark.SHUFFLED_COST).
+# The largest capture set of several files audited (or decoded) where its files are read, when Spark's
+# binaryFile source reads them: the task holds their bytes (ksniff.engine.spark._held_by_one_task).
 DIRECT_MAX_BYTES = 256 << 20
-DIRECT_LOCAL_MAX_BYTES = math.inf
 
 
 def extract_decoded(config: EngineConfig):

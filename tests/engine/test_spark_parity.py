@@ -242,8 +242,7 @@ def way(request, monkeypatch):
     if request.param == "shuffled":
         from ksniff.engine import spark as engine
 
-        monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 0)
-        monkeypatch.setattr(tasks, "DIRECT_LOCAL_MAX_BYTES", 0)
+        monkeypatch.setattr(engine, "EVERY_SET_SHUFFLED", True)
         monkeypatch.setattr(engine, "LOG_FOLD_BYTES", 1)  # the partition logs in a fold per core
     else:
         audited = tasks.extract_audited
@@ -264,10 +263,8 @@ def test_rotated_files_match_when_every_flow_is_shuffled(spark, tmp_path: Path, 
     """The shuffled way when too many flows are spread over several files to broadcast their list: every
     flow's segments meet in its task, those seen in one file too."""
     from ksniff.engine import spark as engine
-    from ksniff.engine import spark_tasks as tasks
 
-    monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 0)
-    monkeypatch.setattr(tasks, "DIRECT_LOCAL_MAX_BYTES", 0)
+    monkeypatch.setattr(engine, "EVERY_SET_SHUFFLED", True)
     monkeypatch.setattr(engine, "SPREAD_FLOWS_MAX", 0)
     _rotated_match_the_whole(spark, tmp_path)
 
