@@ -53,8 +53,12 @@ class DecodeContext:
         keep_records: bool,
         body_decoder: BodyDecoder | None = None,
         max_body_items: int = MAX_BODY_ITEMS,
+        only: frozenset[int] | None = None,
     ) -> None:
         self.apis = apis
+        # A pass that reads a few APIs (the planner's clock anchors and cluster identity): the keys of
+        # those; every other request is passed over (`Connection._request`). None: every API.
+        self.only = only
         self.max_frame = max_frame
         self.max_body_items = max_body_items  # array elements and record batches one body may make
         self.max_in_flight = max_in_flight

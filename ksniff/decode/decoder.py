@@ -9,7 +9,7 @@ so the capture room can stop reassembling them. TLS on a Kafka port is counted, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import field
 from typing import Any
 
@@ -127,6 +127,7 @@ class Decoder:
         on_elsewhere: Callable[[int, int], Any] | None = None,
         watch_elsewhere: bool = True,
         shared: DecodeContext | None = None,
+        only: Collection[str] | None = None,
     ) -> None:
         self.ports = frozenset(ports)
         self.auto_detect = auto_detect
@@ -143,13 +144,15 @@ class Decoder:
         if shared is not None:
             ctx = self.ctx = shared.sharing()
         else:
+            apis = apis if apis is not None else _default_apis()
             ctx = self.ctx = DecodeContext(
-                apis if apis is not None else _default_apis(),
+                apis,
                 max_frame=max_frame,
                 max_in_flight=max_in_flight,
                 keep_records=keep_records,
                 body_decoder=body_decoder,
                 max_body_items=max_body_items,
+                only=None if only is None else frozenset(k for k, a in apis.items() if a.name in only),
             )
         self.max_frame, self.max_in_flight, self.keep_records = max_frame, max_in_flight, keep_records
         self.apis, self.stats, self.request_check = ctx.apis, ctx.stats, ctx.request_check

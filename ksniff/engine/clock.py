@@ -28,7 +28,6 @@ each file's timestamps are shifted by its offset before the files are merged.
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import field, replace
@@ -44,6 +43,9 @@ from ksniff.decode.events import Exchange
 # What an offset chosen at one bound is moved past it: the other side cannot have acted in less.
 STEP = 1e-4
 _APIS = frozenset({"InitProducerId", "AddPartitionsToTxn", "EndTxn", "Produce"})
+# What the pass decodes: those, and Metadata, whose answers name the topics that Produce requests from
+# version 13 give by id only (the audit names them so too, and its keys must meet AddPartitionsToTxn's).
+_DECODED = _APIS | {"Metadata"}
 
 
 @slotted_dataclass
@@ -162,16 +164,15 @@ class Anchors:
 def anchors_of(
     paths: Sequence[str], ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None
 ) -> Anchors:
-    """The anchors of files that share one clock, decoding only the four APIs they come from."""
+    """The anchors of files that share one clock, decoding only the four APIs they come from (and the
+    topic names): every other request is passed over, and its answer with it."""
     from ksniff.capture.run import reassembled
 
     anchors = Anchors()
     files = [CaptureFile(p, limits) for p in paths]
     try:
         reassembler = Reassembler(limits)
-        decoder = Decoder(
-            ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop, apis=_anchor_apis()
-        )
+        decoder = Decoder(ports=ports, auto_detect=auto_detect, on_not_kafka=reassembler.drop, only=_DECODED)
 
         def exchanges():
             for event in reassembled(reassembler, files):
@@ -185,16 +186,6 @@ def anchors_of(
         for f in files:
             f.close()
     return anchors.seal()
-
-
-@functools.cache
-def _anchor_apis() -> dict:
-    from ksniff.decode.apis import ALL_APIS
-
-    return {
-        key: api if api.name in _APIS else replace(api, extra={**api.extra, "body": "skipped"})
-        for key, api in ALL_APIS.items()
-    }
 
 
 def forbidden(a: Anchors, b: Anchors, low: float, high: float) -> list[tuple[float, float]]:

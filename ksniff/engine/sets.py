@@ -26,10 +26,9 @@ file gives alone, and memory is that of the largest set.
 
 from __future__ import annotations
 
-import functools
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import field, replace
+from dataclasses import field
 
 from ksniff.capture import CaptureError, compiled
 from ksniff.capture.errors import CaptureLimits
@@ -171,7 +170,7 @@ def identify(
     scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None = None
 ) -> None:
     """The cluster the first Metadata or DescribeCluster answer of the file names (into `scan.clusters`),
-    looked for in its first `IDENTITY_BYTES` of TCP payload, decoding only those two APIs' bodies."""
+    looked for in its first `IDENTITY_BYTES` of TCP payload, decoding only those two APIs."""
     if scan.named is not None:  # found where the file was read
         scan.clusters, scan.addresses = dict(scan.named[0]), dict(scan.named[1])
         return
@@ -193,7 +192,7 @@ def identify(
             ports=ports,
             auto_detect=auto_detect,
             on_not_kafka=reassembler.drop,
-            apis=_naming_apis(),
+            only=_NAMING,
             watch_elsewhere=False,
         )
         for event in reassembler.events(head(), finish=False):
@@ -208,18 +207,6 @@ def identify(
 
 
 _NAMING = frozenset({"Metadata", "DescribeCluster"})
-
-
-@functools.cache
-def _naming_apis() -> dict:
-    """The protocol tables with every body but Metadata's and DescribeCluster's skipped: the pass only
-    needs those two, and decoding no other body is most of what makes it cheap."""
-    from ksniff.decode.apis import ALL_APIS
-
-    return {
-        key: api if api.name in _NAMING else replace(api, extra={**api.extra, "body": "skipped"})
-        for key, api in ALL_APIS.items()
-    }
 
 
 def _continues(a: FileScan, b: FileScan) -> tuple | None:

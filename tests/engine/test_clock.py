@@ -140,3 +140,42 @@ def test_anchors_of_rotated_files_the_same_through_the_hot_loop(tmp_path, monkey
     monkeypatch.setattr(compiled, "fastwalk", None)
     assert fast == anchors()
     assert fast["born"] and fast["ends"] and fast["writes"]
+
+
+def _full_decode_anchors(path: Path):
+    """The anchors of one capture fed from the audit's own decode: every API, every body."""
+    from ksniff.capture.run import read_files
+    from ksniff.decode import Decoder
+    from ksniff.decode.events import Exchange
+    from ksniff.engine.clock import _APIS, Anchors
+
+    anchors = Anchors()
+    run = read_files([str(path)])
+    decoder = Decoder(ports=(9092,), auto_detect=True, on_not_kafka=run.drop)
+    for event in run:
+        for ex in decoder.feed(event):
+            if ex.__class__ is Exchange and ex.api_name in _APIS:
+                anchors.feed(ex)
+    for ex in decoder.finish():
+        if ex.__class__ is Exchange and ex.api_name in _APIS:
+            anchors.feed(ex)
+    return anchors.seal()
+
+
+def test_the_anchors_pass_finds_what_the_whole_decode_finds():
+    """The anchors pass decodes only the APIs it reads and passes every other request over with its
+    answer; on every corpus capture (joined mid-stream, lossy, pipelined, IPv6, other ports included)
+    it finds exactly the anchors that the audit's decode of everything gives."""
+    from dataclasses import fields
+
+    from ksniff.engine.clock import anchors_of
+
+    captures = sorted(PCAPS.glob("*.pcap*"))
+    with_anchors = 0
+    for path in captures:
+        fast = anchors_of([str(path)], (9092,), True, None)
+        full = _full_decode_anchors(path)
+        for f in fields(fast):
+            assert getattr(fast, f.name) == getattr(full, f.name), (path.name, f.name)
+        with_anchors += bool(fast.born and fast.writes and fast.ends)
+    assert len(captures) > 40 and with_anchors > 10
