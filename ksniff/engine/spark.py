@@ -496,7 +496,10 @@ def _run(
     with the length of its traffic."""
     spark = session.spark
     inputs = _list_inputs(spark, paths)
-    with _shuffle_partitions(spark, partitions_for(sum(i.length for i in inputs), session.parallelism)):
+    with (
+        _shuffle_partitions(spark, partitions_for(sum(i.length for i in inputs), session.parallelism)),
+        _arrow_batch_bytes(spark),
+    ):
         planned, warnings, skipped = _plan(session, inputs, paths, config)
         for index, (_cset, members) in enumerate(planned):
             for m in members:
@@ -543,6 +546,31 @@ def _shuffle_partitions(spark: Any, partitions: int) -> Iterator[None]:
         yield
     finally:
         spark.conf.set(SHUFFLE_PARTITIONS, now)
+
+
+ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
+# What one Arrow batch handed to a Python task may hold: a capture read by Spark's binaryFile source
+# larger than this comes alone in its batch, so a task holds one such file at a time.
+BATCH_BYTES = 64 << 20
+
+
+@contextlib.contextmanager
+def _arrow_batch_bytes(spark: Any) -> Iterator[None]:
+    """The run's queries with Arrow batches to the Python tasks cut at BATCH_BYTES, unless whoever runs
+    it chose a bound (spark-submit's or the session's --conf, or set on the session before the run); put
+    back when the run's queries are done. Spark cuts a batch at maxRecordsPerBatch rows (10,000) and
+    sets no bound on bytes by default, so the binaryFile rows of a capture set's files, gathered into one
+    partition, reached its task as one batch: all of the set's bytes in the task's memory at once."""
+    said = spark.sparkContext.getConf().get(ARROW_BATCH_BYTES, None)
+    now = spark.conf.get(ARROW_BATCH_BYTES, None)
+    if said is not None or now is not None:
+        yield
+        return
+    spark.conf.set(ARROW_BATCH_BYTES, str(BATCH_BYTES))
+    try:
+        yield
+    finally:
+        spark.conf.unset(ARROW_BATCH_BYTES)
 
 
 class _BudgetBinds(Exception):
@@ -930,22 +958,6 @@ SHUFFLED_COST = 2.5  # CPU of the shuffled way against auditing where read (1.9-
 EVERY_SET_SHUFFLED = False
 
 
-def _held_by_one_task(members: list[_Input]) -> bool:
-    """Whether one task may read a capture set's files and audit them where it reads them. Files the task
-    opens itself (`file:` inputs and paths) are mapped and walked a window at a time, in the local
-    engine's bounded memory, whatever their size. Files read through Spark's binaryFile source come as
-    one row each, whose bytes the task holds while it reads the set: several of them up to
-    DIRECT_MAX_BYTES in all; one alone whatever its size, since the shuffled way's first stage holds that
-    file in one task too (binaryFile reads at most 2 GB)."""
-    from ksniff.engine import spark_tasks as tasks
-
-    if EVERY_SET_SHUFFLED:
-        return False
-    if len(members) == 1 or all(tasks.local_path(m.uri) is not None for m in members):
-        return True
-    return sum(m.length for m in members) <= tasks.DIRECT_MAX_BYTES
-
-
 def _decoded(
     session: Session,
     planned: list[tuple[capture_sets.CaptureSet, list[_Input]]],
@@ -969,9 +981,11 @@ def _decoded(
     spark = session.spark
     members = [m for _cset, ms in planned for m in ms]
     total = sum(i.length for i in members)
-    # A capture set one task can hold (`_held_by_one_task`: any set of files the tasks open themselves,
-    # one file read through Spark's binaryFile source, several up to DIRECT_MAX_BYTES) is audited by the
-    # task that reads it, with the local engine's code, and nothing of it is shuffled. That costs about
+    # A capture set is audited by the task that reads it, with the local engine's code, and nothing of
+    # it is shuffled: the task walks files it opens itself (paths, `file:` inputs) a mapped window at a
+    # time, in the local engine's bounded memory, and writes each file Spark's binaryFile source read to
+    # its local disk before it takes the next (one such file in its memory at a time: each larger than
+    # BATCH_BYTES comes in an Arrow batch of its own), whatever the set's size. That costs about
     # half of what shuffling its segments to their flows' tasks and its events to their producer groups'
     # does (SHUFFLED_COST, with a margin for flows spread over files, whose segments the benchmark does
     # not shuffle), so a set goes the shuffled way only when its share of the run is more than that much
@@ -981,7 +995,7 @@ def _decoded(
     # run's (`_BudgetBinds`); else (or when that check fails) sets of one file up to DIRECT_MAX_BYTES are
     # only decoded where they are read, and only when there are enough of them to keep every core busy,
     # the budget replayed by the driver. The others' segments go to their flows' tasks (stage 2).
-    small = [ms for _cset, ms in planned if _held_by_one_task(ms)]
+    small = [] if EVERY_SET_SHUFFLED else [ms for _cset, ms in planned]
     fair = SHUFFLED_COST * total / session.parallelism
     direct = [ms for ms in small if sum(m.length for m in ms) <= fair]
     if config.keep_records and not (records_apart and len(direct) == len(planned)):
@@ -1293,13 +1307,8 @@ def _plan_studied(
 
     spark = session.spark
     task = tasks.study(tuple(config.ports), config.auto_detect, config.limits)
-    frame = _plan_inputs(spark, inputs, {i.file: 0 for i in inputs})
-    found = {
-        row["file"]: tasks.loads(row["blob"])
-        for row in frame.repartition(min(len(inputs), 4 * session.parallelism))
-        .mapInArrow(task, tasks.PLANNED_DDL)
-        .collect()
-    }
+    frame = _plan_inputs(spark, inputs, {i.file: i.file for i in inputs}, session.parallelism, task)
+    found = {row["file"]: tasks.loads(row["blob"]) for row in frame.collect()}
     # The local engine's order of errors: a folder without captures while listing, then the first
     # input that cannot be read.
     for n, arg in enumerate(paths):
@@ -1318,13 +1327,7 @@ def _plan_studied(
         members = {by_path[p].file: g for g, group in enumerate(groups) for p in group}
         chosen = [i for i in kept if i.file in members]
         task = tasks.anchors(tuple(config.ports), config.auto_detect, config.limits)
-        rows = (
-            _plan_inputs(spark, chosen, members)
-            .repartition(min(len(groups), 4 * session.parallelism), "grp")
-            .sortWithinPartitions("grp", "file")
-            .mapInArrow(task, tasks.PLANNED_DDL)
-            .collect()
-        )
+        rows = _plan_inputs(spark, chosen, members, session.parallelism, task).collect()
         by_group = {row["grp"]: tasks.loads(row["blob"]) for row in rows}
         return [by_group[g] for g in range(len(groups))]
 
@@ -1346,26 +1349,51 @@ def _plan_studied(
     return out, _left_out_warnings(left_out), len(left_out)
 
 
-def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int]):
-    """Rows of spark_tasks.PLAN_INPUTS_DDL for `inputs`, `grp` from `groups` (file -> group): the bytes
-    of those on a file system other than `file:` read by Spark's binaryFile source (the others are opened
-    by the task)."""
+def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int], parallelism: int, task):
+    """`task` (a mapInArrow function over rows of spark_tasks.PLAN_INPUTS_DDL) over `inputs`, `grp` from
+    `groups` (file -> group), spread over a few tasks per core with each group's files in one task (in
+    no particular order), its rows of spark_tasks.PLANNED_DDL: the bytes of those on a file system other
+    than `file:` read by Spark's binaryFile source (`_with_content`; the others are opened by the task)."""
     from ksniff.engine import spark_tasks as tasks
 
     local = [i for i in inputs if tasks.local_path(i.uri) is not None]
     remote = [i for i in inputs if tasks.local_path(i.uri) is None]
-    rows = [(i.file, i.path, i.uri, i.folder, groups[i.file], None) for i in local]
-    out = spark.createDataFrame(rows, tasks.PLAN_INPUTS_DDL) if local else None
+    out = None
+    if local:
+        rows = [(i.file, i.path, i.uri, i.folder, groups[i.file], None) for i in local]
+        n = min(len({groups[i.file] for i in local}), 4 * parallelism)
+        frame = spark.createDataFrame(rows, tasks.PLAN_INPUTS_DDL).repartition(n, "grp")
+        out = frame.mapInArrow(task, tasks.PLANNED_DDL)
     if remote:
-        part = _with_content(spark, remote, [("grp", "int", [groups[i.file] for i in remote])])
+        together: dict[int, list[_Input]] = {}
+        for i in remote:
+            together.setdefault(groups[i.file], []).append(i)
+        grouped = list(together.values())
+        grp = [("grp", "int", [groups[i.file] for g in grouped for i in g])]
+        part = _with_content(spark, grouped, parallelism, grp, task, tasks.PLANNED_DDL, "grp")
         out = part if out is None else out.unionByName(part)
     return out
 
 
-def _with_content(spark: Any, remote: list[_Input], columns: Sequence[tuple[str, str, list]]):
-    """Rows (file, path, uri, folder, *columns, content) of inputs on a file system other than `file:`,
-    their bytes read by Spark's binaryFile source (one file per row); `columns`: (name, SQL type, one
-    value per input)."""
+def _with_content(
+    spark: Any,
+    groups: list[list[_Input]],
+    parallelism: int,
+    columns: Sequence[tuple[str, str, list]],
+    task: Callable,
+    ddl: str,
+    key: str | None = None,
+):
+    """`task` (a mapInArrow function) over rows (file, path, uri, folder, *columns, content) of inputs on
+    a file system other than `file:`, their bytes read by Spark's binaryFile source (one file per row),
+    spread over a few tasks per core; its rows of `ddl`. `columns`: (name, SQL type, one value per input,
+    in the groups' order); `key`: a column naming each group, whose files must meet in one task.
+
+    The rows are joined with the inputs' listing and repartitioned (by `key`, if given): the bytes go
+    through a shuffle, which is how Spark brings files read on different nodes together, within its
+    managed memory. A task's rows come in no particular order, which the tasks restore: they used to be
+    sorted within each partition too, all of a task's captures held and sorted by the JVM."""
+    remote = [m for g in groups for m in g]
     names = [name for name, _type, _values in columns]
     listing = spark.createDataFrame(
         [
@@ -1376,10 +1404,13 @@ def _with_content(spark: Any, remote: list[_Input], columns: Sequence[tuple[str,
             ["file int, shown string, uri string, folder boolean", *(f"{n} {t}" for n, t, _ in columns)]
         ),
     )
-    content = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
-    return content.join(listing, content["path"] == listing["uri"]).select(
+    scan = spark.read.format("binaryFile").load([i.uri for i in remote]).select("path", "content")
+    rows = scan.join(listing, scan["path"] == listing["uri"]).select(
         "file", listing["shown"].alias("path"), "uri", "folder", *names, "content"
     )
+    n = min(len(groups), 4 * parallelism)
+    rows = rows.repartition(n, key) if key is not None else rows.repartition(n)
+    return rows.mapInArrow(task, ddl)
 
 
 def _left_out_warnings(left_out: list) -> list[str]:
@@ -1413,16 +1444,17 @@ def _read(
     """The rows `read` makes of the inputs, a list of files per group: stage 1's segment rows
     (spark_tasks.extract, the default; a group per file), or with `together` stage 2's rows of capture
     sets each decoded or audited where its files are read (spark_tasks.extract_decoded or
-    extract_audited, made for the run; a group per set, whose files one task reads in the set's order).
+    extract_audited, made for the run; a group per set, whose files one task reads, in the set's order).
     `file:` inputs are opened by the tasks, the groups spread over a few tasks per core by size; any
     other file system's are read by Spark's binaryFile source (one file per row: a capture is read in one
-    piece, see the README), brought together by set when `together`."""
+    piece, see the README), each set's files in one task when `together` (`_with_content`: in no
+    particular order, which the tasks restore)."""
     from ksniff.engine import spark_tasks as tasks
 
     read = read or tasks.extract
     ddl = tasks.EVENTS_DDL if together else tasks.SEGMENTS_DDL
     local = [g for g in groups if all(tasks.local_path(m.uri) is not None for m in g)]
-    remote = [m for g in groups if any(tasks.local_path(m.uri) is None for m in g) for m in g]
+    remote = [g for g in groups if any(tasks.local_path(m.uri) is None for m in g)]
     parts = []
     if local:
         bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)), _group_length)
@@ -1431,19 +1463,16 @@ def _read(
             spark.range(0, len(files), 1, numPartitions=len(files)).mapInArrow(_extract(files, read), ddl)
         )
     if remote:
-        place = {id(m): n for g in groups for n, m in enumerate(g)}  # a file's place in its group
+        if not together:
+            remote = [[m] for g in remote for m in g]
         extra = [
-            ("offset", "double", [i.offset for i in remote]),
-            ("cset", "int", [i.cset for i in remote]),
-            ("place", "int", [place[id(i)] for i in remote]),
+            ("offset", "double", [i.offset for g in remote for i in g]),
+            ("cset", "int", [i.cset for g in remote for i in g]),
+            ("place", "int", [n for g in remote for n, _i in enumerate(g)]),  # a file's place in its group
         ]
-        n = min(len(remote), 4 * parallelism)
-        rows = _with_content(spark, remote, extra)
-        if together:
-            rows = rows.repartition(n, "cset").sortWithinPartitions("cset", "place")
-        else:
-            rows = rows.repartition(n)
-        parts.append(rows.mapInArrow(read, ddl))
+        parts.append(
+            _with_content(spark, remote, parallelism, extra, read, ddl, "cset" if together else None)
+        )
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)

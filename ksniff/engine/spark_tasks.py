@@ -369,7 +369,7 @@ def study(ports: tuple[int, ...], auto_detect: bool, limits):
             columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
             contents = batch.column("content")
             for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
-                with opened(uri, contents[i].as_py) as where:
+                with opened(uri, contents[i].as_buffer) as where:
                     if folder and not looks_like_capture(where):
                         out: tuple = (SKIPPED, None)
                     else:
@@ -387,34 +387,32 @@ def study(ports: tuple[int, ...], auto_detect: bool, limits):
 
 
 def anchors(ports: tuple[int, ...], auto_detect: bool, limits):
-    """mapInArrow over rows of PLAN_INPUTS_DDL sorted by (grp, file) within each partition: the clock
-    anchors (ksniff.engine.clock.anchors_of) of each group of files that share one clock, read together.
-    A remote file's bytes go to a temporary file until its group is done."""
+    """mapInArrow over rows of PLAN_INPUTS_DDL, each group's in one partition (in any order): the clock
+    anchors (ksniff.engine.clock.anchors_of) of each group of files that share one clock, read together
+    in the order of their numbers. A remote file's bytes go to a temporary file as its row comes, until
+    its group is done."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from ksniff.engine.clock import anchors_of
 
-        with contextlib.ExitStack() as stack:
-            group, paths = None, []
-
-            def done() -> pa.RecordBatch:
-                found = anchors_of(paths, ports, auto_detect, limits)
-                return pa.RecordBatch.from_pydict(
-                    {"file": [0], "grp": [group], "blob": [dumps(found)]}, schema=PLANNED
-                )
-
+        held: dict[int, tuple[contextlib.ExitStack, list[tuple[int, str]]]] = {}
+        try:
             for batch in batches:
-                columns = [batch.column(name).to_pylist() for name in ("grp", "uri")]
+                columns = [batch.column(name).to_pylist() for name in ("grp", "file", "uri")]
                 contents = batch.column("content")
-                for i, (grp, uri) in enumerate(zip(*columns, strict=True)):
-                    if grp != group and paths:
-                        yield done()
-                        stack.close()
-                        paths = []
-                    group = grp
-                    paths.append(stack.enter_context(opened(uri, contents[i].as_py)))
-            if paths:
-                yield done()
+                for i, (grp, file, uri) in enumerate(zip(*columns, strict=True)):
+                    stack, files = held.setdefault(grp, (contextlib.ExitStack(), []))
+                    files.append((file, stack.enter_context(opened(uri, contents[i].as_buffer))))
+            for grp in sorted(held):
+                stack, files = held[grp]
+                with stack:
+                    found = anchors_of([where for _file, where in sorted(files)], ports, auto_detect, limits)
+                yield pa.RecordBatch.from_pydict(
+                    {"file": [0], "grp": [grp], "blob": [dumps(found)]}, schema=PLANNED
+                )
+        finally:
+            for stack, _files in held.values():
+                stack.close()
 
     return _rarely_collected(run)
 
@@ -443,25 +441,30 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     binaryFile source read them) and go through a temporary file. An input that cannot be read is a
     FileMeta with the one-line error the local engine gives (or `skipped`, for a file found in a folder
     that is not a capture), never a task failure for Spark to retry."""
-    for file, path, uri, folder, content, offset, cset in _listed(batches):
+    for file, path, uri, folder, content, offset, cset, _place in _listed(batches):
         yield from _extract_input(file, path, uri, folder, content, offset, cset)
 
 
 def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
-    """(file, path, uri, folder, content, offset, cset) of each listing row; `content()` gives the bytes
-    Spark read, for a file system other than `file:`; no `offset` or `cset` column: 0."""
+    """(file, path, uri, folder, content, offset, cset, place) of each listing row; `content()` gives the
+    bytes Spark read for a file system other than `file:` (the Arrow buffer itself, not a copy); no
+    `offset` or `cset` column: 0; no `place` (the file's place in its set): the rows' own order."""
+    n = 0
     for batch in batches:
         columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
         names = batch.schema.names
-        offsets = batch.column("offset").to_pylist() if "offset" in names else [0.0] * batch.num_rows
-        sets = batch.column("cset").to_pylist() if "cset" in names else [0] * batch.num_rows
+        rows = batch.num_rows
+        offsets = batch.column("offset").to_pylist() if "offset" in names else [0.0] * rows
+        sets = batch.column("cset").to_pylist() if "cset" in names else [0] * rows
+        places = batch.column("place").to_pylist() if "place" in names else list(range(n, n + rows))
+        n += rows
         contents = batch.column("content")
         for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
-            yield file, path, uri, folder, contents[i].as_py, offsets[i] or 0.0, sets[i]
+            yield file, path, uri, folder, contents[i].as_buffer, offsets[i] or 0.0, sets[i], places[i]
 
 
-# The largest capture set of several files audited (or decoded) where its files are read, when Spark's
-# binaryFile source reads them: the task holds their bytes (ksniff.engine.spark._held_by_one_task).
+# The largest capture decoded where it is read the exact way of --records (`extract_decoded`), which holds
+# the file's segments in memory.
 DIRECT_MAX_BYTES = 256 << 20
 
 
@@ -523,39 +526,35 @@ def extract_audited(
 
         rows = _Rows()
         rows.cset = cset
-        with contextlib.ExitStack() as stack:
-            kept = []  # (file, path, where, offset) of the captures
-            failed = False
-            for file, path, uri, folder, content, offset in files:
-                where = stack.enter_context(opened(uri, content))
-                try:
-                    CaptureFile(where).close()
-                except CaptureError as exc:
-                    meta = _failed(file, path, str(exc).replace(where, path, 1), folder)
-                    rows.add(FILE_META, None, NO_ORDER, dumps(meta))
-                    failed = failed or not meta.skipped
-                    continue
-                kept.append((file, path, where, offset))
-            if failed or not kept:
-                yield rows.take()
-                return
-            records = config.keep_records
-            tables = _TableRows(cset, records) if config.keep_tables or records else None
-            offsets = {where: offset for _file, _path, where, offset in kept}
-            offset_of = offsets.get if any(offsets.values()) else None
-            peak: list[int] | None = [] if records else None
+        kept = []  # (file, path, where, offset) of the captures
+        failed = False
+        for file, path, folder, where, offset in files:
             try:
-                result, identity = audit_capture(
-                    [k[2] for k in kept], config, offset_of, tables=tables, peak=peak
-                )
-            except CaptureError as exc:  # met in the middle of a file: the first file it names
-                text = str(exc)
-                file, path, where, _offset = next((k for k in kept if k[2] in text), kept[0])
-                rows.add(
-                    FILE_META, None, NO_ORDER, dumps(_failed(file, path, text.replace(where, path), False))
-                )
-                yield rows.take()
-                return
+                CaptureFile(where).close()
+            except CaptureError as exc:
+                meta = _failed(file, path, str(exc).replace(where, path, 1), folder)
+                rows.add(FILE_META, None, NO_ORDER, dumps(meta))
+                failed = failed or not meta.skipped
+                continue
+            kept.append((file, path, where, offset))
+        if failed or not kept:
+            yield rows.take()
+            return
+        records = config.keep_records
+        tables = _TableRows(cset, records) if config.keep_tables or records else None
+        offsets = {where: offset for _file, _path, where, offset in kept}
+        offset_of = offsets.get if any(offsets.values()) else None
+        peak: list[int] | None = [] if records else None
+        try:
+            result, identity = audit_capture(
+                [k[2] for k in kept], config, offset_of, tables=tables, peak=peak
+            )
+        except CaptureError as exc:  # met in the middle of a file: the first file it names
+            text = str(exc)
+            file, path, where, _offset = next((k for k in kept if k[2] in text), kept[0])
+            rows.add(FILE_META, None, NO_ORDER, dumps(_failed(file, path, text.replace(where, path), False)))
+            yield rows.take()
+            return
         named = {where: path for _file, path, where, _offset in kept if where != path}
         if named:  # temporary copies, or file: URIs' own paths: named as the user named them
             result.inputs = [replace(i, path=named.get(i.path, i.path)) for i in result.inputs]
@@ -583,8 +582,23 @@ def extract_audited(
         yield rows.take()
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for cset, group in itertools.groupby(_listed(batches), key=lambda f: f[-1]):
-            yield from one(cset, [f[:-1] for f in group])
+        # A file read by Spark's binaryFile source goes to a temporary file as its row comes, before the
+        # next row is read: the task holds one such file's bytes at a time (each larger than the run's
+        # Arrow batch bound comes in a batch of its own: ksniff.engine.spark._arrow_batch_bytes). The
+        # rows of a set come in any order: once all are in, each set is audited, its files in their
+        # places, and its temporary files go.
+        held: dict[int, tuple[contextlib.ExitStack, list[tuple]]] = {}
+        try:
+            for file, path, uri, folder, content, offset, cset, place in _listed(batches):
+                stack, files = held.setdefault(cset, (contextlib.ExitStack(), []))
+                files.append((place, file, path, folder, stack.enter_context(opened(uri, content)), offset))
+            for cset in sorted(held):
+                stack, files = held[cset]
+                with stack:
+                    yield from one(cset, [f[1:] for f in sorted(files)])
+        finally:
+            for stack, _files in held.values():
+                stack.close()
 
     return _rarely_collected(run)
 

@@ -522,16 +522,17 @@ def test_inputs_on_another_file_system_are_planned_by_the_executors(spark, tmp_p
     ]
 
 
-def test_a_set_one_task_holds_is_audited_where_read_whatever_its_size(
+def test_a_set_is_audited_where_read_whatever_its_size_and_file_system(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A capture set of files the executors open themselves (paths, file: URIs) is walked in the local
-    engine's bounded memory, so it is audited where it is read however large it is: here larger than the
-    bound on sets read through Spark's binaryFile source (shrunk to one byte). So is one file read
-    through binaryFile, which the shuffled way's first stage would hold in one task too; a set of several
-    such files above the bound goes the shuffled way. Each gives the local engine's result."""
+    """A capture set is audited where it is read however large it is: files the executors open
+    themselves (paths, file: URIs) are walked in the local engine's bounded memory, and files read
+    through Spark's binaryFile source (a viewfs mount of the folders here) come to the task one per Arrow
+    batch once they are larger than the run's bound on a batch's bytes (shrunk to one byte here), each
+    written to the executor's disk before the next is read. Each gives the local engine's result."""
     from test_clock import _findings, _outcomes, per_broker
 
+    from ksniff.engine import spark as spark_engine
     from ksniff.engine import spark_tasks as tasks
     from ksniff.engine.spark import audit_paths_spark
 
@@ -547,26 +548,42 @@ def test_a_set_one_task_holds_is_audited_where_read_whatever_its_size(
     hadoop.set("fs.viewfs.mounttable.one_file.link./caps", alone.as_uri())
     made = []
     audited = tasks.extract_audited
-    monkeypatch.setattr(
-        tasks, "extract_audited", lambda config, *clocks: made.append(config) or audited(config, *clocks)
-    )
-    monkeypatch.setattr(tasks, "DIRECT_MAX_BYTES", 1)
+    batches = tmp_path / "batches"  # the rows of each Arrow batch the tasks were handed
 
-    for folder, remote, where_read in (
-        (brokers, "viewfs://brokers_set/caps", False),
-        (alone, "viewfs://one_file/caps", True),
+    def recording(run, log=str(batches)):
+        def counted(incoming):
+            for batch in incoming:
+                with open(log, "a") as fh:
+                    fh.write(f"{batch.num_rows}\n")
+                yield batch
+
+        return lambda incoming: run(counted(incoming))
+
+    monkeypatch.setattr(
+        tasks,
+        "extract_audited",
+        lambda config, *clocks: made.append(config) or recording(audited(config, *clocks)),
+    )
+    monkeypatch.setattr(spark_engine, "BATCH_BYTES", 1)
+
+    for folder, remote, files in (
+        (brokers, "viewfs://brokers_set/caps", 3),
+        (alone, "viewfs://one_file/caps", 1),
     ):
         local = audit_paths([str(folder)], CONFIG)
         assert len(local.capture_sets) == 1
         made.clear()
         assert_same(local, audit_paths_spark([str(folder)], CONFIG, spark=spark))
         assert made, f"{folder}: not audited where it was read"
-        for there, read_there in ((folder.as_uri(), True), (remote, where_read)):
+        for there in (folder.as_uri(), remote):
             made.clear()  # inputs named by URI: the inputs and clock offsets name them so
+            batches.unlink(missing_ok=True)
             far = audit_paths_spark([there], CONFIG, spark=spark)
-            assert bool(made) == read_there, there
+            assert made, f"{there}: not audited where it was read"
             assert (_outcomes(far), _findings(far)) == (_outcomes(local), _findings(local))
             assert far.capture.packets == local.capture.packets > 0
+            if there == remote:
+                assert batches.read_text().split() == ["1"] * files  # the files' bytes one at a time
 
 
 def test_a_set_audited_where_read_keeps_the_process_caps_as_locally(spark) -> None:

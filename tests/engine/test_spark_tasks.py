@@ -439,6 +439,94 @@ def test_a_set_of_rotated_files_audited_where_it_is_read_is_the_local_result(tmp
     assert [{k: r[k] for k in local.exchanges[0]} for r in made] == local.exchanges
 
 
+def test_a_set_read_by_spark_goes_to_disk_one_file_at_a_time(tmp_path: Path, monkeypatch) -> None:
+    """A set's files read by Spark's binaryFile source (their bytes in the rows, one file per Arrow
+    batch, in the order a shuffle left them) are each written to the task's disk before the next batch
+    is read, so the task holds one file's bytes at a time however large the set; the set is then audited
+    as the local engine audits it, its files in their places, named as the user named them, and the
+    files on disk are gone once the set's rows are out."""
+    import tempfile
+
+    import pyarrow as pa
+    from pcap_edit import split
+
+    from ksniff.config import EngineConfig
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.local import audit_paths
+
+    parts = [str(p) for p in split(PCAPS / "txn_confluent_tansu_loss.pcap", tmp_path, 3)]
+    config = EngineConfig(capture_sets="merge")
+    local = audit_paths(parts, config)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+    uris = [f"hdfs://namenode/caps/part{n}.pcap" for n in range(3)]
+    on_disk = []  # the task's temporary files as each batch was asked for
+
+    def batches():
+        for n in (2, 0, 1):
+            part = parts[n]
+            on_disk.append(len(list(spool.glob("ksniff-*.cap"))))
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "file": [n],
+                    "path": [uris[n]],
+                    "uri": [uris[n]],
+                    "folder": [False],
+                    "content": pa.array([Path(part).read_bytes()], pa.binary()),
+                    "offset": [0.0],
+                    "cset": pa.array([0], pa.int32()),
+                    "place": pa.array([n], pa.int32()),
+                }
+            )
+
+    rows = pa.Table.from_batches(list(tasks.extract_audited(config)(batches())), schema=tasks.EVENTS)
+    assert on_disk == [0, 1, 2]
+    assert not list(spool.iterdir())
+    result, _identity, _digest = _audited(rows)
+    assert [i.path for i in result.inputs] == uris
+    assert result.capture.packets == local.capture.packets > 0
+    assert [t.outcome for t in result.transactions] == [t.outcome for t in local.transactions]
+    assert sorted(f.kind for f in result.findings) == sorted(f.kind for f in local.findings)
+
+
+def test_the_anchors_task_gathers_each_group_whatever_order_its_files_come_in(tmp_path: Path) -> None:
+    """The rows of two groups of files (two hosts' captures, each rotated) reach the clock anchors task
+    mixed, in the order a shuffle left them: it gathers each group's files and finds each group's
+    anchors once, those the local planner finds reading the group."""
+    from dataclasses import fields
+
+    import pyarrow as pa
+    from pcap_edit import split
+
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.clock import anchors_of
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = [str(p) for p in split(PCAPS / "txn_confluent_mock.pcap", tmp_path / "a", 3)]
+    b = [str(p) for p in split(PCAPS / "txn_confluent_tansu_loss.pcap", tmp_path / "b", 2)]
+    came = [(4, 12, a[2]), (5, 21, b[1]), (4, 10, a[0]), (5, 20, b[0]), (4, 11, a[1])]
+    listing = pa.RecordBatch.from_pydict(
+        {
+            "file": [f for _g, f, _p in came],
+            "path": [p for _g, _f, p in came],
+            "uri": [p for _g, _f, p in came],
+            "folder": [False] * len(came),
+            "grp": [g for g, _f, _p in came],
+            "content": pa.nulls(len(came), pa.binary()),
+        }
+    )
+    rows = list(tasks.anchors((9092,), True, None)(iter([listing])))
+    assert [r.column("grp")[0].as_py() for r in rows] == [4, 5]
+    for row, paths in zip(rows, (a, b), strict=True):
+        found = tasks.loads(row.column("blob")[0].as_py())
+        local = anchors_of(paths, (9092,), True, None)
+        assert local.born and local.writes
+        for f in fields(local):
+            assert getattr(found, f.name) == getattr(local, f.name), f.name
+
+
 def test_listed_files_go_to_the_first_argument_naming_them() -> None:
     """Spark lists the files of every argument at once; each goes back to the first argument that is the
     file itself or a folder above it (the local engine's order), found by its path and its folders' rather
