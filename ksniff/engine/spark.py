@@ -1358,11 +1358,14 @@ def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int], paral
 
     local = [i for i in inputs if tasks.local_path(i.uri) is not None]
     remote = [i for i in inputs if tasks.local_path(i.uri) is None]
+    # Files read alone (the study) are dealt round the tasks; a group's files meet in one (the anchors).
+    key = "grp" if len(set(groups.values())) < len(inputs) else None
     out = None
     if local:
         rows = [(i.file, i.path, i.uri, i.folder, groups[i.file], None) for i in local]
         n = min(len({groups[i.file] for i in local}), 4 * parallelism)
-        frame = spark.createDataFrame(rows, tasks.PLAN_INPUTS_DDL).repartition(n, "grp")
+        frame = spark.createDataFrame(rows, tasks.PLAN_INPUTS_DDL)
+        frame = frame.repartition(n, key) if key else frame.repartition(n)
         out = frame.mapInArrow(task, tasks.PLANNED_DDL)
     if remote:
         together: dict[int, list[_Input]] = {}
@@ -1370,7 +1373,7 @@ def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int], paral
             together.setdefault(groups[i.file], []).append(i)
         grouped = list(together.values())
         grp = [("grp", "int", [groups[i.file] for g in grouped for i in g])]
-        part = _with_content(spark, grouped, parallelism, grp, task, tasks.PLANNED_DDL, "grp")
+        part = _with_content(spark, grouped, parallelism, grp, task, tasks.PLANNED_DDL, key)
         out = part if out is None else out.unionByName(part)
     return out
 
