@@ -336,6 +336,11 @@ class Session:
             raise SparkUnavailable(f"could not start Spark: {_one_line(exc)}") from None
         if not is_local(spark.sparkContext.master):
             spark.sparkContext.addPyFile(package_zip(self._workdir))
+        # pyspark's server for accumulator updates prints a traceback when the JVM goes away in the middle
+        # of one (killed, or out of memory); the run then ends with its own one-line error (JVM_GONE).
+        server = getattr(spark.sparkContext, "_accumulatorServer", None)
+        if server is not None and hasattr(server, "handle_error"):
+            server.handle_error = _said_elsewhere
         return spark
 
     def _connect(self) -> Any:
@@ -414,11 +419,43 @@ def _configured_master() -> str | None:
     return os.environ.get("MASTER") or None
 
 
+JVM_GONE = "the Spark driver's JVM is gone (killed, or out of memory: Spark's log above says which)"
+HEAP_HINT = (
+    " (a capture read through Spark's binaryFile source needs about four times its size of heap in its"
+    " task: give the executors more, --conf spark.executor.memory=..., or with a local master"
+    " --conf spark.driver.memory=...)"
+)
+
+
+def _jvm_gone(exc: BaseException) -> bool:
+    """Whether `exc` says that the driver's JVM is gone (killed: by the kernel when out of memory, or by
+    a user): py4j could not reach it or got no answer. An error the JVM answered with (Py4JJavaError: a
+    master that cannot be reached, for one) is not that."""
+    try:
+        from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+    except ImportError:
+        return isinstance(exc, ConnectionError)
+    if isinstance(exc, Py4JJavaError):
+        return False
+    if isinstance(exc, (ConnectionError, Py4JNetworkError)):
+        return True
+    return isinstance(exc, Py4JError) and "Answer from Java side is empty" in str(exc)
+
+
+def _said_elsewhere(_request: Any, _client_address: Any) -> None:
+    """A socketserver's error handler that prints nothing: what went wrong is said by whoever waits on
+    the server's other end."""
+
+
 def _one_line(exc: BaseException) -> str:
-    """An exception from Spark or py4j as one short line: its last meaningful line, no Java stack."""
+    """An exception from Spark or py4j as one short line: its last meaningful line, no Java stack; what to
+    do when the JVM ran out of heap, and what happened when it is gone."""
+    if _jvm_gone(exc):
+        return JVM_GONE
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("at ")]
-    for ln in reversed(lines):
-        if "Error:" in ln or "Exception:" in ln:
-            return ln[:300]
-    return (lines[0] if lines else type(exc).__name__)[:300]
+    line = next((ln for ln in reversed(lines) if "Error:" in ln or "Exception:" in ln), None)
+    if line is None:
+        line = lines[0] if lines else type(exc).__name__
+    line = line[:300]
+    return line + HEAP_HINT if "OutOfMemoryError" in line else line

@@ -173,3 +173,63 @@ def test_the_command_line_says_once_that_it_keeps_the_classes(tmp_path: Path) ->
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)
     assert len(said[0]) == 1 and said[0][0].startswith("ksniff: keeping Spark's classes for faster starts")
     assert said[1] == []
+
+
+# The driver's JVM killed (by the kernel's out-of-memory killer, or a user) as the run starts.
+KILLED = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pyspark import SparkContext
+    from ksniff.engine import spark as engine
+
+    run = engine._run
+
+    def killed_first(session, *args, **kwargs):
+        proc = SparkContext._gateway.proc
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return run(session, *args, **kwargs)
+
+    engine._run = killed_first
+    sys.argv = ["ksniff", "audit", sys.argv[1], "--master", "local[1]", "--conf", "spark.ui.enabled=false"]
+    from ksniff.cli import program
+
+    program()
+    """
+)
+
+
+def test_a_driver_jvm_killed_mid_run_is_one_line_and_exit_two(tmp_path: Path) -> None:
+    """When the driver's JVM dies under a run (killed; out of memory), the user reads one line saying so
+    and the exit code is 2: no traceback, neither ksniff's nor pyspark's accumulator server's."""
+    from ksniff.engine.spark_session import JVM_GONE
+
+    capture = ROOT / "tests" / "pcaps" / "txn_confluent_tansu.pcap"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, str(capture)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ksniff: error: ") and last.endswith(JVM_GONE), last
+    assert "Traceback" not in done.stderr
+
+
+def test_a_job_out_of_heap_says_what_to_give_the_executors() -> None:
+    """Spark's error for a task out of heap (its Java stack cut) reads as its cause and what to do."""
+    from ksniff.engine.spark_session import HEAP_HINT, _one_line
+
+    failed = RuntimeError(
+        "An error occurred while calling o123.collectToPython.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:2898)\n"
+        "Caused by: java.lang.OutOfMemoryError: Java heap space\n"
+        "\tat java.base/java.io.InputStream.readNBytes(InputStream.java:445)\n"
+    )
+    assert _one_line(failed) == "Caused by: java.lang.OutOfMemoryError: Java heap space" + HEAP_HINT
+    assert _one_line(RuntimeError("Caused by: java.io.FileNotFoundException: x")).endswith("x")
