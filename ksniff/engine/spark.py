@@ -495,27 +495,35 @@ def _run(
     terminal report reads: the driver's share then grows with the fleet's producers and partitions, not
     with the length of its traffic."""
     spark = session.spark
-    inputs = _list_inputs(spark, paths)
     with (
-        _shuffle_partitions(spark, partitions_for(sum(i.length for i in inputs), session.parallelism)),
-        _arrow_batch_bytes(spark),
+        _unless_chosen(spark, LISTING_TASKS, str(4 * session.parallelism)),
+        _unless_chosen(spark, ARROW_BATCH_BYTES, str(BATCH_BYTES)),
     ):
-        planned, warnings, skipped = _plan(session, inputs, paths, config)
-        for index, (_cset, members) in enumerate(planned):
-            for m in members:
-                m.cset = index
-        # With --records, first each set on a decompression budget of its own where it is read (exact
-        # when the run's one budget would not have bound: checked), else the exact way.
-        for apart in (True, False) if config.keep_records else (False,):
-            cached: list[Any] = []
-            left = (list(warnings), skipped)
-            try:
-                return _pipeline(session, inputs, paths, planned, left, config, cached, whole, keep, apart)
-            except BaseException as exc:
-                for df in cached:
-                    df.unpersist()
-                if not isinstance(exc, _BudgetBinds):
-                    raise
+        inputs = _list_inputs(spark, paths)
+        with _shuffle_partitions(spark, partitions_for(sum(i.length for i in inputs), session.parallelism)):
+            return _audited_run(session, inputs, paths, config, whole, keep)
+
+
+def _audited_run(
+    session: Session, inputs: list[_Input], paths: list[str], config: EngineConfig, whole: bool, keep: Any
+) -> SparkAudit:
+    """`_run`'s work once the inputs are listed, with the run's settings made."""
+    planned, warnings, skipped = _plan(session, inputs, paths, config)
+    for index, (_cset, members) in enumerate(planned):
+        for m in members:
+            m.cset = index
+    # With --records, first each set on a decompression budget of its own where it is read (exact
+    # when the run's one budget would not have bound: checked), else the exact way.
+    for apart in (True, False) if config.keep_records else (False,):
+        cached: list[Any] = []
+        left = (list(warnings), skipped)
+        try:
+            return _pipeline(session, inputs, paths, planned, left, config, cached, whole, keep, apart)
+        except BaseException as exc:
+            for df in cached:
+                df.unpersist()
+            if not isinstance(exc, _BudgetBinds):
+                raise
     raise AssertionError("unreachable: only the first way raises _BudgetBinds")
 
 
@@ -526,51 +534,55 @@ SPARK_DEFAULT_SHUFFLE_PARTITIONS = "200"
 @contextlib.contextmanager
 def _shuffle_partitions(spark: Any, partitions: int) -> Iterator[None]:
     """The run's own queries with `partitions` shuffle partitions (sized for the run: `partitions_for`),
-    unless whoever runs it chose a number (spark-submit's or the session's --conf, or set on the session
-    before the run): the setting is put back when the run's queries are done, so the tables it returns,
-    computed later, are computed with the session's own.
+    unless whoever runs it chose a number (`_unless_chosen`). `partitions` 0: the session's.
 
     Left at Spark's default of 200, every exchange a join, window or aggregate makes in these queries is
     200 partitions: adaptive execution merges the small ones it reads, but every task writing into it
     still writes 200 (on the benchmark's 164 files, a fifth of the shuffled way's CPU); and the exports'
     global sorts (`SparkAudit.write`) write as many files. The one setting sizes every exchange the
     queries make (a join left to adaptive execution still becomes a broadcast join when one side turns
-    out small, which an explicit repartition of both sides would prevent). `partitions` 0: the session's."""
-    said = spark.sparkContext.getConf().get(SHUFFLE_PARTITIONS, None)
-    now = spark.conf.get(SHUFFLE_PARTITIONS)
-    if not partitions or said is not None or now != SPARK_DEFAULT_SHUFFLE_PARTITIONS:
+    out small, which an explicit repartition of both sides would prevent)."""
+    if not partitions:
         yield
         return
-    spark.conf.set(SHUFFLE_PARTITIONS, str(partitions))
-    try:
+    with _unless_chosen(spark, SHUFFLE_PARTITIONS, str(partitions), SPARK_DEFAULT_SHUFFLE_PARTITIONS):
         yield
-    finally:
-        spark.conf.set(SHUFFLE_PARTITIONS, now)
 
 
-ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 # What one Arrow batch handed to a Python task may hold: a capture read by Spark's binaryFile source
-# larger than this comes alone in its batch, so a task holds one such file at a time.
+# larger than this comes alone in its batch, so a task holds one such file at a time. Spark cuts a batch
+# at maxRecordsPerBatch rows (10,000) and sets no bound on bytes by default, so the binaryFile rows of a
+# capture set's files, gathered into one partition, reached its task as one batch: all of the set's
+# bytes in the task's memory at once.
+ARROW_BATCH_BYTES = "spark.sql.execution.arrow.maxBytesPerBatch"
 BATCH_BYTES = 64 << 20
+# How many tasks list the inputs when there are more than Spark's threshold of them (32): by default one
+# per path, up to 10,000. Each task costs the driver more than listing a path does: 164 local files
+# listed in 0.50-0.59 s of wall time and 0.72-0.87 s of the driver JVM's CPU by 164 tasks, in 0.12-0.14 s
+# and 0.16-0.17 s by 8 (a warm `local[2]` session). A few per core keep a listing of many remote paths
+# (an object store's, each a request) spread over the cluster.
+LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
 @contextlib.contextmanager
-def _arrow_batch_bytes(spark: Any) -> Iterator[None]:
-    """The run's queries with Arrow batches to the Python tasks cut at BATCH_BYTES, unless whoever runs
-    it chose a bound (spark-submit's or the session's --conf, or set on the session before the run); put
-    back when the run's queries are done. Spark cuts a batch at maxRecordsPerBatch rows (10,000) and
-    sets no bound on bytes by default, so the binaryFile rows of a capture set's files, gathered into one
-    partition, reached its task as one batch: all of the set's bytes in the task's memory at once."""
-    said = spark.sparkContext.getConf().get(ARROW_BATCH_BYTES, None)
-    now = spark.conf.get(ARROW_BATCH_BYTES, None)
-    if said is not None or now is not None:
+def _unless_chosen(spark: Any, key: str, value: str, default: str | None = None) -> Iterator[None]:
+    """The run's queries with the Spark SQL setting `key` at `value`, unless whoever runs it chose one
+    (spark-submit's or the session's --conf, or set on the session before the run; `default`: what the
+    session says when nobody did, None when it says nothing). It is put back when the run's queries are
+    done, so the tables the run returns, computed later, are computed with the session's own."""
+    said = spark.sparkContext.getConf().get(key, None)
+    now = spark.conf.get(key) if default is not None else spark.conf.get(key, None)
+    if said is not None or now != default:
         yield
         return
-    spark.conf.set(ARROW_BATCH_BYTES, str(BATCH_BYTES))
+    spark.conf.set(key, value)
     try:
         yield
     finally:
-        spark.conf.unset(ARROW_BATCH_BYTES)
+        if default is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, now)
 
 
 class _BudgetBinds(Exception):

@@ -584,7 +584,7 @@ def extract_audited(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         # A file read by Spark's binaryFile source goes to a temporary file as its row comes, before the
         # next row is read: the task holds one such file's bytes at a time (each larger than the run's
-        # Arrow batch bound comes in a batch of its own: ksniff.engine.spark._arrow_batch_bytes). The
+        # Arrow batch bound comes in a batch of its own: ksniff.engine.spark.BATCH_BYTES). The
         # rows of a set come in any order: once all are in, each set is audited, its files in their
         # places, and its temporary files go.
         held: dict[int, tuple[contextlib.ExitStack, list[tuple]]] = {}

@@ -815,6 +815,33 @@ def test_the_runs_queries_shuffle_into_partitions_sized_for_the_run(spark) -> No
         spark.conf.unset(SHUFFLE_PARTITIONS)
 
 
+def test_the_inputs_are_listed_by_a_few_tasks_per_core(spark, monkeypatch) -> None:
+    """Many inputs are listed by a few tasks per core, not one task per path (Spark's default, each
+    costing the driver more than the path), and Arrow batches to the tasks are cut by bytes; after the
+    run the session has its own settings again, and a setting whoever runs ksniff chose is kept."""
+    from ksniff.engine import spark as engine
+
+    seen: list[tuple] = []
+    listing = engine._list_inputs
+
+    def noted(session_spark, paths):
+        seen.append(tuple(spark.conf.get(k, None) for k in (engine.LISTING_TASKS, engine.ARROW_BATCH_BYTES)))
+        return listing(session_spark, paths)
+
+    monkeypatch.setattr(engine, "_list_inputs", noted)
+    cores = spark.sparkContext.defaultParallelism
+    engine.audit_spark(spark, [str(PCAPS / SAMPLE[0])], CONFIG).close()
+    assert seen == [(str(4 * cores), str(engine.BATCH_BYTES))]
+    assert spark.conf.get(engine.LISTING_TASKS, None) is None
+    assert spark.conf.get(engine.ARROW_BATCH_BYTES, None) is None
+    spark.conf.set(engine.LISTING_TASKS, "3")
+    try:
+        engine.audit_spark(spark, [str(PCAPS / SAMPLE[0])], CONFIG).close()
+        assert seen[-1][0] == "3" and spark.conf.get(engine.LISTING_TASKS) == "3"
+    finally:
+        spark.conf.unset(engine.LISTING_TASKS)
+
+
 def test_the_exports_sort_into_the_runs_partitions(spark, tmp_path: Path, monkeypatch) -> None:
     """The exports' global sorts (into the local export's row order) shuffle into the run's own number of
     partitions, not Spark's default 200, each of which would be a part file; the session's setting is
