@@ -42,12 +42,17 @@ SESSION = textwrap.dedent(
 )
 
 
+def _python(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """This Python run with `args` (a JVM of its own), its output kept."""
+    return subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=600, cwd=cwd
+    )
+
+
 def _session(cache: Path) -> tuple[dict, str]:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
     env.pop("KSNIFF_SPARK_JVM_TUNING", None)
-    done = subprocess.run(
-        [sys.executable, "-c", SESSION], env=env, capture_output=True, text=True, timeout=600, cwd=cache
-    )
+    done = _python(["-c", SESSION], env, cache)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stdout + done.stderr
 
@@ -158,14 +163,11 @@ def test_the_command_line_says_once_that_it_keeps_the_classes(tmp_path: Path) ->
     said = []
     try:
         for _ in range(2):
-            done = subprocess.run(
-                [sys.executable, "-m", "ksniff.cli", "audit", str(capture), "--engine", "spark"]
+            done = _python(
+                ["-m", "ksniff.cli", "audit", str(capture), "--engine", "spark"]
                 + ["--master", "local[1]", "--conf", "spark.ui.enabled=false", "--exit-zero", "--no-color"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                cwd=tmp_path,
+                env,
+                tmp_path,
             )
             assert done.returncode == 0, done.stderr[-2000:]
             said.append([ln for ln in done.stderr.splitlines() if "keeping Spark's classes" in ln])
@@ -206,14 +208,7 @@ def test_a_driver_jvm_killed_mid_run_is_one_line_and_exit_two(tmp_path: Path) ->
 
     capture = ROOT / "tests" / "pcaps" / "txn_confluent_tansu.pcap"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", KILLED, str(capture)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
+    done = _python(["-c", KILLED, str(capture)], env, tmp_path)
     assert done.returncode == 2, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ksniff: error: ") and last.endswith(JVM_GONE), last
