@@ -1380,20 +1380,17 @@ def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int], paral
         frame = frame.repartition(n, key) if key else frame.repartition(n)
         out = frame.mapInArrow(task, tasks.PLANNED_DDL)
     if remote:
-        together: dict[int, list[_Input]] = {}
-        for i in remote:
-            together.setdefault(groups[i.file], []).append(i)
-        grouped = list(together.values())
-        grp = [("grp", "int", [groups[i.file] for g in grouped for i in g])]
-        part = _with_content(spark, grouped, parallelism, grp, task, tasks.PLANNED_DDL, key)
+        n = min(len({groups[i.file] for i in remote}), 4 * parallelism)
+        grp = [("grp", "int", [groups[i.file] for i in remote])]
+        part = _with_content(spark, remote, n, grp, task, tasks.PLANNED_DDL, key)
         out = part if out is None else out.unionByName(part)
     return out
 
 
 def _with_content(
     spark: Any,
-    groups: list[list[_Input]],
-    parallelism: int,
+    remote: list[_Input],
+    tasks_n: int,
     columns: Sequence[tuple[str, str, list]],
     task: Callable,
     ddl: str,
@@ -1401,14 +1398,13 @@ def _with_content(
 ):
     """`task` (a mapInArrow function) over rows (file, path, uri, folder, *columns, content) of inputs on
     a file system other than `file:`, their bytes read by Spark's binaryFile source (one file per row),
-    spread over a few tasks per core; its rows of `ddl`. `columns`: (name, SQL type, one value per input,
-    in the groups' order); `key`: a column naming each group, whose files must meet in one task.
+    spread over `tasks_n` tasks; its rows of `ddl`. `columns`: (name, SQL type, one value per input);
+    `key`: a column naming each group of inputs, whose files must meet in one task.
 
     The rows are joined with the inputs' listing and repartitioned (by `key`, if given): the bytes go
     through a shuffle, which is how Spark brings files read on different nodes together, within its
     managed memory. A task's rows come in no particular order, which the tasks restore: they used to be
     sorted within each partition too, all of a task's captures held and sorted by the JVM."""
-    remote = [m for g in groups for m in g]
     names = [name for name, _type, _values in columns]
     listing = spark.createDataFrame(
         [
@@ -1423,8 +1419,7 @@ def _with_content(
     rows = scan.join(listing, scan["path"] == listing["uri"]).select(
         "file", listing["shown"].alias("path"), "uri", "folder", *names, "content"
     )
-    n = min(len(groups), 4 * parallelism)
-    rows = rows.repartition(n, key) if key is not None else rows.repartition(n)
+    rows = rows.repartition(tasks_n, key) if key is not None else rows.repartition(tasks_n)
     return rows.mapInArrow(task, ddl)
 
 
@@ -1478,16 +1473,14 @@ def _read(
             spark.range(0, len(files), 1, numPartitions=len(files)).mapInArrow(_extract(files, read), ddl)
         )
     if remote:
-        if not together:
-            remote = [[m] for g in remote for m in g]
+        files = [m for g in remote for m in g]
         extra = [
-            ("offset", "double", [i.offset for g in remote for i in g]),
-            ("cset", "int", [i.cset for g in remote for i in g]),
+            ("offset", "double", [i.offset for i in files]),
+            ("cset", "int", [i.cset for i in files]),
             ("place", "int", [n for g in remote for n, _i in enumerate(g)]),  # a file's place in its group
         ]
-        parts.append(
-            _with_content(spark, remote, parallelism, extra, read, ddl, "cset" if together else None)
-        )
+        tasks_n = min(len(remote), 4 * parallelism)
+        parts.append(_with_content(spark, files, tasks_n, extra, read, ddl, "cset" if together else None))
     out = parts[0]
     for part in parts[1:]:
         out = out.unionByName(part)

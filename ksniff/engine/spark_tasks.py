@@ -395,24 +395,18 @@ def anchors(ports: tuple[int, ...], auto_detect: bool, limits):
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from ksniff.engine.clock import anchors_of
 
-        held: dict[int, tuple[contextlib.ExitStack, list[tuple[int, str]]]] = {}
-        try:
+        def rows() -> Iterator[tuple]:
             for batch in batches:
                 columns = [batch.column(name).to_pylist() for name in ("grp", "file", "uri")]
                 contents = batch.column("content")
                 for i, (grp, file, uri) in enumerate(zip(*columns, strict=True)):
-                    stack, files = held.setdefault(grp, (contextlib.ExitStack(), []))
-                    files.append((file, stack.enter_context(opened(uri, contents[i].as_buffer))))
-            for grp in sorted(held):
-                stack, files = held[grp]
-                with stack:
-                    found = anchors_of([where for _file, where in sorted(files)], ports, auto_detect, limits)
-                yield pa.RecordBatch.from_pydict(
-                    {"file": [0], "grp": [grp], "blob": [dumps(found)]}, schema=PLANNED
-                )
-        finally:
-            for stack, _files in held.values():
-                stack.close()
+                    yield grp, file, uri, contents[i].as_buffer
+
+        for grp, files in _by_group(rows()):
+            found = anchors_of([where for (where,) in files], ports, auto_detect, limits)
+            yield pa.RecordBatch.from_pydict(
+                {"file": [0], "grp": [grp], "blob": [dumps(found)]}, schema=PLANNED
+            )
 
     return _rarely_collected(run)
 
@@ -443,6 +437,26 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     that is not a capture), never a task failure for Spark to retry."""
     for file, path, uri, folder, content, offset, cset, _place in _listed(batches):
         yield from _extract_input(file, path, uri, folder, content, offset, cset)
+
+
+def _by_group(rows: Iterable[tuple]) -> Iterator[tuple[int, list[tuple]]]:
+    """Rows (group, place, uri, content, *rest) of files coming in any order, gathered by group: each
+    file opened for the task as its row comes (`opened`: a remote file's bytes to a temporary file, so
+    the task holds one such file's bytes at a time), then each group in turn once every row is in, as
+    (group, [(where, *rest), ...] in the order of their places); a group's temporary files go when the
+    caller asks for the next group."""
+    held: dict[int, tuple[contextlib.ExitStack, list[tuple]]] = {}
+    try:
+        for group, place, uri, content, *rest in rows:
+            stack, files = held.setdefault(group, (contextlib.ExitStack(), []))
+            files.append((place, stack.enter_context(opened(uri, content)), *rest))
+        for group in sorted(held):
+            stack, files = held[group]
+            with stack:
+                yield group, [f[1:] for f in sorted(files, key=lambda f: f[0])]
+    finally:
+        for stack, _files in held.values():
+            stack.close()
 
 
 def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
@@ -587,18 +601,14 @@ def extract_audited(
         # Arrow batch bound comes in a batch of its own: ksniff.engine.spark.BATCH_BYTES). The
         # rows of a set come in any order: once all are in, each set is audited, its files in their
         # places, and its temporary files go.
-        held: dict[int, tuple[contextlib.ExitStack, list[tuple]]] = {}
-        try:
-            for file, path, uri, folder, content, offset, cset, place in _listed(batches):
-                stack, files = held.setdefault(cset, (contextlib.ExitStack(), []))
-                files.append((place, file, path, folder, stack.enter_context(opened(uri, content)), offset))
-            for cset in sorted(held):
-                stack, files = held[cset]
-                with stack:
-                    yield from one(cset, [f[1:] for f in sorted(files)])
-        finally:
-            for stack, _files in held.values():
-                stack.close()
+        listed = (
+            (cset, place, uri, content, file, path, folder, offset)
+            for file, path, uri, folder, content, offset, cset, place in _listed(batches)
+        )
+        for cset, files in _by_group(listed):
+            yield from one(
+                cset, [(file, path, folder, where, offset) for where, file, path, folder, offset in files]
+            )
 
     return _rarely_collected(run)
 
