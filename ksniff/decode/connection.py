@@ -224,16 +224,17 @@ class Connection:
             ctx.stats.errors += 1
             return
         api_key, api_version = _API_HEAD(payload, 0)
-        if ctx.only is not None and api_key not in ctx.only:
-            # A pass that reads a few APIs: the others' requests make no exchange, and their answers
-            # find nothing pending (a connection joined mid-stream looks only for answers it awaits).
-            self.last_correlation = _CORRELATION(payload, 4)[0]
-            return
         plan = ctx.plans.get((api_key, api_version))  # found for every request but a version's first
         if plan is not None:
             api = plan.api
             head = request_head(payload, plan.request_flexible)
         else:
+            if ctx.only is not None and api_key not in ctx.only:
+                # A pass that reads a few APIs (these never get a plan): the others' requests make no
+                # exchange, and their answers find nothing pending (a connection joined mid-stream
+                # looks only for answers it awaits).
+                self.last_correlation = _CORRELATION(payload, 4)[0]
+                return
             api = ctx.apis.get(api_key)
             head = request_head(payload, api is not None and api.flexible.contains(api_version))
         if head is None:
