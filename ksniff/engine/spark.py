@@ -64,6 +64,7 @@ from ksniff.decode.decoder import limit_warnings
 from ksniff.decode.events import DecodeStats
 from ksniff.decode.identity import Identity
 from ksniff.decode.records import Inflation
+from ksniff.engine import objectstore
 from ksniff.engine import sets as capture_sets
 from ksniff.engine.clock import within_uncertainty
 from ksniff.engine.spark_session import Session, SparkUnavailable, check_available, partitions_for
@@ -386,20 +387,36 @@ def _walk_key(rel: str) -> tuple:
 
 
 def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
-    """The files the arguments name, listed by Spark (the driver opens none), in the local engine's order."""
+    """The files the arguments name, in the local engine's order: listed by Spark, or for S3 by the driver
+    through pyarrow (ksniff.engine.objectstore); the driver opens none."""
     if not paths:
         raise CaptureError("no capture files given")
     uris = [p if is_uri(p) else os.path.abspath(p) for p in paths]
-    try:
-        listed = (
-            spark.read.format("binaryFile")
-            .option("recursiveFileLookup", "true")
-            .load(uris)
-            .select("path", "length")
-            .collect()
-        )
-    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
-        raise CaptureError(_listing_error(exc, paths, uris)) from None
+    in_s3 = [u for u in uris if objectstore.is_s3(u)]
+    by_spark = [u for u in uris if not objectstore.is_s3(u)]
+    listed: list = []
+    if in_s3:  # listed here, without the JVM (ksniff.engine.objectstore)
+        store = objectstore.settings_of(spark)
+        for arg, uri in zip(paths, uris, strict=True):
+            if uri in in_s3:
+                try:
+                    found = store.listed(uri)
+                except objectstore.StoreError as exc:
+                    raise CaptureError(str(exc).replace(uri, arg, 1)) from None
+                if not found:
+                    raise CaptureError(f"{arg}: no such file or folder")
+                listed += [{"path": u, "length": n} for u, n in found]
+    if by_spark:
+        try:
+            listed += (
+                spark.read.format("binaryFile")
+                .option("recursiveFileLookup", "true")
+                .load(by_spark)
+                .select("path", "length")
+                .collect()
+            )
+        except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
+            raise CaptureError(_listing_error(exc, paths, uris)) from None
     by_arg, stray = _by_argument(uris, listed)
     inputs: list[_Input] = []
     for i, (arg, found) in enumerate(zip(paths, by_arg, strict=True)):
@@ -1368,8 +1385,8 @@ def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int], paral
     than `file:` read by Spark's binaryFile source (`_with_content`; the others are opened by the task)."""
     from ksniff.engine import spark_tasks as tasks
 
-    local = [i for i in inputs if tasks.local_path(i.uri) is not None]
-    remote = [i for i in inputs if tasks.local_path(i.uri) is None]
+    local = [i for i in inputs if tasks.task_reads(i.uri)]
+    remote = [i for i in inputs if not tasks.task_reads(i.uri)]
     # Files read alone (the study) are dealt round the tasks; a group's files meet in one (the anchors).
     key = "grp" if len(set(groups.values())) < len(inputs) else None
     out = None
@@ -1378,7 +1395,7 @@ def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int], paral
         n = min(len({groups[i.file] for i in local}), 4 * parallelism)
         frame = spark.createDataFrame(rows, tasks.PLAN_INPUTS_DDL)
         frame = frame.repartition(n, key) if key else frame.repartition(n)
-        out = frame.mapInArrow(task, tasks.PLANNED_DDL)
+        out = frame.mapInArrow(_reading_s3(spark, local, task), tasks.PLANNED_DDL)
     if remote:
         n = min(len({groups[i.file] for i in remote}), 4 * parallelism)
         grp = [("grp", "int", [groups[i.file] for i in remote])]
@@ -1463,15 +1480,14 @@ def _read(
 
     read = read or tasks.extract
     ddl = tasks.EVENTS_DDL if together else tasks.SEGMENTS_DDL
-    local = [g for g in groups if all(tasks.local_path(m.uri) is not None for m in g)]
-    remote = [g for g in groups if any(tasks.local_path(m.uri) is None for m in g)]
+    local = [g for g in groups if all(tasks.task_reads(m.uri) for m in g)]
+    remote = [g for g in groups if not all(tasks.task_reads(m.uri) for m in g)]
     parts = []
     if local:
         bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)), _group_length)
         files = [[m for g in b for m in g] for b in bins]
-        parts.append(
-            spark.range(0, len(files), 1, numPartitions=len(files)).mapInArrow(_extract(files, read), ddl)
-        )
+        task = _reading_s3(spark, [m for g in local for m in g], _extract(files, read))
+        parts.append(spark.range(0, len(files), 1, numPartitions=len(files)).mapInArrow(task, ddl))
     if remote:
         files = [m for g in remote for m in g]
         extra = [
@@ -1485,6 +1501,19 @@ def _read(
     for part in parts[1:]:
         out = out.unionByName(part)
     return out
+
+
+def _reading_s3(spark: Any, inputs: list[_Input], task: Callable) -> Callable:
+    """`task`, reading the S3 objects among `inputs` with the run's S3 settings (objectstore.use)."""
+    if not any(objectstore.is_s3(i.uri) for i in inputs):
+        return task
+    settings = objectstore.settings_of(spark)
+
+    def run(batches):
+        objectstore.use(settings)
+        yield from task(batches)
+
+    return run
 
 
 def _group_length(group: list[_Input]) -> int:

@@ -79,6 +79,7 @@ from ksniff.decode.events import (
     RecordBatchHeader,
 )
 from ksniff.decode.identity import IDENTITY_APIS, fact_of
+from ksniff.engine import objectstore
 from ksniff.engine import pack as packing
 from ksniff.engine.local import event_ts, fewer_collections, release_time
 from ksniff.engine.pack import is_packed
@@ -369,16 +370,20 @@ def study(ports: tuple[int, ...], auto_detect: bool, limits):
             columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
             contents = batch.column("content")
             for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
-                with opened(uri, contents[i].as_buffer) as where:
-                    if folder and not looks_like_capture(where):
-                        out: tuple = (SKIPPED, None)
-                    else:
-                        try:
-                            scan = sets.study(where, ports, auto_detect, limits)
-                            scan.path = path
-                            out = (SCANNED, scan)
-                        except CaptureError as exc:
-                            out = (FAILED, str(exc).replace(where, path, 1))
+                out: tuple
+                try:
+                    with opened(uri, contents[i].as_buffer) as where:
+                        if folder and not looks_like_capture(where):
+                            out = (SKIPPED, None)
+                        else:
+                            try:
+                                scan = sets.study(where, ports, auto_detect, limits)
+                                scan.path = path
+                                out = (SCANNED, scan)
+                            except CaptureError as exc:
+                                out = (FAILED, str(exc).replace(where, path, 1))
+                except CaptureError as exc:  # an object that could not be read
+                    out = (FAILED, str(exc).replace(uri, path, 1))
                 yield pa.RecordBatch.from_pydict(
                     {"file": [file], "grp": [0], "blob": [dumps(out)]}, schema=PLANNED
                 )
@@ -403,7 +408,9 @@ def anchors(ports: tuple[int, ...], auto_detect: bool, limits):
                     yield grp, file, uri, contents[i].as_buffer
 
         for grp, files in _by_group(rows()):
-            found = anchors_of([where for (where,) in files], ports, auto_detect, limits)
+            # A file that could not be read here failed the study, which stops the run first.
+            readable = [where for (where,) in files if not isinstance(where, CaptureError)]
+            found = anchors_of(readable, ports, auto_detect, limits)
             yield pa.RecordBatch.from_pydict(
                 {"file": [0], "grp": [grp], "blob": [dumps(found)]}, schema=PLANNED
             )
@@ -427,6 +434,12 @@ def local_path(uri: str) -> str | None:
     return None
 
 
+def task_reads(uri: str) -> bool:
+    """Whether a task reads the input itself (a `file:` path, or an S3 object through
+    ksniff.engine.objectstore) rather than being handed its bytes by Spark's binaryFile source."""
+    return local_path(uri) is not None or objectstore.is_s3(uri)
+
+
 def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over rows of LISTING_DDL (and optional `offset` and `cset` columns, the file's clock
     offset and capture set): every TCP segment of each file, then its FileMeta.
@@ -443,13 +456,17 @@ def _by_group(rows: Iterable[tuple]) -> Iterator[tuple[int, list[tuple]]]:
     """Rows (group, place, uri, content, *rest) of files coming in any order, gathered by group: each
     file opened for the task as its row comes (`opened`: a remote file's bytes to a temporary file, so
     the task holds one such file's bytes at a time), then each group in turn once every row is in, as
-    (group, [(where, *rest), ...] in the order of their places); a group's temporary files go when the
-    caller asks for the next group."""
+    (group, [(where, *rest), ...] in the order of their places; `where` the CaptureError of a file that
+    could not be read); a group's temporary files go when the caller asks for the next group."""
     held: dict[int, tuple[contextlib.ExitStack, list[tuple]]] = {}
     try:
         for group, place, uri, content, *rest in rows:
             stack, files = held.setdefault(group, (contextlib.ExitStack(), []))
-            files.append((place, stack.enter_context(opened(uri, content)), *rest))
+            try:
+                where: str | CaptureError = stack.enter_context(opened(uri, content))
+            except CaptureError as exc:  # an object that could not be read: its error in its place
+                where = exc
+            files.append((place, where, *rest))
         for group in sorted(held):
             stack, files = held[group]
             with stack:
@@ -544,9 +561,14 @@ def extract_audited(
         failed = False
         for file, path, folder, where, offset in files:
             try:
+                if isinstance(where, CaptureError):  # an object that could not be read (`_by_group`)
+                    raise where
                 CaptureFile(where).close()
             except CaptureError as exc:
-                meta = _failed(file, path, str(exc).replace(where, path, 1), folder)
+                if exc is where:  # not read: an error whether it was named or found in a folder
+                    meta = _failed(file, path, str(exc), False)
+                else:
+                    meta = _failed(file, path, str(exc).replace(where, path, 1), folder)
                 rows.add(FILE_META, None, NO_ORDER, dumps(meta))
                 failed = failed or not meta.skipped
                 continue
@@ -732,13 +754,22 @@ def labelled_rows(table: str, labels: dict[int, tuple]):
 
 @contextlib.contextmanager
 def opened(uri: str, content) -> Iterator[str]:
-    """A path this task can open for an input: a `file:` URI's own path, or a temporary file holding the
-    bytes Spark's binaryFile source read from any other file system (`content()`), removed after."""
+    """A path this task can open for an input: a `file:` URI's own path, or a temporary file (removed
+    after) holding an S3 object the task copied (ksniff.engine.objectstore) or the bytes Spark's
+    binaryFile source read from any other file system (`content()`). An object that cannot be read is
+    a CaptureError with its one-line reason."""
     import tempfile
 
     where = local_path(uri)
     if where is not None:
         yield where
+        return
+    if objectstore.is_s3(uri):
+        try:
+            with objectstore.copied(uri) as where:
+                yield where
+        except objectstore.StoreError as exc:  # raised by the copy: the body raises no StoreError
+            raise CaptureError(str(exc)) from None
         return
     data = content()
     fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap")
@@ -753,6 +784,15 @@ def opened(uri: str, content) -> Iterator[str]:
 
 def _extract_input(
     file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0, cset: int = 0
+) -> Iterator[pa.RecordBatch]:
+    try:
+        yield from _extract_opened(file, path, uri, folder, content, offset, cset)
+    except CaptureError as exc:  # an object that could not be read
+        yield _meta_batch(_failed(file, path, str(exc).replace(uri, path, 1), False), cset)
+
+
+def _extract_opened(
+    file: int, path: str, uri: str, folder: bool, content, offset: float, cset: int
 ) -> Iterator[pa.RecordBatch]:
     with opened(uri, content) as where:
         try:

@@ -1,0 +1,188 @@
+"""Captures in an S3 bucket (`s3a://`, `s3://`, `s3n://`), listed and read without the JVM.
+
+Through Spark's own Hadoop file system a capture in a bucket comes to its task whole, as one binaryFile
+row: several times its size in the executor's heap, and about 30 s of the JVM's CPU per GB (bench/README,
+"Capture sets on other file systems audited where they are read"); and listing it at all needs the
+hadoop-aws jars on Spark's class path. Here the driver lists the bucket and each task copies the objects
+it reads to its local disk itself, CHUNK_BYTES at a time, through pyarrow's S3 file system (the AWS SDK
+for C++, part of every pyarrow wheel): the task's memory holds one chunk, whatever the capture's size,
+and Spark needs nothing more than it has.
+
+Where the bucket is and who asks are the run's `fs.s3a.*` settings, as Hadoop's S3A file system takes
+them (`--conf spark.hadoop.fs.s3a.endpoint=...`): the endpoint, its region, the keys. pyarrow addresses
+an endpoint of the run's own with the bucket in the path, as MinIO and Ceph want. Whatever is not set
+is found the AWS SDK's way (its environment variables, ~/.aws, the instance's role), which is also where
+a cluster's executors find theirs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+from urllib.parse import unquote, urlsplit
+
+SCHEMES = ("s3", "s3a", "s3n")
+CHUNK_BYTES = 8 << 20  # of an object copied to a task's disk at a time
+
+# The Spark properties read, as Hadoop's S3A names them (behind `spark.hadoop.`).
+_PREFIX = "spark.hadoop.fs.s3a."
+
+
+def is_s3(uri: str) -> bool:
+    """Whether `uri` names an object (or a folder of objects) in an S3 bucket."""
+    scheme, sep, _rest = uri.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+def _key(uri: str) -> str:
+    """pyarrow's name for the object `uri` names: bucket/key, without a trailing slash."""
+    parts = urlsplit(uri)
+    return (parts.netloc + unquote(parts.path)).rstrip("/")
+
+
+class StoreError(Exception):
+    """A bucket or object that could not be listed or read, in one line."""
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How tasks reach the bucket: the run's fs.s3a settings (None: the AWS SDK's own default)."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, get: Any) -> S3Settings:
+        """From `get(name)`, a Spark property's value or None (`spark.conf.get(name, None)`)."""
+
+        def one(name: str) -> str | None:
+            value = get(_PREFIX + name)
+            return value.strip() or None if isinstance(value, str) else None
+
+        endpoint = one("endpoint")
+        if endpoint and "://" not in endpoint:
+            ssl = (one("connection.ssl.enabled") or "true").lower() != "false"
+            endpoint = f"{'https' if ssl else 'http'}://{endpoint}"
+        return cls(
+            endpoint=endpoint,
+            region=one("endpoint.region") or one("region"),
+            access_key=one("access.key"),
+            secret_key=one("secret.key"),
+            session_token=one("session.token"),
+        )
+
+    def filesystem(self) -> Any:
+        """pyarrow's S3 file system for these settings (one per process and settings)."""
+        made = _FILESYSTEMS.get(self)
+        if made is None:
+            from pyarrow import fs
+
+            options: dict[str, Any] = {}
+            if self.endpoint:
+                parts = urlsplit(self.endpoint)
+                options["endpoint_override"] = parts.netloc or parts.path
+                options["scheme"] = parts.scheme or "https"
+            if self.region:
+                options["region"] = self.region
+            if self.access_key and self.secret_key:
+                options["access_key"] = self.access_key
+                options["secret_key"] = self.secret_key
+                if self.session_token:
+                    options["session_token"] = self.session_token
+            made = _FILESYSTEMS[self] = fs.S3FileSystem(**options)
+        return made
+
+    def listed(self, uri: str) -> list[tuple[str, int]]:
+        """(URI, size) of the object `uri` names, or of every object under it (a folder: its prefix) but
+        hidden ones (`_hidden`), in the URI's own scheme; [] when there is nothing there."""
+        from pyarrow import fs
+
+        s3 = self.filesystem()
+        key = _key(uri)
+        scheme = uri.partition("://")[0]
+        try:
+            info = s3.get_file_info(key)
+            if info.type == fs.FileType.File:
+                return [(uri, info.size)]
+            if info.type != fs.FileType.Directory:
+                return []
+            found = s3.get_file_info(fs.FileSelector(key, recursive=True))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{uri}: cannot list: {_reason(exc)}") from None
+        return [
+            (f"{scheme}://{i.path}", i.size)
+            for i in found
+            if i.type == fs.FileType.File and not _hidden(i.path[len(key) + 1 :])
+        ]
+
+    def copy(self, uri: str, out: BinaryIO) -> int:
+        """The object's bytes into `out`, CHUNK_BYTES at a time; how many."""
+        n = 0
+        try:
+            with self.filesystem().open_input_stream(_key(uri)) as src:
+                while chunk := src.read(CHUNK_BYTES):
+                    out.write(chunk)
+                    n += len(chunk)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{uri}: cannot read: {_reason(exc)}") from None
+        return n
+
+
+_FILESYSTEMS: dict[S3Settings, Any] = {}
+
+
+def _hidden(rel: str) -> bool:
+    """Whether a folder's listing leaves the object out, as Spark's does on every file system: a name
+    (of the object or of a folder below the listed one) starting with `.` or `_`."""
+    return any(part.startswith((".", "_")) for part in rel.split("/"))
+
+
+def _reason(exc: Exception) -> str:
+    """pyarrow's message on one line, without the AWS SDK's detail after it."""
+    text = " ".join(str(exc).split())
+    for cut in (". Detail:", " Detail:"):
+        text = text.split(cut, 1)[0]
+    if isinstance(exc, FileNotFoundError):
+        return "no such object"
+    return text or type(exc).__name__
+
+
+def settings_of(spark: Any) -> S3Settings:
+    """The run's S3 settings, from its Spark configuration (Spark Connect's too)."""
+
+    def get(name: str) -> str | None:
+        with contextlib.suppress(Exception):
+            return spark.conf.get(name, None)
+        return None
+
+    return S3Settings.of(get)
+
+
+_USED: list[S3Settings | None] = [None]  # the settings of the task running in this process
+
+
+def use(settings: S3Settings | None) -> None:
+    """The settings the tasks that run next in this process read objects with."""
+    _USED[0] = settings
+
+
+@contextlib.contextmanager
+def copied(uri: str) -> Iterator[str]:
+    """A temporary file holding the object `uri` names (removed after), read with `use`'s settings."""
+    import tempfile
+
+    settings = _USED[0] or S3Settings()
+    fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            settings.copy(uri, fh)
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
