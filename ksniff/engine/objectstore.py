@@ -153,6 +153,32 @@ def _reason(exc: Exception) -> str:
     return text or type(exc).__name__
 
 
+# fs.s3a settings pyarrow's S3 file system cannot follow (a credentials provider class, an assumed role,
+# per-bucket settings): with any of them, Spark's own S3A file system reads the bucket, as it reads any
+# other file system's files (binaryFile; it needs the hadoop-aws jars). So does KSNIFF_S3_BY_SPARK=1.
+_SPARK_ONLY = ("aws.credentials.provider", "assumed.role.", "bucket.")
+BY_SPARK_ENV = "KSNIFF_S3_BY_SPARK"
+
+
+def read_by_spark(spark: Any) -> str | None:
+    """Why Spark's own S3A file system lists and reads this run's S3 inputs (None: the tasks do)."""
+    if os.environ.get(BY_SPARK_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+        return f"{BY_SPARK_ENV} is set"
+    for key in _property_names(spark):
+        if key.startswith(_PREFIX) and key[len(_PREFIX) :].startswith(_SPARK_ONLY):
+            return f"{key} is set"
+    return None
+
+
+def _property_names(spark: Any) -> list[str]:
+    """The names of the Spark properties the run was given (what can be asked without the JVM's help)."""
+    with contextlib.suppress(Exception):
+        return [k for k, _v in spark.sparkContext.getConf().getAll()] + list(spark.conf.getAll)
+    with contextlib.suppress(Exception):
+        return list(spark.conf.getAll)  # Spark Connect: a property of the session
+    return []
+
+
 def settings_of(spark: Any) -> S3Settings:
     """The run's S3 settings, from its Spark configuration (Spark Connect's too)."""
 

@@ -88,6 +88,7 @@ class _Input:
     length: int
     folder: bool  # found in a folder (a file that is not a capture is left out) rather than named
     arg: int
+    own: bool = False  # read by the task itself (a `file:` path, an S3 object), not by Spark's binaryFile
     offset: float = 0.0  # seconds added to its timestamps: its capture set's clock alignment
     cset: int = 0  # its capture set: the index in the run's plan
 
@@ -392,8 +393,10 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
     if not paths:
         raise CaptureError("no capture files given")
     uris = [p if is_uri(p) else os.path.abspath(p) for p in paths]
-    in_s3 = [u for u in uris if objectstore.is_s3(u)]
-    by_spark = [u for u in uris if not objectstore.is_s3(u)]
+    by_s3a = objectstore.read_by_spark(spark)  # why Spark's S3A lists and reads S3 (None: the tasks do)
+    own_s3 = by_s3a is None
+    in_s3 = [u for u in uris if own_s3 and objectstore.is_s3(u)]
+    by_spark = [u for u in uris if u not in in_s3]
     listed: list = []
     if in_s3:  # listed here, without the JVM (ksniff.engine.objectstore)
         store = objectstore.settings_of(spark)
@@ -416,7 +419,10 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
                 .collect()
             )
         except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException and friends
-            raise CaptureError(_listing_error(exc, paths, uris)) from None
+            text = _listing_error(exc, paths, uris)
+            if by_s3a and any(objectstore.is_s3(u) for u in by_spark):
+                text += f" (Spark's own S3A file system reads s3 inputs because {by_s3a})"
+            raise CaptureError(text) from None
     by_arg, stray = _by_argument(uris, listed)
     inputs: list[_Input] = []
     for i, (arg, found) in enumerate(zip(paths, by_arg, strict=True)):
@@ -430,10 +436,18 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
                 if not folder
                 else (os.path.join(arg, rel) if not is_uri(arg) else arg.rstrip("/") + "/" + rel)
             )
-            inputs.append(_Input(len(inputs), shown, uri, length, folder, i))
+            inputs.append(_Input(len(inputs), shown, uri, length, folder, i, _own(uri, own_s3)))
     for shown, uri, length, folder in sorted(stray):
-        inputs.append(_Input(len(inputs), shown, uri, length, folder, len(paths)))
+        inputs.append(_Input(len(inputs), shown, uri, length, folder, len(paths), _own(uri, own_s3)))
     return inputs
+
+
+def _own(uri: str, own_s3: bool) -> bool:
+    """Whether a task reads the input itself: a `file:` path, or an S3 object when the run's tasks read
+    S3 (ksniff.engine.objectstore); else Spark's binaryFile source reads it for the task."""
+    from ksniff.engine import spark_tasks as tasks
+
+    return tasks.local_path(uri) is not None or (own_s3 and objectstore.is_s3(uri))
 
 
 def _by_argument(
@@ -492,6 +506,13 @@ def _listing_error(exc: Exception, paths: list[str], uris: list[str]) -> str:
             if _norm(uri) == gone:
                 return f"{arg}: no such file or folder"
         return f"{missing.group(1)}: no such file or folder"
+    missing_class = re.search(r"Class (\S+FileSystem) not found", text)
+    if missing_class:  # a scheme whose Hadoop file system is not on Spark's class path
+        schemes = sorted({urlsplit(u).scheme + "://" for u in uris if urlsplit(u).scheme not in ("", "file")})
+        return (
+            f"cannot list the inputs: Spark has no {missing_class.group(1)} on its class path, the file "
+            f"system of {', '.join(schemes) or 'an input'} (add its jars: --conf spark.jars.packages=...)"
+        )
     from ksniff.engine.spark_session import _one_line
 
     return f"cannot list the inputs: {_one_line(exc)}"
@@ -1385,8 +1406,8 @@ def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int], paral
     than `file:` read by Spark's binaryFile source (`_with_content`; the others are opened by the task)."""
     from ksniff.engine import spark_tasks as tasks
 
-    local = [i for i in inputs if tasks.task_reads(i.uri)]
-    remote = [i for i in inputs if not tasks.task_reads(i.uri)]
+    local = [i for i in inputs if i.own]
+    remote = [i for i in inputs if not i.own]
     # Files read alone (the study) are dealt round the tasks; a group's files meet in one (the anchors).
     key = "grp" if len(set(groups.values())) < len(inputs) else None
     out = None
@@ -1480,8 +1501,8 @@ def _read(
 
     read = read or tasks.extract
     ddl = tasks.EVENTS_DDL if together else tasks.SEGMENTS_DDL
-    local = [g for g in groups if all(tasks.task_reads(m.uri) for m in g)]
-    remote = [g for g in groups if not all(tasks.task_reads(m.uri) for m in g)]
+    local = [g for g in groups if all(m.own for m in g)]
+    remote = [g for g in groups if not all(m.own for m in g)]
     parts = []
     if local:
         bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)), _group_length)
@@ -1505,7 +1526,7 @@ def _read(
 
 def _reading_s3(spark: Any, inputs: list[_Input], task: Callable) -> Callable:
     """`task`, reading the S3 objects among `inputs` with the run's S3 settings (objectstore.use)."""
-    if not any(objectstore.is_s3(i.uri) for i in inputs):
+    if not any(i.own and objectstore.is_s3(i.uri) for i in inputs):
         return task
     settings = objectstore.settings_of(spark)
 

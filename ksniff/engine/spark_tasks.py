@@ -434,12 +434,6 @@ def local_path(uri: str) -> str | None:
     return None
 
 
-def task_reads(uri: str) -> bool:
-    """Whether a task reads the input itself (a `file:` path, or an S3 object through
-    ksniff.engine.objectstore) rather than being handed its bytes by Spark's binaryFile source."""
-    return local_path(uri) is not None or objectstore.is_s3(uri)
-
-
 def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over rows of LISTING_DDL (and optional `offset` and `cset` columns, the file's clock
     offset and capture set): every TCP segment of each file, then its FileMeta.
@@ -764,14 +758,14 @@ def opened(uri: str, content) -> Iterator[str]:
     if where is not None:
         yield where
         return
-    if objectstore.is_s3(uri):
+    data = content()
+    if data is None and objectstore.is_s3(uri):  # no bytes from Spark: the task reads the object
         try:
             with objectstore.copied(uri) as where:
                 yield where
         except objectstore.StoreError as exc:  # raised by the copy: the body raises no StoreError
             raise CaptureError(str(exc)) from None
         return
-    data = content()
     fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap")
     try:
         with os.fdopen(fd, "wb") as fh:

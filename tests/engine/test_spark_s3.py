@@ -216,3 +216,39 @@ def test_the_settings_come_from_s3a_properties_and_keep_the_keys_out_of_sight() 
         and objectstore.is_s3("S3://b/k")
         and not objectstore.is_s3("hdfs://n/k")
     )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.hadoop.fs.s3a.aws.credentials.provider",
+        "spark.hadoop.fs.s3a.assumed.role.arn",
+        f"spark.hadoop.fs.s3a.bucket.{BUCKET}.endpoint",
+    ],
+)
+def test_s3a_settings_pyarrow_cannot_follow_leave_the_bucket_to_sparks_own_s3a(s3_spark, key: str) -> None:
+    """A credentials provider class, an assumed role or per-bucket settings are S3A's alone: with one of
+    them the bucket is listed and read by Spark's S3A file system, as before this engine read S3 itself.
+    The JVM here has none (no hadoop-aws), so the run stops at the listing, in one line that says so."""
+    from ksniff.engine.spark import audit_paths_spark
+
+    s3_spark.conf.set(key, "set-by-the-user")
+    try:
+        assert objectstore.read_by_spark(s3_spark) == f"{key} is set"
+        with pytest.raises(CaptureError) as raised:
+            audit_paths_spark([f"s3a://{BUCKET}/anything"], spark=s3_spark)
+        assert str(raised.value) == (
+            "cannot list the inputs: Spark has no org.apache.hadoop.fs.s3a.S3AFileSystem on its class "
+            "path, the file system of s3a:// (add its jars: --conf spark.jars.packages=...) (Spark's own "
+            f"S3A file system reads s3 inputs because {key} is set)"
+        )
+    finally:
+        s3_spark.conf.unset(key)
+    assert objectstore.read_by_spark(s3_spark) is None
+
+
+def test_the_tasks_leave_s3_to_spark_when_told(spark, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(objectstore.BY_SPARK_ENV, "1")
+    assert objectstore.read_by_spark(spark) == f"{objectstore.BY_SPARK_ENV} is set"
+    monkeypatch.setenv(objectstore.BY_SPARK_ENV, "0")
+    assert objectstore.read_by_spark(spark) is None
