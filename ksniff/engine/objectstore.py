@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 SCHEMES = ("s3", "s3a", "s3n")
 CHUNK_BYTES = 8 << 20  # of an object copied to a task's disk at a time
@@ -116,7 +116,7 @@ class S3Settings:
         except (OSError, ValueError) as exc:
             raise StoreError(f"{uri}: cannot list: {_reason(exc)}") from None
         return [
-            (f"{scheme}://{i.path}", i.size)
+            (f"{scheme}://{quote(i.path, safe='/')}", i.size)  # a key may hold ?, # or %: as a URI's path
             for i in found
             if i.type == fs.FileType.File and not _hidden(i.path[len(key) + 1 :])
         ]

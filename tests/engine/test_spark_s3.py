@@ -179,6 +179,25 @@ def test_an_object_gone_before_its_task_reads_it_stops_the_run_in_one_line(
     assert str(raised.value) == f"s3a://{BUCKET}/{prefix}/b.pcap: cannot read: no such object"
 
 
+def test_keys_any_text_may_name_are_read_as_named(s3_spark, bucket) -> None:
+    """Object names are whatever the uploader chose: a space, ?, #, % and non-ASCII letters in a key are
+    listed as a URI's path (percent-encoded, as Hadoop lists such names), shown as named, and read back
+    as that object."""
+    from ksniff.engine.spark import audit_paths_spark
+
+    _settings, s3 = bucket
+    named = {"odd name #1?.pcap": "txn_confluent_tansu.pcap", "100% ünïcode.pcap": "hanging_tansu.pcap"}
+    for name, capture in named.items():
+        with s3.open_output_stream(f"{BUCKET}/odd/{name}") as out:
+            out.write((PCAPS / capture).read_bytes())
+    result = audit_paths_spark([f"s3a://{BUCKET}/odd/"], spark=s3_spark)
+    local = audit_paths([str(PCAPS / c) for c in named.values()])
+    assert sorted(i.path for i in result.inputs) == sorted(f"s3a://{BUCKET}/odd/{n}" for n in named)
+    assert sorted(i.packets for i in result.inputs) == sorted(i.packets for i in local.inputs)
+    assert sorted(t.outcome for t in result.transactions) == sorted(t.outcome for t in local.transactions)
+    assert len(result.transactions) == len(local.transactions) > 0
+
+
 def test_an_object_is_copied_a_chunk_at_a_time(
     bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
