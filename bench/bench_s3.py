@@ -34,7 +34,12 @@ sys.path.insert(0, str(HERE))
 from bench_engines import driver_jvm_peak_mib, report_text, tree_cpu  # noqa: E402
 
 BUCKET = "bench"
-KEYS = {"access.key": "ksniff-bench", "secret.key": "not-a-secret", "endpoint.region": "us-east-1"}
+KEYS = {
+    "access.key": "ksniff-bench",
+    "secret.key": "not-a-secret",
+    "endpoint.region": "us-east-1",
+    "path.style.access": "true",  # the bucket in the path: no host name per bucket on loopback
+}
 
 
 def free_port() -> int:

@@ -9,10 +9,9 @@ for C++, part of every pyarrow wheel): the task's memory holds one chunk, whatev
 and Spark needs nothing more than it has.
 
 Where the bucket is and who asks are the run's `fs.s3a.*` settings, as Hadoop's S3A file system takes
-them (`--conf spark.hadoop.fs.s3a.endpoint=...`): the endpoint, its region, the keys. pyarrow addresses
-an endpoint of the run's own with the bucket in the path, as MinIO and Ceph want. Whatever is not set
-is found the AWS SDK's way (its environment variables, ~/.aws, the instance's role), which is also where
-a cluster's executors find theirs.
+them (`--conf spark.hadoop.fs.s3a.endpoint=...`): the endpoint, its region, path-style access, the keys.
+Whatever is not set is found the AWS SDK's way (its environment variables, ~/.aws, the instance's
+role), which is also where a cluster's executors find theirs.
 """
 
 from __future__ import annotations
@@ -53,6 +52,7 @@ class S3Settings:
 
     endpoint: str | None = None
     region: str | None = None
+    path_style: bool = False  # the bucket in the path (MinIO, Ceph) rather than in the host name
     access_key: str | None = field(default=None, repr=False)
     secret_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
@@ -72,6 +72,7 @@ class S3Settings:
         return cls(
             endpoint=endpoint,
             region=one("endpoint.region") or one("region"),
+            path_style=(one("path.style.access") or "false").lower() == "true",
             access_key=one("access.key"),
             secret_key=one("secret.key"),
             session_token=one("session.token"),
@@ -83,20 +84,38 @@ class S3Settings:
         if made is None:
             from pyarrow import fs
 
-            options: dict[str, Any] = {}
-            if self.endpoint:
-                parts = urlsplit(self.endpoint)
-                options["endpoint_override"] = parts.netloc or parts.path
-                options["scheme"] = parts.scheme or "https"
-            if self.region:
-                options["region"] = self.region
-            if self.access_key and self.secret_key:
-                options["access_key"] = self.access_key
-                options["secret_key"] = self.secret_key
-                if self.session_token:
-                    options["session_token"] = self.session_token
-            made = _FILESYSTEMS[self] = fs.S3FileSystem(**options)
+            made = _FILESYSTEMS[self] = fs.S3FileSystem(**self.options())
         return made
+
+    def options(self) -> dict[str, Any]:
+        """pyarrow's S3FileSystem arguments for these settings, as Hadoop's S3A reads the same: an AWS
+        endpoint (s3.REGION.amazonaws.com) names the region, and the SDK finds the host itself; any other
+        is the host asked, with the bucket in the host name unless path-style access is set."""
+        options: dict[str, Any] = {}
+        region = self.region
+        if self.endpoint:
+            parts = urlsplit(self.endpoint)
+            host = parts.netloc or parts.path
+            name = host.split(":")[0].lower()
+            if name.endswith((".amazonaws.com", ".amazonaws.com.cn")) or name == "amazonaws.com":
+                labels = name.split(".")
+                head = labels[: labels.index("amazonaws")]  # s3.REGION, s3-REGION, s3.dualstack.REGION
+                named = [
+                    x.removeprefix("s3-") for x in head if x not in ("s3", "dualstack", "fips", "s3-fips")
+                ]
+                region = region or (named[0] if named else None)
+            else:
+                options["endpoint_override"] = host
+                options["scheme"] = parts.scheme or "https"
+        options["force_virtual_addressing"] = not self.path_style
+        if region:
+            options["region"] = region
+        if self.access_key and self.secret_key:
+            options["access_key"] = self.access_key
+            options["secret_key"] = self.secret_key
+            if self.session_token:
+                options["session_token"] = self.session_token
+        return options
 
     def listed(self, uri: str) -> list[tuple[str, int]]:
         """(URI, size) of the object `uri` names, or of every object under it (a folder: its prefix) but

@@ -36,6 +36,7 @@ def bucket():
                 "spark.hadoop.fs.s3a.endpoint.region": "us-east-1",
                 "spark.hadoop.fs.s3a.access.key": "ksniff-test",
                 "spark.hadoop.fs.s3a.secret.key": "not-a-secret",
+                "spark.hadoop.fs.s3a.path.style.access": "true",  # as for MinIO: no bucket host names here
             }.get
         )
         from pyarrow import fs
@@ -63,6 +64,7 @@ def s3_spark(spark, bucket):
         "spark.hadoop.fs.s3a.endpoint.region": settings.region,
         "spark.hadoop.fs.s3a.access.key": settings.access_key,
         "spark.hadoop.fs.s3a.secret.key": settings.secret_key,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
     }
     for key, value in keys.items():
         spark.conf.set(key, value)
@@ -229,7 +231,21 @@ def test_the_settings_come_from_s3a_properties_and_keep_the_keys_out_of_sight() 
     assert settings.endpoint == "http://minio.internal:9000"
     assert (settings.access_key, settings.secret_key) == ("AKIDEXAMPLE", "wJalrXUtnFEMI")
     assert "wJalrXUtnFEMI" not in repr(settings) and "AKIDEXAMPLE" not in repr(settings)
+    assert settings.options()["endpoint_override"] == "minio.internal:9000"
+    assert settings.options()["scheme"] == "http"
+    assert settings.options()["force_virtual_addressing"]  # as S3A: path style only when told
     assert objectstore.S3Settings.of({}.get) == objectstore.S3Settings()  # the AWS SDK's own defaults
+    assert "endpoint_override" not in objectstore.S3Settings().options()
+    # An AWS endpoint names its region; the SDK finds the host itself (virtual-hosted buckets).
+    for endpoint, region in [
+        ("s3.eu-west-1.amazonaws.com", "eu-west-1"),
+        ("https://s3-ap-south-1.amazonaws.com", "ap-south-1"),
+        ("s3.dualstack.us-east-2.amazonaws.com", "us-east-2"),
+        ("s3.cn-north-1.amazonaws.com.cn", "cn-north-1"),
+        ("s3.amazonaws.com", None),
+    ]:
+        options = objectstore.S3Settings.of({"spark.hadoop.fs.s3a.endpoint": endpoint}.get).options()
+        assert "endpoint_override" not in options and options.get("region") == region, endpoint
     assert (
         objectstore.is_s3("s3a://b/k")
         and objectstore.is_s3("S3://b/k")
