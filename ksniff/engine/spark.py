@@ -315,6 +315,11 @@ def run_spark(
     from ksniff.report.formats import ReportError
 
     with _SessionScope(master, conf, None, notice) as session:
+        for directory in (csv_dir, parquet_dir):  # before the audit, not after it
+            if directory:
+                problem = _unwritable(session.spark, directory)
+                if problem:
+                    raise ReportError(f"cannot write {directory}: {problem}")
         try:
             run = _run(session, list(paths), config, whole=whole, keep=keep)
         except (CaptureError, SparkUnavailable):
@@ -506,16 +511,43 @@ def _listing_error(exc: Exception, paths: list[str], uris: list[str]) -> str:
             if _norm(uri) == gone:
                 return f"{arg}: no such file or folder"
         return f"{missing.group(1)}: no such file or folder"
-    missing_class = re.search(r"Class (\S+FileSystem) not found", text)
-    if missing_class:  # a scheme whose Hadoop file system is not on Spark's class path
-        schemes = sorted({urlsplit(u).scheme + "://" for u in uris if urlsplit(u).scheme not in ("", "file")})
-        return (
-            f"cannot list the inputs: Spark has no {missing_class.group(1)} on its class path, the file "
-            f"system of {', '.join(schemes) or 'an input'} (add its jars: --conf spark.jars.packages=...)"
-        )
+    missing = _no_file_system(text, uris)
+    if missing:
+        return f"cannot list the inputs: {missing}"
     from ksniff.engine.spark_session import _one_line
 
     return f"cannot list the inputs: {_one_line(exc)}"
+
+
+def _no_file_system(text: str, uris: Sequence[str]) -> str | None:
+    """What an error's `text` says when the Hadoop file system of `uris` is not on Spark's class path."""
+    missing_class = re.search(r"Class (\S+FileSystem) not found", text)
+    if missing_class is None:
+        return None
+    schemes = sorted({urlsplit(u).scheme + "://" for u in uris if urlsplit(u).scheme not in ("", "file")})
+    return (
+        f"Spark has no {missing_class.group(1)} on its class path, the file system of "
+        f"{', '.join(schemes) or 'an input'} (add its jars: --conf spark.jars.packages=...)"
+    )
+
+
+def _unwritable(spark: Any, directory: str) -> str | None:
+    """Why the driver's Hadoop configuration cannot reach the file system of an export `directory` (its
+    class missing, a host that does not resolve), asked before the audit; None when it can, or when only
+    the write can tell (Spark Connect)."""
+    from ksniff.engine.spark_session import _one_line
+
+    try:
+        jvm = spark.sparkContext._jvm
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    except Exception:  # noqa: BLE001 - Spark Connect: no JVM of ours
+        return None
+    try:
+        jvm.org.apache.hadoop.fs.Path(directory).getFileSystem(hadoop)
+    except Exception as exc:  # noqa: BLE001 - Py4JJavaError and friends
+        text = str(exc)
+        return _no_file_system(text, [directory]) or _one_line(exc)
+    return None
 
 
 # -- the run -----------------------------------------------------------------------------------------------

@@ -409,6 +409,23 @@ def test_local_engine_refuses_uri_outputs(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.timeout(300)
+def test_an_export_spark_cannot_write_is_one_line_before_the_audit(tmp_path: Path) -> None:
+    """`--parquet s3a://...` where Spark has no S3A file system (no hadoop-aws jars): the run says so in one
+    line and exit 2 before it reads any input. Here the only input is a folder with no capture, which the
+    audit would have stopped on: the export's error comes first."""
+    folder = tmp_path / "no_captures"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a capture\n")
+    result = _ksniff(str(folder), "--master", "local[1]", "--parquet", "s3a://bucket/out", "-q", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ksniff: error: cannot write s3a://bucket/out: Spark has no org.apache.hadoop.fs.s3a.S3AFileSystem "
+        "on its class path, the file system of s3a:// (add its jars: --conf spark.jars.packages=...)"
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_per_broker_captures_with_shifted_clocks_match_local(
     spark, tmp_path: Path, way: str, monkeypatch
 ) -> None:
