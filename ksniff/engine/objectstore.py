@@ -218,12 +218,13 @@ def use(settings: S3Settings | None) -> None:
 
 
 @contextlib.contextmanager
-def copied(uri: str) -> Iterator[str]:
-    """A temporary file holding the object `uri` names (removed after), read with `use`'s settings."""
+def copied(uri: str, folder: str | None = None) -> Iterator[str]:
+    """A temporary file in `folder` (None: the system's) holding the object `uri` names (removed after),
+    read with `use`'s settings."""
     import tempfile
 
     settings = _USED[0] or S3Settings()
-    fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap")
+    fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap", dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:
             settings.copy(uri, fh)

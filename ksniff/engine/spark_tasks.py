@@ -746,12 +746,23 @@ def labelled_rows(table: str, labels: dict[int, tuple]):
     return run
 
 
+def scratch_folder() -> str | None:
+    """Where a task writes the captures it copies: the first of Spark's local folders for this executor
+    (`spark.local.dir`, SPARK_LOCAL_DIRS, which Spark hands its Python workers; the disks set aside for
+    Spark's own spills, which Spark empties when the application ends), else the system's temporary
+    folder (None)."""
+    for folder in os.environ.get("SPARK_LOCAL_DIRS", "").split(","):
+        if folder and os.path.isdir(folder):
+            return folder
+    return None
+
+
 @contextlib.contextmanager
 def opened(uri: str, content) -> Iterator[str]:
-    """A path this task can open for an input: a `file:` URI's own path, or a temporary file (removed
-    after) holding an S3 object the task copied (ksniff.engine.objectstore) or the bytes Spark's
-    binaryFile source read from any other file system (`content()`). An object that cannot be read is
-    a CaptureError with its one-line reason."""
+    """A path this task can open for an input: a `file:` URI's own path, or a temporary file in the
+    executor's scratch folder (`scratch_folder`, removed after) holding an S3 object the task copied
+    (ksniff.engine.objectstore) or the bytes Spark's binaryFile source read from any other file system
+    (`content()`). An object that cannot be read is a CaptureError with its one-line reason."""
     import tempfile
 
     where = local_path(uri)
@@ -761,12 +772,12 @@ def opened(uri: str, content) -> Iterator[str]:
     data = content()
     if data is None and objectstore.is_s3(uri):  # no bytes from Spark: the task reads the object
         try:
-            with objectstore.copied(uri) as where:
+            with objectstore.copied(uri, scratch_folder()) as where:
                 yield where
         except objectstore.StoreError as exc:  # raised by the copy: the body raises no StoreError
             raise CaptureError(str(exc)) from None
         return
-    fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap")
+    fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap", dir=scratch_folder())
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data or b"")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -437,6 +438,27 @@ def test_a_set_of_rotated_files_audited_where_it_is_read_is_the_local_result(tmp
         list(tasks.stored_rows("exchanges", {})(iter(stored.to_batches())))
     ).to_pylist()
     assert [{k: r[k] for k in local.exchanges[0]} for r in made] == local.exchanges
+
+
+def test_a_task_copies_captures_to_sparks_local_folders(tmp_path: Path, monkeypatch) -> None:
+    """A capture a task writes to disk goes to Spark's first local folder for the executor
+    (SPARK_LOCAL_DIRS, the disks set aside for Spark's spills, which Spark empties when the application
+    ends; one that does not exist is passed over), not to the system's temporary folder, and is gone
+    after."""
+    from ksniff.engine import spark_tasks as tasks
+
+    spill, other, system = tmp_path / "spill", tmp_path / "other", tmp_path / "tmp"
+    for folder in (spill, other, system):
+        folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system))
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{tmp_path / 'gone'},{spill},{other}")
+    data = (PCAPS / "txn_confluent_tansu.pcap").read_bytes()
+    with tasks.opened("hdfs://namenode/caps/x.pcap", lambda: data) as where:
+        assert Path(where).parent == spill and Path(where).read_bytes() == data
+    assert not any(any(f.iterdir()) for f in (spill, other, system))
+    monkeypatch.delenv("SPARK_LOCAL_DIRS")
+    with tasks.opened("hdfs://namenode/caps/x.pcap", lambda: data) as where:
+        assert Path(where).parent == system
 
 
 def test_a_set_read_by_spark_goes_to_disk_one_file_at_a_time(tmp_path: Path, monkeypatch) -> None:
