@@ -199,11 +199,21 @@ def _property_names(spark: Any) -> list[str]:
 
 
 def settings_of(spark: Any) -> S3Settings:
-    """The run's S3 settings, from its Spark configuration (Spark Connect's too)."""
+    """The run's S3 settings: each from its Spark properties (`spark.hadoop.fs.s3a.*`, Spark Connect's
+    too), else from the driver's Hadoop configuration (core-site.xml under HADOOP_CONF_DIR, where a
+    cluster's S3A settings often are)."""
+    hadoop = None
+    with contextlib.suppress(Exception):
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
 
     def get(name: str) -> str | None:
         with contextlib.suppress(Exception):
-            return spark.conf.get(name, None)
+            value = spark.conf.get(name, None)
+            if value is not None:
+                return value
+        if hadoop is not None:
+            with contextlib.suppress(Exception):
+                return hadoop.get(name.removeprefix("spark.hadoop."))
         return None
 
     return S3Settings.of(get)

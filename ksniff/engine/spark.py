@@ -398,7 +398,8 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
     if not paths:
         raise CaptureError("no capture files given")
     uris = [p if is_uri(p) else os.path.abspath(p) for p in paths]
-    by_s3a = objectstore.read_by_spark(spark)  # why Spark's S3A lists and reads S3 (None: the tasks do)
+    # Why Spark's S3A lists and reads S3 (None: the tasks do); asked only when an input is in S3.
+    by_s3a = objectstore.read_by_spark(spark) if any(objectstore.is_s3(u) for u in uris) else None
     own_s3 = by_s3a is None
     in_s3 = [u for u in uris if own_s3 and objectstore.is_s3(u)]
     by_spark = [u for u in uris if u not in in_s3]

@@ -83,17 +83,6 @@ def upload(s3, folder: Path, prefix: str) -> str:
     return f"s3a://{BUCKET}/{prefix}"
 
 
-def _sets(result, prefix: str) -> list:
-    return [
-        (
-            [p.removeprefix(prefix) for p in s.paths],
-            s.cluster_ids,
-            [(tuple(p.removeprefix(prefix) for p in c.paths), round(c.offset, 4)) for c in s.clocks],
-        )
-        for s in result.capture_sets
-    ]
-
-
 @pytest.mark.parametrize("shuffled", [False, True], ids=["where-read", "shuffled"])
 def test_captures_in_a_bucket_give_the_local_result(
     s3_spark, bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shuffled: bool
@@ -103,7 +92,7 @@ def test_captures_in_a_bucket_give_the_local_result(
     folder on disk: the same capture sets and clock offsets, transactions, findings, table rows and
     warning, whether each set is audited where it is read or goes the shuffled way. Spark's JVM here has
     no S3 file system: the run lists and reads the bucket without it."""
-    from test_clock import per_broker
+    from test_clock import per_broker, sets_seen
 
     from ksniff.config import EngineConfig
     from ksniff.engine import spark as spark_engine
@@ -127,7 +116,7 @@ def test_captures_in_a_bucket_give_the_local_result(
     remote = audit_paths_spark([uri], config, spark=s3_spark)
 
     assert len(local.capture_sets) == 2 and local.transactions and local.findings
-    assert _sets(remote, uri + "/") == _sets(local, str(folder) + "/")
+    assert sets_seen(remote, uri + "/") == sets_seen(local, str(folder) + "/")
     assert [i.path.removeprefix(uri) for i in remote.inputs] == [
         i.path.removeprefix(str(folder)) for i in local.inputs
     ]
@@ -218,6 +207,37 @@ def test_an_object_is_copied_a_chunk_at_a_time(
     assert settings.copy(f"s3a://{BUCKET}/chunks/c.pcap", Out()) == len(data)
     assert b"".join(writes) == data
     assert max(len(w) for w in writes) == 1000 and len(writes) == -(-len(data) // 1000)
+
+
+def test_s3a_settings_in_the_hadoop_configuration_are_read_too(spark, bucket) -> None:
+    """S3A settings a cluster keeps in its Hadoop configuration (core-site.xml) rather than in Spark
+    properties reach the tasks too; a Spark property, when both say, wins."""
+    from ksniff.engine.spark import audit_paths_spark
+
+    settings, s3 = bucket
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    keys = {
+        "fs.s3a.endpoint": settings.endpoint,
+        "fs.s3a.endpoint.region": settings.region,
+        "fs.s3a.access.key": settings.access_key,
+        "fs.s3a.secret.key": settings.secret_key,
+        "fs.s3a.path.style.access": "true",
+    }
+    with s3.open_output_stream(f"{BUCKET}/hadoop/a.pcap") as out:
+        out.write((PCAPS / "txn_confluent_tansu.pcap").read_bytes())
+    for key, value in keys.items():
+        hadoop.set(key, value)
+    try:
+        assert objectstore.settings_of(spark) == settings
+        spark.conf.set("spark.hadoop.fs.s3a.endpoint.region", "eu-north-1")
+        assert objectstore.settings_of(spark).region == "eu-north-1"
+        spark.conf.unset("spark.hadoop.fs.s3a.endpoint.region")
+        result = audit_paths_spark([f"s3a://{BUCKET}/hadoop/a.pcap"], spark=spark)
+        assert result.transactions
+    finally:
+        for key in keys:
+            hadoop.unset(key)
+    assert objectstore.settings_of(spark).endpoint is None
 
 
 def test_the_settings_come_from_s3a_properties_and_keep_the_keys_out_of_sight() -> None:
