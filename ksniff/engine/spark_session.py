@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import logging
 import os
 import shutil
 import subprocess
@@ -338,6 +339,9 @@ class Session:
             spark.sparkContext.addPyFile(package_zip(self._workdir))
         # pyspark's server for accumulator updates prints a traceback when the JVM goes away in the middle
         # of one (killed, or out of memory); the run then ends with its own one-line error (JVM_GONE).
+        # And py4j logs one, on the root logger, for a command the dead JVM did not answer.
+        if not any(isinstance(f, _UnansweredLogged) for f in logging.getLogger().filters):
+            logging.getLogger().addFilter(_UnansweredLogged())
         server = getattr(spark.sparkContext, "_accumulatorServer", None)
         if server is not None and hasattr(server, "handle_error"):
             server.handle_error = _said_elsewhere
@@ -440,6 +444,17 @@ def _jvm_gone(exc: BaseException) -> bool:
     if isinstance(exc, (ConnectionError, Py4JNetworkError)):
         return True
     return isinstance(exc, Py4JError) and "Answer from Java side is empty" in str(exc)
+
+
+class _UnansweredLogged(logging.Filter):
+    """Leaves out py4j's traceback for a command the driver's JVM did not answer because it is gone: the
+    run says that in one line (JVM_GONE). Whatever else is logged passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        gone = (
+            record.exc_info is not None and record.exc_info[1] is not None and _jvm_gone(record.exc_info[1])
+        )
+        return not (gone and record.getMessage() == "Exception while sending command.")
 
 
 def _said_elsewhere(_request: Any, _client_address: Any) -> None:

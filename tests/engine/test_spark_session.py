@@ -215,6 +215,27 @@ def test_a_driver_jvm_killed_mid_run_is_one_line_and_exit_two(tmp_path: Path) ->
     assert "Traceback" not in done.stderr
 
 
+def test_py4js_traceback_for_a_command_the_dead_jvm_left_unanswered_is_left_out() -> None:
+    """py4j logs a traceback on the root logger when the JVM it sends a command to is gone (how it fails,
+    on sending or on receiving, depends on timing); the run says so in one line, so that record is left
+    out, and any other passes."""
+    import logging
+
+    from py4j.protocol import Py4JNetworkError
+
+    from ksniff.engine.spark_session import _UnansweredLogged
+
+    def record(message: str, exc: BaseException | None) -> logging.LogRecord:
+        info = (type(exc), exc, None) if exc is not None else None
+        return logging.LogRecord("root", logging.ERROR, __file__, 1, message, None, info)
+
+    unanswered = _UnansweredLogged()
+    assert not unanswered.filter(record("Exception while sending command.", Py4JNetworkError("gone")))
+    assert unanswered.filter(record("Exception while sending command.", ValueError("other")))
+    assert unanswered.filter(record("something else", Py4JNetworkError("gone")))
+    assert unanswered.filter(record("Exception while sending command.", None))
+
+
 def test_a_job_out_of_heap_says_what_to_give_the_executors() -> None:
     """Spark's error for a task out of heap (its Java stack cut) reads as its cause and what to do."""
     from ksniff.engine.spark_session import HEAP_HINT, _one_line
