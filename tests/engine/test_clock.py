@@ -45,6 +45,19 @@ def _findings(result) -> Counter:
     )
 
 
+def sets_seen(result, prefix: str) -> list:
+    """Each capture set's files (less `prefix`: a folder as one engine named it), clusters and clock
+    offsets (rounded), for comparing two engines' plans of the same folder."""
+    return [
+        (
+            [p.removeprefix(prefix) for p in s.paths],
+            s.cluster_ids,
+            [(tuple(p.removeprefix(prefix) for p in c.paths), round(c.offset, 4)) for c in s.clocks],
+        )
+        for s in result.capture_sets
+    ]
+
+
 def _outcomes(result) -> Counter:
     return Counter(
         (t.transactional_id, t.producer_id, t.producer_epoch, t.outcome) for t in result.transactions

@@ -505,7 +505,7 @@ def test_inputs_on_another_file_system_are_planned_by_the_executors(spark, tmp_p
     Spark's binaryFile source, as hdfs:// or s3a:// would be) are grouped into capture sets and put on one
     time line by tasks that read them: the same sets, clock offsets, outcomes and findings as the local
     engine on the same files, and the file that is not a capture named in the same warning."""
-    from test_clock import _findings, _outcomes, per_broker
+    from test_clock import _findings, _outcomes, per_broker, sets_seen
 
     from ksniff.engine.spark import audit_paths_spark
 
@@ -520,18 +520,8 @@ def test_inputs_on_another_file_system_are_planned_by_the_executors(spark, tmp_p
     local = audit_paths([str(folder)], CONFIG)
     remote = audit_paths_spark(["viewfs://ksniff/caps"], CONFIG, spark=spark)
 
-    def sets(result, prefix: str) -> list:
-        return [
-            (
-                [p.removeprefix(prefix) for p in s.paths],
-                s.cluster_ids,
-                [(tuple(p.removeprefix(prefix) for p in c.paths), round(c.offset, 4)) for c in s.clocks],
-            )
-            for s in result.capture_sets
-        ]
-
     assert len(local.capture_sets) == 2
-    assert sets(remote, "viewfs://ksniff/caps/") == sets(local, str(folder) + "/")
+    assert sets_seen(remote, "viewfs://ksniff/caps/") == sets_seen(local, str(folder) + "/")
     assert _outcomes(remote) == _outcomes(local)
     assert _findings(remote) == _findings(local)
     assert [w.replace("viewfs://ksniff/caps", "F") for w in remote.warnings if "not a capture" in w] == [
