@@ -380,8 +380,13 @@ def _producer_filter(result: AuditResult, producer: str):
 
 
 def _norm(uri: str) -> str:
+    """A path or URI as the listing's rows are matched to the arguments: its path, without the host (an
+    argument `hdfs:///x` names the files Spark lists as `hdfs://namenode:8020/x`), but for S3, whose
+    host is the bucket (two buckets may hold the same keys)."""
     parts = urlsplit(uri)
     path = unquote(parts.path) if parts.scheme else uri
+    if objectstore.is_s3(uri):
+        path = "/" + parts.netloc + path
     return path.rstrip("/") or "/"
 
 

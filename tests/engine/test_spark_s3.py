@@ -189,6 +189,22 @@ def test_keys_any_text_may_name_are_read_as_named(s3_spark, bucket) -> None:
     assert len(result.transactions) == len(local.transactions) > 0
 
 
+def test_the_same_keys_in_two_buckets_are_two_inputs(s3_spark, bucket) -> None:
+    """Two buckets holding the same folder of keys: each argument's files are its own bucket's."""
+    from ksniff.engine.spark import audit_paths_spark
+
+    _settings, s3 = bucket
+    s3.create_dir("other-captures")
+    for name, capture in ((BUCKET, "txn_confluent_tansu.pcap"), ("other-captures", "hanging_tansu.pcap")):
+        with s3.open_output_stream(f"{name}/same/a.pcap") as out:
+            out.write((PCAPS / capture).read_bytes())
+    uris = [f"s3a://{BUCKET}/same", "s3a://other-captures/same"]
+    result = audit_paths_spark(uris, spark=s3_spark)
+    assert [i.path for i in result.inputs] == [f"{u}/a.pcap" for u in uris]
+    local = audit_paths([str(PCAPS / "txn_confluent_tansu.pcap"), str(PCAPS / "hanging_tansu.pcap")])
+    assert [i.packets for i in result.inputs] == [i.packets for i in local.inputs]
+
+
 def test_an_object_is_copied_a_chunk_at_a_time(
     bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
