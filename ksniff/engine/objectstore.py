@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 from urllib.parse import quote, unquote, urlsplit
@@ -227,18 +226,6 @@ def use(settings: S3Settings | None) -> None:
     _USED[0] = settings
 
 
-@contextlib.contextmanager
-def copied(uri: str, folder: str | None = None) -> Iterator[str]:
-    """A temporary file in `folder` (None: the system's) holding the object `uri` names (removed after),
-    read with `use`'s settings."""
-    import tempfile
-
-    settings = _USED[0] or S3Settings()
-    fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            settings.copy(uri, fh)
-        yield tmp
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+def copy(uri: str, out: BinaryIO) -> int:
+    """The object `uri` names into `out`, read with `use`'s settings (StoreError when it cannot be)."""
+    return (_USED[0] or S3Settings()).copy(uri, out)

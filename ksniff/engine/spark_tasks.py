@@ -49,8 +49,9 @@ import itertools
 import math
 import os
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import field, replace
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401 - pa.compute
@@ -763,28 +764,38 @@ def opened(uri: str, content) -> Iterator[str]:
     executor's scratch folder (`scratch_folder`, removed after) holding an S3 object the task copied
     (ksniff.engine.objectstore) or the bytes Spark's binaryFile source read from any other file system
     (`content()`). An object that cannot be read is a CaptureError with its one-line reason."""
-    import tempfile
-
     where = local_path(uri)
     if where is not None:
         yield where
         return
-    data = content()
-    if data is None and objectstore.is_s3(uri):  # no bytes from Spark: the task reads the object
+
+    def from_spark(out: BinaryIO) -> None:
+        out.write(content() or b"")
+
+    def from_s3(out: BinaryIO) -> None:
         try:
-            with objectstore.copied(uri, scratch_folder()) as where:
-                yield where
-        except objectstore.StoreError as exc:  # raised by the copy: the body raises no StoreError
+            objectstore.copy(uri, out)
+        except objectstore.StoreError as exc:
             raise CaptureError(str(exc)) from None
-        return
+
+    # No bytes from Spark for an S3 object: the task reads it itself.
+    with _spooled(from_s3 if content() is None and objectstore.is_s3(uri) else from_spark) as where:
+        yield where
+
+
+@contextlib.contextmanager
+def _spooled(fill: Callable[[BinaryIO], None]) -> Iterator[str]:
+    """A temporary file in the scratch folder (`scratch_folder`) that `fill` writes, removed after."""
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix="ksniff-", suffix=".cap", dir=scratch_folder())
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data or b"")
-        del data
+        with os.fdopen(fd, "wb") as out:
+            fill(out)
         yield tmp
     finally:
-        os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _extract_input(
