@@ -406,13 +406,13 @@ def _list_inputs(spark: Any, paths: list[str]) -> list[_Input]:
     # Why Spark's S3A lists and reads S3 (None: the tasks do); asked only when an input is in S3.
     by_s3a = objectstore.read_by_spark(spark) if any(objectstore.is_s3(u) for u in uris) else None
     own_s3 = by_s3a is None
-    in_s3 = [u for u in uris if own_s3 and objectstore.is_s3(u)]
-    by_spark = [u for u in uris if u not in in_s3]
+    mine = [own_s3 and objectstore.is_s3(u) for u in uris]  # listed here, without the JVM
+    by_spark = [u for u, m in zip(uris, mine, strict=True) if not m]
     listed: list = []
-    if in_s3:  # listed here, without the JVM (ksniff.engine.objectstore)
+    if any(mine):
         store = objectstore.settings_of(spark)
-        for arg, uri in zip(paths, uris, strict=True):
-            if uri in in_s3:
+        for arg, uri, m in zip(paths, uris, mine, strict=True):
+            if m:
                 try:
                     found = store.listed(uri)
                 except objectstore.StoreError as exc:
