@@ -712,6 +712,52 @@ def pieces(parts, type mapped):
     return total, all_mapped
 
 
+# -- where in a mapped file each payload is (the Spark engine's segment rows, ksniff.engine.spark_tasks) --
+
+cdef extern from *:
+    """
+    /* Where the bytes of view `mv` begin in those of view `base`, when `mv` is a one-dimensional view of
+       single bytes lying wholly within them; else -1. */
+    static inline Py_ssize_t ks_offset_in(PyObject *mv, Py_buffer *base) {
+        Py_buffer *b = PyMemoryView_GET_BUFFER(mv);
+        Py_ssize_t at;
+        if (b->ndim != 1 || b->itemsize != 1 || b->len < 0)
+            return -1;
+        at = (const char *)b->buf - (const char *)base->buf;
+        if (at < 0 || at > base->len || b->len > base->len - at)
+            return -1;
+        return at;
+    }
+    """
+    Py_ssize_t ks_offset_in(PyObject *mv, Py_buffer *base)
+
+
+from cpython.memoryview cimport PyMemoryView_GET_BUFFER
+
+
+def payload_offsets(list segs, base):
+    """For each segment tuple of the walk in `segs`, where its payload's bytes begin in those of `base`
+    (a memoryview of the whole mapped file, the walk's buffer), or -1 when the payload is not a view
+    lying within them (a truncated segment's length, bytes, a view of anything else). There is no
+    pure-Python way to ask a view where it begins: without this module the segments carry their bytes."""
+    cdef Py_ssize_t i, n = len(segs)
+    cdef list out = [-1] * n
+    cdef tuple seg
+    cdef object payload
+    cdef Py_buffer *b
+    if type(base) is not memoryview:
+        return out
+    b = PyMemoryView_GET_BUFFER(base)
+    if b.ndim != 1 or b.itemsize != 1:
+        return out
+    for i in range(n):
+        seg = <tuple> segs[i]
+        payload = seg[8]
+        if type(payload) is memoryview:
+            out[i] = ks_offset_in(<PyObject *> payload, b)
+    return out
+
+
 # The pages of a mapped capture file, mapped in ahead of the walk and dropped behind it, for
 # ksniff.capture.readahead's worker thread: both run without the GIL, so the walk goes on meanwhile.
 cdef extern from *:

@@ -69,6 +69,18 @@ class CaptureFile:
         self._buffer.close()
 
     @property
+    def stamp(self) -> tuple[int, int]:
+        """(size, modification time in ns) of the file as it was opened last."""
+        return self._buffer.stamp
+
+    def mapped(self) -> memoryview | None:
+        """While the walk goes: the whole file's bytes as it maps them, of which the payloads it gives
+        are views (ksniff.capture._fastwalk.payload_offsets); None for a gzip file, whose bytes are
+        inflated window by window."""
+        b = self._buffer
+        return b.buf if b.is_mapped else None
+
+    @property
     def bytes_read(self) -> int:
         """Bytes of the file walked so far, for progress: the walk's checkpoint in a plain file (the map
         itself grows by WINDOW, too coarse for a rate), the compressed bytes read from a gzip stream."""

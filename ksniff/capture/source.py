@@ -79,7 +79,9 @@ class CaptureBuffer:
             if not stat.S_ISREG(os.stat(path).st_mode):
                 raise CaptureError(f"{path}: not a regular file (save the capture to a file first)")
             self._file = open(path, "rb")  # noqa: SIM115 - lives as long as the walk
-            self.size = os.fstat(self._file.fileno()).st_size
+            st = os.fstat(self._file.fileno())
+            self.size = st.st_size
+            self.stamp = (st.st_size, st.st_mtime_ns)  # to tell the file changed between two readings
             head = self._file.read(4)
         except OSError as exc:
             raise CaptureError(f"{path}: {exc.strerror or exc}") from None
@@ -157,6 +159,11 @@ class CaptureBuffer:
 
     def corrupt(self, pos: int, what: str) -> str:
         return f"{self.path}: {what} at byte {self.base + pos}; rest skipped"
+
+    @property
+    def is_mapped(self) -> bool:
+        """`buf` is the whole file mapped (not gzip, not closed)."""
+        return self._map is not None
 
     def close(self) -> None:
         self.buf = memoryview(b"")

@@ -1106,14 +1106,22 @@ def _decoded(
         if shuffled:
             # Stage 1: the files read on the executors. Kept (memory, then disk) because each set's end
             # time, which stage 2 needs, is known only once every file has been read.
-            segments = _read(spark, [[m] for m in shuffled], session.parallelism, total).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
+            segments = _read(
+                spark, [[m] for m in shuffled], session.parallelism, total, tasks.extract_referring
+            ).persist(StorageLevel.MEMORY_AND_DISK)
             # The files' summaries, one row each: what went wrong, and each set's end.
             summaries = segments.where(F.col("meta").isNotNull()).select("cset", "meta").toArrow()
             for cset, meta in zip(*(summaries.column(n).to_pylist() for n in ("cset", "meta")), strict=True):
                 metas_of.setdefault(cset, []).append(tasks.loads(meta))
             ends = {}
+            # The files whose segments refer to their payloads, for stage 2 to read them there.
+            where = {m.file: tasks.local_path(m.uri) for m in shuffled}
+            files = {
+                m.file: (where[m.file], m.path, m.stamp)
+                for metas in metas_of.values()
+                for m in metas
+                if m.stamp is not None
+            }
             for index in sorted({m.cset for m in shuffled}):
                 metas = metas_of.get(index, ())
                 if any(m.error for m in metas):
@@ -1124,7 +1132,7 @@ def _decoded(
                 ends[index] = tasks.RunEnd(end_ts, folds=(folds or {}).get(index, 1))
             # Stage 2: per flow of each set, in the merge's order.
             large = [m.file for m in shuffled if m.length > total / session.parallelism]
-            parts.extend(_flows_decoded(spark, segments, ends, config, partitions, large))
+            parts.extend(_flows_decoded(spark, segments, ends, config, partitions, large, files))
         if direct:
             # Each such set is audited where it is read, by the local engine's code; with --records the
             # exact way, decoded there (its events audited below).
@@ -1172,9 +1180,11 @@ def _flows_decoded(
     config: EngineConfig,
     partitions: int,
     large: list[int],
+    files: dict[int, tuple] | None = None,
 ) -> list:
     """Stage 2 over the segment rows of the sets in `ends`: each flow (every connection on one 4-tuple)
-    through one Reassembler and Decoder, in the merge's order (spark_tasks.decode).
+    through one Reassembler and Decoder, in the merge's order (spark_tasks.decode; `files`: the files
+    whose segments refer to their payloads, read where they lie).
 
     A file's segments are all in the partition of the task that read it (files are never split). A flow
     seen in that file only, as most are (a client's connection to the broker whose host was captured), is
@@ -1217,7 +1227,7 @@ def _flows_decoded(
             here = live.filter(home)
             apart = live.filter(~home) if large else None
     order = ("cset", "flow", "pm", "file", "idx")
-    decode = tasks.decode(config, ends)
+    decode = tasks.decode(config, ends, files)
     parts = []
     if here is not None:
         parts.append(here.sortWithinPartitions(*order).mapInArrow(decode, tasks.EVENTS_DDL))

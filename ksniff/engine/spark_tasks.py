@@ -62,6 +62,7 @@ from ksniff.audit.keys import LOG_APIS, is_log_event
 from ksniff.audit.model import AuditOutput
 from ksniff.audit.partlog import LogState, learn_names, learn_txn_ids, topic_names, txn_id_pairs
 from ksniff.capture import CaptureError, Reassembler
+from ksniff.capture import compiled as walks
 from ksniff.capture.compiled import load
 from ksniff.capture.events import CaptureStats, ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
@@ -331,6 +332,9 @@ class FileMeta:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None  # the one-line error the local engine would stop with
     skipped: bool = False  # found in a folder and not a capture: left out, as the local walk does
+    # (size, modification time in ns) when its segment rows refer to their payloads in the file instead
+    # of carrying them (`extract_referring`): stage 2 reads them there, from a file that must not change.
+    stamp: tuple[int, int] | None = None
 
 
 @slotted_dataclass
@@ -445,6 +449,17 @@ def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     that is not a capture), never a task failure for Spark to retry."""
     for file, path, uri, folder, content, offset, cset, _place in _listed(batches):
         yield from _extract_input(file, path, uri, folder, content, offset, cset)
+
+
+def extract_referring(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`extract`, but the segments of a file opened where it lies (a path or a `file:` URI, not gzip)
+    carry where their payload is in the file instead of its bytes, for stage 2 to read it there
+    (`Payloads`): a bulk capture's bytes then pass through no Arrow batch, cached block or shuffle of
+    Spark's, which cost ~15 s of CPU per GB (bench/README.md, "Payloads read where they lie"). A file
+    that is not opened where it lies (Spark's binaryFile source, a copy of an S3 object) or is gzip
+    carries its bytes, as without the compiled walk, which alone can say where a payload lies."""
+    for file, path, uri, folder, content, offset, cset, _place in _listed(batches):
+        yield from _extract_input(file, path, uri, folder, content, offset, cset, refer=True)
 
 
 def _by_group(rows: Iterable[tuple]) -> Iterator[tuple[int, list[tuple]]]:
@@ -799,25 +814,33 @@ def _spooled(fill: Callable[[BinaryIO], None]) -> Iterator[str]:
 
 
 def _extract_input(
-    file: int, path: str, uri: str, folder: bool, content, offset: float = 0.0, cset: int = 0
+    file: int,
+    path: str,
+    uri: str,
+    folder: bool,
+    content,
+    offset: float = 0.0,
+    cset: int = 0,
+    refer: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     try:
-        yield from _extract_opened(file, path, uri, folder, content, offset, cset)
+        yield from _extract_opened(file, path, uri, folder, content, offset, cset, refer)
     except CaptureError as exc:  # an object that could not be read
         yield _meta_batch(_failed(file, path, str(exc).replace(uri, path, 1), False), cset)
 
 
 def _extract_opened(
-    file: int, path: str, uri: str, folder: bool, content, offset: float, cset: int
+    file: int, path: str, uri: str, folder: bool, content, offset: float, cset: int, refer: bool = False
 ) -> Iterator[pa.RecordBatch]:
     with opened(uri, content) as where:
+        refer = refer and where == local_path(uri)  # where it lies, not a copy
         try:
             capture = CaptureFile(where)
         except CaptureError as exc:
             yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), folder), cset)
             return
         try:
-            yield from _extract_file(file, path, capture, offset, cset)
+            yield from _extract_file(file, path, capture, offset, cset, refer)
         except CaptureError as exc:
             yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), False), cset)
         finally:
@@ -838,42 +861,56 @@ def _meta_batch(meta: FileMeta, cset: int) -> pa.RecordBatch:
 
 
 def _extract_file(
-    file: int, path: str, capture: CaptureFile, offset: float = 0.0, cset: int = 0
+    file: int, path: str, capture: CaptureFile, offset: float = 0.0, cset: int = 0, refer: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock).
 
     Segment rows of one flow travel as blocks (SEGMENTS): a row per segment cost the JVM more than all of
-    stage 2's decoding (kept, sorted and shuffled, each row taken apart into Arrow columns and back)."""
+    stage 2's decoding (kept, sorted and shuffled, each row taken apart into Arrow columns and back).
+    With `refer`, a payload the walk gives as a view of the mapped file travels as (where it begins in the
+    file, its length) when the compiled walk can say where (`extract_referring`)."""
     pm = -INF
     idx = 0
     out = _Blocks(file, cset)
     open_blocks = out.open
-    walk = capture.segments()
-    if offset:
-        walk = ((s[0] + offset, *s[1:]) for s in walk)
-    for ts, src, sport, dst, dport, seq, ack, flags, payload in walk:
-        if ts > pm:
-            pm = ts
-        a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
-        flow = a + b if a <= b else b + a
-        if flags & TRUNCATED:
-            size = 0
-        else:
-            payload = bytes(payload)
-            size = len(payload)
-        block = open_blocks.get(flow)
-        if block is None:
-            block = open_blocks[flow] = [0, []]
-        block[1].append((pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload))
-        block[0] += size
-        out.held += size + 100
-        idx += 1
-        if block[0] >= BLOCK_PAYLOAD or len(block[1]) >= BLOCK_SEGMENTS:
-            out.close(flow)
-        if out.held >= BLOCKS_HELD:
-            out.close_all()
-        if out.ready():
-            yield out.take()
+    where_in = walks.fastwalk.payload_offsets if refer and walks.fastwalk is not None else None
+    referred = False
+    nowhere = itertools.repeat(-1)
+    for batch in capture.segments(batched=True):
+        at = nowhere  # (endless: zip stops with the batch)
+        if where_in is not None:
+            base = capture.mapped()
+            if base is not None:
+                at = where_in(batch, base)
+        for (ts, src, sport, dst, dport, seq, ack, flags, payload), where in zip(batch, at, strict=False):
+            if offset:
+                ts += offset
+            if ts > pm:
+                pm = ts
+            a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
+            flow = a + b if a <= b else b + a
+            if flags & TRUNCATED:
+                size = 0
+            elif where >= 0:  # where it lies in the file (`Payloads` reads it there)
+                payload = (where, len(payload))
+                size = 0
+                referred = True
+            else:
+                payload = bytes(payload)
+                size = len(payload)
+            block = open_blocks.get(flow)
+            if block is None:
+                block = open_blocks[flow] = [0, []]
+            block[1].append((pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload))
+            block[0] += size
+            out.held += size + 100
+            idx += 1
+            if block[0] >= BLOCK_PAYLOAD or len(block[1]) >= BLOCK_SEGMENTS:
+                out.close(flow)
+            if out.held >= BLOCKS_HELD:
+                out.close_all()
+            if out.ready():
+                yield out.take()
     out.close_all()
     if out.rows:
         yield out.take()
@@ -893,6 +930,7 @@ def _extract_file(
             c.last_ts,
             pm if idx else None,
             list(capture.warnings),
+            stamp=capture.stamp if referred else None,
         ),
         cset,
     )
@@ -1319,23 +1357,32 @@ def for_context(event: Exchange) -> Exchange:
     return _remade(event, response=resp._replace(api_keys=()))
 
 
-def decode(config: EngineConfig, ends: dict[int, RunEnd]):
+def decode(config: EngineConfig, ends: dict[int, RunEnd], files: dict[int, tuple] | None = None):
     """mapInArrow over segment blocks (not the files' summaries) sorted by (cset, flow, pm, file, idx):
-    decode events, and the counters of each capture set the task met (`ends`: each set's RunEnd)."""
+    decode events, and the counters of each capture set the task met (`ends`: each set's RunEnd).
+    `files`: (path to open, path as named, stamp) of each file whose segments refer to their payloads
+    (`extract_referring`), read there (`Payloads`). A file found changed since stage 1 read it is a
+    FILE_META row with its error, which stops the run."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = _Rows()
         stats: dict[int, FlowStats] = {}
         seen: dict[int, _Seen] = {}
-        for (cset, _flow), blocks in itertools.groupby(_block_rows(batches), key=lambda row: row[:2]):
-            rows.cset = cset
-            if cset not in stats:
-                decoding = config.decoder().ctx
-                stats[cset] = FlowStats(CaptureStats(), decoding.stats, decoding)
-                seen[cset] = _Seen()
-            _Flow(config, ends[cset], stats[cset], rows, seen[cset]).run(merged(blocks))
-            if rows.full():
-                yield rows.take()
+        with Payloads(files or {}) as payloads:
+            for (cset, _flow), blocks in itertools.groupby(_block_rows(batches), key=lambda row: row[:2]):
+                rows.cset = cset
+                if cset not in stats:
+                    decoding = config.decoder().ctx
+                    stats[cset] = FlowStats(CaptureStats(), decoding.stats, decoding)
+                    seen[cset] = _Seen()
+                try:
+                    _Flow(config, ends[cset], stats[cset], rows, seen[cset]).run(merged(blocks, payloads))
+                except FileChanged as exc:
+                    rows.add(FILE_META, None, NO_ORDER, dumps(_failed(exc.file, exc.path, str(exc), False)))
+                    yield rows.take()
+                    return
+                if rows.full():
+                    yield rows.take()
         for cset, counted in stats.items():
             rows.cset = cset
             rows.add(FLOW_STATS, None, NO_ORDER, dumps(replace(counted, decoding=None)))
@@ -1345,24 +1392,107 @@ def decode(config: EngineConfig, ends: dict[int, RunEnd]):
     return _rarely_collected(run)
 
 
+class FileChanged(Exception):
+    """A capture file stage 2 reads payloads from is not the file stage 1 walked."""
+
+    def __init__(self, file: int, path: str) -> None:
+        super().__init__(
+            f"{path}: changed while it was audited (its size or modification time is not what it was when "
+            "it was first read): audit it again once nothing writes to it"
+        )
+        self.file, self.path = file, path
+
+
+# A block's referred payloads are read with one read of the bytes from the first to the end of the last
+# when that span is at most this, or at most four times their own bytes; else each payload alone.
+SPAN_BYTES = 4 << 20
+
+
+class Payloads:
+    """Stage 2's reader of the payloads segment rows refer to (`extract_referring`): each file opened
+    once per task, checked against the size and modification time stage 1 saw, and a block's payloads
+    read with one `pread` of their span where they lie close together (one flow of a bulk capture), as
+    views of it; a payload's bytes are the file's, so stage 2 decodes what it would have been given."""
+
+    def __init__(self, files: dict[int, tuple]) -> None:
+        self.files = files  # file -> (path to open, path as named, stamp)
+        self.fds: dict[int, int] = {}
+
+    def __enter__(self) -> Payloads:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    def _fd(self, file: int) -> int:
+        fd = self.fds.get(file)
+        if fd is None:
+            where, path, stamp = self.files[file]
+            try:
+                fd = os.open(where, os.O_RDONLY)
+            except OSError:
+                raise FileChanged(file, path) from None
+            st = os.fstat(fd)
+            if (st.st_size, st.st_mtime_ns) != tuple(stamp):
+                os.close(fd)
+                raise FileChanged(file, path)
+            self.fds[file] = fd
+        return fd
+
+    def __call__(self, segments: tuple) -> tuple | list:
+        """A block's segments (SEGMENTS, one file's), each payload that refers to the file read."""
+        refs = [s[11] for s in segments if s[11].__class__ is tuple]
+        if not refs:
+            return segments
+        file = segments[0][1]
+        fd = self._fd(file)
+        low = refs[0][0]
+        high = refs[-1][0] + refs[-1][1]
+        own = sum(n for _at, n in refs)
+        if low <= high and high - low <= max(SPAN_BYTES, 4 * own):
+            span = os.pread(fd, high - low, low)
+            if len(span) != high - low:
+                raise FileChanged(file, self.files[file][1])
+            view = memoryview(span)
+            return [
+                (*s[:11], view[s[11][0] - low : s[11][0] - low + s[11][1]]) if s[11].__class__ is tuple else s
+                for s in segments
+            ]
+        out = []
+        for s in segments:
+            if s[11].__class__ is tuple:
+                at, n = s[11]
+                data = os.pread(fd, n, at)
+                if len(data) != n:
+                    raise FileChanged(file, self.files[file][1])
+                s = (*s[:11], data)
+            out.append(s)
+        return out
+
+
 def _block_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
     names = ("cset", "flow", "pm", "file", "idx", "block")
     for batch in batches:
         yield from zip(*(batch.column(name).to_pylist() for name in names), strict=True)
 
 
-def merged(blocks: Iterable[tuple]) -> Iterator[tuple]:
+def merged(blocks: Iterable[tuple], payloads: Callable | None = None) -> Iterator[tuple]:
     """The segments of one flow's blocks, rows (cset, flow, pm, file, idx, block) in the order of their
     first segments' (pm, file, idx), in the merge's order of (pm, file, idx). The blocks of one file
     follow each other; those of several files (a connection over rotated files, or seen by two captured
     hosts) interleave. Each block is read when it comes, once every segment before its first is out, so
-    a task holds the blocks that overlap, not the flow."""
+    a task holds the blocks that overlap, not the flow. `payloads` (a `Payloads`) reads what a block's
+    segments refer to."""
     unpack = _codec().unpack
     heap: list[list] = []  # each block begun: [its next segment's (pm, file, idx), at, its segments]
     for _cset, _flow, pm, file, idx, blob in blocks:
         if heap:
             yield from _until(heap, (pm, file, idx))
         segments = unpack(blob)
+        if payloads is not None:
+            segments = payloads(segments)
         heapq.heappush(heap, [segments[0][:3], 0, segments])
     yield from _until(heap, None)
 

@@ -888,3 +888,133 @@ def test_a_worker_walks_everything_again_every_few_tasks() -> None:
         gc.unfreeze()
     assert left_frozen.count(False) == 2  # nothing frozen after every FULL_WALK_EVERY-th task
     assert left_frozen.count(True) == 2 * tasks.FULL_WALK_EVERY - 2
+
+
+def _stage1(path: str, refer: bool, file: int = 0):
+    """Stage 1's rows of one capture, its segments carrying their payloads or (`refer`) saying where they
+    lie in the file (spark_tasks.extract_referring), and its FileMeta."""
+    import pyarrow as pa
+
+    from ksniff.engine import spark_tasks as tasks
+
+    listing = pa.RecordBatch.from_pydict(
+        {
+            "file": [file],
+            "path": [path],
+            "uri": [path],
+            "folder": [False],
+            "content": pa.nulls(1, pa.binary()),
+        }
+    )
+    read = tasks.extract_referring if refer else tasks.extract
+    table = pa.Table.from_batches(list(read(iter([listing]))), schema=tasks.SEGMENTS)
+    meta = tasks.loads(table.filter(pa_valid(table, "meta")).column("meta")[0].as_py())
+    return table.filter(pa_valid(table, "flow")), meta
+
+
+def _stage2(segments, meta, files=None) -> list[dict]:
+    """Stage 2's rows of one capture's segment blocks, every flow decoded by one task."""
+    import pyarrow as pa
+
+    from ksniff.config import EngineConfig
+    from ksniff.engine import spark_tasks as tasks
+
+    order = pa.compute.sort_indices(segments, [(c, "ascending") for c in ("flow", "pm", "file", "idx")])
+    run = tasks.decode(EngineConfig(keep_tables=True), {0: tasks.RunEnd(meta.max_ts)}, files)
+    return [r for b in run(iter(segments.take(order).to_batches())) for r in b.to_pylist()]
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+@pytest.mark.parametrize(
+    "name",
+    ["txn_confluent_tansu_loss.pcap", "consume_tansu.pcap", "txn_confluent_tansu_pcapng.pcapng", "gzip"],
+)
+def test_segments_that_say_where_their_payloads_lie_decode_as_those_that_carry_them(
+    name: str, tmp_path: Path
+) -> None:
+    """The shuffled way's segment rows of a file opened where it lies say where each payload is in the
+    file instead of carrying it, and stage 2 reads it there: the rows are a fraction of the capture's
+    bytes and decode to exactly what the payloads carried give. A gzip capture's segments carry theirs
+    (a payload is in the inflated bytes, not the file's), and so does every file when the compiled walk,
+    which alone can say where a payload lies, is not there."""
+    import gzip
+
+    from ksniff.capture import compiled
+
+    if compiled.fastwalk is None:
+        pytest.skip("the compiled walk is not built")
+    if name == "gzip":
+        path = tmp_path / "loss.pcap.gz"
+        path.write_bytes(gzip.compress((PCAPS / "txn_confluent_tansu_loss.pcap").read_bytes()))
+    else:
+        path = PCAPS / name
+    carried, meta = _stage1(str(path), refer=False)
+    referring, rmeta = _stage1(str(path), refer=True)
+    assert meta.stamp is None and replace(rmeta, stamp=None) == meta
+    files = {0: (str(path), str(path), rmeta.stamp)} if rmeta.stamp else None
+    expected = _stage2(carried, meta)
+    assert expected and _stage2(referring, rmeta, files) == expected
+    held = referring.column("block").nbytes
+    if name == "gzip":
+        assert rmeta.stamp is None and held == carried.column("block").nbytes
+    else:
+        assert rmeta.stamp == (path.stat().st_size, path.stat().st_mtime_ns)
+        assert held < carried.column("block").nbytes
+        payload = sum(len(s[11]) for s in _segments_of(carried) if isinstance(s[11], bytes))
+        assert sum(s[11][1] for s in _segments_of(referring) if isinstance(s[11], tuple)) == payload
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+def test_payloads_far_apart_are_read_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block's payloads are read with one read of their span when they lie close together, else each
+    alone (a small flow's few segments among a large capture's): the same rows either way."""
+    from ksniff.capture import compiled
+    from ksniff.engine import spark_tasks as tasks
+
+    if compiled.fastwalk is None:
+        pytest.skip("the compiled walk is not built")
+    path = str(PCAPS / "txn_confluent_tansu_loss.pcap")
+    referring, meta = _stage1(path, refer=True)
+    files = {0: (path, path, meta.stamp)}
+    together = _stage2(referring, meta, files)
+    reads = []
+    monkeypatch.setattr(tasks, "SPAN_BYTES", 0)
+    monkeypatch.setattr(
+        tasks.os, "pread", lambda fd, n, at, real=tasks.os.pread: reads.append(n) or real(fd, n, at)
+    )
+    assert _stage2(referring, meta, files) == together
+    spans = len(reads)
+    monkeypatch.setattr(tasks, "SPAN_BYTES", 1 << 30)
+    reads.clear()
+    assert _stage2(referring, meta, files) == together
+    assert len(reads) < spans
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+@pytest.mark.parametrize("change", ["touched", "cut short", "gone"])
+def test_a_capture_changed_before_its_payloads_are_read_is_its_error(change: str, tmp_path: Path) -> None:
+    """Stage 2 reads payloads from the file stage 1 walked; a file changed since (written to, cut, taken
+    away: a capture still being recorded, a ring of files overwritten) gives no rows made of other bytes,
+    but the file's FileMeta with a one-line error, which stops the run."""
+    import os
+    import shutil
+
+    from ksniff.capture import compiled
+    from ksniff.engine import spark_tasks as tasks
+
+    if compiled.fastwalk is None:
+        pytest.skip("the compiled walk is not built")
+    path = tmp_path / "loss.pcap"
+    shutil.copy(PCAPS / "txn_confluent_tansu_loss.pcap", path)
+    referring, meta = _stage1(str(path), refer=True)
+    if change == "touched":
+        os.utime(path, ns=(meta.stamp[1] + 10**9, meta.stamp[1] + 10**9))
+    elif change == "cut short":
+        os.truncate(path, meta.stamp[0] // 2)
+    else:
+        path.unlink()
+    rows = _stage2(referring, meta, {0: (str(path), "as named.pcap", meta.stamp)})
+    assert [r["kind"] for r in rows] == [tasks.FILE_META]  # the file is checked before anything is read
+    error = tasks.loads(rows[0]["blob"])
+    assert error.path == "as named.pcap" and error.error.startswith("as named.pcap: changed while")
+    assert "\n" not in error.error
