@@ -13,6 +13,12 @@ compiled one. `install` puts a finder before it that takes the source instead wh
   compiled module no longer is that source (`pip install -e .` builds it again).
 
 Every other import goes on as usual.
+
+On a Spark cluster's executors ksniff comes as a zip of its Python source (ksniff.engine.spark_session),
+from which no compiled module can be imported. The driver ships its compiled modules beside it as
+files (`shipped_files`, SparkContext.addFile, one per module, named by the module), and on an executor
+the finder takes each from there (`_shipped`) when it fits the executor's Python: the same code as on
+the driver, instead of the pure-Python code, which is several times slower.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class SourceFinder:
     def find_spec(self, name, path, target=None):
         if path is None or not name.startswith("ksniff."):
             return None
+        if not self.pure and ".zip" + os.sep in path[0] + os.sep:  # an executor's zip of the source
+            return _shipped(name)
         leaf = name.rpartition(".")[2]
         for folder in path:
             built = self._compiled_in(folder).get(leaf)
@@ -85,3 +93,42 @@ def install() -> None:
     """Puts the finder first on sys.meta_path (once)."""
     if not any(isinstance(f, SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, SourceFinder(pure_python()))
+
+
+def shipped_files(package_dir: str) -> list[tuple[str, str]]:
+    """(file, the name it is shipped as) of each compiled module of the package in `package_dir` that
+    this process would use (none when KSNIFF_PURE_PYTHON is set; not one older than its source)."""
+    if pure_python():
+        return []
+    out = []
+    root = os.path.dirname(package_dir)
+    for folder, _dirs, names in sorted(os.walk(package_dir)):
+        for name in sorted(names):
+            suffix = next((x for x in importlib.machinery.EXTENSION_SUFFIXES if name.endswith(x)), None)
+            if suffix is None:
+                continue
+            built = os.path.join(folder, name)
+            source = built[: -len(suffix)] + ".py"
+            if os.path.exists(source) and os.stat(built).st_mtime < os.stat(source).st_mtime:
+                continue  # stale: this process runs the source
+            module = os.path.relpath(built[: -len(suffix)], root).replace(os.sep, ".")
+            out.append((built, module + suffix))
+    return out
+
+
+def _shipped(name: str):
+    """The spec of compiled module `name` as the driver shipped it to this Spark executor (a file named
+    by the module, `shipped_files`, in the folder of the files added to the run), when it is there for
+    this Python (its suffix says the interpreter and platform it was built for)."""
+    files = sys.modules.get("pyspark.core.files")  # set up by pyspark's worker before it reads a task
+    spark_files = getattr(files, "SparkFiles", None)
+    root = getattr(spark_files, "_root_directory", None)
+    if not root or not getattr(spark_files, "_is_running_on_worker", False):
+        return None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        built = os.path.join(root, name + suffix)
+        if os.path.exists(built):
+            from importlib.util import spec_from_file_location
+
+            return spec_from_file_location(name, built)
+    return None

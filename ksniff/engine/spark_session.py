@@ -9,8 +9,9 @@
 - The executors' Python: `spark.pyspark.python` (or PYSPARK_PYTHON) names it; for `local` masters the
   default is the Python running ksniff (the workers are this machine). On a cluster the executors need
   Python 3.10+ with pyarrow (see the README's Spark section for a packed environment); ksniff's own code
-  is shipped to them as a zip. A short probe job checks this before any capture is read, so a missing
-  module is one line, not a task failure retried on every executor.
+  is shipped to them as a zip, its compiled modules as files beside it that executors whose Python they
+  fit take instead of the zip's source (ksniff.common.sources). A short probe job checks this before any
+  capture is read, so a missing module is one line, not a task failure retried on every executor.
 - Spark Connect (`sc://`): ksniff's code goes as an artifact; the server's Python workers need ksniff's
   dependencies (e.g. a server started with PYSPARK_PYTHON set to the Python ksniff is installed in).
 - The driver's JVM: when ksniff starts it itself, it compiles with the JIT's first tier only, and the
@@ -35,6 +36,8 @@ import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from ksniff.common import sources
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # ksniff/, shipped to the workers
 
@@ -78,6 +81,18 @@ def partitions_for(total_bytes: int, parallelism: int) -> int:
     """Enough partitions to keep every core busy and each near 32 MB of capture; never 200 tiny ones."""
     by_size = total_bytes // (32 << 20) + 1
     return max(1, min(400, max(parallelism, by_size)))
+
+
+def ship_package(sc: Any, workdir: str) -> None:
+    """ksniff for executors that do not have it installed: its Python source as a zip on their path, and
+    its compiled modules as files beside it (ksniff.common.sources.shipped_files), which the executors
+    take instead of that source when they fit their Python."""
+    sc.addPyFile(package_zip(workdir))
+    for path, name in sources.shipped_files(str(PACKAGE_DIR)):
+        target = os.path.join(workdir, name)
+        if not os.path.exists(target):
+            shutil.copyfile(path, target)
+        sc.addFile(target)
 
 
 def package_zip(workdir: str) -> str:
@@ -296,7 +311,7 @@ class Session:
             self.spark = self._connect() if is_connect(self.master) else self._launch()
         elif not self.connect and not is_local(self.master_url):
             with contextlib.suppress(Exception):  # already shipped by an earlier run in this session
-                self.spark.sparkContext.addPyFile(package_zip(self._workdir))
+                ship_package(self.spark.sparkContext, self._workdir)
         self._check_executors()
         return self.spark
 
@@ -336,7 +351,7 @@ class Session:
         except Exception as exc:  # the JVM did not come up or the master refused us: one line
             raise SparkUnavailable(f"could not start Spark: {_one_line(exc)}") from None
         if not is_local(spark.sparkContext.master):
-            spark.sparkContext.addPyFile(package_zip(self._workdir))
+            ship_package(spark.sparkContext, self._workdir)
         # pyspark's server for accumulator updates prints a traceback when the JVM goes away in the middle
         # of one (killed, or out of memory); the run then ends with its own one-line error (JVM_GONE).
         # And py4j logs one, on the root logger, for a command the dead JVM did not answer.

@@ -337,6 +337,66 @@ def test_inputs_that_cannot_be_read_are_the_local_errors(spark, tmp_path: Path) 
         assert "\n" not in str(distributed.value)
 
 
+def test_a_capture_written_to_between_the_stages_is_one_line(spark, tmp_path: Path, monkeypatch) -> None:
+    """The shuffled way reads the payloads of files opened where they lie a second time, in its flows'
+    tasks (spark_tasks.Payloads). A file changed after the first reading (a capture still being recorded)
+    stops the run with one line naming it, as the user named it, instead of decoding other bytes."""
+    from ksniff.engine import spark as engine
+    from ksniff.engine import spark_tasks as tasks
+    from ksniff.engine.spark import audit_paths_spark
+
+    if not engine_walk_compiled():
+        pytest.skip("the compiled walk is not built")
+    monkeypatch.setattr(engine, "EVERY_SET_SHUFFLED", True)
+    capture = tmp_path / "recording.pcap"
+    shutil.copy(CORPUS[0], capture)
+    decode = tasks.decode
+
+    def written_to_meanwhile(config, ends, files=None):
+        assert files and [where for where, _named, _stamp in files.values()] == [str(capture)]
+        with open(capture, "ab") as f:  # once stage 1 has read it: a packet more
+            f.write(capture.read_bytes()[24:140])
+        return decode(config, ends, files)
+
+    monkeypatch.setattr(tasks, "decode", written_to_meanwhile)
+    with pytest.raises(CaptureError) as changed:
+        audit_paths_spark([f"file://{capture}"], CONFIG, spark=spark)
+    assert str(changed.value).startswith(f"file://{capture}: changed while it was audited")
+    assert "\n" not in str(changed.value)
+
+
+def test_the_executors_run_the_drivers_compiled_modules(spark) -> None:
+    """On a cluster ksniff reaches the executors as a zip of its source, from which nothing compiled can
+    be imported; its compiled modules go beside it (ksniff.common.sources), and the executors run them,
+    not the several times slower pure-Python code."""
+    from ksniff.common.sources import shipped_files
+    from ksniff.engine.spark_session import PACKAGE_DIR
+
+    shipped = sorted(name.split(".cpython")[0] for _path, name in shipped_files(str(PACKAGE_DIR)))
+    if not shipped:
+        pytest.skip("no compiled module is built")
+
+    def which(_rows):
+        import importlib
+
+        import ksniff
+
+        for name in shipped:
+            yield ksniff.__file__, name, importlib.import_module(name).__file__
+
+    got = spark.sparkContext.parallelize([0], 1).mapPartitions(which).collect()
+    assert all(".zip" in package for package, _name, _file in got)  # the shipped source, not this tree
+    assert [name for _package, name, _file in got] == shipped
+    assert all(not file.endswith(".py") for _package, _name, file in got)
+    assert {"ksniff.capture._fastwalk", "ksniff.audit.fold", "ksniff.engine._pack"} <= set(shipped)
+
+
+def engine_walk_compiled() -> bool:
+    from ksniff.capture import compiled
+
+    return compiled.fastwalk is not None
+
+
 def _ksniff(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     return subprocess.run(
