@@ -873,7 +873,7 @@ def _pipeline(
     run = SparkAudit(spark, summary, frames, list(cached), partitions)
     txns = None if summary.digest is None else summary.digest.transactions
     if txns is not None and txns.count and txns.durations is None:
-        summary.digest.transactions.spread = _duration_spread(run._frame("transactions"), keep)
+        summary.digest.transactions.spread = _duration_spread(run._frame("transactions"), keep, txns.count)
     return run
 
 
@@ -909,20 +909,26 @@ def _log_folds(rows: Any, folds: dict[int, int]) -> Any:
     return rows.withColumn("lfold", F.explode(needed))
 
 
-def _duration_spread(transactions: Any, keep: Any) -> tuple[int, float, float, float]:
+def _duration_spread(transactions: Any, keep: Any, count: int) -> tuple[int, float, float, float]:
     """(ended, p50, p95, max) of the durations of the ended transactions in the `transactions` table
-    (those `keep` keeps), nearest-rank as the report takes them from a list (ksniff.report.transactions):
-    counted and sorted on the executors, only the two ranked values and the maximum brought back."""
+    (those `keep` keeps), nearest-rank as the report takes them from a list (ksniff.report.transactions).
+    `count`: the transactions the run's digest counted. Up to DURATIONS_MERGED of them (8 MiB of
+    durations, what the driver holds when it merges digests) the durations come to the driver in one job
+    and are ranked there; past it they are counted and sorted on the executors, only the two ranked
+    values and the maximum brought back."""
     from pyspark.sql import functions as F
 
+    from ksniff.audit.digest import DURATIONS_MERGED
     from ksniff.engine import spark_tasks as tasks
-    from ksniff.report.transactions import percentile_rank
+    from ksniff.report.transactions import percentile_rank, spread
 
     if keep is not None and keep.active:
         transactions = transactions.mapInArrow(tasks.keep_rows(keep, "transactions"), transactions.schema)
     ended = transactions.where(F.col("end_ts").isNotNull()).select(
         (F.col("end_ts") - F.col("start_ts")).alias("d")
     )
+    if count <= DURATIONS_MERGED:
+        return spread(sorted(ended.toArrow().column("d").to_pylist()))
     n, longest = ended.agg(F.count("d"), F.max("d")).first()
     if not n:
         return (0, 0.0, 0.0, 0.0)

@@ -782,6 +782,29 @@ def test_the_terminal_report_is_the_local_one_from_a_digest(spark, way: str, mon
 
 
 @pytest.mark.timeout(1800)
+@pytest.mark.parametrize("where", ["the driver", "the executors"])
+def test_the_spread_of_durations_is_the_reports_wherever_it_is_ranked(spark, where: str) -> None:
+    """The transactions' durations the tasks' digests did not keep are ranked from the transactions
+    table: on the driver in one job up to the bound a merged digest holds (DURATIONS_MERGED), on the
+    executors past it. Either way the count, p50, p95 and maximum are the report's own (nearest rank,
+    ties and open transactions included)."""
+    import random
+
+    from ksniff.audit.digest import DURATIONS_MERGED
+    from ksniff.engine.spark import _duration_spread
+    from ksniff.report.transactions import spread
+
+    rng = random.Random(7)
+    rows = [(1.7e9 + rng.random() * 100, None) for _ in range(300)]  # open
+    rows += [(s, s + rng.expovariate(20)) for s in (1.7e9 + rng.random() * 100 for _ in range(4000))]
+    rows += [(1.7e9, 1.7e9 + 0.5)] * 40  # ties
+    rng.shuffle(rows)
+    count = len(rows) if where == "the driver" else DURATIONS_MERGED + 1
+    table = spark.createDataFrame(rows, "start_ts double, end_ts double").repartition(5)
+    assert _duration_spread(table, None, count) == spread(sorted(e - s for s, e in rows if e is not None))
+    assert _duration_spread(table.where("end_ts is null"), None, count) == (0, 0.0, 0.0, 0.0)
+
+
 def test_records_audited_where_read_unless_the_runs_budget_binds(spark, sample: Path, monkeypatch) -> None:
     """With --records each set is audited where it is read, on a decompression budget of its own, when
     the run's one budget (drawn set after set) would have treated every batch alike; when it would not
