@@ -752,8 +752,13 @@ def _pipeline(
     # Sets audited where they were read have nothing to fold: when all were, neither fold runs.
     folding = [index for index, run in runs.items() if run.audited is None]
     if folding:
+        # Each key group to a fold task of its own while there are as many tasks as groups (`_placed`).
+        tasks_n = max(1, min(partitions, len(groups)))
+        placed = sorted(groups)
+        slot_of = dict(zip(placed, _placed(spark, [1] * len(placed), tasks_n), strict=True))
         group_table = spark.createDataFrame(
-            group_rows or [(-1, "", "")], "cset int, key string, group string"
+            [(c, k, g, slot_of[c, g]) for c, k, g in group_rows] or [(-1, "", "", 0)],
+            "cset int, key string, group string, slot long",
         )
         context = {index: run.context for index, run in runs.items()}
         keyed = events.filter(F.col("kind").isin(tasks.KEYED, tasks.KEYED_LOG)).join(
@@ -761,7 +766,8 @@ def _pipeline(
         )
         outputs = (
             keyed.unionByName(_routed_context(events, group_table))
-            .repartition(partitions, "cset", "group")
+            .repartition(tasks_n, "slot")
+            .drop("slot")
             .sortWithinPartitions("cset", "group", *tasks.ORDER_COLUMNS)
             .mapInArrow(tasks.fold(config, ends, context, conns, groups, digests), tasks.OUTPUTS_DDL)
             .persist(StorageLevel.MEMORY_AND_DISK)
@@ -1203,47 +1209,84 @@ def _flows_decoded(
     are the same. Which flows are spread is found by Spark (a distinct over the set, flow and file
     columns) and only those come to the driver, to be broadcast; when they are too many to broadcast
     (SPREAD_FLOWS_MAX), every flow is shuffled."""
+    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
 
     live = segments.filter(F.col("flow").isNotNull() & F.col("cset").isin(list(ends)))
+    per_flow = live.groupBy("cset", "flow").agg(
+        F.countDistinct("file").alias("files"), F.count(F.lit(1)).alias("blocks")
+    )
+    # The spread flows, with their blocks (about their work), and how many flows lie in one file each.
     spread = (
-        live.select("cset", "flow", "file")
-        .distinct()
-        .groupBy("cset", "flow")
-        .count()
-        .where(F.col("count") > 1)
-        .select("cset", "flow")
+        per_flow.where(F.col("files") > 1)
+        .select("cset", "flow", "blocks")
         .limit(SPREAD_FLOWS_MAX + 1)
+        .unionByName(
+            per_flow.where(F.col("files") == 1)
+            .agg(F.count(F.lit(1)).alias("blocks"))
+            .select(F.lit(-1).alias("cset"), F.lit(None).cast("binary").alias("flow"), "blocks")
+        )
         .toArrow()
     )
-    if spread.num_rows > SPREAD_FLOWS_MAX:
-        here, apart = None, live
-    else:
-        home = ~F.col("file").isin(large) if large else F.lit(True)
-        if spread.num_rows:
-            rows = zip(spread.column("cset").to_pylist(), spread.column("flow").to_pylist(), strict=True)
-            flows = F.broadcast(spark.createDataFrame(list(rows), "cset int, flow binary"))
-            here = live.filter(home).join(flows, ["cset", "flow"], "left_anti")
-            apart = live.join(flows, ["cset", "flow"], "left_semi")
-            if large:
-                apart = apart.unionByName(live.filter(~home).join(flows, ["cset", "flow"], "left_anti"))
-        else:
-            here = live.filter(home)
-            apart = live.filter(~home) if large else None
+    marker = pc.equal(spread.column("cset"), -1)
+    alone = sum(spread.filter(marker).column("blocks").to_pylist())
+    spread = spread.filter(pc.invert(marker))
     order = ("cset", "flow", "pm", "file", "idx")
     decode = tasks.decode(config, ends, files)
+    if spread.num_rows > SPREAD_FLOWS_MAX:  # too many to list: every flow to its flow's task, hashed
+        every = live.repartition(partitions, "cset", "flow").sortWithinPartitions(*order)
+        return [every.mapInArrow(decode, tasks.EVENTS_DDL)]
     parts = []
-    if here is not None:
+    home = ~F.col("file").isin(large) if large else F.lit(True)
+    here = live.filter(home)
+    apart = None
+    if spread.num_rows:
+        # Each spread flow to a task of its own while there are as many tasks as flows, the flows with the
+        # most blocks first into the least loaded (`_placed`): no task waits on a partition no flow
+        # hashed to, and two large flows share a task only when there are more flows than tasks.
+        n = min(partitions, spread.num_rows)
+        slots = _placed(spark, spread.column("blocks").to_pylist(), n)
+        rows = zip(spread.column("cset").to_pylist(), spread.column("flow").to_pylist(), slots, strict=True)
+        flows = F.broadcast(spark.createDataFrame(list(rows), "cset int, flow binary, slot long"))
+        here = here.join(flows, ["cset", "flow"], "left_anti")
+        apart = live.join(flows, ["cset", "flow"]).repartition(n, "slot").drop("slot")
+    if large:  # every flow of these files to its flow's task, hashed (they are not listed)
+        big = live.filter(~home)
+        if spread.num_rows:
+            big = big.join(flows, ["cset", "flow"], "left_anti")
+        big = big.repartition(partitions, "cset", "flow")
+        apart = big if apart is None else apart.unionByName(big)
+    if alone:  # the flows decoded where their files were read, in no more tasks than there are flows
+        here = here.coalesce(alone)
         parts.append(here.sortWithinPartitions(*order).mapInArrow(decode, tasks.EVENTS_DDL))
     if apart is not None:
-        parts.append(
-            apart.repartition(partitions, "cset", "flow")
-            .sortWithinPartitions(*order)
-            .mapInArrow(decode, tasks.EVENTS_DDL)
-        )
+        parts.append(apart.sortWithinPartitions(*order).mapInArrow(decode, tasks.EVENTS_DDL))
     return parts
+
+
+def _placed(spark: Any, weights: list[int], n: int) -> list[int]:
+    """For items of these weights, a value of a long column to give each so that `repartition(n, column)`
+    puts it in one of n partitions, the heaviest first into the least loaded. Spark places a row by
+    pmod(hash(column), n); the value that lands in each partition is found by Spark itself, among the
+    first 64n numbers (every partition is among them: a partition none of them reached, for all that,
+    is left without items)."""
+    import heapq
+
+    from pyspark.sql import functions as F
+
+    got = spark.range(0, 64 * n).select("id", F.pmod(F.hash("id"), F.lit(n)).alias("p")).toArrow()
+    lands: dict[int, int] = {}
+    for value, p in zip(got.column("id").to_pylist(), got.column("p").to_pylist(), strict=True):
+        lands.setdefault(p, value)
+    bins = [(0, p) for p in sorted(lands)]
+    out = [0] * len(weights)
+    for i in sorted(range(len(weights)), key=lambda i: -weights[i]):
+        load, p = heapq.heappop(bins)
+        out[i] = lands[p]
+        heapq.heappush(bins, (load + weights[i], p))
+    return out
 
 
 def _between_stages(
@@ -1336,7 +1379,8 @@ def _txn_version_changes(events: Any) -> Any:
 
 def _routed_context(events: Any, group_table: Any) -> Any:
     """The context events a key group's fold needs besides those every group is given, as rows of the
-    events' columns and the group's (`group`), found by Spark (none of them reaches the driver):
+    events' columns and the group's (`group`, and its fold's `slot`), found by Spark (none of them
+    reaches the driver):
 
     - a connection's loss or end changes only the folds with exchanges on it (their unanswered requests,
       the losses they judge their writes by), so it goes to the groups of its keyed events' keys (its
@@ -1359,7 +1403,7 @@ def _routed_context(events: Any, group_table: Any) -> Any:
         events.filter(kind == tasks.CONN_KEYS)
         .select("cset", "oconn", "key")
         .join(F.broadcast(group_table), ["cset", "key"])
-        .select("cset", "oconn", "group")
+        .select("cset", "oconn", "group", "slot")
     )
     ends = context.filter(key == tasks.CONTEXT_CONN).join(on_conn, ["cset", "oconn"])
     start = len(tasks.CONTEXT_MARKERS) + 1
@@ -1374,7 +1418,7 @@ def _routed_context(events: Any, group_table: Any) -> Any:
             ["cset", "_named"],
         )
     )
-    columns = [*events.columns, "group"]
+    columns = [*events.columns, "group", "slot"]
     return ends.select(*columns).unionByName(named.select(*columns))
 
 

@@ -858,8 +858,9 @@ def test_key_groups_are_given_the_context_of_their_connections(spark) -> None:
     rows.append(row(12, tasks.KEYED, "a", 7))  # a keyed event: not context
     events = spark.createDataFrame(rows, tasks.EVENTS_DDL)
     group_of = {"a": "a", "b": "a", "c": "c", "d": "d", "pid:42": "d", "pid:45": "d"}
+    slot_of = {"a": 3, "c": 1, "d": 2}  # the fold task of each group (spark._placed)
     group_table = spark.createDataFrame(
-        [(0, k, g) for k, g in group_of.items()], "cset int, key string, group string"
+        [(0, k, g, slot_of[g]) for k, g in group_of.items()], "cset int, key string, group string, slot long"
     )
 
     changes = _txn_version_changes(events).toArrow().to_pylist()
@@ -883,6 +884,32 @@ def test_key_groups_are_given_the_context_of_their_connections(spark) -> None:
     }
     for blob in (b"event 2", b"event 11"):
         assert len({tuple(r[c] for c in tasks.ORDER_COLUMNS) for r in routed if r["blob"] == blob}) == 1
+    assert all(r["slot"] == slot_of[r["group"]] for r in routed)  # each to its group's fold task
+
+
+def test_flows_and_groups_go_one_to_a_task_the_heaviest_first(spark) -> None:
+    """The spread flows' decode and the key groups' folds go to tasks the run chooses, not where their
+    hash falls: one to a task while there are as many tasks as items (no task left with nothing, which
+    still costs a Python task, and no two large flows in one while another waits), the heaviest first
+    into the least loaded when there are more items than tasks."""
+    from pyspark.sql import functions as F
+
+    from ksniff.engine.spark import _placed
+
+    weights = [100, 90, 5, 5, 5, 1]
+    for n in (3, 6):
+        rows = list(enumerate(_placed(spark, weights, n)))
+        placed = (
+            spark.createDataFrame(rows, "item int, slot long")
+            .repartition(n, "slot")
+            .select("item", F.spark_partition_id().alias("task"))
+            .collect()
+        )
+        tasks: dict[int, list[int]] = {}
+        for r in placed:
+            tasks.setdefault(r.task, []).append(weights[r.item])
+        expected = [[w] for w in weights] if n == 6 else [[1, 5, 5, 5], [90], [100]]
+        assert sorted(sorted(t) for t in tasks.values()) == sorted(expected)
 
 
 def test_the_runs_queries_shuffle_into_partitions_sized_for_the_run(spark) -> None:
