@@ -348,8 +348,8 @@ def test_a_capture_written_to_between_the_stages_is_one_line(spark, tmp_path: Pa
     if not engine_walk_compiled():
         pytest.skip("the compiled walk is not built")
     monkeypatch.setattr(engine, "EVERY_SET_SHUFFLED", True)
-    capture = tmp_path / "recording.pcap"
-    shutil.copy(CORPUS[0], capture)
+    capture = tmp_path / "recording.pcap"  # segments of MTU-sized payloads, which rows refer to
+    shutil.copy(next(p for p in CORPUS if p.name == "txn_confluent_tansu_mtu1500.pcap"), capture)
     decode = tasks.decode
 
     def written_to_meanwhile(config, ends, files=None):

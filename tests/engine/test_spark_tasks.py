@@ -926,23 +926,33 @@ def _stage2(segments, meta, files=None) -> list[dict]:
 
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
 @pytest.mark.parametrize(
-    "name",
-    ["txn_confluent_tansu_loss.pcap", "consume_tansu.pcap", "txn_confluent_tansu_pcapng.pcapng", "gzip"],
+    ("name", "every"),
+    [
+        ("txn_confluent_tansu_mtu1500.pcap", False),
+        ("consume_tansu.pcap", False),
+        ("txn_confluent_tansu_loss.pcap", True),
+        ("txn_confluent_tansu_pcapng.pcapng", True),
+        ("gzip", True),
+    ],
 )
 def test_segments_that_say_where_their_payloads_lie_decode_as_those_that_carry_them(
-    name: str, tmp_path: Path
+    name: str, every: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The shuffled way's segment rows of a file opened where it lies say where each payload is in the
-    file instead of carrying it, and stage 2 reads it there: the rows are a fraction of the capture's
-    bytes and decode to exactly what the payloads carried give. A gzip capture's segments carry theirs
-    (a payload is in the inflated bytes, not the file's), and so does every file when the compiled walk,
-    which alone can say where a payload lies, is not there."""
+    """The shuffled way's segment rows of a file opened where it lies say where each payload of at least
+    REFERRED_MIN bytes is in the file instead of carrying it (`every`: all of them), and stage 2 reads
+    it there: the rows are a fraction of the capture's bytes and decode to exactly what the payloads
+    carried give. A gzip capture's segments carry theirs (a payload is in the inflated bytes, not the
+    file's), and so does every file when the compiled walk, which alone can say where a payload lies,
+    is not there."""
     import gzip
 
     from ksniff.capture import compiled
+    from ksniff.engine import spark_tasks as tasks
 
     if compiled.fastwalk is None:
         pytest.skip("the compiled walk is not built")
+    if every:
+        monkeypatch.setattr(tasks, "REFERRED_MIN", 0)
     if name == "gzip":
         path = tmp_path / "loss.pcap.gz"
         path.write_bytes(gzip.compress((PCAPS / "txn_confluent_tansu_loss.pcap").read_bytes()))
@@ -961,7 +971,10 @@ def test_segments_that_say_where_their_payloads_lie_decode_as_those_that_carry_t
         assert rmeta.stamp == (path.stat().st_size, path.stat().st_mtime_ns)
         assert held < carried.column("block").nbytes
         payload = sum(len(s[11]) for s in _segments_of(carried) if isinstance(s[11], bytes))
-        assert sum(s[11][1] for s in _segments_of(referring) if isinstance(s[11], tuple)) == payload
+        referred = [s[11][1] for s in _segments_of(referring) if isinstance(s[11], tuple)]
+        kept = [len(s[11]) for s in _segments_of(referring) if isinstance(s[11], bytes)]
+        assert referred and sum(referred) + sum(kept) == payload
+        assert min(referred) >= tasks.REFERRED_MIN and all(n < tasks.REFERRED_MIN for n in kept)
 
 
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
@@ -973,6 +986,7 @@ def test_payloads_far_apart_are_read_one_by_one(monkeypatch: pytest.MonkeyPatch)
 
     if compiled.fastwalk is None:
         pytest.skip("the compiled walk is not built")
+    monkeypatch.setattr(tasks, "REFERRED_MIN", 0)
     path = str(PCAPS / "txn_confluent_tansu_loss.pcap")
     referring, meta = _stage1(path, refer=True)
     files = {0: (path, path, meta.stamp)}
@@ -992,7 +1006,9 @@ def test_payloads_far_apart_are_read_one_by_one(monkeypatch: pytest.MonkeyPatch)
 
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
 @pytest.mark.parametrize("change", ["touched", "cut short", "gone"])
-def test_a_capture_changed_before_its_payloads_are_read_is_its_error(change: str, tmp_path: Path) -> None:
+def test_a_capture_changed_before_its_payloads_are_read_is_its_error(
+    change: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Stage 2 reads payloads from the file stage 1 walked; a file changed since (written to, cut, taken
     away: a capture still being recorded, a ring of files overwritten) gives no rows made of other bytes,
     but the file's FileMeta with a one-line error, which stops the run."""
@@ -1004,6 +1020,7 @@ def test_a_capture_changed_before_its_payloads_are_read_is_its_error(change: str
 
     if compiled.fastwalk is None:
         pytest.skip("the compiled walk is not built")
+    monkeypatch.setattr(tasks, "REFERRED_MIN", 0)
     path = tmp_path / "loss.pcap"
     shutil.copy(PCAPS / "txn_confluent_tansu_loss.pcap", path)
     referring, meta = _stage1(str(path), refer=True)
