@@ -455,7 +455,8 @@ def extract_referring(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
     """`extract`, but the segments of a file opened where it lies (a path or a `file:` URI, not gzip)
     carry where their payload is in the file instead of its bytes, for stage 2 to read it there
     (`Payloads`): a bulk capture's bytes then pass through no Arrow batch, cached block or shuffle of
-    Spark's, which cost ~15 s of CPU per GB (bench/README.md, "Payloads read where they lie"). A file
+    Spark's, which cost about 10 s of CPU per GB (bench/README.md, "Payloads read where they lie, and
+    compiled executors"). A file
     that is not opened where it lies (Spark's binaryFile source, a copy of an S3 object) or is gzip
     carries its bytes, as without the compiled walk, which alone can say where a payload lies."""
     for file, path, uri, folder, content, offset, cset, _place in _listed(batches):
@@ -1409,6 +1410,8 @@ class FileChanged(Exception):
         self.file, self.path = file, path
 
 
+FILES_OPEN = 64  # capture files a stage-2 task keeps open to read payloads from (`Payloads`)
+
 # A block's referred payloads are read with one read of the bytes from the first to the end of the last
 # when that span is at most this, or at most four times their own bytes; else each payload alone.
 SPAN_BYTES = 4 << 20
@@ -1436,6 +1439,8 @@ class Payloads:
         fd = self.fds.get(file)
         if fd is None:
             where, path, stamp = self.files[file]
+            if len(self.fds) >= FILES_OPEN:  # a flow over a year of hourly files: the oldest closed
+                os.close(self.fds.pop(next(iter(self.fds))))
             try:
                 fd = os.open(where, os.O_RDONLY)
             except OSError:

@@ -1005,6 +1005,54 @@ def test_payloads_far_apart_are_read_one_by_one(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+def test_a_task_keeps_a_bounded_number_of_capture_files_open(tmp_path: Path, monkeypatch) -> None:
+    """One connection over many rotated files: stage 2 reads its payloads from each of them, with at most
+    FILES_OPEN descriptors open (a year of hourly files would pass a process's limit), opening a file
+    again, checked again, when a later block needs it."""
+    import os
+    import shutil
+
+    import pyarrow as pa
+
+    from ksniff.capture import compiled
+    from ksniff.engine import spark_tasks as tasks
+
+    if compiled.fastwalk is None:
+        pytest.skip("the compiled walk is not built")
+    monkeypatch.setattr(tasks, "REFERRED_MIN", 0)
+    monkeypatch.setattr(tasks, "FILES_OPEN", 2)
+    tables, files = [], {}
+    for n in range(5):  # the same capture as five files: each segment's time in all of them
+        path = tmp_path / f"part{n}.pcap"
+        shutil.copy(PCAPS / "txn_confluent_tansu_loss.pcap", path)
+        table, meta = _stage1(str(path), refer=True, file=n)
+        tables.append(table)
+        files[n] = (str(path), str(path), meta.stamp)
+    every = pa.concat_tables(tables)
+    real_open, real_close = os.open, os.close
+    held: set[int] = set()
+    opens, most = [0], [0]
+
+    def opening(path, *args):
+        fd = real_open(path, *args)
+        held.add(fd)
+        opens[0] += 1
+        most[0] = max(most[0], len(held))
+        return fd
+
+    def closing(fd):
+        held.discard(fd)
+        return real_close(fd)
+
+    monkeypatch.setattr(tasks.os, "open", opening)
+    monkeypatch.setattr(tasks.os, "close", closing)
+    rows = _stage2(every, meta, files)
+    assert rows and not any(r["kind"] == tasks.FILE_META for r in rows)
+    assert most[0] == 2 and not held  # never more than FILES_OPEN, all closed at the task's end
+    assert opens[0] > len(files)  # files opened again, once closed, when a later block needs them
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
 @pytest.mark.parametrize("change", ["touched", "cut short", "gone"])
 def test_a_capture_changed_before_its_payloads_are_read_is_its_error(
     change: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
