@@ -23,6 +23,7 @@ the driver, instead of the pure-Python code, which is several times slower.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.machinery
 import os
@@ -78,7 +79,7 @@ class SourceFinder:
                 continue
             source = os.path.join(folder, leaf + ".py")
             try:
-                stale = os.stat(built).st_mtime < os.stat(source).st_mtime
+                stale = _stale(built, source)
             except OSError:
                 return None  # written in C only (a .pyx): the usual import
             if self.pure or stale:
@@ -87,6 +88,11 @@ class SourceFinder:
                 return importlib.util.spec_from_file_location(name, source)
             return None
         return None
+
+
+def _stale(built: str, source: str) -> bool:
+    """The compiled module `built` is older than its source (OSError when either is not there)."""
+    return os.stat(built).st_mtime < os.stat(source).st_mtime
 
 
 def install() -> None:
@@ -108,9 +114,9 @@ def shipped_files(package_dir: str) -> list[tuple[str, str]]:
             if suffix is None:
                 continue
             built = os.path.join(folder, name)
-            source = built[: -len(suffix)] + ".py"
-            if os.path.exists(source) and os.stat(built).st_mtime < os.stat(source).st_mtime:
-                continue  # stale: this process runs the source
+            with contextlib.suppress(OSError):  # no source: written in C only (a .pyx)
+                if _stale(built, built[: -len(suffix)] + ".py"):
+                    continue  # this process runs the source
             module = os.path.relpath(built[: -len(suffix)], root).replace(os.sep, ".")
             out.append((built, module + suffix))
     return out
