@@ -439,28 +439,27 @@ def local_path(uri: str) -> str | None:
     return None
 
 
-def extract(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def extract(batches: Iterator[pa.RecordBatch], refer: bool = False) -> Iterator[pa.RecordBatch]:
     """mapInArrow over rows of LISTING_DDL (and optional `offset` and `cset` columns, the file's clock
     offset and capture set): every TCP segment of each file, then its FileMeta.
 
     A `file:` URI is opened where the task runs; any other file system's bytes come in `content` (Spark's
     binaryFile source read them) and go through a temporary file. An input that cannot be read is a
     FileMeta with the one-line error the local engine gives (or `skipped`, for a file found in a folder
-    that is not a capture), never a task failure for Spark to retry."""
+    that is not a capture), never a task failure for Spark to retry.
+
+    With `refer` (`extract_referring`), the segments of a file opened where it lies (a path or a `file:`
+    URI, not gzip) say where their payload is in the file instead of carrying its bytes, for stage 2 to
+    read it there (`Payloads`): a bulk capture's bytes then pass through no Arrow batch, cached block or
+    shuffle of Spark's, which cost about 10 s of CPU per GB (bench/README.md, "Payloads read where they
+    lie, and compiled executors"). A file not opened where it lies (Spark's binaryFile source, a copy of
+    an S3 object) or gzip carries its bytes, as without the compiled walk, which alone can say where a
+    payload lies."""
     for file, path, uri, folder, content, offset, cset, _place in _listed(batches):
-        yield from _extract_input(file, path, uri, folder, content, offset, cset)
+        yield from _extract_input(file, path, uri, folder, content, offset, cset, refer)
 
 
-def extract_referring(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """`extract`, but the segments of a file opened where it lies (a path or a `file:` URI, not gzip)
-    carry where their payload is in the file instead of its bytes, for stage 2 to read it there
-    (`Payloads`): a bulk capture's bytes then pass through no Arrow batch, cached block or shuffle of
-    Spark's, which cost about 10 s of CPU per GB (bench/README.md, "Payloads read where they lie, and
-    compiled executors"). A file
-    that is not opened where it lies (Spark's binaryFile source, a copy of an S3 object) or is gzip
-    carries its bytes, as without the compiled walk, which alone can say where a payload lies."""
-    for file, path, uri, folder, content, offset, cset, _place in _listed(batches):
-        yield from _extract_input(file, path, uri, folder, content, offset, cset, refer=True)
+extract_referring = functools.partial(extract, refer=True)
 
 
 def _by_group(rows: Iterable[tuple]) -> Iterator[tuple[int, list[tuple]]]:
