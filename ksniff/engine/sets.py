@@ -68,8 +68,8 @@ class FileScan:
     clusters: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # id -> {(node, port)}
     addresses: dict[str, frozenset[str]] = field(default_factory=dict)  # id -> {"host:port"} of its brokers
     servers: set[str] = field(default_factory=set)  # "ip:port" that connections were opened to
-    # What `identify` found in this file's own head, when it ran where the file was read (the Spark
-    # engine's executors): `plan` takes it from here instead of opening the file again.
+    # What `identify` found in this file's own head, (clusters, addresses), when it ran where the file was
+    # read (`plan(..., identities=...)`: the Spark engine's executors): taken from here, not read again.
     named: tuple[dict, dict] | None = None
 
 
@@ -155,17 +155,6 @@ def scan_segments(segs: list[tuple], out: FileScan) -> None:
             r[2] = rel + n
 
 
-def study(
-    path: str, ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None = None
-) -> FileScan:
-    """`scan` and `identify` of one file, for a planner that does not open it (`plan(..., scans=...)`)."""
-    out = scan(path)
-    identify(out, ports, auto_detect, limits)
-    out.named = (out.clusters, out.addresses)
-    out.clusters, out.addresses = {}, {}
-    return out
-
-
 def identify(
     scan: FileScan, ports: Sequence[int], auto_detect: bool, limits: CaptureLimits | None = None
 ) -> None:
@@ -207,6 +196,46 @@ def identify(
 
 
 _NAMING = frozenset({"Metadata", "DescribeCluster"})
+
+
+def _identify_groups(
+    groups: Sequence[Sequence[int]],
+    scans: Sequence[FileScan],
+    identities: Callable[[list[str]], list[tuple[dict, dict]]] | None,
+    *,
+    ports: Sequence[int] = (9092,),
+    auto_detect: bool = True,
+    limits: CaptureLimits | None = None,
+) -> None:
+    """Per group of files (in time order), its earliest files until one names a cluster, which every
+    file of the group then names (`scans[m].clusters`; only the naming file's brokers' addresses).
+
+    Here the files are read one after the other. `identities` (paths -> (clusters, addresses) each)
+    reads them elsewhere, several at once: the first file of every group, then the next two of the
+    groups none of whose files named one, the next four, ... (a call per round, a few rounds at most;
+    files read past a group's first naming one are not taken, so the result is the same)."""
+    width = 1
+    pending = [(list(files), 0) for files in groups if files]
+    while pending:
+        if identities is not None:
+            asked = [m for files, at in pending for m in files[at : at + width] if scans[m].named is None]
+            if asked:
+                for m, named in zip(asked, identities([scans[m].path for m in asked]), strict=True):
+                    scans[m].named = named
+        later = []
+        for files, at in pending:
+            for m in files[at : at + width]:
+                identify(scans[m], ports, auto_detect, limits)
+                if scans[m].clusters:
+                    for other in files:
+                        scans[other].clusters = dict(scans[m].clusters)
+                    break
+            else:
+                if at + width < len(files):
+                    later.append((files, at + width))
+        pending = later
+        if identities is not None:
+            width *= 2
 
 
 def _continues(a: FileScan, b: FileScan) -> tuple | None:
@@ -338,12 +367,14 @@ def plan(
     limits: CaptureLimits | None = None,
     scans: Sequence[FileScan] | None = None,
     anchors: Callable[[list[tuple[str, ...]]], list[Anchors]] | None = None,
+    identities: Callable[[list[str]], list[tuple[dict, dict]]] | None = None,
 ) -> list[CaptureSet]:
     """The capture sets of `paths` (files, already expanded), in the order of their first file.
 
-    `scans` (one per path, made by `study`) and `anchors` (the clock anchors of each group of paths, as
+    `scans` (one per path, made by `scan`), `identities` (what `identify` finds in each of several paths,
+    as (clusters, addresses)) and `anchors` (the clock anchors of each group of paths, as
     `ksniff.engine.clock.anchors_of` finds them) let a caller that cannot open the files here, the Spark
-    engine's driver, have that work done where the files are read; by default both run here."""
+    engine's driver, have that work done where the files are read; by default all three run here."""
     paths = list(paths)
     if mode not in MODES:
         raise CaptureError(f"unknown capture-set mode {mode!r}")
@@ -389,15 +420,12 @@ def plan(
         components.setdefault(root(i), []).append(i)
     clock_group = {i: root(i) for i in range(len(paths))}  # files that continue one another share a clock
     alone = _alone_in_time([[scans[m] for m in members] for members in components.values()])
-    for members, by_itself in zip(components.values(), alone, strict=True):
-        if by_itself:
-            continue
-        for m in sorted(members, key=lambda k: (scans[k].first_ts is None, scans[k].first_ts or 0.0)):
-            identify(scans[m], ports, auto_detect, limits)
-            if scans[m].clusters:
-                for other in members:
-                    scans[other].clusters = dict(scans[m].clusters)
-                break
+    in_time = [
+        sorted(members, key=lambda k: (scans[k].first_ts is None, scans[k].first_ts or 0.0))
+        for members, by_itself in zip(components.values(), alone, strict=True)
+        if not by_itself
+    ]
+    _identify_groups(in_time, scans, identities, ports=ports, auto_detect=auto_detect, limits=limits)
     named = [i for i, sc in enumerate(scans) if sc.clusters]
     # Only files that name one cluster id and ran within CLOCK_SLACK of each other can join by cluster:
     # those pairs are found per id in one sweep over time, not among every pair of named files (a fleet's

@@ -15,8 +15,8 @@
 
 The driver never opens a capture and never holds a table row. What it collects is what stitches the
 stages together and what the terminal report prints: with several inputs, what the capture-set planner
-needs of each file (ksniff.engine.sets.study) and each host's clock anchors (ksniff.engine.clock), found
-by tasks that read the files; one summary per file; each set audited where it was read, its result
+needs of each file (ksniff.engine.sets.scan, and the cluster named by the few files that need it) and
+each host's clock anchors (ksniff.engine.clock), found by tasks that read the files; one summary per file; each set audited where it was read, its result
 (without table rows); of the other sets, a few rows per flow and connection (its opening, the keys it
 links, its brokers, the naming answers; of the ApiVersions answers those that change the
 transaction.version: the other context events are routed to their key groups by Spark,
@@ -1428,7 +1428,8 @@ def _plan(
     """The capture sets, each with its inputs; the warnings and count of files left out of folders.
 
     The driver opens no capture: with several inputs, what the planner needs of each file (its TCP
-    directions, time span and cluster; ksniff.engine.sets.study) and, for sets of several hosts, the clock
+    directions and time span; ksniff.engine.sets.scan), the cluster named by the few that need it (files
+    that ran at the same time as others they do not continue) and, for sets of several hosts, the clock
     anchors of each host's files, are found by Spark tasks where the files are read, on any file system,
     and only those summaries come back. One input, --merge and --separate need none of it: files of a
     folder that are not captures are then left out where they are read (`_check_inputs`)."""
@@ -1454,8 +1455,7 @@ def _plan_studied(
     from ksniff.engine import spark_tasks as tasks
 
     spark = session.spark
-    task = tasks.study(tuple(config.ports), config.auto_detect, config.limits)
-    frame = _plan_inputs(spark, inputs, {i.file: i.file for i in inputs}, session.parallelism, task)
+    frame = _plan_inputs(spark, inputs, {i.file: i.file for i in inputs}, session.parallelism, tasks.study())
     found = {row["file"]: tasks.loads(row["blob"]) for row in frame.collect()}
     # The local engine's order of errors: a folder without captures while listing, then the first
     # input that cannot be read.
@@ -1470,6 +1470,18 @@ def _plan_studied(
     kept = [i for i in inputs if found[i.file][0] == tasks.SCANNED]
     left_out = [i for i in inputs if found[i.file][0] == tasks.SKIPPED]
     by_path = {i.path: i for i in kept}
+
+    def identities(asked: list[str]) -> list[tuple[dict, dict]]:
+        chosen = [by_path[p] for p in asked]
+        task = tasks.identities(tuple(config.ports), config.auto_detect, config.limits)
+        rows = _plan_inputs(
+            spark, chosen, {i.file: i.file for i in chosen}, session.parallelism, task
+        ).collect()
+        named = {row["file"]: tasks.loads(row["blob"]) for row in rows}
+        for i in chosen:
+            if named[i.file][0] == tasks.FAILED:
+                raise CaptureError(named[i.file][1])
+        return [named[i.file][1] for i in chosen]
 
     def anchors(groups: list[tuple[str, ...]]) -> list:
         members = {by_path[p].file: g for g, group in enumerate(groups) for p in group}
@@ -1486,6 +1498,7 @@ def _plan_studied(
         auto_detect=config.auto_detect,
         limits=config.limits,
         scans=[found[i.file][1] for i in kept],
+        identities=identities,
         anchors=anchors,
     )
     out = []

@@ -361,11 +361,11 @@ PLANNED_DDL = ddl(PLANNED)
 SCANNED, SKIPPED, FAILED = "scan", "skipped", "error"
 
 
-def study(ports: tuple[int, ...], auto_detect: bool, limits):
-    """mapInArrow over rows of PLAN_INPUTS_DDL: per input, what ksniff.engine.sets.plan needs of it
-    (`sets.study`: its TCP directions, time span and the cluster its head names), pickled as
-    (SCANNED, FileScan); or (SKIPPED, None) for a file found in a folder that is not a capture; or
-    (FAILED, the local engine's one-line error)."""
+def study():
+    """mapInArrow over rows of PLAN_INPUTS_DDL: per input, what ksniff.engine.sets.plan needs of every
+    file (`sets.scan`: its TCP directions and time span), pickled as (SCANNED, FileScan); or (SKIPPED,
+    None) for a file found in a folder that is not a capture; or (FAILED, the local engine's one-line
+    error). The cluster a file names is asked of the few files that need it afterwards (`identities`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from ksniff.capture.folders import looks_like_capture
@@ -382,12 +382,41 @@ def study(ports: tuple[int, ...], auto_detect: bool, limits):
                             out = (SKIPPED, None)
                         else:
                             try:
-                                scan = sets.study(where, ports, auto_detect, limits)
+                                scan = sets.scan(where)
                                 scan.path = path
                                 out = (SCANNED, scan)
                             except CaptureError as exc:
                                 out = (FAILED, str(exc).replace(where, path, 1))
                 except CaptureError as exc:  # an object that could not be read
+                    out = (FAILED, str(exc).replace(uri, path, 1))
+                yield pa.RecordBatch.from_pydict(
+                    {"file": [file], "grp": [0], "blob": [dumps(out)]}, schema=PLANNED
+                )
+
+    return _rarely_collected(run)
+
+
+def identities(ports: tuple[int, ...], auto_detect: bool, limits):
+    """mapInArrow over rows of PLAN_INPUTS_DDL: per input, the cluster its head names
+    (`sets.identify`), pickled as (SCANNED, (clusters, addresses)), or (FAILED, the one-line error)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from ksniff.engine import sets
+
+        for batch in batches:
+            columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri")]
+            contents = batch.column("content")
+            for i, (file, path, uri) in enumerate(zip(*columns, strict=True)):
+                out: tuple
+                try:
+                    with opened(uri, contents[i].as_buffer) as where:
+                        try:
+                            scan = sets.FileScan(where)
+                            sets.identify(scan, ports, auto_detect, limits)
+                            out = (SCANNED, (scan.clusters, scan.addresses))
+                        except CaptureError as exc:
+                            out = (FAILED, str(exc).replace(where, path, 1))
+                except CaptureError as exc:
                     out = (FAILED, str(exc).replace(uri, path, 1))
                 yield pa.RecordBatch.from_pydict(
                     {"file": [file], "grp": [0], "blob": [dumps(out)]}, schema=PLANNED

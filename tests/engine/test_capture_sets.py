@@ -190,6 +190,77 @@ def test_the_planners_indexes_find_every_join_a_walk_over_all_pairs_finds(monkey
     assert plan_of(_fleet(seed)) == indexed
 
 
+def _chains(seed: int):
+    """Scans of rotated captures taken at once on several brokers: each chain of files carries one
+    connection from file to file; in each, the first file that names the cluster is somewhere (or
+    nowhere), and later files name a broker every chain's later files name (which would join the chains,
+    and which the planner must not take);
+    the scans as `sets.scan` gives them, what `sets.identify` finds in each file, and each chain's files
+    with the clusters it names."""
+    import random
+
+    from ksniff.engine.sets import FileScan
+
+    rng = random.Random(seed)
+    scans, found, chains = [], {}, []
+    for c, length in enumerate(rng.sample(range(1, 14), 6)):
+        naming = rng.choice([*range(length), None])
+        chains.append(
+            (tuple(f"broker{c}-{k:02d}.pcap" for k in range(length)), ("prod",) if naming is not None else ())
+        )
+        for k in range(length):
+            path = f"broker{c}-{k:02d}.pcap"
+            start = 1.8e9 + k * 60 + rng.uniform(-5, 5)
+            scan = FileScan(path, first_ts=start, last_ts=start + 59)
+            scan.directions = {
+                (bytes([10, 0, 0, c]), 40000 + c, bytes([10, 1, 0, c]), 9092): [7, 0, 100 * k, 0]
+            }
+            scan.servers = {f"10.1.0.{c}:9092"}
+            scans.append(scan)
+            if naming is not None and k == naming:
+                found[path] = ({"prod": frozenset({(c, 9092)})}, {"prod": frozenset(scan.servers)})
+            elif naming is not None and k > naming:  # brokers every chain's later files list
+                found[path] = ({"prod": frozenset({(99, 9092)})}, {"prod": frozenset({"10.9.9.9:9092"})})
+            else:
+                found[path] = ({}, {})
+    rng.shuffle(scans)
+    return scans, found, chains
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_files_identified_elsewhere_in_rounds_give_the_sets_identified_here(seed: int) -> None:
+    """The Spark engine asks its executors for the clusters the files' heads name, several files at a
+    time (the first of each chain of rotated files, then the next two, four, ...): the sets, reasons and
+    clusters are those of identifying them here one after the other, in a few rounds."""
+    from ksniff.engine import sets
+    from ksniff.engine.clock import Anchors
+
+    def anchors(groups):
+        return [Anchors().seal() for _ in groups]
+
+    scans, found, chains = _chains(seed)
+    for scan in scans:
+        scan.named = found[scan.path]
+    here = sets.plan([s.path for s in scans], scans=scans, anchors=anchors)
+    # each chain a set of its own: the first naming file's broker is its own, and files named nothing
+    # connect only to their own chain's broker
+    assert sorted((tuple(sorted(c.paths)), c.cluster_ids) for c in here) == sorted(chains)
+
+    scans, found, _chains_again = _chains(seed)
+    rounds: list[list[str]] = []
+
+    def identities(paths):
+        rounds.append(paths)
+        return [found[p] for p in paths]
+
+    elsewhere = sets.plan([s.path for s in scans], scans=scans, anchors=anchors, identities=identities)
+    assert elsewhere == here
+    assert any(c.cluster_ids for c in here) and 1 <= len(rounds) <= 4  # 13 files at most: 1 + 2 + 4 + 8
+    asked = [p for r in rounds for p in r]
+    assert len(asked) == len(set(asked))
+    assert sorted(rounds[0]) == sorted(f for f in found if f.endswith("-00.pcap"))
+
+
 def _anchors(seed: int, groups: int):
     """Anchors of `groups` hosts' captures sharing some producers: each producer born at one host (when
     that was captured) and writing at others; a transactional one's partitions added at the first and
