@@ -42,7 +42,7 @@ def timed(fn, repeat: int) -> tuple[float, object]:
 
 
 def fleet_scans(brokers: int, hours: int) -> list[FileScan]:
-    """The scans of a fleet's hourly files, as `sets.scan` gives them, each with the cluster its head names."""
+    """The scans of a fleet's hourly files, as `sets.scan` gives them, with the cluster each names."""
     addresses = frozenset(f"10.{b >> 8}.{b & 255}.1:9092" for b in range(brokers))
     named = ({"prod": frozenset((b, 9092) for b in range(brokers))}, {"prod": addresses})
     out = []

@@ -19,7 +19,8 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from libc.string cimport memcpy
+from cpython.list cimport PyList_Append
+from libc.string cimport memcmp, memcpy
 
 from ksniff.decode import values
 from ksniff.engine import pack as _reference
@@ -442,3 +443,116 @@ cdef class _In:
         if tag == PICKLED:
             return pickle.loads(self.take(<Py_ssize_t>self.varint()))
         raise ValueError(f"unknown tag {tag} in a packed value")
+
+
+# -- stage 1 of the Spark engine: the walk's segments into their flows' blocks ---------------------------
+
+cdef long long _TRUNCATED = 0x100  # ksniff.capture.packets.TRUNCATED
+
+
+cdef bytes _flow_of(bytes src, object sport, bytes dst, object dport):
+    """The flow's key as the reference makes it: the smaller of src+sport and dst+dport (as byte strings)
+    first, each port in two big-endian bytes."""
+    cdef char buf[80]
+    cdef Py_ssize_t ls = PyBytes_GET_SIZE(src), ld = PyBytes_GET_SIZE(dst), la, lb, m
+    cdef long ps = sport, pd = dport
+    cdef int c
+    if ls > 38 or ld > 38 or ps < 0 or ps > 0xFFFF or pd < 0 or pd > 0xFFFF:  # not an IP address and port
+        one, other = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
+        return one + other if one <= other else other + one
+    la, lb = ls + 2, ld + 2
+    cdef char *a = buf
+    cdef char *b = buf + 40
+    memcpy(a, PyBytes_AS_STRING(src), ls)
+    a[ls] = <char>(ps >> 8)
+    a[ls + 1] = <char>(ps & 0xFF)
+    memcpy(b, PyBytes_AS_STRING(dst), ld)
+    b[ld] = <char>(pd >> 8)
+    b[ld + 1] = <char>(pd & 0xFF)
+    m = la if la < lb else lb
+    c = memcmp(a, b, m)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, la + lb)
+    cdef char *o = PyBytes_AS_STRING(out)
+    if c < 0 or (c == 0 and la <= lb):
+        memcpy(o, a, la)
+        memcpy(o + la, b, lb)
+    else:
+        memcpy(o, b, lb)
+        memcpy(o + lb, a, la)
+    return out
+
+
+def into_blocks(
+    list segs,
+    list at,
+    Py_ssize_t i,
+    double offset,
+    object file,
+    dict blocks,
+    list state,
+    Py_ssize_t referred_min,
+    long long block_payload,
+    Py_ssize_t block_segments,
+    long long held_max,
+):
+    """ksniff.engine.spark_tasks.into_blocks (the reference: what it does and returns) in C."""
+    cdef Py_ssize_t n = len(segs)
+    cdef double pm = state[0], ts
+    cdef long long idx = state[1], held = state[2], size, where, full
+    cdef bint referred = state[3]
+    cdef tuple seg, row
+    cdef list block, rows
+    cdef object payload, flow, pm_obj = state[0], ts_obj
+    cdef long long flags
+    cdef PyObject *found
+    try:
+        while i < n:
+            seg = <tuple> PyList_GET_ITEM(segs, i)
+            where = <long long> (<object> PyList_GET_ITEM(at, i)) if at is not None else -1
+            i += 1
+            ts_obj = seg[0]
+            if type(ts_obj) is not float:  # the walk's times are floats; anything else as Python adds it
+                if offset:
+                    ts_obj = ts_obj + offset
+                ts = ts_obj
+            else:
+                if offset:
+                    ts_obj = PyFloat_FromDouble(PyFloat_AS_DOUBLE(ts_obj) + offset)
+                ts = PyFloat_AS_DOUBLE(ts_obj)
+            if ts > pm:
+                pm = ts
+                pm_obj = ts_obj
+            flow = _flow_of(seg[1], seg[2], seg[3], seg[4])
+            flags = seg[7]
+            payload = seg[8]
+            if flags & _TRUNCATED:
+                size = 0
+            elif where >= 0 and len(payload) >= referred_min:  # where it lies (`Payloads` reads it there)
+                payload = (where, len(payload))
+                size = 0
+                referred = True
+            else:
+                payload = bytes(payload)
+                size = PyBytes_GET_SIZE(payload)
+            found = PyDict_GetItem(blocks, flow)
+            if found is NULL:
+                rows = []
+                block = [0, rows]
+                blocks[flow] = block
+            else:
+                block = <list> found
+                rows = <list> PyList_GET_ITEM(block, 1)
+            row = (pm_obj, file, idx, ts_obj, seg[1], seg[2], seg[3], seg[4], seg[5], seg[6], seg[7], payload)
+            PyList_Append(rows, row)
+            full = <long long> (<object> PyList_GET_ITEM(block, 0)) + size
+            block[0] = full
+            held += size + 100
+            idx += 1
+            if full >= block_payload or PyList_GET_SIZE(rows) >= block_segments or held >= held_max:
+                return i, flow
+        return n, None
+    finally:
+        state[0] = pm_obj
+        state[1] = idx
+        state[2] = held
+        state[3] = referred

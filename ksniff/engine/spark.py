@@ -13,21 +13,20 @@
           --> DataFrames: exchanges, batches, records (built where the events are), transactions,
               findings, producers (built where each group's fold ran).
 
-The driver never opens a capture and never holds a table row. What it collects is what stitches the
-stages together and what the terminal report prints: with several inputs, what the capture-set planner
-needs of each file (ksniff.engine.sets.scan, and the cluster named by the few files that need it) and
-each host's clock anchors (ksniff.engine.clock), found by tasks that read the files; one summary per file; each set audited where it was read, its result
-(without table rows); of the other sets, a few rows per flow and connection (its opening, the keys it
-links, its brokers, the naming answers; of the ApiVersions answers those that change the
-transaction.version: the other context events are routed to their key groups by Spark,
-`_routed_context`), each key group's audit output
-(producers), the context group's (capture gaps and the partition logs, folded over the exchanges the
-logs read by a task per fold of the set's partitions) and the run's counters. Of findings and
-transactions it receives the digests the tasks made (ksniff.audit.digest: tallies per cause, counts,
-the slowest and the open transactions; the spread of the transactions' durations is ranked on the
-executors), all the terminal report reads;
-every one of them only for a whole summary (the JSON document, the HTML page, --verbose, the timeline
-and partition views, the pandas API). Exports are written by the executors.
+The driver never opens a capture and never holds a table row. What it collects is what stitches the stages
+together and what the terminal report prints: with several inputs, what the capture-set planner needs of
+each file (ksniff.engine.sets.scan, and the cluster named by the few files that need it) and each host's
+clock anchors (ksniff.engine.clock), found by tasks that read the files; one summary per file; each set
+audited where it was read, its result (without table rows); of the other sets, a few rows per flow and
+connection (its opening, the keys it links, its brokers, the naming answers; of the ApiVersions answers
+those that change the transaction.version: the other context events are routed to their key groups by
+Spark, `_routed_context`), each key group's audit output (producers), the context group's (capture gaps
+and the partition logs, folded over the exchanges the logs read by a task per fold of the set's
+partitions) and the run's counters. Of findings and transactions it receives the digests the tasks made
+(ksniff.audit.digest: tallies per cause, counts, the slowest and the open transactions; the spread of the
+transactions' durations is ranked on the executors), all the terminal report reads; every one of them only
+for a whole summary (the JSON document, the HTML page, --verbose, the timeline and partition views, the
+pandas API). Exports are written by the executors.
 
 It gives exactly the in-process engine's result (ksniff.engine.local); what that takes is explained in
 ksniff.engine.spark_tasks. A capture an executor cannot read is a row carrying the local engine's
@@ -1052,6 +1051,13 @@ def _with_driver_rows(
     return frame.unionByName(spark.createDataFrame(pa.Table.from_batches([own]), ddl))
 
 
+# Stage 1's tasks over files read where they lie: this many per core, and one more per this many bytes
+# of the run's captures (the files dealt by size, the largest first). Each task costs ~50 ms of pyspark
+# whatever it does, and every later scan of the cached rows has as many: 4 per core and one per 64 MB
+# took 24 tasks for the rotated 1 GB capture, whose warm shuffled run then cost 6.3-6.7 s of CPU, against
+# 5.3-6.3 s with 8 tasks (bench/README.md, "Fewer tasks, and stage 1's loop in C").
+READ_TASKS_PER_CORE = 2
+READ_TASK_BYTES = 256 << 20
 SHUFFLED_COST = 2.5  # CPU of the shuffled way against auditing where read (1.9-2.0x measured, README)
 # Every capture set the shuffled way, none audited or decoded where it is read: what scaling out costs,
 # for the tests and the benchmark (`bench_engines.py --shuffled`).
@@ -1616,7 +1622,11 @@ def _read(
     remote = [g for g in groups if not all(m.own for m in g)]
     parts = []
     if local:
-        bins = _spread(local, min(len(local), 4 * parallelism + total // (64 << 20)), _group_length)
+        bins = _spread(
+            local,
+            min(len(local), READ_TASKS_PER_CORE * parallelism + total // READ_TASK_BYTES),
+            _group_length,
+        )
         files = [[m for g in b for m in g] for b in bins]
         task = _reading_s3(spark, [m for g in local for m in g], _extract(files, read))
         parts.append(spark.range(0, len(files), 1, numPartitions=len(files)).mapInArrow(task, ddl))

@@ -904,42 +904,37 @@ def _extract_file(
     stage 2's decoding (kept, sorted and shuffled, each row taken apart into Arrow columns and back).
     With `refer`, a payload the walk gives as a view of the mapped file travels as (where it begins in the
     file, its length) when the compiled walk can say where (`extract_referring`)."""
-    pm = -INF
-    idx = 0
     out = _Blocks(file, cset)
     open_blocks = out.open
     where_in = walks.fastwalk.payload_offsets if refer and walks.fastwalk is not None else None
-    referred = False
-    nowhere = itertools.repeat(-1)
+    into_blocks = _into_blocks()
+    state = [-INF, 0, 0, False]  # the latest time, segments so far, bytes held in open blocks, referred
     for batch in capture.segments(batched=True):
-        at = nowhere  # (endless: zip stops with the batch)
+        at = None
         if where_in is not None:
             base = capture.mapped()
             if base is not None:
                 at = where_in(batch, base)
-        for (ts, src, sport, dst, dport, seq, ack, flags, payload), where in zip(batch, at, strict=False):
-            if offset:
-                ts += offset
-            if ts > pm:
-                pm = ts
-            a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
-            flow = a + b if a <= b else b + a
-            if flags & TRUNCATED:
-                size = 0
-            elif where >= 0 and len(payload) >= REFERRED_MIN:  # where it lies (`Payloads` reads it there)
-                payload = (where, len(payload))
-                size = 0
-                referred = True
-            else:
-                payload = bytes(payload)
-                size = len(payload)
-            block = open_blocks.get(flow)
-            if block is None:
-                block = open_blocks[flow] = [0, []]
-            block[1].append((pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload))
-            block[0] += size
-            out.held += size + 100
-            idx += 1
+        i, n = 0, len(batch)
+        while i < n:
+            state[2] = out.held
+            i, flow = into_blocks(
+                batch,
+                at,
+                i,
+                offset,
+                file,
+                open_blocks,
+                state,
+                REFERRED_MIN,
+                BLOCK_PAYLOAD,
+                BLOCK_SEGMENTS,
+                BLOCKS_HELD,
+            )
+            out.held = state[2]
+            if flow is None:
+                break
+            block = open_blocks[flow]
             if block[0] >= BLOCK_PAYLOAD or len(block[1]) >= BLOCK_SEGMENTS:
                 out.close(flow)
             if out.held >= BLOCKS_HELD:
@@ -949,6 +944,7 @@ def _extract_file(
     out.close_all()
     if out.rows:
         yield out.take()
+    pm, idx, _held, referred = state
     c = capture.counts
     yield _meta_batch(
         FileMeta(
@@ -969,6 +965,71 @@ def _extract_file(
         ),
         cset,
     )
+
+
+def into_blocks(
+    segs: list[tuple],
+    at: list[int] | None,
+    i: int,
+    offset: float,
+    file: int,
+    blocks: dict[bytes, list],
+    state: list,
+    referred_min: int,
+    block_payload: int,
+    block_segments: int,
+    held_max: int,
+) -> tuple[int, bytes | None]:
+    """Segments `segs[i:]` of the walk into their flows' open blocks ([payload bytes, rows]), until one
+    fills (`block_payload` bytes or `block_segments` rows) or the open blocks hold `held_max` bytes: then
+    (the next segment's index, that segment's flow), else (len(segs), None). `at`: where each payload
+    lies in the file (`payload_offsets`), None when nowhere; `state`: [the latest time, segments so far,
+    bytes held, whether a payload was referred to], updated. A row is (the latest time, file, index, the
+    time plus `offset`, src, sport, dst, dport, seq, ack, flags, the payload's bytes, or (where, length)
+    for one of at least `referred_min` bytes lying in the file, or a truncated segment's length).
+
+    The reference of ksniff.engine._pack.into_blocks, which does the same in C."""
+    pm, idx, held, referred = state
+    n = len(segs)
+    try:
+        while i < n:
+            ts, src, sport, dst, dport, seq, ack, flags, payload = segs[i]
+            where = at[i] if at is not None else -1
+            i += 1
+            if offset:
+                ts += offset
+            if ts > pm:
+                pm = ts
+            a, b = src + sport.to_bytes(2, "big"), dst + dport.to_bytes(2, "big")
+            flow = a + b if a <= b else b + a
+            if flags & TRUNCATED:
+                size = 0
+            elif where >= 0 and len(payload) >= referred_min:  # where it lies (`Payloads` reads it there)
+                payload = (where, len(payload))
+                size = 0
+                referred = True
+            else:
+                payload = bytes(payload)
+                size = len(payload)
+            block = blocks.get(flow)
+            if block is None:
+                block = blocks[flow] = [0, []]
+            block[1].append((pm, file, idx, ts, src, sport, dst, dport, seq, ack, flags, payload))
+            block[0] += size
+            held += size + 100
+            idx += 1
+            if block[0] >= block_payload or len(block[1]) >= block_segments or held >= held_max:
+                return i, flow
+        return n, None
+    finally:
+        state[0], state[1], state[2], state[3] = pm, idx, held, referred
+
+
+@functools.cache
+def _into_blocks():
+    """`into_blocks` in C when built (ksniff.engine._pack), else the reference."""
+    compiled = load("ksniff.engine._pack")
+    return getattr(compiled, "into_blocks", None) or into_blocks
 
 
 class _Blocks:

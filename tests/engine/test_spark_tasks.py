@@ -978,6 +978,52 @@ def test_segments_that_say_where_their_payloads_lie_decode_as_those_that_carry_t
 
 
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+@pytest.mark.parametrize(
+    "name, offset, sizes",
+    [
+        ("txn_confluent_tansu_mtu1500.pcap", 0.0, False),
+        ("txn_confluent_tansu_loss.pcap", 3600.25, True),
+        ("txn_confluent_tansu_pcapng.pcapng", -7.5, False),
+        ("consume_tansu.pcap", 0.0, True),
+    ],
+)
+def test_stage_ones_blocks_are_made_in_c_as_in_python(
+    name: str, offset: float, sizes: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stage 1 puts each segment into its flow's block in C (ksniff.engine._pack.into_blocks): the same
+    rows, blocks and file summary as the reference loop, with the clock offset of a set of several
+    hosts, payloads carried and referred to, and blocks closed by their segments, their bytes and the
+    bytes all open blocks hold (`sizes`: bounds small enough that every rule closes blocks)."""
+    from compiled_support import require_compiled
+
+    from ksniff.capture.files import CaptureFile
+    from ksniff.engine import spark_tasks as tasks
+
+    fast = require_compiled("ksniff.engine._pack", "the compiled codec of the Spark engine").into_blocks
+    if sizes:
+        monkeypatch.setattr(tasks, "BLOCK_SEGMENTS", 7)
+        monkeypatch.setattr(tasks, "BLOCK_PAYLOAD", 3000)
+        monkeypatch.setattr(tasks, "BLOCKS_HELD", 20_000)
+        monkeypatch.setattr(tasks, "BATCH_ROWS", 5)
+
+    def stage1(into, refer: bool):
+        monkeypatch.setattr(tasks, "_into_blocks", lambda: into)
+        capture = CaptureFile(str(PCAPS / name))
+        try:
+            batches = list(tasks._extract_file(3, name, capture, offset, 2, refer))
+        finally:
+            capture.close()
+        rows = [row for b in batches for row in b.to_pylist()]
+        blocks = [tasks.loads(r["block"]) if r["block"] else tasks.loads(r["meta"]) for r in rows]
+        return [b.num_rows for b in batches], rows, blocks
+
+    for refer in (False, True):
+        reference = stage1(tasks.into_blocks, refer)
+        assert len(reference[0]) > (3 if sizes else 1)
+        assert stage1(fast, refer) == reference
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
 def test_payloads_far_apart_are_read_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """A block's payloads are read with one read of their span when they lie close together, else each
     alone (a small flow's few segments among a large capture's): the same rows either way."""
