@@ -1530,12 +1530,12 @@ def _plan_inputs(spark: Any, inputs: list[_Input], groups: dict[int, int], paral
     out = None
     if local:
         rows = [(i.file, i.path, i.uri, i.folder, groups[i.file], None) for i in local]
-        n = min(len({groups[i.file] for i in local}), 4 * parallelism)
+        n = min(len({groups[i.file] for i in local}), READ_TASKS_PER_CORE * parallelism)
         frame = spark.createDataFrame(rows, tasks.PLAN_INPUTS_DDL)
         frame = frame.repartition(n, key) if key else frame.repartition(n)
         out = frame.mapInArrow(_reading_s3(spark, local, task), tasks.PLANNED_DDL)
     if remote:
-        n = min(len({groups[i.file] for i in remote}), 4 * parallelism)
+        n = min(len({groups[i.file] for i in remote}), READ_TASKS_PER_CORE * parallelism)
         grp = [("grp", "int", [groups[i.file] for i in remote])]
         part = _with_content(spark, remote, n, grp, task, tasks.PLANNED_DDL, key)
         out = part if out is None else out.unionByName(part)
