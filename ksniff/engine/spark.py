@@ -46,6 +46,7 @@ import contextlib
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -264,11 +265,16 @@ def audit_spark(
     findings and transactions are a digest (`summary.digest`: counts, tallies per cause, the slowest and
     the open transactions; the DataFrames hold every row) unless `whole`.
     Raises CaptureError for inputs that cannot be read, SparkUnavailable when the executors cannot run
-    ksniff's tasks."""
+    ksniff's tasks. Executors that run ksniff's pure-Python code instead of the compiled modules the
+    driver runs are a RuntimeWarning."""
     paths = [paths] if isinstance(paths, str) else list(paths)
-    session = Session(spark=spark)
+    session = Session(spark=spark, notice=_warned)
     session.start()
     return _run(session, paths, config or EngineConfig(), whole=whole)
+
+
+def _warned(text: str) -> None:
+    warnings.warn(f"ksniff: {text}", RuntimeWarning, stacklevel=5)
 
 
 def audit_paths_spark(
@@ -309,7 +315,8 @@ def run_spark(
     are the digest the terminal report reads, filtered by `keep` where they were made (the report
     applies `keep` to the rest). Any failure is one line: CaptureError (an input),
     ReportError (an export), SparkUnavailable (Spark itself). `notice` is told, in a line, of a wait that
-    is not the audit's (the first run writing the driver JVM's class-data archive)."""
+    is not the audit's (the first run writing the driver JVM's class-data archive) and of executors that
+    run the pure-Python code of modules the driver runs compiled."""
     from ksniff.engine.spark_session import _one_line
     from ksniff.report.formats import ReportError
 

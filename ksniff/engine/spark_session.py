@@ -105,17 +105,74 @@ def package_zip(workdir: str) -> str:
     return target
 
 
+# The compiled modules a task's hot loops run in (the walk, the body reader, stage 1's blocks and the
+# codec, the fold): an executor whose Python cannot load them runs their pure-Python code instead.
+HOT_MODULES = (
+    "ksniff.capture._fastwalk",
+    "ksniff.decode._bodies",
+    "ksniff.engine._pack",
+    "ksniff.audit.fold",
+)
+
+
+def compiled_modules() -> list[str]:
+    """Which of HOT_MODULES this process runs compiled (not their Python source: none when
+    KSNIFF_PURE_PYTHON is set)."""
+    import importlib
+    import importlib.machinery
+
+    from ksniff.common import sources as _sources
+
+    if _sources.pure_python():
+        return []
+    out = []
+    for name in HOT_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if str(getattr(module, "__file__", "")).endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+            out.append(name)
+    return out
+
+
 def _probe(_rows):
-    """Runs on an executor: what it lacks to run ksniff's tasks, as one line (empty when nothing)."""
+    """Runs on an executor: (what it lacks to run ksniff's tasks, as one line, empty when nothing; the
+    compiled modules it runs; its Python; whether KSNIFF_PURE_PYTHON is set there)."""
+    import platform as _platform
     import sys as _sys
 
+    from ksniff.common import sources as _sources
+
+    python = f"Python {_platform.python_version()} ({_sys.executable})"
     try:
         import pyarrow  # noqa: F401
 
         import ksniff.engine.spark_tasks  # noqa: F401
     except ImportError as exc:
-        return [f"the executors' Python ({_sys.executable}) cannot import {exc.name or exc}"]
-    return [""]
+        missing = f"the executors' Python ({_sys.executable}) cannot import {exc.name or exc}"
+        return [(missing, [], python, False)]
+    return [("", compiled_modules(), python, _sources.pure_python())]
+
+
+def slower_executors(here: Sequence[str], there: Sequence[str], python: str, pure: bool) -> str | None:
+    """One line for a run whose executors run the pure-Python code of compiled modules the driver runs
+    (`pure`: because KSNIFF_PURE_PYTHON is set there), else None."""
+    missing = [name for name in here if name not in there]
+    if not missing:
+        return None
+    names = ", ".join(m.rsplit(".", 1)[-1] for m in missing)
+    if pure:
+        why = f"KSNIFF_PURE_PYTHON is set there; {names}"
+    else:
+        why = (
+            f"their {python} cannot load {names}, built for the driver's Python "
+            f"{sys.version_info.major}.{sys.version_info.minor} on {sys.platform}; give them that version: "
+            "spark.pyspark.python"
+        )
+    return (
+        f"the executors run ksniff's pure-Python code, about 1.6 times the CPU of its compiled ones ({why})"
+    )
 
 
 _CHECKED: set[str] = set()  # applications whose executors passed the probe
@@ -297,7 +354,8 @@ class Session:
         spark: Any = None,
         notice: Callable[[str], None] | None = None,
     ) -> None:
-        """`notice`: told, in a line, when stopping waits for the JVM to write its class-data archive."""
+        """`notice`: told, in a line, when the executors run the pure-Python code of modules the driver
+        runs compiled, and when stopping waits for the JVM to write its class-data archive."""
         self.master = master
         self._notice = notice
         self.conf = list(conf)
@@ -384,17 +442,20 @@ class Session:
         if sc.applicationId in _CHECKED:
             return
         try:
-            problems = [p for p in sc.parallelize([0], 1).mapPartitions(_probe).collect() if p]
+            (problem, there, python, pure), *_ = sc.parallelize([0], 1).mapPartitions(_probe).collect()
         except Exception as exc:
             raise SparkUnavailable(
                 f"the executors cannot run Python tasks: {_one_line(exc)} "
                 "(set spark.pyspark.python to a Python 3.10+ with pyarrow)"
             ) from None
-        if problems:
+        if problem:
             raise SparkUnavailable(
-                f"{problems[0]} (set spark.pyspark.python to a Python with ksniff's "
+                f"{problem} (set spark.pyspark.python to a Python with ksniff's "
                 "dependencies, see the README's Spark section)"
             )
+        slower = slower_executors(compiled_modules(), there, python, pure)
+        if slower is not None and self._notice is not None:
+            self._notice(slower)
         _CHECKED.add(sc.applicationId)
 
     @property

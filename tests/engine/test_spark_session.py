@@ -175,6 +175,46 @@ def test_the_command_line_says_once_that_it_keeps_the_classes(tmp_path: Path) ->
         shutil.rmtree(tmp_path / "cache", ignore_errors=True)
     assert len(said[0]) == 1 and said[0][0].startswith("ksniff: keeping Spark's classes for faster starts")
     assert said[1] == []
+    assert "pure-Python" not in done.stderr  # the executors run what the driver runs
+
+
+def test_executors_that_run_the_pure_python_code_are_said_in_one_line(tmp_path: Path) -> None:
+    """Executors whose Python cannot load the compiled modules the driver runs (or with
+    KSNIFF_PURE_PYTHON set) give the same result at more CPU: one line says so and why, not a silence."""
+    from ksniff.engine.spark_session import compiled_modules
+
+    if not compiled_modules():
+        pytest.skip("no compiled module is built here")
+    capture = ROOT / "tests" / "pcaps" / "txn_confluent_tansu.pcap"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KSNIFF_SPARK_JVM_TUNING": "0"}
+    env.pop("KSNIFF_PURE_PYTHON", None)
+    args = ["-m", "ksniff.cli", "audit", str(capture), "--engine", "spark", "--master", "local[1]"]
+    args += ["--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false"]
+    args += ["--conf", "spark.executorEnv.KSNIFF_PURE_PYTHON=1", "--exit-zero", "--no-color"]
+    done = _python(args, env, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = [ln for ln in done.stderr.splitlines() if "pure-Python" in ln]
+    assert said == [
+        "ksniff: the executors run ksniff's pure-Python code, about 1.6 times the CPU of its compiled ones "
+        f"(KSNIFF_PURE_PYTHON is set there; {', '.join(m.rsplit('.', 1)[-1] for m in compiled_modules())})"
+    ]
+    assert "Verdict" in done.stdout
+    quiet = _python([*args, "-q"], env, tmp_path)
+    assert quiet.returncode == 0 and "pure-Python" not in quiet.stderr
+
+
+def test_the_line_names_the_executors_python_when_it_cannot_load_the_modules() -> None:
+    from ksniff.engine.spark_session import slower_executors
+
+    here = ["ksniff.capture._fastwalk", "ksniff.engine._pack", "ksniff.audit.fold"]
+    assert slower_executors(here, here, "Python 3.11.7 (/usr/bin/python3)", False) is None
+    line = slower_executors(here, ["ksniff.audit.fold"], "Python 3.12.1 (/opt/py/bin/python3)", False)
+    assert line is not None and line.startswith("the executors run ksniff's pure-Python code")
+    assert (
+        "their Python 3.12.1 (/opt/py/bin/python3) cannot load _fastwalk, _pack, built for the driver's "
+        in line
+    )
+    assert line.endswith("give them that version: spark.pyspark.python)")
 
 
 # The driver's JVM killed (by the kernel's out-of-memory killer, or a user) as the run starts.
