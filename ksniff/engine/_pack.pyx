@@ -556,3 +556,42 @@ def into_blocks(
         state[1] = idx
         state[2] = held
         state[3] = referred
+
+
+# -- stage 2 of the Spark engine: a flow's segments onto the reassembler's lists -------------------------
+
+def into_lists(segments, Py_ssize_t lo, Py_ssize_t hi, list taken, list clocks, list positions):
+    """ksniff.engine.spark_tasks.into_lists (the reference: what it does) in C."""
+    cdef Py_ssize_t i, k
+    cdef tuple seg, rest
+    cdef object pm, idx
+    if type(segments) is not tuple and type(segments) is not list:
+        segments = list(segments)
+    for i in range(lo, hi):
+        seg = <tuple> segments[i]
+        k = PyTuple_GET_SIZE(seg)
+        rest = seg[3:k]
+        pm = seg[0]
+        PyList_Append(taken, rest)
+        PyList_Append(clocks, pm)
+        idx = seg[2]
+        PyList_Append(positions, (pm, seg[1], 2 * idx + 1))
+
+
+def with_views(segments, object view, Py_ssize_t low):
+    """The segments of a block (SEGMENTS) with each payload that refers to the file ((where, length), a
+    tuple) as that part of `view`, the file's bytes from `low`: `Payloads`' one read of a block's span,
+    in C (ksniff.engine.spark_tasks.with_views is the reference)."""
+    cdef list out = []
+    cdef tuple seg, ref
+    cdef object payload
+    cdef Py_ssize_t at, n
+    for seg in segments:
+        payload = seg[11]
+        if type(payload) is tuple:
+            ref = <tuple> payload
+            at = <Py_ssize_t> ref[0] - low
+            n = ref[1]
+            seg = seg[:11] + (view[at : at + n],)
+        PyList_Append(out, seg)
+    return out

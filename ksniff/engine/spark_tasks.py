@@ -42,11 +42,13 @@ decode rooms' own code:
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import heapq
 import itertools
 import math
+import operator
 import os
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -1179,11 +1181,12 @@ class _Flow:
         self.rows.add(CONN, None, (0.0, 0.0, 0, pm, file, place, pm, conn, 0), dumps(conn))
         return conn
 
-    def run(self, segments: Iterator[tuple]) -> None:
+    def run(self, runs: Iterator[tuple]) -> None:
+        """`runs`: the flow's segments in the merge's order, as `merged_runs` gives them."""
         reassembler = self.reassembler
         positions = self.positions
         # Sweeps come from the run's clock (each segment's `pm`), not this flow's own timestamps.
-        for taken, clocks in self._lists(segments):
+        for taken, clocks in self._lists(runs):
             for event in reassembler.clocked_events(taken, clocks):
                 place = reassembler.place
                 if len(place) == 3:  # let go by a segment
@@ -1206,28 +1209,35 @@ class _Flow:
             for key in sorted(keys):
                 self.rows.add(CONN_KEYS, key, on_conn, b"")
 
-    def _lists(self, segments: Iterator[tuple]) -> Iterator[tuple[list[tuple], list[float]]]:
-        """The reassembler's segment tuples and the run's clock at each (`pm`), a list of up to LIST_SEGMENTS
-        at a time, each segment's position noted in `positions`; `segments`: a block's (SEGMENTS), in the
-        merge's order. Once the reassembler has taken a list, the positions before the oldest chunk
-        still being merged are let go."""
+    def _lists(self, runs: Iterator[tuple]) -> Iterator[tuple[list[tuple], list[float]]]:
+        """The reassembler's segment tuples and the run's clock at each (`pm`), a list of LIST_SEGMENTS at
+        a time (the last one shorter), each segment's position noted in `positions`; `runs`: (a block's
+        segments (SEGMENTS), from, to) in the merge's order (`merged_runs`). Once the reassembler has
+        taken a list, the positions before the oldest chunk still being merged are let go."""
         positions = self.positions
-        while True:
-            taken: list[tuple] = []
-            clocks: list[float] = []
-            for segment in itertools.islice(segments, LIST_SEGMENTS):  # (pm, file, idx, *the tuple)
-                pm = segment[0]
-                taken.append(segment[3:])
-                clocks.append(pm)
-                positions.append((pm, segment[1], 2 * segment[2] + 1))
-            if not taken:
-                return
+        into_lists = _into_lists()
+        taken: list[tuple] = []
+        clocks: list[float] = []
+        for segments, lo, hi in runs:
+            while lo < hi:
+                upto = min(hi, lo + LIST_SEGMENTS - len(taken))
+                into_lists(segments, lo, upto, taken, clocks, positions)
+                lo = upto
+                if len(taken) == LIST_SEGMENTS:
+                    yield taken, clocks
+                    self._let_go()
+                    taken, clocks = [], []
+        if taken:
             yield taken, clocks
-            oldest = self.reassembler.oldest_pending_at()
-            drop = (self.first + len(positions) if oldest is None else oldest) - self.first
-            if drop > 0:
-                del positions[:drop]
-                self.first += drop
+            self._let_go()
+
+    def _let_go(self) -> None:
+        positions = self.positions
+        oldest = self.reassembler.oldest_pending_at()
+        drop = (self.first + len(positions) if oldest is None else oldest) - self.first
+        if drop > 0:
+            del positions[:drop]
+            self.first += drop
 
     def _sweep_until(self, pm: float) -> None:
         """What the capture's clock reaching `pm` let go in the in-process reassembler (its idle sweeps,
@@ -1472,7 +1482,9 @@ def decode(config: EngineConfig, ends: dict[int, RunEnd], files: dict[int, tuple
                     stats[cset] = FlowStats(CaptureStats(), decoding.stats, decoding)
                     seen[cset] = _Seen()
                 try:
-                    _Flow(config, ends[cset], stats[cset], rows, seen[cset]).run(merged(blocks, payloads))
+                    _Flow(config, ends[cset], stats[cset], rows, seen[cset]).run(
+                        merged_runs(blocks, payloads)
+                    )
                 except FileChanged as exc:
                     rows.add(FILE_META, None, NO_ORDER, dumps(_failed(exc.file, exc.path, str(exc), False)))
                     yield rows.take()
@@ -1555,11 +1567,7 @@ class Payloads:
             span = os.pread(fd, high - low, low)
             if len(span) != high - low:
                 raise FileChanged(file, self.files[file][1])
-            view = memoryview(span)
-            return [
-                (*s[:11], view[s[11][0] - low : s[11][0] - low + s[11][1]]) if s[11].__class__ is tuple else s
-                for s in segments
-            ]
+            return _with_views()(segments, memoryview(span), low)
         out = []
         for s in segments:
             if s[11].__class__ is tuple:
@@ -1572,6 +1580,22 @@ class Payloads:
         return out
 
 
+def with_views(segments: Sequence[tuple], view: memoryview, low: int) -> list[tuple]:
+    """A block's segments (SEGMENTS) with each payload that refers to the file ((where, length)) as that
+    part of `view`, the file's bytes from `low` on. The reference of ksniff.engine._pack.with_views."""
+    return [
+        (*s[:11], view[s[11][0] - low : s[11][0] - low + s[11][1]]) if s[11].__class__ is tuple else s
+        for s in segments
+    ]
+
+
+@functools.cache
+def _with_views():
+    """`with_views` in C when built (ksniff.engine._pack), else the reference."""
+    compiled = load("ksniff.engine._pack")
+    return getattr(compiled, "with_views", None) or with_views
+
+
 def _block_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
     names = ("cset", "flow", "pm", "file", "idx", "block")
     for batch in batches:
@@ -1579,12 +1603,19 @@ def _block_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
 
 
 def merged(blocks: Iterable[tuple], payloads: Callable | None = None) -> Iterator[tuple]:
+    """The segments of one flow's blocks, one at a time (`merged_runs`)."""
+    for segments, lo, hi in merged_runs(blocks, payloads):
+        yield from itertools.islice(segments, lo, hi)
+
+
+def merged_runs(blocks: Iterable[tuple], payloads: Callable | None = None) -> Iterator[tuple]:
     """The segments of one flow's blocks, rows (cset, flow, pm, file, idx, block) in the order of their
-    first segments' (pm, file, idx), in the merge's order of (pm, file, idx). The blocks of one file
-    follow each other; those of several files (a connection over rotated files, or seen by two captured
-    hosts) interleave. Each block is read when it comes, once every segment before its first is out, so
-    a task holds the blocks that overlap, not the flow. `payloads` (a `Payloads`) reads what a block's
-    segments refer to."""
+    first segments' (pm, file, idx), in the merge's order of (pm, file, idx), as runs (a block's
+    segments, from, to) of a block's segments that come one after the other. The blocks of one file
+    follow each other (a run per block); those of several files (a connection over rotated files, or
+    seen by two captured hosts) interleave. Each block is read when it comes, once every segment before
+    its first is out, so a task holds the blocks that overlap, not the flow. `payloads` (a `Payloads`)
+    reads what a block's segments refer to."""
     unpack = _codec().unpack
     heap: list[list] = []  # each block begun: [its next segment's (pm, file, idx), at, its segments]
     for _cset, _flow, pm, file, idx, blob in blocks:
@@ -1597,30 +1628,51 @@ def merged(blocks: Iterable[tuple], payloads: Callable | None = None) -> Iterato
     yield from _until(heap, None)
 
 
+_position = operator.itemgetter(0, 1, 2)  # a segment's (pm, file, idx)
+
+
 def _until(heap: list[list], bound: tuple | None) -> Iterator[tuple]:
-    """The segments of the blocks in `heap` before `bound` (all, for None), in (pm, file, idx) order."""
+    """The runs of the blocks in `heap` before `bound` (all, for None), in (pm, file, idx) order."""
     while heap:
         top = heap[0]
         key, at, segments = top
         if bound is not None and key >= bound:
             return
-        if len(heap) == 1:  # one block: its segments in their order, without the heap
+        if len(heap) == 1:  # one block: its segments before the bound, in their order (they are sorted)
             n = len(segments)
-            while at < n:
-                segment = segments[at]
-                if bound is not None and segment[:3] >= bound:
-                    top[0], top[1] = segment[:3], at
-                    return
-                yield segment
-                at += 1
+            stop = n if bound is None else bisect.bisect_left(segments, bound, at, n, key=_position)
+            if stop > at:
+                yield segments, at, stop
+            if stop < n:
+                top[0], top[1] = segments[stop][:3], stop
+                return
             heap.pop()
             return
-        yield segments[at]
+        yield segments, at, at + 1
         at += 1
         if at < len(segments):
             heapq.heapreplace(heap, [segments[at][:3], at, segments])
         else:
             heapq.heappop(heap)
+
+
+def into_lists(
+    segments: Sequence[tuple], lo: int, hi: int, taken: list, clocks: list, positions: list
+) -> None:
+    """Segments `segments[lo:hi]` (SEGMENTS) onto stage 2's lists: the reassembler's tuple of each, the
+    run's clock at it (`pm`), and its position (pm, file, 2 idx + 1). The reference of
+    ksniff.engine._pack.into_lists, which does the same in C."""
+    part = segments[lo:hi]
+    taken += [s[3:] for s in part]
+    clocks += [s[0] for s in part]
+    positions += [(s[0], s[1], 2 * s[2] + 1) for s in part]
+
+
+@functools.cache
+def _into_lists():
+    """`into_lists` in C when built (ksniff.engine._pack), else the reference."""
+    compiled = load("ksniff.engine._pack")
+    return getattr(compiled, "into_lists", None) or into_lists
 
 
 # -- stage 3: the audit fold per producer key ------------------------------------------------------------

@@ -1024,6 +1024,36 @@ def test_stage_ones_blocks_are_made_in_c_as_in_python(
 
 
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
+@pytest.mark.parametrize("name", ["txn_confluent_tansu_mtu1500.pcap", "txn_confluent_tansu_pcapng.pcapng"])
+def test_stage_twos_lists_are_made_in_c_as_in_python(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stage 2 takes a block's payloads out of the span it read of the file and puts a flow's segments
+    onto the reassembler's lists in C (ksniff.engine._pack.with_views, into_lists): the same rows as the
+    reference code and as payloads carried in the rows, with blocks of a few segments and every payload
+    read where it lies."""
+    from compiled_support import require_compiled
+
+    from ksniff.engine import spark_tasks as tasks
+
+    fast = require_compiled("ksniff.engine._pack", "the compiled codec of the Spark engine")
+    monkeypatch.setattr(tasks, "REFERRED_MIN", 0)
+    monkeypatch.setattr(tasks, "BLOCK_SEGMENTS", 5)
+    monkeypatch.setattr(tasks, "LIST_SEGMENTS", 7)
+    path = str(PCAPS / name)
+    segments, meta = _stage1(path, refer=True)
+    files = {0: (path, path, meta.stamp)}
+    got = {}
+    for which, (views, lists) in {
+        "reference": (tasks.with_views, tasks.into_lists),
+        "C": (fast.with_views, fast.into_lists),
+    }.items():
+        monkeypatch.setattr(tasks, "_with_views", lambda v=views: v)
+        monkeypatch.setattr(tasks, "_into_lists", lambda f=lists: f)
+        got[which] = _stage2(segments, meta, files)
+    assert got["C"] == got["reference"] and len(got["C"]) > 10
+    assert got["C"] == _stage2(*_stage1(path, refer=False))  # and what the payloads carried give
+
+
+@pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
 def test_payloads_far_apart_are_read_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """A block's payloads are read with one read of their span when they lie close together, else each
     alone (a small flow's few segments among a large capture's): the same rows either way."""
