@@ -595,3 +595,20 @@ def with_views(segments, object view, Py_ssize_t low):
             seg = seg[:11] + (view[at : at + n],)
         PyList_Append(out, seg)
     return out
+
+
+def referred(segments):
+    """ksniff.engine.spark_tasks.referred (the reference: what it gives) in C."""
+    cdef tuple seg, ref, first = None, last = None
+    cdef object payload, own = 0
+    for seg in segments:
+        payload = seg[11]
+        if type(payload) is tuple:
+            ref = <tuple> payload
+            if first is None:
+                first = ref
+            last = ref
+            own += ref[1]
+    if first is None:
+        return None
+    return first[0], last[0] + last[1], own

@@ -1555,14 +1555,12 @@ class Payloads:
 
     def __call__(self, segments: tuple) -> tuple | list:
         """A block's segments (SEGMENTS, one file's), each payload that refers to the file read."""
-        refs = [s[11] for s in segments if s[11].__class__ is tuple]
-        if not refs:
+        found = _referred()(segments)
+        if found is None:
             return segments
+        low, high, own = found
         file = segments[0][1]
         fd = self._fd(file)
-        low = refs[0][0]
-        high = refs[-1][0] + refs[-1][1]
-        own = sum(n for _at, n in refs)
         if low <= high and high - low <= max(SPAN_BYTES, 4 * own):
             span = os.pread(fd, high - low, low)
             if len(span) != high - low:
@@ -1578,6 +1576,23 @@ class Payloads:
                 s = (*s[:11], data)
             out.append(s)
         return out
+
+
+def referred(segments: Sequence[tuple]) -> tuple[int, int, int] | None:
+    """Of a block's payloads that refer to the file ((where, length), in the file's order), where the
+    first begins, where the last ends and their bytes; None when none does. The reference of
+    ksniff.engine._pack.referred."""
+    refs = [s[11] for s in segments if s[11].__class__ is tuple]
+    if not refs:
+        return None
+    return refs[0][0], refs[-1][0] + refs[-1][1], sum(n for _at, n in refs)
+
+
+@functools.cache
+def _referred():
+    """`referred` in C when built (ksniff.engine._pack), else the reference."""
+    compiled = load("ksniff.engine._pack")
+    return getattr(compiled, "referred", None) or referred
 
 
 def with_views(segments: Sequence[tuple], view: memoryview, low: int) -> list[tuple]:

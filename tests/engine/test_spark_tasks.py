@@ -1026,8 +1026,9 @@ def test_stage_ones_blocks_are_made_in_c_as_in_python(
 @pytest.mark.skipif(not list(PCAPS.glob("*.pcap")), reason="no corpus captures")
 @pytest.mark.parametrize("name", ["txn_confluent_tansu_mtu1500.pcap", "txn_confluent_tansu_pcapng.pcapng"])
 def test_stage_twos_lists_are_made_in_c_as_in_python(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stage 2 takes a block's payloads out of the span it read of the file and puts a flow's segments
-    onto the reassembler's lists in C (ksniff.engine._pack.with_views, into_lists): the same rows as the
+    """Stage 2 finds the span of a block's payloads in the file, takes them out of the span it read and
+    puts a flow's segments onto the reassembler's lists in C (ksniff.engine._pack.referred, with_views,
+    into_lists): the same rows as the
     reference code and as payloads carried in the rows, with blocks of a few segments and every payload
     read where it lies."""
     from compiled_support import require_compiled
@@ -1042,10 +1043,11 @@ def test_stage_twos_lists_are_made_in_c_as_in_python(name: str, monkeypatch: pyt
     segments, meta = _stage1(path, refer=True)
     files = {0: (path, path, meta.stamp)}
     got = {}
-    for which, (views, lists) in {
-        "reference": (tasks.with_views, tasks.into_lists),
-        "C": (fast.with_views, fast.into_lists),
+    for which, (refs, views, lists) in {
+        "reference": (tasks.referred, tasks.with_views, tasks.into_lists),
+        "C": (fast.referred, fast.with_views, fast.into_lists),
     }.items():
+        monkeypatch.setattr(tasks, "_referred", lambda r=refs: r)
         monkeypatch.setattr(tasks, "_with_views", lambda v=views: v)
         monkeypatch.setattr(tasks, "_into_lists", lambda f=lists: f)
         got[which] = _stage2(segments, meta, files)
