@@ -1062,7 +1062,8 @@ def _with_driver_rows(
 # of the run's captures (the files dealt by size, the largest first). Each task costs ~50 ms of pyspark
 # whatever it does, and every later scan of the cached rows has as many: 4 per core and one per 64 MB
 # took 24 tasks for the rotated 1 GB capture, whose warm shuffled run then cost 6.3-6.7 s of CPU, against
-# 5.3-6.3 s with 8 tasks (bench/README.md, "Fewer tasks, and stage 1's loop in C").
+# 5.3-6.3 s with 8 tasks (bench/README.md, "Fewer tasks, the cluster asked of few files, and the loops per
+# segment in C").
 READ_TASKS_PER_CORE = 2
 READ_TASK_BYTES = 256 << 20
 SHUFFLED_COST = 2.5  # CPU of the shuffled way against auditing where read (1.9-2.0x measured, README)
