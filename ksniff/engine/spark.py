@@ -652,7 +652,10 @@ def _unless_chosen(spark: Any, key: str, value: str, default: str | None = None)
     (spark-submit's or the session's --conf, or set on the session before the run; `default`: what the
     session says when nobody did, None when it says nothing). It is put back when the run's queries are
     done, so the tables the run returns, computed later, are computed with the session's own."""
-    said = spark.sparkContext.getConf().get(key, None)
+    # The context's own SparkConf, read in place: getConf() copies every setting into a new one (on the
+    # rotated `bulk1g`, 310 of a run's ~1,800 calls into the JVM were those copies).
+    conf = getattr(spark.sparkContext, "_conf", None) or spark.sparkContext.getConf()
+    said = conf.get(key, None)
     now = spark.conf.get(key) if default is not None else spark.conf.get(key, None)
     if said is not None or now != default:
         yield
@@ -969,63 +972,89 @@ def _frames(
     conns: dict[int, int],
     cut: frozenset[tuple],
 ) -> dict[str, Any]:
-    """The run's tables as DataFrames, made by the executors from the TABLE rows (`exchanges`,
+    """The run's tables, each made as a DataFrame when it is first asked for (`_table_frame`), None for
+    those the run does not keep. Made at once, the ten tables' queries cost the driver ~740 calls into
+    its JVM (a Python function shipped and a plan analysed per part of each table: on the rotated
+    `bulk1g`, two fifths of all the calls of a run), which a run that only prints its report never
+    uses."""
+    from ksniff.engine import spark_tasks as tasks
+
+    args = (spark, config, sources, outputs, summary, runs, labels, clocks, conns, cut)
+    frames: dict[str, Any] = {}
+    for table in ("exchanges", "batches", "records"):
+        kept = config.keep_records if table == "records" else config.keep_tables
+        frames[table] = _Later(_table_frame, table, *args) if kept else None
+    for table in tasks.OUTPUT_TABLES:
+        frames[table] = _Later(_table_frame, table, *args)
+    # The partition logs' tables are the joined summary's as it is now (its partitions came from each
+    # set's context group, folded by one task), numbered as the local export numbers them.
+    for table in _DRIVER_TABLES:
+        batch = tasks.summary_batch(table, summary)
+        frames[table] = _Later(_from_batch, spark, batch, tasks.table_ddl(table))
+    return frames
+
+
+def _from_batch(spark: Any, batch: Any, ddl: str) -> Any:
+    """A DataFrame of one Arrow batch the driver made."""
+    import pyarrow as pa
+
+    return spark.createDataFrame(pa.Table.from_batches([batch]), ddl)
+
+
+def _table_frame(
+    table: str,
+    spark: Any,
+    config: EngineConfig,
+    sources: tuple[Any, Any, Any],
+    outputs: Any,
+    summary: AuditResult,
+    runs: dict[int, _SetRun],
+    labels: dict[int, tuple[int, str | None]],
+    clocks: dict[int, tuple],
+    conns: dict[int, int],
+    cut: frozenset[tuple],
+) -> Any:
+    """One of the run's tables as a DataFrame, made by the executors from the TABLE rows (`exchanges`,
     `batches`, `records`), the rows of sets audited where they were read (`stored`: TABLE_ROWS) and the
     folds' outputs, each row labelled with its capture set and cluster; the findings and transactions of
     sets audited where they were read from their lists (`listed`: AUDITED_LISTS, None when the driver
-    holds them), and the partition logs' two tables, from the joined summary."""
-    import pyarrow as pa
+    holds them)."""
     from pyspark.sql import functions as F
 
     from ksniff.engine import spark_tasks as tasks
 
     table_events, stored, listed = sources
-    frames: dict[str, Any] = {}
     clusters = {index: label[1] for index, label in labels.items()}
-    for table in ("exchanges", "batches", "records"):
-        if config.keep_records if table == "records" else config.keep_tables:
-            made = tasks.table_rows(table, conns, clusters, config.max_records_batch, cut)
-            ddl = tasks.table_ddl(table, order=True)
-            frames[table] = table_events.mapInArrow(made, ddl)
-            mine = stored.filter(F.col("key") == table).mapInArrow(tasks.stored_rows(table, clusters), ddl)
-            frames[table] = frames[table].unionByName(mine)
-        else:
-            frames[table] = None
+    if table in ("exchanges", "batches", "records"):
+        made = tasks.table_rows(table, conns, clusters, config.max_records_batch, cut)
+        ddl = tasks.table_ddl(table, order=True)
+        frame = table_events.mapInArrow(made, ddl)
+        mine = stored.filter(F.col("key") == table).mapInArrow(tasks.stored_rows(table, clusters), ddl)
+        return frame.unionByName(mine)
     # The output tables of the sets audited where they were read: made by those tasks when the run keeps
-    # tables; else, if ever asked for, from their lists where those are (findings and transactions) or by
-    # the driver. The shuffled sets' context groups' outputs are made by the driver (their key groups' by
-    # the folds' tasks).
+    # tables; else from their lists where those are (findings and transactions) or by the driver. The
+    # shuffled sets' context groups' outputs are made by the driver (their key groups' by the folds'
+    # tasks).
     made_there = {i for i in labels if runs[i].audited is not None and config.keep_tables}
     by_driver = [i for i in labels if i not in made_there]
-    for table in tasks.OUTPUT_TABLES:
-        ddl = tasks.PRODUCERS_DDL if table == "producers" else tasks.table_ddl(table)
-        frame = outputs.mapInArrow(tasks.output_rows(table, labels, clocks), ddl)
-        if made_there:
-            there = stored.filter(F.col("key") == table).mapInArrow(tasks.labelled_rows(table, labels), ddl)
-            frame = frame.unionByName(there)
-        mine = [i for i in by_driver if table != "producers" or runs[i].audited is not None]
-        if listed is not None and table != "producers":
-            from_lists = [i for i in mine if runs[i].audited is not None]
-            if from_lists:
-                rows = listed.filter(F.col("cset").isin(from_lists))
-                frame = frame.unionByName(rows.mapInArrow(tasks.listed_rows(table, labels, clocks), ddl))
-                mine = [i for i in mine if i not in from_lists]
-        if mine:
-            frames[table] = _Later(_with_driver_rows, spark, frame, table, ddl, mine, runs, labels, clocks)
-        else:
-            frames[table] = frame
-    # The partition logs' tables are the joined summary's (its partitions came from each set's context
-    # group, folded by one task), numbered as the local export numbers them.
-    for table in _DRIVER_TABLES:
-        frames[table] = spark.createDataFrame(
-            pa.Table.from_batches([tasks.summary_batch(table, summary)]), tasks.table_ddl(table)
-        )
-    return frames
+    ddl = tasks.PRODUCERS_DDL if table == "producers" else tasks.table_ddl(table)
+    frame = outputs.mapInArrow(tasks.output_rows(table, labels, clocks), ddl)
+    if made_there:
+        there = stored.filter(F.col("key") == table).mapInArrow(tasks.labelled_rows(table, labels), ddl)
+        frame = frame.unionByName(there)
+    mine = [i for i in by_driver if table != "producers" or runs[i].audited is not None]
+    if listed is not None and table != "producers":
+        from_lists = [i for i in mine if runs[i].audited is not None]
+        if from_lists:
+            rows = listed.filter(F.col("cset").isin(from_lists))
+            frame = frame.unionByName(rows.mapInArrow(tasks.listed_rows(table, labels, clocks), ddl))
+            mine = [i for i in mine if i not in from_lists]
+    return _with_driver_rows(spark, frame, table, ddl, mine, runs, labels, clocks) if mine else frame
 
 
 class _Later:
-    """A table made when it is first asked for (SparkAudit._frame): rows the driver would otherwise make
-    for a run that never reads them."""
+    """A table made when it is first asked for (SparkAudit._frame): queries, and rows the driver would
+    otherwise make, for a run that never reads them."""
 
     def __init__(self, make: Callable[..., Any], *args: Any) -> None:
         self.make, self.args = make, args
