@@ -25,6 +25,7 @@ TID = "tx-A"
 CLIENT_FENCE_ERRORS = {
     "ProducerFencedError": "PRODUCER_FENCED",
     "ProducerFenced": "PRODUCER_FENCED",
+    "ProducerFencedException": "PRODUCER_FENCED",  # kafka-clients (Java)
     "InvalidProducerEpochError": "INVALID_PRODUCER_EPOCH",
     "InvalidProducerEpoch": "INVALID_PRODUCER_EPOCH",
 }
