@@ -25,6 +25,7 @@ import scen_ctp  # noqa: E402,F401
 import scen_formats  # noqa: E402,F401
 import scen_hanging  # noqa: E402,F401
 import scen_java  # noqa: E402,F401
+import scen_kafkajs  # noqa: E402,F401
 import scen_misuse  # noqa: E402,F401
 import scen_outcomes  # noqa: E402,F401
 import scen_positions  # noqa: E402,F401
