@@ -162,7 +162,14 @@ class AuditResult:
         ):
             if n:
                 reasons.append(_count(n, what))
-        unverified = (findings or self._findings_account()).unverified()
+        account = findings or self._findings_account()
+        corrupt = sum(n for (kind, _), n in account.counts().items() if kind == "corrupt_batch")
+        if corrupt:
+            reasons.append(
+                f"{_count(corrupt, 'record batch')} in the capture {'fails' if corrupt == 1 else 'fail'} "
+                "its CRC-32C (damaged bytes)"
+            )
+        unverified = account.unverified()
         if unverified:
             rest = "rests" if unverified == 1 else "rest"
             reasons.append(f"{_count(unverified, 'finding')} {rest} on bytes the capture lost")

@@ -169,6 +169,27 @@ def _on_lost(state: AuditState, ev: ConnectionLost, out: list[Finding]) -> None:
     if state.key not in (None, CONTEXT_KEY):
         return  # the context group reports it, once
     direction = "client to broker" if ev.to_broker else "broker to client"
+    if ev.damaged is not None:  # bytes held but damaged (ksniff.decode.connection.damage)
+        if ev.damaged == "crc":  # a malformed body is counted by decode (the verdict says how many)
+            what = "a Produce request" if ev.to_broker else "a Fetch answer"
+            out.append(
+                make(
+                    FindingKind.CORRUPT_BATCH,
+                    Severity.INFO,
+                    ev.ts,
+                    f"a record batch of {what} on {ev.topic}-{ev.partition} fails its CRC-32C: not judged",
+                    {
+                        "conn": ev.conn,
+                        "client": ev.client,
+                        "broker": ev.broker,
+                        "length": ev.length,
+                        "direction": "to_broker" if ev.to_broker else "to_client",
+                    },
+                    topic=ev.topic,
+                    partition=ev.partition,
+                )
+            )
+        return
     out.append(
         make(
             FindingKind.CAPTURE_GAP,

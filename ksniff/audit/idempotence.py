@@ -91,7 +91,11 @@ def _on_produce(watch: IdempotenceWatch, ex: Exchange, out: list[Finding]) -> No
     r = watch.refused.get(client_key(ex))
     if r is None or r.reported:
         return
-    plain = [b for b in ex.batches if not b.header.control and b.header.producer_id < 0]
+    plain = [
+        b
+        for b in ex.batches
+        if not b.header.control and b.header.producer_id < 0 and b.header.crc_ok is not False
+    ]
     if not plain:
         return
     r.reported = True

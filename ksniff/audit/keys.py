@@ -73,7 +73,8 @@ def producer_keys(event: DecodeEvent) -> tuple[str, ...]:
     if api == "Produce":
         if req.transactional_id:
             return (req.transactional_id,)
-        pids = sorted({b.header.producer_id for b in event.batches if b.header.producer_id >= 0})
+        batches = [b.header for b in event.batches if b.header.crc_ok is not False]  # not a damaged one's
+        pids = sorted({h.producer_id for h in batches if h.producer_id >= 0})
         return tuple(f"pid:{p}" for p in pids)
     if api in _TXN_ID_APIS:
         if req.transactional_id:

@@ -50,6 +50,10 @@ class FindingKind(str, Enum):
     # A partition's last stable offset held below its high watermark past the transaction timeout, with
     # no marker for the transaction there (issue 12: KIP-664's hanging transaction as the leader shows it).
     HANGING_PARTITION = "hanging_partition"
+    # A record batch whose CRC-32C does not match its bytes: the capture holds other bytes than were sent
+    # (or the client sent them corrupt); none of its fields is judged, and the connection counts as having
+    # lost bytes from there on (ksniff.audit.partlog.corrupt_batch).
+    CORRUPT_BATCH = "corrupt_batch"
 
 
 # Findings and transactions are made per event (a transaction per EndTxn): built through their slots.

@@ -367,7 +367,7 @@ def txn_id_pairs(ex: Exchange) -> tuple[tuple[int, str], ...]:
     return tuple(
         (b.header.producer_id, b.transactional_id)
         for b in ex.batches
-        if b.transactional_id and b.header.producer_id >= 0
+        if b.transactional_id and b.header.producer_id >= 0 and b.header.crc_ok is not False
     )
 
 
@@ -457,6 +457,8 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
     head = None  # the exchange as placed batches keep it, made for its first acknowledged batch
     for b in ex.batches:
         h = b.header
+        if h.crc_ok is False:  # not the bytes sent: nothing in it is placed or learnt (the connection's
+            continue  # ConnectionLost after the exchange says so: ksniff.decode.connection.damage)
         pid = h.producer_id
         tid = b.transactional_id
         code = b.error_code
@@ -548,6 +550,10 @@ def _on_fetched(st: LogState, ex: Exchange, part: FetchedPartition, out: list[Fi
     if part.error_code != 0:
         st.positions.pop(key, None)
         return
+    for h in part.batches:
+        if h.crc_ok is False and not h.control:  # not the bytes sent (connection.damage): none of the
+            st.positions.pop(key, None)  # answer is read, and the consumer's position is not known
+            return  # again until it next asks
     if part.high_watermark > lg.high_watermark:
         lg.high_watermark = part.high_watermark
     if part.last_stable_offset >= 0:

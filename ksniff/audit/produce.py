@@ -41,6 +41,8 @@ def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     producers = state.producers
     for b in ex.batches:
         h = b.header
+        if h.crc_ok is False:  # not the bytes sent: not judged; the connection's ConnectionLost after the
+            continue  # exchange (ksniff.decode.connection.damage) makes what it leaves behind unverified
         pid, epoch = h.producer_id, h.producer_epoch
         if h.control or pid < 0:
             continue  # plain (non-idempotent) producers have no identity to audit
@@ -116,7 +118,11 @@ def _sequence(
     epoch = h.producer_epoch
     key = (h.producer_id, b.topic, b.partition)
     seq = state.sequences.get(key)
+    since = None  # from when lost bytes could explain a gap: the last accepted batch's time, unless new
     if seq is None or epoch > seq.epoch:
+        # A partition's first batch of an epoch: bytes lost since the producer was first seen (or since
+        # its older epoch's last batch here) may hold the batches before it.
+        since = p.first_ts if seq is None else seq.last_ts
         # A new epoch starts again at 0, and so does a partition first written in an epoch whose
         # start we saw; otherwise the capture began mid-stream and the first batch sets the pace.
         known_start = seq is not None or epoch in p.started_epochs
@@ -153,7 +159,7 @@ def _sequence(
             or (deduplicated and _client_missed_the_answer(original, b, ex))
         ):
             return False
-    lost = unverified or state.lost_since(p.conns, seq.last_ts)
+    lost = unverified or state.lost_since(p.conns, seq.last_ts if since is None else since)
     _sequence_finding(ex, b, p, placement, expected, lost, deduplicated, out)
     written = accepted and not deduplicated
     if written:

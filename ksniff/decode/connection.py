@@ -173,6 +173,7 @@ class Connection:
         if splitter.malformed != before:
             self.ctx.stats.errors += splitter.malformed - before
             self.ctx.stats.oversized_frames += splitter.oversized - over
+            self._unreadable(first_ts, to_broker, out)  # frames skipped: unreadable, or over the limit
         return out
 
     def gap(self, from_src: bool, offset: int, length: int, ts: float) -> list[DecodeEvent]:
@@ -210,7 +211,7 @@ class Connection:
     def close(self, ts: float, reason: str) -> list[DecodeEvent]:
         out: list[DecodeEvent] = []
         for p in self.pending.values():
-            out.append(self._unanswered(p))
+            self._emit_unanswered(p, out)
         self.pending.clear()
         out.append(ConnectionEnded(self.conn, self.client, self.broker, ts, reason))
         return out
@@ -222,6 +223,7 @@ class Connection:
         ctx = self.ctx
         if len(payload) < MIN_REQUEST:
             ctx.stats.errors += 1
+            self._unreadable(first_ts, True, out)
             return
         api_key, api_version = _API_HEAD(payload, 0)
         plan = ctx.plans.get((api_key, api_version))  # found for every request but a version's first
@@ -239,6 +241,7 @@ class Connection:
             head = request_head(payload, api is not None and api.flexible.contains(api_version))
         if head is None:
             ctx.stats.errors += 1
+            self._unreadable(first_ts, True, out)
             return
         correlation_id, client_id, body_offset = head
         if plan is not None:
@@ -281,15 +284,15 @@ class Connection:
             plan,
         )
         if api_key == PRODUCE and body is not None and getattr(body, "acks", None) == 0:
-            out.append(self._exchange(pending, None, None, None, "no_response"))
+            self._emit(out, pending, None, None, None, "no_response")
             return
         old = self.pending.pop(correlation_id, None)
         if old is not None:  # a reused correlation id: the older request was never answered
-            out.append(self._unanswered(old))
+            self._emit_unanswered(old, out)
         self.pending[correlation_id] = pending
         if len(self.pending) > ctx.max_in_flight:
             ctx.stats.in_flight_evicted += 1
-            out.append(self._unanswered(self.pending.pop(next(iter(self.pending)))))
+            self._emit_unanswered(self.pending.pop(next(iter(self.pending))), out)
 
     # -- responses ---------------------------------------------------------------------------------
 
@@ -307,7 +310,7 @@ class Connection:
             first = next(iter(self.pending.values()))
             if first.seq > pending.seq:
                 break
-            out.append(self._unanswered(self.pending.pop(first.correlation_id)))
+            self._emit_unanswered(self.pending.pop(first.correlation_id), out)
         api = pending.api
         plan = pending.plan
         if plan is not None:
@@ -346,7 +349,7 @@ class Connection:
             counts.not_decoded(error)
         if body is not None and pending.api_key == METADATA:
             self._learn_topic_ids(body)
-        out.append(self._exchange(pending, body, error, last_ts, "ok"))
+        self._emit(out, pending, body, error, last_ts, "ok")
 
     def _learn_topic_ids(self, body: Struct) -> None:
         for topic in getattr(body, "topics", None) or ():
@@ -356,6 +359,42 @@ class Connection:
                 self.ctx.topic_names[topic_id] = name
 
     # -- exchanges ---------------------------------------------------------------------------------
+
+    def _unreadable(self, ts: float, to_broker: bool, out: list[DecodeEvent]) -> None:
+        """A frame of this connection could not be read (or was skipped by the size limit): what follows
+        on it may rest on that frame, as after a gap."""
+        self.unverified = True
+        out.append(ConnectionLost(self.conn, self.client, self.broker, ts, -1, 0, to_broker, "malformed"))
+
+    def _emit(
+        self,
+        out: list[DecodeEvent],
+        p: Pending,
+        response: Struct | None,
+        response_error: str | None,
+        response_ts: float | None,
+        status: str,
+    ) -> None:
+        """The exchange into `out`, after what it shows was damaged in the capture (`damage`) as lost bytes
+        of this connection: the exchange itself, and what follows on the connection, is unverified, as
+        after a gap."""
+        ex = self._exchange(p, response, response_error, response_ts, status)
+        if ex.decode_error is None and not ex.batches and not ex.fetched:
+            out.append(ex)  # the usual case
+            return
+        lost = damage(ex)
+        if lost is not None:
+            if lost.damaged == "malformed" and ex.decode_error is None:  # an answer that does not fit
+                self.ctx.stats.errors += 1
+            out.append(lost)
+            if not self.unverified:
+                self.unverified = True
+                ex = self._exchange(p, response, response_error, response_ts, status)  # made unverified
+        out.append(ex)
+
+    def _emit_unanswered(self, p: Pending, out: list[DecodeEvent]) -> None:
+        self.ctx.stats.unmatched_requests += 1
+        self._emit(out, p, None, None, None, "unanswered")
 
     def _unanswered(self, p: Pending) -> Exchange:
         self.ctx.stats.unmatched_requests += 1
@@ -625,3 +664,44 @@ _FETCHED = _compiled_fetched()
 # is built (made_by_position).
 _EXCHANGE = made_by_position(Exchange)
 _PENDING = made_by_position(Pending)
+
+
+def damage(ex: Exchange) -> ConnectionLost | None:
+    """What exchange `ex` shows was damaged in the capture, as a ConnectionLost of its connection at its
+    request's time (the first such thing; None when nothing was): a body that could not be read
+    (`malformed`), or a record batch whose CRC-32C does not match its bytes (`crc`): the capture holds other
+    bytes than were sent, or the client sent them corrupt (the broker answers CORRUPT_MESSAGE). The audit
+    judges nothing in such a batch; what the missing batch leaves behind, as after a gap."""
+    error = ex.decode_error
+    if error is not None and error.startswith("malformed"):
+        to_broker = ex.request is None
+        return ConnectionLost(ex.conn, ex.client, ex.broker, ex.request_ts, -1, 0, to_broker, "malformed")
+    if ex.response is not None and ex.batches:
+        for b in ex.batches:  # a broker answers every partition of a Produce: one it did not, damage
+            if b.error_code is None:
+                return ConnectionLost(ex.conn, ex.client, ex.broker, ex.request_ts, -1, 0, True, "malformed")
+    for b in ex.batches:
+        h = b.header
+        if h.crc_ok is False:
+            length = h.batch_length
+            return ConnectionLost(
+                ex.conn, ex.client, ex.broker, ex.request_ts, -1, length, True, "crc", b.topic, b.partition
+            )
+    for part in ex.fetched:
+        for h in part.batches:
+            # Not a control batch's: librdkafka's mock cluster writes transaction markers whose CRC does
+            # not match (tests/pcaps/consume_mock.pcap), and a marker's few fields are judged as read.
+            if h.crc_ok is False and not h.control:
+                return ConnectionLost(
+                    ex.conn,
+                    ex.client,
+                    ex.broker,
+                    ex.request_ts,
+                    -1,
+                    h.batch_length,
+                    False,
+                    "crc",
+                    part.topic,
+                    part.partition,
+                )
+    return None

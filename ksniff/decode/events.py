@@ -160,6 +160,12 @@ class ConnectionLost:
     offset: int
     length: int
     to_broker: bool  # the gap is in the client -> broker direction
+    # Bytes held but damaged, rather than missing (None: a gap in the capture): "crc", a record batch of
+    # `topic`-`partition` whose CRC-32C does not match its bytes; "malformed", a body that could not be
+    # read. `offset` is then -1 and `length` the damaged batch's or body's bytes.
+    damaged: str | None = None
+    topic: str | None = None
+    partition: int | None = None
 
 
 @fast_init

@@ -290,6 +290,25 @@ def _rotated_match_the_whole(spark, tmp_path: Path) -> None:
     assert [i.path for i in split.inputs] == parts
 
 
+def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
+    """Record batches that fail their CRC-32C (a bit flipped in a Produce request's batch, and in a Fetch
+    answer's): the damage is a ConnectionLost of the batch's connection, which every group of the Spark
+    audit sees, so what is not judged and what is unverified is the local engine's, both ways."""
+    from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged
+
+    from ksniff.engine.spark import audit_paths_spark
+
+    captures = [
+        damaged(PCAPS / "idempotent_none_tansu.pcap", tmp_path / "produce.pcap", 0, BASE_SEQUENCE_LOW_BYTE),
+        damaged(PCAPS / "ctp_confluent_tansu.pcap", tmp_path / "fetch.pcap", 1, PRODUCER_ID_LOW_BYTE),
+        PCAPS / "damaged_batch_tansu.pcap",
+    ]
+    for capture in captures:
+        local = audit_paths([str(capture)], CONFIG)
+        assert [f.kind for f in local.findings].count("corrupt_batch") == 1
+        assert_same(local, audit_paths_spark([str(capture)], CONFIG, spark=spark))
+
+
 def test_a_capture_that_goes_on_an_hour_later_matches_local(spark, tmp_path: Path) -> None:
     """A capture's first packets (its connections left open mid-transaction, bytes the capture lost)
     and its whole traffic again an hour later between other hosts, in one file: the sweep the later

@@ -2,7 +2,8 @@
 
 Takes a real capture of consumers (consume_tansu.pcap), finds the Fetch answer a given consumer got for a
 partition, edits one record batch header in it (its producer id, or its base sequence), recomputes the
-batch's CRC-32C and the packet's IP and TCP checksums, and writes the result with an expectations file that
+batch's CRC-32C (but for damaged_batch_tansu, whose CRC is left as damage leaves it) and the packet's IP
+and TCP checksums, and writes the result with an expectations file that
 states what the edit makes true. The edits keep every length, so frame sizes and TCP sequence numbers stay
 right; an edit that changed a length would have to fix the Kafka frame size, the records field's length
 and every later sequence and acknowledgement number of the connection, which `shift_stream` does.
@@ -13,7 +14,8 @@ unrelated captures), `relocate` moves its times whole days later and every TCP s
 acknowledgement number by a constant, different for each rewritten capture (the connections' own spacing
 unchanged).
 
-    python tests/pcaps/rewrite.py [--out DIR]     writes lost_write_tansu.pcap and duplicate_write_tansu.pcap
+    python tests/pcaps/rewrite.py [--out DIR]     writes lost_write_tansu.pcap, duplicate_write_tansu.pcap and
+                                                  damaged_batch_tansu.pcap (the first's edit, CRC not fixed)
 """
 
 from __future__ import annotations
@@ -64,8 +66,13 @@ def _packet_at(capture: Path, port: int, ts: float) -> int:
     raise RuntimeError("the answer's last packet is not in the capture")
 
 
-def edit_batch(payload: bytearray, producer_id: int | None = None, base_sequence: int | None = None) -> dict:
-    """Edit the batch at OFFSET of producer 1 in a TCP payload; returns what it was and what it is."""
+def edit_batch(
+    payload: bytearray, producer_id: int | None = None, base_sequence: int | None = None, crc: bool = True
+) -> dict:
+    """Edit the batch at OFFSET of producer 1 in a TCP payload; returns what it was and what it is.
+    `crc` False: the batch's CRC-32C is left as it was, as damage leaves it (the TCP checksum is still
+    recomputed: a capture file damaged after the checksums were checked, or a capture path that damaged
+    the bytes it copied)."""
     at = _find_batch(payload)
     was = BATCH.unpack_from(payload, at)
     if producer_id is not None:
@@ -73,7 +80,8 @@ def edit_batch(payload: bytearray, producer_id: int | None = None, base_sequence
     if base_sequence is not None:
         struct.pack_into(">i", payload, at + SEQ_AT, base_sequence)
     end = at + 12 + was[1]
-    struct.pack_into(">I", payload, at + CRC_AT, crc32c.crc32c(bytes(payload[at + CRC_FROM : end])))
+    if crc:
+        struct.pack_into(">I", payload, at + CRC_AT, crc32c.crc32c(bytes(payload[at + CRC_FROM : end])))
     now = BATCH.unpack_from(payload, at)
     return {
         "offset": OFFSET,
@@ -185,12 +193,22 @@ DUPLICATE = {
 }
 
 
+DAMAGED = {
+    "findings": [{"kind": "corrupt_batch", "severity": "info", "topic": TOPIC, "partition": PARTITION}],
+    "notes": f"Damaged: in the Fetch answer {CONSUMER} got for {TOPIC}-{PARTITION}, the batch at offset "
+    f"{OFFSET} names producer id 77, as lost_write_tansu's does, but its CRC-32C is the original's (not "
+    "recomputed): the bytes are damaged, not what the broker sent. Not a lost_write: the batch fails its "
+    "CRC (corrupt_batch), nothing in it is judged, and the verdict is unverified on that ground.",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args(argv)
     rewrite(args.out, "lost_write_tansu", 1, LOST, producer_id=77)
     rewrite(args.out, "duplicate_write_tansu", 2, DUPLICATE, base_sequence=0)
+    rewrite(args.out, "damaged_batch_tansu", 3, DAMAGED, producer_id=77, crc=False)
     return 0
 
 

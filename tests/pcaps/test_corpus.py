@@ -66,6 +66,8 @@ EXTRA_KINDS = {
     "hanging_partition",
     # markers_tansu (WriteTxnMarkers built from the protocol facts: tests/pcaps/markers.py)
     "markers_disagree",
+    # damaged_batch_tansu (a batch's bytes changed, its CRC-32C not: tests/pcaps/rewrite.py)
+    "corrupt_batch",
 }
 SEVERITIES = {"critical", "warning", "info"}
 

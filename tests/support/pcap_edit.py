@@ -51,3 +51,47 @@ def split(capture: Path, out: Path, parts: int) -> list[Path]:
         path.write_bytes(data[:24] + b"".join(records[n * per : (n + 1) * per]))
         paths.append(path)
     return paths
+
+
+def record_batches(data: bytes) -> list[tuple[int, int]]:
+    """(position, CRC-32C) of every magic-2 record batch lying whole in a capture's bytes, found by its
+    header and checked by its CRC (so no other bytes pass for one), in file order."""
+    import struct
+
+    from ksniff.decode.crc import crc32c
+
+    found = []
+    pos = data.find(b"\x02", 16)
+    while pos != -1:
+        start = pos - 16  # the magic byte is the batch's 17th
+        length = struct.unpack_from(">i", data, start + 8)[0]
+        end = start + 12 + length
+        if 49 <= length and end <= len(data):
+            crc = struct.unpack_from(">I", data, start + 17)[0]
+            if crc32c(data[start + 21 : end]) == crc:
+                found.append((start, crc))
+        pos = data.find(b"\x02", pos + 1)
+    return found
+
+
+# Where a magic-2 batch header keeps what the audit judges (offsets from the batch's first byte).
+PRODUCER_ID_LOW_BYTE = 50
+BASE_SEQUENCE_LOW_BYTE = 56
+
+
+def damaged(capture: Path, out: Path, copy: int, field: int, bit: int = 4) -> Path:
+    """`capture` with one bit flipped in one record batch's header field, as a damaged file or capture
+    path would: the batch fails its CRC-32C. A batch's bytes come twice in a capture that holds its
+    Produce and a Fetch answer that reads it (the broker sets only the base offset and leader epoch,
+    which the CRC does not cover): `copy` 0 is the Produce request's, 1 the Fetch answer's, of the first
+    batch that comes twice (of any batch, for copy 0 of a capture with no Fetch)."""
+    data = bytearray(capture.read_bytes())
+    batches = record_batches(bytes(data))
+    seen: dict[int, list[int]] = {}
+    for start, crc in batches:
+        seen.setdefault(crc, []).append(start)
+    twice = [starts for starts in seen.values() if len(starts) > 1]
+    starts = twice[0] if twice else [batches[0][0]]
+    data[starts[copy] + field] ^= 1 << bit
+    out.write_bytes(bytes(data))
+    return out
