@@ -379,9 +379,20 @@ class Connection:
         of this connection: the exchange itself, and what follows on the connection, is unverified, as
         after a gap."""
         ex = self._exchange(p, response, response_error, response_ts, status)
-        if ex.decode_error is None and not ex.batches and not ex.fetched:
-            out.append(ex)  # the usual case
-            return
+        if ex.decode_error is None and not ex.fetched:
+            batches = ex.batches
+            if not batches:
+                out.append(ex)  # the usual case
+                return
+            # A Produce: every batch whole (CRC) and, when answered, answered (one loop, for Produce-heavy
+            # traffic); anything else is `damage`'s to say.
+            answered = response is not None
+            for b in batches:
+                if b.header.crc_ok is False or (answered and b.error_code is None):
+                    break
+            else:
+                out.append(ex)
+                return
         lost = damage(ex)
         if lost is not None:
             if lost.damaged == "malformed" and ex.decode_error is None:  # an answer that does not fit
