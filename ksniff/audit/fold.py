@@ -172,12 +172,15 @@ def _on_lost(state: AuditState, ev: ConnectionLost, out: list[Finding]) -> None:
     if ev.damaged is not None:  # bytes held but damaged (ksniff.decode.connection.damage)
         if ev.damaged == "crc":  # a malformed body is counted by decode (the verdict says how many)
             what = "a Produce request" if ev.to_broker else "a Fetch answer"
+            # A topic named by id (Fetch v13+) by its name, as the partition logs learnt it: the decoder
+            # of a connection alone (a Spark task's) may not have seen the Metadata answer that names it.
+            topic = ev.topic if state.logs is None else state.logs.name(ev.topic)
             out.append(
                 make(
                     FindingKind.CORRUPT_BATCH,
                     Severity.INFO,
                     ev.ts,
-                    f"a record batch of {what} on {ev.topic}-{ev.partition} fails its CRC-32C: not judged",
+                    f"a record batch of {what} on {topic}-{ev.partition} fails its CRC-32C: not judged",
                     {
                         "conn": ev.conn,
                         "client": ev.client,
@@ -185,7 +188,7 @@ def _on_lost(state: AuditState, ev: ConnectionLost, out: list[Finding]) -> None:
                         "length": ev.length,
                         "direction": "to_broker" if ev.to_broker else "to_client",
                     },
-                    topic=ev.topic,
+                    topic=topic,
                     partition=ev.partition,
                 )
             )
