@@ -49,9 +49,9 @@ ADVICE: dict[str, str] = {
     "partitions: if its producer is gone, end it with `kafka-transactions.sh "
     "find-hanging` then `abort`; lower transaction.timeout.ms if it is very long.",
     "corrupt_batch": "A record batch in the capture fails its CRC-32C: the file or the capture path damaged "
-    "it (or the client sent it corrupt, and the broker answered CORRUPT_MESSAGE). Its producer id, "
-    "sequences and offsets are not judged and later findings on that connection are unverified: check "
-    "the capture file, and capture again on the broker host.",
+    "it, or its sender wrote it so (a client: the broker answers CORRUPT_MESSAGE; a broker: consumers "
+    "that check CRCs fail on it). Nothing in it is judged and later findings on that connection are "
+    "unverified: check the capture file, and capture again on the broker host.",
     "capture_gap": "The capture lost bytes, so findings on that connection are unverified: capture with a "
     "bigger buffer (tcpdump -B), full packets (-s 0) and a port filter, ideally on the "
     "broker host.",
