@@ -51,8 +51,8 @@ class FindingKind(str, Enum):
     # no marker for the transaction there (issue 12: KIP-664's hanging transaction as the leader shows it).
     HANGING_PARTITION = "hanging_partition"
     # A record batch whose CRC-32C does not match its bytes: the capture holds other bytes than were sent
-    # (or the client sent them corrupt); none of its fields is judged, and the connection counts as having
-    # lost bytes from there on (ksniff.audit.partlog.corrupt_batch).
+    # (or its sender wrote them so); none of its fields is judged, and the connection counts as having
+    # lost bytes from there on (ksniff.decode.connection.damage).
     CORRUPT_BATCH = "corrupt_batch"
 
 

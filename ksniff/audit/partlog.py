@@ -458,7 +458,7 @@ def _on_produce(st: LogState, ex: Exchange, out: list[Finding], ctx: Context) ->
     for b in ex.batches:
         h = b.header
         if h.crc_ok is False:  # not the bytes sent: nothing in it is placed or learnt (the connection's
-            continue  # ConnectionLost after the exchange says so: ksniff.decode.connection.damage)
+            continue  # ConnectionLost before the exchange says so: ksniff.decode.connection.damage)
         pid = h.producer_id
         tid = b.transactional_id
         code = b.error_code

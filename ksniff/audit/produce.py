@@ -41,7 +41,7 @@ def on_produce(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     producers = state.producers
     for b in ex.batches:
         h = b.header
-        if h.crc_ok is False:  # not the bytes sent: not judged; the connection's ConnectionLost after the
+        if h.crc_ok is False:  # not the bytes sent: not judged; the connection's ConnectionLost before the
             continue  # exchange (ksniff.decode.connection.damage) makes what it leaves behind unverified
         pid, epoch = h.producer_id, h.producer_epoch
         if h.control or pid < 0:
