@@ -165,8 +165,8 @@ class AuditResult:
         account = findings or self._findings_account()
         corrupt = sum(n for (kind, _), n in account.counts().items() if kind == "corrupt_batch")
         if corrupt:
-            batches = "1 record batch fails" if corrupt == 1 else f"{corrupt:,} record batches fail"
-            reasons.append(f"{batches} its CRC-32C in the capture (damaged bytes)")
+            batches = "1 record batch fails its" if corrupt == 1 else f"{corrupt:,} record batches fail their"
+            reasons.append(f"{batches} CRC-32C in the capture (damaged bytes)")
         unverified = account.unverified()
         if unverified:
             rest = "rests" if unverified == 1 else "rest"
