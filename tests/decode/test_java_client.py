@@ -11,9 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from corpus_decode import decode
 
-from ksniff.capture import read_files
-from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
@@ -26,11 +25,9 @@ PRODUCER_FENCED = 90
 @pytest.fixture(scope="module")
 def java() -> tuple[dict, list[Exchange]]:
     expect = json.loads(EXPECT_PATH.read_text())
-    run = read_files([str(PCAPS / expect["capture"])])
-    dec = Decoder(ports=tuple(expect["kafka_ports"]), on_not_kafka=run.drop)
-    events = [e for ev in run for e in dec.feed(ev)] + dec.finish()
+    dec, exchanges = decode(PCAPS / expect["capture"], expect["kafka_ports"])
     assert dec.stats.errors == 0 and dec.stats.bodies_with_leftover == 0
-    exchanges = sorted((e for e in events if isinstance(e, Exchange)), key=lambda e: e.request_ts)
+    exchanges.sort(key=lambda e: e.request_ts)
     assert not [e for e in exchanges if e.decode_error not in (None, "skipped_api")]
     return expect["client_report"], exchanges
 
@@ -107,17 +104,10 @@ def test_the_zombie_is_fenced_on_its_add_partitions_and_goes_no_further(java) ->
 def test_the_audit_finds_the_fencing_and_nothing_else() -> None:
     """The takeover (info), the fenced zombie (warning) and its stale epoch (warning): one finding each,
     none beyond the expectations; 20 records over two producers, as the client's RecordMetadata say."""
-    from ksniff.audit import AuditConfig, Auditor
+    from ksniff.engine.local import audit_paths
 
     expect = json.loads(EXPECT_PATH.read_text())
-    run = read_files([str(PCAPS / expect["capture"])])
-    dec = Decoder(ports=tuple(expect["kafka_ports"]))
-    events = [e for ev in run for e in dec.feed(ev)] + dec.finish()
-    events.sort(key=lambda e: getattr(e, "request_ts", None) or getattr(e, "ts", 0.0))
-    auditor = Auditor(AuditConfig())
-    for event in events:
-        auditor.feed(event)
-    out = auditor.finish(run.stats.last_ts)
+    out = audit_paths([str(PCAPS / expect["capture"])])
     got = sorted((f.kind, f.severity, f.transactional_id) for f in out.findings)
     assert got == sorted((w["kind"], w["severity"], w["transactional_id"]) for w in expect["findings"])
     acked = [s for s in expect["client_report"]["sends"] if "offset" in s]

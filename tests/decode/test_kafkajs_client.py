@@ -10,9 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from corpus_decode import decode
 
-from ksniff.capture import read_files
-from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
@@ -24,11 +23,9 @@ CLIENTS = ("corpus-kafkajs-1", "corpus-kafkajs-2")
 @pytest.fixture(scope="module")
 def kafkajs() -> tuple[dict, list[Exchange]]:
     expect = json.loads(EXPECT_PATH.read_text())
-    run = read_files([str(PCAPS / expect["capture"])])
-    dec = Decoder(ports=tuple(expect["kafka_ports"]), on_not_kafka=run.drop)
-    events = [e for ev in run for e in dec.feed(ev)] + dec.finish()
+    dec, exchanges = decode(PCAPS / expect["capture"], expect["kafka_ports"])
     assert dec.stats.errors == 0
-    exchanges = sorted((e for e in events if isinstance(e, Exchange)), key=lambda e: e.request_ts)
+    exchanges.sort(key=lambda e: e.request_ts)
     # (Two of the mock's answers to its keeper, a confluent-kafka client, leave bytes after what the schema
     # defines, as in every mock capture: the UNSUPPORTED_VERSION answer to ApiVersions v3, read as a v3
     # body, and the Metadata v13 answer, one byte over. KafkaJS's own exchanges all decode.)

@@ -9,10 +9,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+from corpus_decode import decode
 from harness import as_list, field_values, has_field, tshark_packets
 
-from ksniff.capture import read_files
-from ksniff.decode import Decoder
 from ksniff.decode.events import Exchange, RecordBatchHeader
 from ksniff.decode.values import Struct
 
@@ -29,16 +28,6 @@ def _cases():
 
 
 CASES = list(_cases())
-
-
-def decode(path: Path, ports: list[int]) -> tuple[Decoder, list[Exchange]]:
-    run = read_files([str(path)])
-    dec = Decoder(ports=tuple(ports), on_not_kafka=run.drop)
-    out = []
-    for ev in run:
-        out += dec.feed(ev)
-    out += dec.finish()
-    return dec, [e for e in out if isinstance(e, Exchange)]
 
 
 @pytest.mark.parametrize("path, expect", CASES)

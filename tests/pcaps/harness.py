@@ -155,6 +155,18 @@ def log(message: str) -> None:
 # --------------------------------------------------------------------------- ports and brokers
 
 
+def program_report(done: subprocess.CompletedProcess, what: str) -> dict:
+    """The JSON report a client program (a scenario's Java or node program) prints as its last line;
+    RuntimeError when it failed, printed none, or says it met something unexpected."""
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
+        raise RuntimeError(f"the {what} program failed ({done.returncode}): {done.stderr[-1000:]}")
+    report = json.loads(lines[-1])
+    if "unexpected" in report:
+        raise RuntimeError(f"the {what} program stopped: {report['unexpected']}")
+    return report
+
+
 def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
     """`preferred` when it is free (keeps committed captures stable), else any free port."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -21,7 +21,6 @@ tshark 4.0 does not decode), never from ksniff.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import subprocess
 import sys
@@ -30,7 +29,16 @@ import zipfile
 from pathlib import Path
 
 import clients
-from harness import free_port, log, tansu, tcpdump, tshark_fields, tshark_view, write_expectations
+from harness import (
+    free_port,
+    log,
+    program_report,
+    tansu,
+    tcpdump,
+    tshark_fields,
+    tshark_view,
+    write_expectations,
+)
 from registry import scenario
 from scen_txn import TID, TOPIC, settle_fence, story_ledger
 
@@ -95,13 +103,7 @@ def run_story(jars: Path, bootstrap: str) -> dict:
         text=True,
         timeout=120,
     )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode or not lines:
-        raise RuntimeError(f"the Java program failed ({done.returncode}): {done.stderr[-1000:]}")
-    report = json.loads(lines[-1])
-    if "unexpected" in report:
-        raise RuntimeError(f"the Java program stopped: {report['unexpected']}")
-    return report
+    return program_report(done, "Java")
 
 
 def _identity(report: dict, client: str, when: str) -> tuple[int, int]:

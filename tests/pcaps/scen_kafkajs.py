@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from harness import Ledger, log, tshark_view, write_expectations
+from harness import Ledger, log, program_report, tshark_view, write_expectations
 from registry import scenario
 from scen_txn import TID, record_story
 
@@ -74,13 +74,7 @@ def run_story(modules: Path, bootstrap: str, topic: str) -> dict:
     done = subprocess.run(
         ["node", str(SOURCE), bootstrap, topic, TID], capture_output=True, text=True, timeout=120, env=env
     )
-    lines = done.stdout.strip().splitlines()
-    if done.returncode or not lines:
-        raise RuntimeError(f"the KafkaJS program failed ({done.returncode}): {done.stderr[-1000:]}")
-    report = json.loads(lines[-1])
-    if "unexpected" in report:
-        raise RuntimeError(f"the KafkaJS program stopped: {report['unexpected']}")
-    return report
+    return program_report(done, "KafkaJS")
 
 
 @scenario("txn_kafkajs_mock", "the story with KafkaJS 2.2.4 (node) on librdkafka's 3-broker mock cluster")
