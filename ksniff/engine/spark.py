@@ -884,7 +884,8 @@ def _pipeline(
     stored = events.filter(F.col("kind") == tasks.TABLE_ROWS)
     listed = events.filter(F.col("kind") == tasks.AUDITED_LISTS) if not whole else None
     sources = (table_events, stored, listed)
-    frames = _frames(spark, config, sources, outputs, summary, runs, labels, clocks, conns, frozenset(cut))
+    made = _RunTables(spark, config, sources, outputs, runs, labels, clocks, conns, frozenset(cut))
+    frames = _frames(made, summary)
     run = SparkAudit(spark, summary, frames, list(cached), partitions)
     txns = None if summary.digest is None else summary.digest.transactions
     if txns is not None and txns.count and txns.durations is None:
@@ -960,37 +961,26 @@ def _duration_spread(transactions: Any, keep: Any, count: int) -> tuple[int, flo
     return (n, picked[p50], picked[p95], longest)
 
 
-def _frames(
-    spark: Any,
-    config: EngineConfig,
-    sources: tuple[Any, Any, Any],
-    outputs: Any,
-    summary: AuditResult,
-    runs: dict[int, _SetRun],
-    labels: dict[int, tuple[int, str | None]],
-    clocks: dict[int, tuple],
-    conns: dict[int, int],
-    cut: frozenset[tuple],
-) -> dict[str, Any]:
-    """The run's tables, each made as a DataFrame when it is first asked for (`_table_frame`), None for
-    those the run does not keep. Made at once, the ten tables' queries cost the driver ~740 calls into
+def _frames(tables: _RunTables, summary: AuditResult) -> dict[str, Any]:
+    """The run's tables, each made as a DataFrame when it is first asked for (`_RunTables.frame`), None
+    for those the run does not keep. Made at once, the ten tables' queries cost the driver ~740 calls into
     its JVM (a Python function shipped and a plan analysed per part of each table: on the rotated
     `bulk1g`, two fifths of all the calls of a run), which a run that only prints its report never
     uses."""
     from ksniff.engine import spark_tasks as tasks
 
-    args = (spark, config, sources, outputs, summary, runs, labels, clocks, conns, cut)
+    config = tables.config
     frames: dict[str, Any] = {}
     for table in ("exchanges", "batches", "records"):
         kept = config.keep_records if table == "records" else config.keep_tables
-        frames[table] = _Later(_table_frame, table, *args) if kept else None
+        frames[table] = _Later(tables.frame, table) if kept else None
     for table in tasks.OUTPUT_TABLES:
-        frames[table] = _Later(_table_frame, table, *args)
+        frames[table] = _Later(tables.frame, table)
     # The partition logs' tables are the joined summary's as it is now (its partitions came from each
     # set's context group, folded by one task), numbered as the local export numbers them.
     for table in _DRIVER_TABLES:
         batch = tasks.summary_batch(table, summary)
-        frames[table] = _Later(_from_batch, spark, batch, tasks.table_ddl(table))
+        frames[table] = _Later(_from_batch, tables.spark, batch, tasks.table_ddl(table))
     return frames
 
 
@@ -1001,55 +991,61 @@ def _from_batch(spark: Any, batch: Any, ddl: str) -> Any:
     return spark.createDataFrame(pa.Table.from_batches([batch]), ddl)
 
 
-def _table_frame(
-    table: str,
-    spark: Any,
-    config: EngineConfig,
-    sources: tuple[Any, Any, Any],
-    outputs: Any,
-    summary: AuditResult,
-    runs: dict[int, _SetRun],
-    labels: dict[int, tuple[int, str | None]],
-    clocks: dict[int, tuple],
-    conns: dict[int, int],
-    cut: frozenset[tuple],
-) -> Any:
-    """One of the run's tables as a DataFrame, made by the executors from the TABLE rows (`exchanges`,
-    `batches`, `records`), the rows of sets audited where they were read (`stored`: TABLE_ROWS) and the
-    folds' outputs, each row labelled with its capture set and cluster; the findings and transactions of
-    sets audited where they were read from their lists (`listed`: AUDITED_LISTS, None when the driver
-    holds them)."""
-    from pyspark.sql import functions as F
+@dataclass(frozen=True)
+class _RunTables:
+    """What a run's tables are made of: the TABLE rows (`sources`: the events, the rows of sets audited
+    where they were read, their lists), the folds' `outputs`, and each set's run, label and clocks."""
 
-    from ksniff.engine import spark_tasks as tasks
+    spark: Any
+    config: EngineConfig
+    sources: tuple[Any, Any, Any]
+    outputs: Any
+    runs: dict[int, _SetRun]
+    labels: dict[int, tuple[int, str | None]]
+    clocks: dict[int, tuple]
+    conns: dict[int, int]
+    cut: frozenset[tuple]
 
-    table_events, stored, listed = sources
-    clusters = {index: label[1] for index, label in labels.items()}
-    if table in ("exchanges", "batches", "records"):
-        made = tasks.table_rows(table, conns, clusters, config.max_records_batch, cut)
-        ddl = tasks.table_ddl(table, order=True)
-        frame = table_events.mapInArrow(made, ddl)
-        mine = stored.filter(F.col("key") == table).mapInArrow(tasks.stored_rows(table, clusters), ddl)
-        return frame.unionByName(mine)
-    # The output tables of the sets audited where they were read: made by those tasks when the run keeps
-    # tables; else from their lists where those are (findings and transactions) or by the driver. The
-    # shuffled sets' context groups' outputs are made by the driver (their key groups' by the folds'
-    # tasks).
-    made_there = {i for i in labels if runs[i].audited is not None and config.keep_tables}
-    by_driver = [i for i in labels if i not in made_there]
-    ddl = tasks.PRODUCERS_DDL if table == "producers" else tasks.table_ddl(table)
-    frame = outputs.mapInArrow(tasks.output_rows(table, labels, clocks), ddl)
-    if made_there:
-        there = stored.filter(F.col("key") == table).mapInArrow(tasks.labelled_rows(table, labels), ddl)
-        frame = frame.unionByName(there)
-    mine = [i for i in by_driver if table != "producers" or runs[i].audited is not None]
-    if listed is not None and table != "producers":
-        from_lists = [i for i in mine if runs[i].audited is not None]
-        if from_lists:
-            rows = listed.filter(F.col("cset").isin(from_lists))
-            frame = frame.unionByName(rows.mapInArrow(tasks.listed_rows(table, labels, clocks), ddl))
-            mine = [i for i in mine if i not in from_lists]
-    return _with_driver_rows(spark, frame, table, ddl, mine, runs, labels, clocks) if mine else frame
+    def frame(self, table: str) -> Any:
+        """One of the run's tables as a DataFrame, made by the executors from the TABLE rows
+        (`exchanges`, `batches`, `records`), the rows of sets audited where they were read (`stored`:
+        TABLE_ROWS) and the folds' outputs, each row labelled with its capture set and cluster; the
+        findings and transactions of sets audited where they were read from their lists (`listed`:
+        AUDITED_LISTS, None when the driver holds them)."""
+        from pyspark.sql import functions as F
+
+        from ksniff.engine import spark_tasks as tasks
+
+        config, runs, labels, clocks = self.config, self.runs, self.labels, self.clocks
+        table_events, stored, listed = self.sources
+        clusters = {index: label[1] for index, label in labels.items()}
+        if table in ("exchanges", "batches", "records"):
+            made = tasks.table_rows(table, self.conns, clusters, config.max_records_batch, self.cut)
+            ddl = tasks.table_ddl(table, order=True)
+            frame = table_events.mapInArrow(made, ddl)
+            mine = stored.filter(F.col("key") == table).mapInArrow(tasks.stored_rows(table, clusters), ddl)
+            return frame.unionByName(mine)
+        # The output tables of the sets audited where they were read: made by those tasks when the run
+        # keeps tables; else from their lists where those are (findings and transactions) or by the
+        # driver. The shuffled sets' context groups' outputs are made by the driver (their key groups' by
+        # the folds' tasks).
+        made_there = {i for i in labels if runs[i].audited is not None and config.keep_tables}
+        by_driver = [i for i in labels if i not in made_there]
+        ddl = tasks.PRODUCERS_DDL if table == "producers" else tasks.table_ddl(table)
+        frame = self.outputs.mapInArrow(tasks.output_rows(table, labels, clocks), ddl)
+        if made_there:
+            there = stored.filter(F.col("key") == table).mapInArrow(tasks.labelled_rows(table, labels), ddl)
+            frame = frame.unionByName(there)
+        mine = [i for i in by_driver if table != "producers" or runs[i].audited is not None]
+        if listed is not None and table != "producers":
+            from_lists = [i for i in mine if runs[i].audited is not None]
+            if from_lists:
+                rows = listed.filter(F.col("cset").isin(from_lists))
+                frame = frame.unionByName(rows.mapInArrow(tasks.listed_rows(table, labels, clocks), ddl))
+                mine = [i for i in mine if i not in from_lists]
+        if not mine:
+            return frame
+        return _with_driver_rows(self.spark, frame, table, ddl, mine, runs, labels, clocks)
 
 
 class _Later:
