@@ -151,20 +151,38 @@ cdef inline void _take(object seg, list out, Py_ssize_t *missed):
         missed[0] += 1
 
 
+# A packet's time out of line with both its neighbours, while they are in line with each other, is taken as
+# damaged (ksniff.capture.walk.TIME_SLACK and out_of_line, the reference, kept equal by a test).
+cdef double TIME_SLACK = 0.01
+SLACK = TIME_SLACK  # for that test
+
+
+cdef inline bint _out_of_line(double prev, double ts, double nxt):
+    """A spike: `ts` more than TIME_SLACK before `prev` or after `nxt`, the two neighbours in line."""
+    return prev <= nxt + TIME_SLACK and (ts < prev - TIME_SLACK or ts > nxt + TIME_SLACK)
+
+
 def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit, int link,
-               Py_ssize_t et_off, Py_ssize_t l2, object parse, list out, Py_ssize_t limit):
+               Py_ssize_t et_off, Py_ssize_t l2, object parse, list out, Py_ssize_t limit, object prev):
     """Walks whole pcap records from `pos`, at most `limit` of them, appending segment tuples to `out`.
 
     `et_off` and `l2` place the link type field and the IPv4 header in the frame (l2 < 0: no fast path
-    for this link type, every frame goes to `parse`). Returns (pos after the last whole record walked,
-    records walked, not TCP, fragments, cut short, time of the last record walked or None)."""
+    for this link type, every frame goes to `parse`). `prev` is the time given to the record before
+    `pos` (None: none). A record's time that cannot be (a fraction of a second of a second or more), or
+    that is out of line with both its neighbours (`_out_of_line`; the next record's time is read ahead
+    when its header is in hand), is taken as damaged: the record gets the time of the one before it.
+    Returns (pos after the last whole record walked, records walked, not TCP, fragments, cut short, time
+    of the last record walked or None, times taken as damaged)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
-    cdef Py_ssize_t p, q, packets = 0
+    cdef Py_ssize_t p, q, packets = 0, damaged = 0
     cdef Py_ssize_t[3] missed = [0, 0, 0]  # not TCP, fragments, cut short
-    cdef unsigned int sec, frac, caplen
-    cdef double ts = 0.0
+    cdef unsigned int sec, frac, caplen, nsec, nfrac
+    cdef double ts = 0.0, last = 0.0
+    cdef bint has_last = prev is not None
     cdef object link_type = link  # made a Python int once, for `parse`
+    if has_last:
+        last = prev
     if end > view.shape[0]:
         end = view.shape[0]
     while packets < limit and pos + 16 <= end:
@@ -178,25 +196,46 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
         q = p + caplen
         pos = q
         ts = <double>sec + <double>frac / unit
+        if frac >= unit:
+            if has_last:
+                ts = last
+            else:
+                ts = <double>sec
+            damaged += 1
+        elif has_last and pos + 8 <= end:
+            if big_endian:
+                nsec, nfrac = ks_be32(b + pos), ks_be32(b + pos + 4)
+            else:
+                nsec, nfrac = ks_le32(b + pos), ks_le32(b + pos + 4)
+            if nfrac < unit and _out_of_line(last, ts, <double>nsec + <double>nfrac / unit):
+                ts = last
+                damaged += 1
+        last, has_last = ts, True
         packets += 1
         _take(_segment(buf, b, p, q, et_off, l2, ts, parse, link_type), out, missed)
-    return pos, packets, missed[0], missed[1], missed[2], (ts if packets else None)
+    return pos, packets, missed[0], missed[1], missed[2], (ts if packets else None), damaged
 
 
 def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list links, list units,
-                 list offsets, list fields, object parse, list out, Py_ssize_t limit, Py_ssize_t max_block):
+                 list offsets, list fields, object parse, list out, Py_ssize_t limit, Py_ssize_t max_block,
+                 object prev):
     """Walks whole enhanced packet blocks of one section from `pos`, at most `limit` of them, appending
     segment tuples to `out`; stops before any other block, a block running past `end`, and anything the
     Python walk must judge (a bad length, an interface not described). Per interface: its link type,
     timestamp ticks per second, offset in seconds and (link type field offset, link header length) of
-    the fast path or None. Returns (pos, packets, not TCP, fragments, cut short, first time, last time)."""
+    the fast path or None. `prev` and the times taken as damaged as in `pcap_batch` (the next block's
+    time read ahead when it is an enhanced packet block of an interface described). Returns (pos,
+    packets, not TCP, fragments, cut short, first time, last time, times taken as damaged)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
-    cdef Py_ssize_t p, q, l2, et_off, packets = 0, n_ifaces = len(links)
+    cdef Py_ssize_t p, q, l2, et_off, packets = 0, damaged = 0, n_ifaces = len(links)
     cdef Py_ssize_t[3] missed = [0, 0, 0]  # not TCP, fragments, cut short
-    cdef unsigned int btype, blen, iface, hi, lo, caplen
-    cdef double ts = 0.0, first = 0.0
+    cdef unsigned int btype, blen, iface, hi, lo, caplen, niface
+    cdef double ts = 0.0, first = 0.0, last = 0.0, nxt
+    cdef bint has_last = prev is not None
     cdef object f
+    if has_last:
+        last = prev
     if end > view.shape[0]:
         end = view.shape[0]
     while packets < limit and pos + 28 <= end:
@@ -210,17 +249,31 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
                 or <Py_ssize_t>iface >= n_ifaces or <Py_ssize_t>caplen + 28 > <Py_ssize_t>blen):
             break
         ts = <double>(((<unsigned long long>hi) << 32) | lo) / <double>units[iface] + <double>offsets[iface]
-        if not packets:
-            first = ts
         p = pos + 28
         q = p + caplen
         pos += blen
+        if has_last and pos + 20 <= end:
+            if big_endian:
+                btype, niface = ks_be32(b + pos), ks_be32(b + pos + 8)
+                hi, lo = ks_be32(b + pos + 12), ks_be32(b + pos + 16)
+            else:
+                btype, niface = ks_le32(b + pos), ks_le32(b + pos + 8)
+                hi, lo = ks_le32(b + pos + 12), ks_le32(b + pos + 16)
+            if btype == 6 and <Py_ssize_t>niface < n_ifaces:
+                nxt = (<double>(((<unsigned long long>hi) << 32) | lo) / <double>units[niface]
+                       + <double>offsets[niface])
+                if _out_of_line(last, ts, nxt):
+                    ts = last
+                    damaged += 1
+        if not packets:
+            first = ts
+        last, has_last = ts, True
         packets += 1
         f = fields[iface]
         et_off, l2 = f if f is not None else (0, -1)
         _take(_segment(buf, b, p, q, et_off, l2, ts, parse, links[iface]), out, missed)
     return (pos, packets, missed[0], missed[1], missed[2], (first if packets else None),
-            (ts if packets else None))
+            (ts if packets else None), damaged)
 
 
 cdef extern from *:

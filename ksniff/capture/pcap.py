@@ -9,7 +9,7 @@ from ksniff.capture import compiled
 from ksniff.capture.packets import FAST_FIELDS, fast_path, is_supported, linktype_name, segment_of
 from ksniff.capture.packets import parse_frame as parse  # for the frames the compiled walk cannot read
 from ksniff.capture.source import CaptureBuffer
-from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts, more_or_stop
+from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts, more_or_stop, out_of_line
 
 PCAP_MAGICS = {  # first four bytes as read little-endian -> (byte order, fraction units per second)
     0xA1B2C3D4: ("<", 1e6),
@@ -33,7 +33,7 @@ class PcapHeader:
         self.first_ts = None
         if b.end >= 32:
             sec, frac = struct.unpack_from(self.order + "II", b.buf, 24)
-            self.first_ts = sec + frac / self.unit
+            self.first_ts = sec + frac / self.unit if frac < self.unit else float(sec)  # as the walk reads it
         if not is_supported(self.link):
             self.error = f"unsupported link type {self.link}"
         self.linktypes = [linktype_name(self.link)]
@@ -43,14 +43,18 @@ def pcap_segments(
     b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnings: list[str], batched: bool = False
 ) -> Iterator:
     """Every TCP segment of the file in order; damage ends the walk with a warning. With `batched`, in
-    lists (each of the compiled walk's batches whole, a segment of the Python loop alone)."""
+    lists (each of the compiled walk's batches whole, a segment of the Python loop alone). A damaged
+    record time (a fraction of a second of a second or more, or `out_of_line` with the records around
+    it, the next one's read ahead when its header is in hand) is replaced by the time of the record
+    before it, and counted (`counts.damaged_times`)."""
     record = struct.Struct(head.order + "IIII").unpack_from
+    stamp = struct.Struct(head.order + "II").unpack_from
     unit, link, segment = head.unit, head.link, segment_of
     fast = fast_path(link)
     buf, end, pos = b.buf, b.end, 24
-    packets = 0
+    packets = damaged = 0
     missed = [0, 0, 0]  # frames with no segment, by parse_frame code: not TCP, fragment, cut short
-    ts = None
+    ts = None  # the time given to the last record walked
     walk = compiled.fastwalk
     if walk is not None:
         batch = walk.pcap_batch
@@ -63,9 +67,12 @@ def pcap_segments(
                 # The compiled walk takes every whole record it can; the loop below then meets the first
                 # one that runs past `end` (more bytes, a truncated file, a corrupt length).
                 out: list[tuple] = []
-                pos, n, *codes, last = batch(buf, pos, end, big, unit, link, et_off, l2c, parse, out, limit)
+                pos, n, *codes, last, bad = batch(
+                    buf, pos, end, big, unit, link, et_off, l2c, parse, out, limit, ts
+                )
                 if n:
                     packets += n
+                    damaged += bad
                     missed = [m + c for m, c in zip(missed, codes, strict=True)]
                     ts = last
                     b.parsed = pos
@@ -89,7 +96,16 @@ def pcap_segments(
                 pos, buf, end = new_pos, b.buf, b.end
                 continue
             pos = p + caplen
-            ts = sec + frac / unit
+            if frac >= unit:
+                ts = float(sec) if ts is None else ts
+                damaged += 1
+            elif ts is not None and pos + 8 <= end and (after := stamp(buf, pos))[1] < unit:
+                if out_of_line(ts, sec + frac / unit, after[0] + after[1] / unit):
+                    damaged += 1  # ts stays the time given to the record before
+                else:
+                    ts = sec + frac / unit
+            else:
+                ts = sec + frac / unit
             packets += 1
             if not packets & PROGRESS_EVERY:
                 b.parsed = pos
@@ -100,4 +116,4 @@ def pcap_segments(
                 missed[seg] += 1
     finally:
         # The first record's time was read with the header, so the loop does not test for it each time.
-        counts.store(packets, *missed, head.first_ts if packets else None, ts)
+        counts.store(packets, *missed, head.first_ts if packets else None, ts, damaged)

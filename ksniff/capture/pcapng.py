@@ -10,7 +10,7 @@ from ksniff.capture import compiled
 from ksniff.capture.packets import FAST_FIELDS, fast_path, is_supported, linktype_name, segment_of
 from ksniff.capture.packets import parse_frame as parse  # for the frames the compiled walk cannot read
 from ksniff.capture.source import CaptureBuffer
-from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts, more_or_stop
+from ksniff.capture.walk import MAX_RECORD, PROGRESS_EVERY, WalkCounts, more_or_stop, out_of_line
 
 PCAPNG_SHB = 0x0A0D0D0A
 _LE32 = struct.Struct("<I").unpack_from
@@ -121,10 +121,10 @@ class PcapngWalk:
         segment = segment_of
         links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
         fields = self.fields
-        packets = 0
+        packets = damaged = 0
         missed = [0, 0, 0]  # frames with no segment, by parse_frame code: not TCP, fragment, cut short
         first_ts = None
-        ts = 0.0
+        ts = 0.0  # the time given to the last packet walked
         walk = compiled.fastwalk
         batch = walk.pcapng_batch if walk is not None else None
         limit = compiled.BATCH
@@ -134,7 +134,7 @@ class PcapngWalk:
                     # The compiled walk takes the enhanced packet blocks it can; every other block, and
                     # anything to judge (lengths, interfaces, the end of the bytes in hand), is below.
                     out: list[tuple] = []
-                    pos, n, nt, fr, cs, first, last = batch(
+                    pos, n, nt, fr, cs, first, last, bad = batch(
                         buf,
                         pos,
                         end,
@@ -147,9 +147,11 @@ class PcapngWalk:
                         out,
                         limit,
                         MAX_RECORD,
+                        ts if packets else None,
                     )
                     if n:
                         packets += n
+                        damaged += bad
                         missed = [m + c for m, c in zip(missed, (nt, fr, cs), strict=True)]
                         if first_ts is None:
                             first_ts = first
@@ -173,6 +175,7 @@ class PcapngWalk:
                         break
                     head = struct.Struct(order + "II").unpack_from
                     block = struct.Struct(order + "IIIIIII").unpack_from
+                    block_head = struct.Struct(order + "IIIII").unpack_from
                     links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
                     fields = self.fields
                     blen = head(buf, pos)[1]
@@ -195,7 +198,16 @@ class PcapngWalk:
                             continue
                         warnings.append(b.corrupt(pos, "corrupt packet block"))
                         break
-                    ts = ((hi << 32) | lo) / units[iface] + offsets[iface]
+                    raw = ((hi << 32) | lo) / units[iface] + offsets[iface]
+                    after = pos + blen  # the next block's time, when it is a packet's, for out_of_line
+                    if packets and after + 20 <= end and block_head(buf, after)[0] == 6:
+                        _t, _n, nxt_iface, nxt_hi, nxt_lo = block_head(buf, after)
+                        if nxt_iface < len(links) and out_of_line(
+                            ts, raw, ((nxt_hi << 32) | nxt_lo) / units[nxt_iface] + offsets[nxt_iface]
+                        ):
+                            damaged += 1  # ts stays the time given to the packet before
+                            raw = ts
+                    ts = raw
                     p, link = pos + 28, links[iface]
                 elif btype == 3:  # simple packet block: interface 0, no timestamp of its own
                     if not links:
@@ -220,7 +232,7 @@ class PcapngWalk:
                 else:
                     missed[seg] += 1
         finally:
-            self.counts.store(packets, *missed, first_ts, ts if packets else None)
+            self.counts.store(packets, *missed, first_ts, ts if packets else None, damaged)
             if self.beyond_cap:
                 warnings.append(
                     f"{b.path}: interface limit ({self.max_interfaces} per section) reached: "

@@ -78,8 +78,8 @@ def truncation_warnings(stats: CaptureStats) -> list[str]:
 def add_file_counts(
     stats: CaptureStats, warnings: list[str], path: str, counts, file_warnings: Sequence[str]
 ) -> None:
-    """Folds one file's walk (packets, non_tcp, fragments, cut_short, first_ts, last_ts) into a run's
-    counters and warnings; every engine sums its files this way."""
+    """Folds one file's walk (packets, non_tcp, fragments, cut_short, first_ts, last_ts, damaged_times)
+    into a run's counters and warnings; every engine sums its files this way."""
     add_counters(
         stats,
         CaptureStats(
@@ -90,11 +90,18 @@ def add_file_counts(
             tcp_segments=counts.packets - counts.non_tcp - counts.fragments - counts.cut_short,
             first_ts=counts.first_ts,
             last_ts=counts.last_ts,
+            damaged_times=counts.damaged_times,
         ),
     )
     warnings.extend(file_warnings)
     if counts.fragments:
         warnings.append(f"{path}: {counts.fragments} IP fragments not reassembled")
+    if counts.damaged_times:
+        n = counts.damaged_times
+        warnings.append(
+            f"{path}: {n} packet time{'s' if n > 1 else ''} out of line with the packets around "
+            f"{'them' if n > 1 else 'it'} (damaged bytes): given the time of the packet before"
+        )
 
 
 def reassembled(

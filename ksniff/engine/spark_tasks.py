@@ -337,6 +337,7 @@ class FileMeta:
     # (size, modification time in ns) when its segment rows refer to their payloads in the file instead
     # of carrying them (`extract_referring`): stage 2 reads them there, from a file that must not change.
     stamp: tuple[int, int] | None = None
+    damaged_times: int = 0  # packets given their predecessor's time (ksniff.capture.walk.out_of_line)
 
 
 @slotted_dataclass
@@ -964,6 +965,7 @@ def _extract_file(
             pm if idx else None,
             list(capture.warnings),
             stamp=capture.stamp if referred else None,
+            damaged_times=c.damaged_times,
         ),
         cset,
     )

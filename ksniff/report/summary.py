@@ -157,6 +157,7 @@ def _limits_text(result: AuditResult) -> Text:
         (cap.kernel_drops, "dropped by the kernel"),
         (cap.dropped_by_limits, "dropped by memory limits"),
         (cap.truncated_packets, "truncated packets"),
+        (cap.damaged_times, "damaged packet times"),
         (cap.overlaps_differing, "conflicting retransmissions"),
         (cap.ip_fragments, "IP fragments"),
     ]

@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
-from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged, record_batches  # noqa: E402
+from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged, record_batches, retimed  # noqa: E402
 
 PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
 
@@ -67,3 +69,27 @@ def test_a_flipped_producer_id_in_a_fetched_batch_invents_no_lost_write(tmp_path
     assert doc["summary"]["verdict"] == "unverified"
     # What the producers did is what the undamaged capture says: the damage was in a consumer's answer.
     assert doc["producers"] == clean["producers"] and doc["transactions"] == clean["transactions"]
+
+
+@pytest.mark.parametrize(
+    "record, bit, what",
+    [
+        (134, 24, "a transaction 'ended after its timeout' 194 days later"),
+        (141, 32 + 25, "a commit to a group the transaction had not registered"),
+        (243, 23, "an offset commit 'backwards'"),
+        (247, 32 + 19, "an offset commit 'backwards' (half a second)"),
+    ],
+)
+def test_a_flipped_bit_in_a_packet_time_invents_no_finding(tmp_path: Path, record, bit, what) -> None:
+    """One bit of a pcap record's time flipped moves its packet half a second to 194 days away from the
+    packets around it, and each of these four flips made the audit report `what` (found by
+    bench/bench_damage.py). The walk gives such a packet the time of the one before it and says so."""
+    capture = PCAPS / "ctp_confluent_tansu.pcap"
+    whole = audit(capture, tmp_path)
+    doc = audit(retimed(capture, tmp_path / "retimed.pcap", record, bit), tmp_path)
+    assert doc["capture"]["damaged_times"] == 1 and whole["capture"]["damaged_times"] == 0
+    assert [w for w in doc["warnings"] if "packet time out of line" in w]
+    assert serious(doc) == serious(whole) == []
+    assert doc["summary"]["verdict"] == whole["summary"]["verdict"]
+    assert doc["capture"]["last_ts"] == whole["capture"]["last_ts"]
+    assert [t["outcome"] for t in doc["transactions"]] == [t["outcome"] for t in whole["transactions"]]

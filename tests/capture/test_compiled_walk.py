@@ -48,7 +48,8 @@ def walk(path, limits=None) -> tuple:
         payload = s[8] if isinstance(s[8], int) else bytes(s[8])
         segs.append((tuple(type(x).__name__ for x in s), s[:8], payload))
     c = f.counts
-    return segs, (c.packets, c.non_tcp, c.fragments, c.cut_short, c.first_ts, c.last_ts), list(f.warnings)
+    counted = (c.packets, c.non_tcp, c.fragments, c.cut_short, c.first_ts, c.last_ts, c.damaged_times)
+    return segs, counted, list(f.warnings)
 
 
 def _views(path) -> list:
@@ -275,3 +276,72 @@ def test_pcapng_across_buffer_windows_identical(walks, tmp_path, monkeypatch):
         path.write_bytes(gzip.compress(data) if gz else data)
         fast, pure = walks(lambda path=path: walk(path))
         assert fast == pure and not fast[2]
+
+
+# Packet times as a damaged capture leaves them: (index: shift) spikes a flipped bit makes (days, seconds,
+# half a second, each way), a legitimate reorder of 50 microseconds and a clock stepped back 5 s, neither
+# of which is damage. Spikes at the walk's batch edges too (the batch cut to 4 records below).
+SPIKES = {3: 2**24, 9: -(2**23), 15: 4.0, 22: -0.5, 40: 2.0}
+REORDERED, STEPPED = 30, 50
+
+
+def _times(n: int) -> list[float]:
+    times = [1700000000.0 + i * 0.003 for i in range(n)]
+    times[REORDERED] -= 0.0035  # 0.5 ms before the packet ahead of it: a queue's reorder, left alone
+    for i in range(STEPPED, n):
+        times[i] -= 5.0  # the clock stepped back: out of line with the past only, left alone
+    for i, shift in SPIKES.items():
+        times[i] += shift
+    return times
+
+
+@pytest.mark.parametrize("order, nsec", [("<", False), (">", True)])
+def test_damaged_record_times_identical(walks, tmp_path, monkeypatch, order, nsec):
+    """A record time out of line with both neighbours (which agree), or one that cannot be (a fraction
+    of a second of a second or more), is given the time of the record before it, by both walks alike,
+    across the compiled walk's batches; a queue's reorder and a clock stepped back are kept as written."""
+    monkeypatch.setattr(compiled, "BATCH", 4)
+    frame = LINKS["EN10MB"][1]
+    flow = Flow()
+    frames = flow.handshake() + [flow.send(True, bytes([i]) * 20) for i in range(60)]
+    times = _times(len(frames))
+    data = bytearray(pcap_bytes(list(zip(times, map(frame, frames), strict=True)), order=order, nsec=nsec))
+    at = 24 + sum(16 + len(frame(f)) for f in frames[:45]) + 4  # record 45's fraction: one second and more
+    struct.pack_into(order + "I", data, at, 1_000_000_001 if nsec else 1_000_001)
+    path = tmp_path / "times.pcap"
+    path.write_bytes(bytes(data))
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure
+    given = [s[1][0] for s in fast[0]]
+    # Every spike and the impossible fraction repaired; the spike's neighbour is its predecessor's time.
+    assert fast[1][6] == len(SPIKES) + 1  # and record 45's fraction
+    for i in (*SPIKES, 45):
+        assert given[i] == given[i - 1]
+    assert given[REORDERED] == pytest.approx(times[REORDERED], abs=1e-6)
+    assert given[STEPPED] == pytest.approx(times[STEPPED], abs=1e-6)
+    assert max(given) - min(given) < 6
+
+
+def test_damaged_packet_times_in_pcapng_identical(walks, tmp_path, monkeypatch):
+    """The same rule in a pcapng file, its next packet's time read from the next enhanced packet block
+    on whichever interface (two here, one clock in microseconds and one in nanoseconds)."""
+    monkeypatch.setattr(compiled, "BATCH", 4)
+    frame = LINKS["EN10MB"][1]
+    flow = Flow()
+    frames = flow.handshake() + [flow.send(True, bytes([i]) * 20) for i in range(60)]
+    times = _times(len(frames))
+    pkts = [(i % 2, ts, frame(f)) for i, (ts, f) in enumerate(zip(times, frames, strict=True))]
+    path = tmp_path / "times.pcapng"
+    path.write_bytes(pcapng_section([(1, None), (1, 9)], pkts))
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure
+    assert fast[1][6] == len(SPIKES)
+    given = [s[1][0] for s in fast[0]]
+    for i in SPIKES:
+        assert given[i] == given[i - 1]
+
+
+def test_the_slack_is_the_references():
+    from ksniff.capture.walk import TIME_SLACK
+
+    assert fastwalk().SLACK == TIME_SLACK

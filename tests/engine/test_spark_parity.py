@@ -293,8 +293,9 @@ def _rotated_match_the_whole(spark, tmp_path: Path) -> None:
 def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
     """Record batches that fail their CRC-32C (a bit flipped in a Produce request's batch, and in a Fetch
     answer's): the damage is a ConnectionLost of the batch's connection, which every group of the Spark
-    audit sees, so what is not judged and what is unverified is the local engine's, both ways."""
-    from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged
+    audit sees, so what is not judged and what is unverified is the local engine's, both ways; and a
+    damaged packet time, repaired alike."""
+    from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged, retimed
 
     from ksniff.engine.spark import audit_paths_spark
 
@@ -307,6 +308,11 @@ def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
         local = audit_paths([str(capture)], CONFIG)
         assert [f.kind for f in local.findings].count("corrupt_batch") == 1
         assert_same(local, audit_paths_spark([str(capture)], CONFIG, spark=spark))
+    # A packet time 97 days out of line, given its predecessor's by the walk the executors run too.
+    retimed_capture = retimed(PCAPS / "ctp_confluent_tansu.pcap", tmp_path / "retimed.pcap", 243, 23)
+    local = audit_paths([str(retimed_capture)], CONFIG)
+    assert local.capture.damaged_times == 1
+    assert_same(local, audit_paths_spark([str(retimed_capture)], CONFIG, spark=spark))
 
 
 def test_a_capture_that_goes_on_an_hour_later_matches_local(spark, tmp_path: Path) -> None:

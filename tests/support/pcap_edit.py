@@ -95,3 +95,18 @@ def damaged(capture: Path, out: Path, copy: int, field: int, bit: int = 4) -> Pa
     data[starts[copy] + field] ^= 1 << bit
     out.write_bytes(bytes(data))
     return out
+
+
+def retimed(capture: Path, out: Path, record: int, bit: int) -> Path:
+    """`capture` (classic little-endian pcap) with one bit of record `record`'s time flipped: bits 0-31
+    of its seconds, 32-63 of its fraction, as a failing disk leaves it."""
+    import struct
+
+    data = bytearray(capture.read_bytes())
+    pos = 24
+    for _n in range(record):
+        pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
+    at = pos + (4 if bit >= 32 else 0)
+    struct.pack_into("<I", data, at, struct.unpack_from("<I", data, at)[0] ^ (1 << (bit % 32)))
+    out.write_bytes(bytes(data))
+    return out
