@@ -256,7 +256,7 @@ class Connection:
                 body, error = ctx.run(plan.request, api, api_version, True, view)
             else:
                 if end != len(view):
-                    ctx.leftover(len(view) - end)
+                    ctx.leftover(len(view) - end, counts)
         else:
             name = api.name if api is not None else f"Unknown{api_key}"
             counts = ctx.count(name, api_version)
@@ -342,7 +342,7 @@ class Connection:
                 body, error = ctx.run(plan.response, api, pending.api_version, False, view)
             else:
                 if end != len(view):
-                    ctx.leftover(len(view) - end)
+                    ctx.leftover(len(view) - end, counts)
         else:
             body, error = ctx.decode(api, pending.api_version, False, payload[header[1] :])
         if error is not None:

@@ -156,13 +156,15 @@ class DecodeContext:
         except Exception:  # noqa: BLE001 - rare: the general path words the error
             return self._decode(api, version, is_request, body)
         if end != len(body):  # bytes the schema does not define: the body is still what it says
-            self.leftover(len(body) - end)
+            self.leftover(len(body) - end, self.count(api.name, version))
         return value, None
 
-    def leftover(self, n: int) -> None:
-        """A body decoded with `n` bytes after what its schema defines (counted, never dropped)."""
+    def leftover(self, n: int, counts: ApiCounts) -> None:
+        """A body of the API `counts` counts decoded with `n` bytes after what its schema defines
+        (counted, never dropped)."""
         self.stats.bodies_with_leftover += 1
         self.stats.leftover_bytes += n
+        counts.with_leftover += 1
 
     def _over_item_cap(self) -> tuple[None, str]:
         self.stats.bodies_over_item_cap += 1

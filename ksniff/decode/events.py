@@ -199,6 +199,7 @@ class ApiCounts:
     unknown_api: int = 0
     malformed: int = 0
     over_item_cap: int = 0  # more array elements and record batches than --max-body-items
+    with_leftover: int = 0  # bodies decoded with bytes after what their schema defines
 
     def not_decoded(self, reason: str) -> None:
         """Counts one body not decoded, by the decoder's reason ("malformed: ..." counts as malformed)."""
@@ -284,6 +285,9 @@ class DecodeStats:
                     # addition: bodies not decoded, by why (skipped_api, unknown_version, unknown_api,
                     # malformed, over_item_cap); absent reasons are left out
                     "not_decoded": c.not_decoded_contract(),
+                    # addition: bodies decoded with bytes after what their schema defines (counted in
+                    # bodies_with_leftover too)
+                    "with_leftover": c.with_leftover,
                 }
                 for name, c in sorted((self.by_api or {}).items())
             },
