@@ -580,6 +580,7 @@ def _run(
     with (
         _unless_chosen(spark, LISTING_TASKS, str(4 * session.parallelism)),
         _unless_chosen(spark, ARROW_BATCH_BYTES, str(BATCH_BYTES)),
+        _unless_chosen(spark, SIMPLIFIED_TRACEBACK, "false", "true"),
     ):
         inputs = _list_inputs(spark, paths)
         with _shuffle_partitions(spark, partitions_for(sum(i.length for i in inputs), session.parallelism)):
@@ -644,6 +645,14 @@ BATCH_BYTES = 64 << 20
 # and 0.16-0.17 s by 8 (a warm `local[2]` session). A few per core keep a listing of many remote paths
 # (an object store's, each a request) spread over the cluster.
 LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+# Spark starts one pyspark daemon, and one set of Python workers, per distinct worker environment, and its
+# SQL Python runners add SPARK_SIMPLIFIED_TRACEBACK=1 to theirs while others of a run do not: two daemons
+# and five workers where one daemon and three do (the rotated `bulk1g` on `local[2]`), each worker paying
+# its imports (0.17-0.19 s). With the setting off, every runner has the one environment: 7.3-7.6 s of CPU
+# for the whole first run against 8.2-8.6 s (bench/README, "One daemon for the Python workers"). ksniff's
+# tasks turn their own errors into one-line errors, so the pyspark frames it leaves in a traceback only
+# matter for a bug, where they help.
+SIMPLIFIED_TRACEBACK = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
 
 
 @contextlib.contextmanager
