@@ -72,6 +72,7 @@ def test_request_response_pairing_and_names():
         "exchanges": 1,
         "versions": [4],
         "not_decoded": {},
+        "with_leftover": 0,
     }
 
 
