@@ -71,8 +71,23 @@ cdef extern from *:
 cdef enum:
     FRAGMENT = 1
     CUT_SHORT = 2
+    DAMAGED = 3
 
-CODES = (FRAGMENT, CUT_SHORT)  # for the test that keeps them equal to ksniff.capture.packets'
+CODES = (FRAGMENT, CUT_SHORT, DAMAGED)  # for the test that keeps them equal to ksniff.capture.packets'
+
+
+cdef inline bint _header_sum_ok(const unsigned char *h, Py_ssize_t n):
+    """An IPv4 header of `n` bytes whose checksum holds, or is 0 (not filled in: left to the NIC by
+    some capture hosts); ksniff.capture.packets.header_sum_ok, the reference."""
+    cdef unsigned int total = 0
+    cdef Py_ssize_t i
+    if not (h[10] | h[11]):
+        return True
+    for i in range(0, n, 2):
+        total += (h[i] << 8) | h[i + 1]
+    total = (total & 0xFFFF) + (total >> 16)
+    total = (total & 0xFFFF) + (total >> 16)
+    return total == 0xFFFF
 
 
 # _segment is ksniff.capture.packets.segment_of again, in C: kept because it pays. The walk alone
@@ -89,6 +104,8 @@ cdef inline object _segment(buf, const unsigned char *b, Py_ssize_t p, Py_ssize_
         ip = p + l2
         if (ks_be16(b + p + et_off) == 0x0800 and b[ip] == 0x45 and b[ip + 9] == 6
                 and not ks_be16(b + ip + 6) & 0x3FFF):
+            if not _header_sum_ok(b + ip, 20):
+                return DAMAGED
             ip_end = ip + ks_be16(b + ip + 2)
             t = ip + 20
             d = t + (b[t + 12] >> 4) * 4
@@ -140,13 +157,15 @@ cdef inline object _port(unsigned int value):
 
 
 cdef inline void _take(object seg, list out, Py_ssize_t *missed):
-    """A segment to `out`; a code counted in missed[not TCP, fragments, cut short]."""
+    """A segment to `out`; a code counted in missed[not TCP, fragments, cut short, damaged]."""
     if type(seg) is tuple:
         out.append(seg)
     elif seg == FRAGMENT:
         missed[1] += 1
     elif seg == CUT_SHORT:
         missed[2] += 1
+    elif seg == DAMAGED:
+        missed[3] += 1
     else:
         missed[0] += 1
 
@@ -171,12 +190,12 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
     `pos` (None: none). A record's time that cannot be (a fraction of a second of a second or more), or
     that is out of line with both its neighbours (`_out_of_line`; the next record's time is read ahead
     when its header is in hand), is taken as damaged: the record gets the time of the one before it.
-    Returns (pos after the last whole record walked, records walked, not TCP, fragments, cut short, time
-    of the last record walked or None, times taken as damaged)."""
+    Returns (pos after the last whole record walked, records walked, not TCP, fragments, cut short,
+    damaged headers, time of the last record walked or None, times taken as damaged)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
     cdef Py_ssize_t p, q, packets = 0, damaged = 0
-    cdef Py_ssize_t[3] missed = [0, 0, 0]  # not TCP, fragments, cut short
+    cdef Py_ssize_t[4] missed = [0, 0, 0, 0]  # not TCP, fragments, cut short, damaged
     cdef unsigned int sec, frac, caplen, nsec, nfrac
     cdef double ts = 0.0, last = 0.0
     cdef bint has_last = prev is not None
@@ -213,7 +232,7 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
         last, has_last = ts, True
         packets += 1
         _take(_segment(buf, b, p, q, et_off, l2, ts, parse, link_type), out, missed)
-    return pos, packets, missed[0], missed[1], missed[2], (ts if packets else None), damaged
+    return pos, packets, missed[0], missed[1], missed[2], missed[3], (ts if packets else None), damaged
 
 
 def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list links, list units,
@@ -225,11 +244,12 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
     timestamp ticks per second, offset in seconds and (link type field offset, link header length) of
     the fast path or None. `prev` and the times taken as damaged as in `pcap_batch` (the next block's
     time read ahead when it is an enhanced packet block of an interface described). Returns (pos,
-    packets, not TCP, fragments, cut short, first time, last time, times taken as damaged)."""
+    packets, not TCP, fragments, cut short, damaged headers, first time, last time, times taken as
+    damaged)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
     cdef Py_ssize_t p, q, l2, et_off, packets = 0, damaged = 0, n_ifaces = len(links)
-    cdef Py_ssize_t[3] missed = [0, 0, 0]  # not TCP, fragments, cut short
+    cdef Py_ssize_t[4] missed = [0, 0, 0, 0]  # not TCP, fragments, cut short, damaged
     cdef unsigned int btype, blen, iface, hi, lo, caplen, niface
     cdef double ts = 0.0, first = 0.0, last = 0.0, nxt
     cdef bint has_last = prev is not None
@@ -272,7 +292,7 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
         f = fields[iface]
         et_off, l2 = f if f is not None else (0, -1)
         _take(_segment(buf, b, p, q, et_off, l2, ts, parse, links[iface]), out, missed)
-    return (pos, packets, missed[0], missed[1], missed[2], (first if packets else None),
+    return (pos, packets, missed[0], missed[1], missed[2], missed[3], (first if packets else None),
             (ts if packets else None), damaged)
 
 

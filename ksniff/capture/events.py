@@ -114,6 +114,7 @@ class CaptureStats:
     non_tcp_packets: int = 0
     truncated_packets: int = 0  # captured length shorter than the headers or the TCP payload
     damaged_times: int = 0  # packets whose recorded time was damaged, given their predecessor's instead
+    damaged_packets: int = 0  # packets left out: their IPv4 header fails its checksum (damaged bytes)
     overlaps_differing: int = 0  # retransmitted bytes that disagreed with what was already delivered
     dropped_by_limits: int = 0  # segments or bytes dropped because a memory cap was hit
     evicted_connections: int = 0  # closed early because the connection cap was reached
@@ -137,6 +138,7 @@ class CaptureStats:
             # Additions to the contract's keys: damage and limits, so a partial result says why.
             "truncated_packets": self.truncated_packets,
             "damaged_times": self.damaged_times,
+            "damaged_packets": self.damaged_packets,
             "evicted_connections": self.evicted_connections,
             "forced_gaps": self.forced_gaps,
             "skipped_files": self.skipped_files,

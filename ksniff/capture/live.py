@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 from ksniff.capture.errors import CaptureError, CaptureLimits
 from ksniff.capture.events import CaptureStats, InputInfo, StreamEvent
-from ksniff.capture.packets import CUT_SHORT, FRAGMENT, TICK, linktype_name, parse_frame
+from ksniff.capture.packets import CUT_SHORT, DAMAGED, FRAGMENT, TICK, linktype_name, parse_frame
 from ksniff.capture.pcap import PcapHeader, pcap_segments
 from ksniff.capture.reassembly import Reassembler, hot_loop
 from ksniff.capture.ring import RETIRE_MS, RxRing, pcap_header
@@ -226,7 +226,10 @@ class LiveRun:
             stats.non_tcp_packets += counts.non_tcp
             stats.ip_fragments += counts.fragments
             stats.truncated_packets += counts.cut_short
-            stats.tcp_segments += counts.packets - counts.non_tcp - counts.fragments - counts.cut_short
+            stats.damaged_packets += counts.damaged_headers
+            stats.tcp_segments += (
+                counts.packets - counts.non_tcp - counts.fragments - counts.cut_short - counts.damaged_headers
+            )
             if stats.first_ts is None:
                 stats.first_ts = counts.first_ts
             stats.last_ts = counts.last_ts
@@ -296,6 +299,8 @@ class LiveRun:
             stats.ip_fragments += 1
         elif seg == CUT_SHORT:
             stats.truncated_packets += 1
+        elif seg == DAMAGED:
+            stats.damaged_packets += 1
         else:
             stats.non_tcp_packets += 1
         return None

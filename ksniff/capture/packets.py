@@ -18,8 +18,9 @@ FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
 TRUNCATED = 0x100
 TICK = 0x200  # not a segment: the clock moved on (live capture idle); flush merged data, expire idle
 
-# What a frame was, when it was not a usable TCP segment.
-NOT_TCP, FRAGMENT, CUT_SHORT = 0, 1, 2
+# What a frame was, when it was not a usable TCP segment. DAMAGED: an IPv4 header whose checksum fails
+# (bytes the capture holds that did not cross the wire: the packet is left out, a gap of its connection).
+NOT_TCP, FRAGMENT, CUT_SHORT, DAMAGED = 0, 1, 2, 3
 
 ETH_IPV4, ETH_IPV6 = 0x0800, 0x86DD
 VLAN_TAGS = frozenset((0x8100, 0x88A8, 0x9100, 0x9200))
@@ -46,6 +47,22 @@ _IPV6 = struct.Struct("!4xHB1x16s16s").unpack_from  # payload length, next heade
 _TCP = struct.Struct("!HHIIBB").unpack_from  # ports, seq, ack, data offset, flags
 _NULL_LE = struct.Struct("<I").unpack_from
 _NULL_BE = struct.Struct(">I").unpack_from
+
+# An IPv4 header's 16-bit words, by header length (20 to 60 bytes), for its checksum.
+_WORDS = {n: struct.Struct(f"!{n // 2}H").unpack_from for n in range(20, 61, 4)}
+
+
+def header_sum_ok(mv, p: int, n: int) -> bool:
+    """The IPv4 header of `n` bytes at `mv[p:]` has a checksum that holds, or 0 in its place: left to the
+    NIC by capture hosts that offload it (Linux fills it in before the capture point, so a capture of
+    a Linux host has it everywhere; TCP's own checksum is offloaded too often to be read this way)."""
+    words = _WORDS[n](mv, p)
+    if not words[5]:
+        return True
+    total = sum(words)
+    total = (total & 0xFFFF) + (total >> 16)
+    return (total & 0xFFFF) + (total >> 16) == 0xFFFF
+
 
 _IPV6_EXT = frozenset((0, 43, 60))  # hop-by-hop, routing, destination options: length in 8-byte units
 _IPV6_FRAG, _IPV6_AH, _PROTO_TCP = 44, 51, 6
@@ -123,13 +140,16 @@ def _ipv4(ts: float, mv: memoryview, p: int, end: int):
     if p + 20 > end:
         return CUT_SHORT
     vihl, total, frag, proto, src, dst = _IPV4(mv, p)
+    ihl = (vihl & 15) * 4
+    if vihl >> 4 == 4 and 20 <= ihl <= end - p and not header_sum_ok(mv, p, ihl):
+        return DAMAGED
     if proto != _PROTO_TCP or vihl >> 4 != 4:
         return NOT_TCP
     if frag & 0x3FFF:
         return FRAGMENT
     # A zero total length is what segmentation offload leaves in outgoing frames: the frame is the packet.
     ip_end = p + total if total else end
-    return _tcp(ts, mv, p + (vihl & 15) * 4, ip_end, end, src, dst)
+    return _tcp(ts, mv, p + ihl, ip_end, end, src, dst)
 
 
 def _ipv6(ts: float, mv: memoryview, p: int, end: int):
@@ -186,6 +206,8 @@ def segment_of(ts: float, buf, p: int, end: int, link: int, fast: tuple | None):
             return parse_frame(ts, buf, p, end, link)
         et, vihl, total, frag, proto, src, dst, sp, dp, seq, ack, off, flags = unpack(buf, p)
         if et == 0x0800 and vihl == 0x45 and proto == 6 and not frag & 0x3FFF:
+            if not header_sum_ok(buf, p + l2, 20):
+                return DAMAGED
             ip_end = p + l2 + total
             d = p + l2 + 20 + (off >> 4) * 4
             if d <= ip_end <= end:

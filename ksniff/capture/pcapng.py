@@ -122,7 +122,12 @@ class PcapngWalk:
         links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
         fields = self.fields
         packets = damaged = 0
-        missed = [0, 0, 0]  # frames with no segment, by parse_frame code: not TCP, fragment, cut short
+        missed = [
+            0,
+            0,
+            0,
+            0,
+        ]  # frames with no segment, by parse_frame code: not TCP, fragment, cut short, damaged
         first_ts = None
         ts = 0.0  # the time given to the last packet walked
         walk = compiled.fastwalk
@@ -134,7 +139,7 @@ class PcapngWalk:
                     # The compiled walk takes the enhanced packet blocks it can; every other block, and
                     # anything to judge (lengths, interfaces, the end of the bytes in hand), is below.
                     out: list[tuple] = []
-                    pos, n, nt, fr, cs, first, last, bad = batch(
+                    pos, n, nt, fr, cs, dm, first, last, bad = batch(
                         buf,
                         pos,
                         end,
@@ -152,7 +157,7 @@ class PcapngWalk:
                     if n:
                         packets += n
                         damaged += bad
-                        missed = [m + c for m, c in zip(missed, (nt, fr, cs), strict=True)]
+                        missed = [m + c for m, c in zip(missed, (nt, fr, cs, dm), strict=True)]
                         if first_ts is None:
                             first_ts = first
                         ts = last

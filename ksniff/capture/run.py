@@ -78,8 +78,8 @@ def truncation_warnings(stats: CaptureStats) -> list[str]:
 def add_file_counts(
     stats: CaptureStats, warnings: list[str], path: str, counts, file_warnings: Sequence[str]
 ) -> None:
-    """Folds one file's walk (packets, non_tcp, fragments, cut_short, first_ts, last_ts, damaged_times)
-    into a run's counters and warnings; every engine sums its files this way."""
+    """Folds one file's walk (packets, non_tcp, fragments, cut_short, damaged_headers, first_ts, last_ts,
+    damaged_times) into a run's counters and warnings; every engine sums its files this way."""
     add_counters(
         stats,
         CaptureStats(
@@ -87,15 +87,26 @@ def add_file_counts(
             non_tcp_packets=counts.non_tcp,
             ip_fragments=counts.fragments,
             truncated_packets=counts.cut_short,
-            tcp_segments=counts.packets - counts.non_tcp - counts.fragments - counts.cut_short,
+            tcp_segments=counts.packets
+            - counts.non_tcp
+            - counts.fragments
+            - counts.cut_short
+            - counts.damaged_headers,
             first_ts=counts.first_ts,
             last_ts=counts.last_ts,
             damaged_times=counts.damaged_times,
+            damaged_packets=counts.damaged_headers,
         ),
     )
     warnings.extend(file_warnings)
     if counts.fragments:
         warnings.append(f"{path}: {counts.fragments} IP fragments not reassembled")
+    if counts.damaged_headers:
+        n = counts.damaged_headers
+        warnings.append(
+            f"{path}: {n} packet{'s' if n > 1 else ''} whose IPv4 header fails its checksum (damaged bytes): "
+            "left out, as bytes the capture lost"
+        )
     if counts.damaged_times:
         n = counts.damaged_times
         warnings.append(

@@ -24,10 +24,20 @@ def out_of_line(prev: float, ts: float, nxt: float) -> bool:
 class WalkCounts:
     """What a file's walk saw, kept in locals while walking and stored here when it ends."""
 
-    __slots__ = ("packets", "non_tcp", "fragments", "cut_short", "first_ts", "last_ts", "damaged_times")
+    __slots__ = (
+        "packets",
+        "non_tcp",
+        "fragments",
+        "cut_short",
+        "damaged_headers",
+        "first_ts",
+        "last_ts",
+        "damaged_times",
+    )
 
     def __init__(self) -> None:
         self.packets = self.non_tcp = self.fragments = self.cut_short = 0
+        self.damaged_headers = 0  # packets left out: their IPv4 header fails its checksum
         self.first_ts: float | None = None
         self.last_ts: float | None = None
         self.damaged_times = 0  # packets given their predecessor's time instead of a damaged one of their own
@@ -38,11 +48,13 @@ class WalkCounts:
         non_tcp: int,
         fragments: int,
         cut_short: int,
+        damaged_headers: int,
         first_ts: float | None,
         last_ts: float | None,
         damaged_times: int = 0,
     ) -> None:
         self.packets, self.non_tcp, self.fragments, self.cut_short = packets, non_tcp, fragments, cut_short
+        self.damaged_headers = damaged_headers
         self.first_ts, self.last_ts, self.damaged_times = first_ts, last_ts, damaged_times
 
 

@@ -338,6 +338,7 @@ class FileMeta:
     # of carrying them (`extract_referring`): stage 2 reads them there, from a file that must not change.
     stamp: tuple[int, int] | None = None
     damaged_times: int = 0  # packets given their predecessor's time (ksniff.capture.walk.out_of_line)
+    damaged_headers: int = 0  # packets left out: their IPv4 header fails its checksum
 
 
 @slotted_dataclass
@@ -966,6 +967,7 @@ def _extract_file(
             list(capture.warnings),
             stamp=capture.stamp if referred else None,
             damaged_times=c.damaged_times,
+            damaged_headers=c.damaged_headers,
         ),
         cset,
     )

@@ -158,6 +158,7 @@ def _limits_text(result: AuditResult) -> Text:
         (cap.dropped_by_limits, "dropped by memory limits"),
         (cap.truncated_packets, "truncated packets"),
         (cap.damaged_times, "damaged packet times"),
+        (cap.damaged_packets, "damaged packets"),
         (cap.overlaps_differing, "conflicting retransmissions"),
         (cap.ip_fragments, "IP fragments"),
     ]

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
-from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged, record_batches, retimed  # noqa: E402
+from pcap_edit import (  # noqa: E402
+    BASE_SEQUENCE_LOW_BYTE,
+    PRODUCER_ID_LOW_BYTE,
+    damaged,
+    frame_bit_flipped,
+    record_batches,
+    retimed,
+)
 
 PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
 
@@ -93,3 +100,24 @@ def test_a_flipped_bit_in_a_packet_time_invents_no_finding(tmp_path: Path, recor
     assert doc["summary"]["verdict"] == whole["summary"]["verdict"]
     assert doc["capture"]["last_ts"] == whole["capture"]["last_ts"]
     assert [t["outcome"] for t in doc["transactions"]] == [t["outcome"] for t in whole["transactions"]]
+
+
+@pytest.mark.parametrize(
+    "capture, record, at, bit",
+    [
+        ("ctp_confluent_tansu", 134, 14 + 6, 1),  # a fragment offset bit: the packet was a "fragment"
+        ("txn_confluent_tansu", 39, 14 + 19, 7),  # the destination address: another connection's bytes
+        ("txn_confluent_tansu", 47, 14 + 9, 0),  # the protocol: TCP became "not TCP"
+    ],
+)
+def test_a_flipped_bit_in_an_ip_header_is_a_gap(tmp_path: Path, capture, record, at, bit) -> None:
+    """A packet whose IPv4 header fails its checksum is left out and said to be: the bytes it carried
+    are a gap of their connection (unverified, never silently missing or another connection's)."""
+    path = PCAPS / f"{capture}.pcap"
+    whole = audit(path, tmp_path)
+    doc = audit(frame_bit_flipped(path, tmp_path / "flipped.pcap", record, at, bit), tmp_path)
+    assert whole["capture"]["damaged_packets"] == 0 and whole["capture"]["gaps"] == 0
+    assert doc["capture"]["damaged_packets"] == 1
+    assert doc["capture"]["gaps"] == 1 and doc["summary"]["verdict"] != "clean"
+    assert doc["capture"]["connections"] == whole["capture"]["connections"]
+    assert [w for w in doc["warnings"] if "IPv4 header fails its checksum" in w]

@@ -59,6 +59,19 @@ def ipv4(
     )
 
 
+def summed(ip: bytes) -> bytes:
+    """The IPv4 packet `ip` with its header checksum filled in (the builder above leaves it 0, which the
+    walk takes as not filled in, as a host that leaves it to its NIC does)."""
+    n = (ip[0] & 15) * 4
+    header = bytearray(ip[:n])
+    header[10:12] = b"\0\0"
+    total = sum(struct.unpack(f"!{n // 2}H", header))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    header[10:12] = struct.pack("!H", ~total & 0xFFFF)
+    return bytes(header) + ip[n:]
+
+
 def ipv6(src: str, dst: str, l4: bytes, ext: Sequence[tuple[int, bytes]] = (), proto: int = 6) -> bytes:
     """`ext`: (header type, body) pairs; each body is padded so the header is a multiple of 8 bytes."""
     chain = b""

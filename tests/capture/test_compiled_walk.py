@@ -13,7 +13,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from capture_builders import LINKS, Flow, ipv4, ipv6, pcap_bytes, pcapng_section, tcp
+from capture_builders import LINKS, Flow, ipv4, ipv6, pcap_bytes, pcapng_section, summed, tcp
 from compiled_walk import fastwalk
 
 from ksniff.capture import compiled, packets
@@ -48,7 +48,8 @@ def walk(path, limits=None) -> tuple:
         payload = s[8] if isinstance(s[8], int) else bytes(s[8])
         segs.append((tuple(type(x).__name__ for x in s), s[:8], payload))
     c = f.counts
-    counted = (c.packets, c.non_tcp, c.fragments, c.cut_short, c.first_ts, c.last_ts, c.damaged_times)
+    counted = (c.packets, c.non_tcp, c.fragments, c.cut_short, c.damaged_headers, c.first_ts, c.last_ts)
+    counted += (c.damaged_times,)
     return segs, counted, list(f.warnings)
 
 
@@ -102,7 +103,7 @@ def test_payload_views_of_the_map_hold_it_open_and_let_it_go(tmp_path):
 
 def test_codes_agree_with_the_pure_walk():
     fast = fastwalk()
-    assert fast.CODES == (packets.FRAGMENT, packets.CUT_SHORT)
+    assert fast.CODES == (packets.FRAGMENT, packets.CUT_SHORT, packets.DAMAGED)
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
@@ -314,7 +315,7 @@ def test_damaged_record_times_identical(walks, tmp_path, monkeypatch, order, nse
     assert fast == pure
     given = [s[1][0] for s in fast[0]]
     # Every spike and the impossible fraction repaired; the spike's neighbour is its predecessor's time.
-    assert fast[1][6] == len(SPIKES) + 1  # and record 45's fraction
+    assert fast[1][7] == len(SPIKES) + 1  # and record 45's fraction
     for i in (*SPIKES, 45):
         assert given[i] == given[i - 1]
     assert given[REORDERED] == pytest.approx(times[REORDERED], abs=1e-6)
@@ -335,7 +336,7 @@ def test_damaged_packet_times_in_pcapng_identical(walks, tmp_path, monkeypatch):
     path.write_bytes(pcapng_section([(1, None), (1, 9)], pkts))
     fast, pure = walks(lambda: walk(path))
     assert fast == pure
-    assert fast[1][6] == len(SPIKES)
+    assert fast[1][7] == len(SPIKES)
     given = [s[1][0] for s in fast[0]]
     for i in SPIKES:
         assert given[i] == given[i - 1]
@@ -345,3 +346,28 @@ def test_the_slack_is_the_references():
     from ksniff.capture.walk import TIME_SLACK
 
     assert fastwalk().SLACK == TIME_SLACK
+
+
+@pytest.mark.parametrize("link", sorted(LINKS))
+def test_damaged_ip_headers_identical(walks, tmp_path, link):
+    """A packet whose IPv4 header fails its checksum is left out and counted, by both walks alike, on
+    the compiled walk's fast path (20-byte header) and off it (options, VLAN tags, other links); a
+    header whose checksum is 0 (left to the NIC) is taken as written."""
+    linktype, frame = LINKS[link]
+    good = [
+        summed(ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 1, 1, "PA", b"whole"))),
+        summed(ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 6, 1, "PA", b"opts"), options=b"\x01" * 4)),
+        ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 9092, 10, 1, "PA", b"nosum")),
+    ]
+    damaged = []
+    for ip, at in ((good[0], 15), (good[1], 9), (good[0], 19), (good[1], 22)):
+        flipped = bytearray(ip)
+        flipped[at] ^= 0x10  # a source address bit, the protocol, a destination bit, an option byte
+        damaged.append(bytes(flipped))
+    frames = good + damaged + good
+    path = tmp_path / "sums.pcap"
+    path.write_bytes(pcap_bytes([(1000.0 + i / 100, frame(ip)) for i, ip in enumerate(frames)], linktype))
+    fast, pure = walks(lambda: walk(path))
+    assert fast == pure
+    assert fast[1][4] == len(damaged)  # damaged_headers
+    assert [bytes(s[2]) for s in fast[0]] == [b"whole", b"opts", b"nosum"] * 2

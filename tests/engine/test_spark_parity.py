@@ -294,8 +294,8 @@ def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
     """Record batches that fail their CRC-32C (a bit flipped in a Produce request's batch, and in a Fetch
     answer's): the damage is a ConnectionLost of the batch's connection, which every group of the Spark
     audit sees, so what is not judged and what is unverified is the local engine's, both ways; and a
-    damaged packet time, repaired alike."""
-    from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged, retimed
+    damaged packet time, repaired alike, and a damaged IPv4 header, left out alike."""
+    from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged, frame_bit_flipped, retimed
 
     from ksniff.engine.spark import audit_paths_spark
 
@@ -313,6 +313,11 @@ def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
     local = audit_paths([str(retimed_capture)], CONFIG)
     assert local.capture.damaged_times == 1
     assert_same(local, audit_paths_spark([str(retimed_capture)], CONFIG, spark=spark))
+    # A packet whose IPv4 header fails its checksum (its destination address flipped): left out, a gap.
+    flipped = frame_bit_flipped(PCAPS / "txn_confluent_tansu.pcap", tmp_path / "ip.pcap", 39, 14 + 19, 7)
+    local = audit_paths([str(flipped)], CONFIG)
+    assert local.capture.damaged_packets == 1 and local.capture.gaps == 1
+    assert_same(local, audit_paths_spark([str(flipped)], CONFIG, spark=spark))
 
 
 def test_a_capture_that_goes_on_an_hour_later_matches_local(spark, tmp_path: Path) -> None:

@@ -110,3 +110,17 @@ def retimed(capture: Path, out: Path, record: int, bit: int) -> Path:
     struct.pack_into("<I", data, at, struct.unpack_from("<I", data, at)[0] ^ (1 << (bit % 32)))
     out.write_bytes(bytes(data))
     return out
+
+
+def frame_bit_flipped(capture: Path, out: Path, record: int, at: int, bit: int) -> Path:
+    """`capture` (classic little-endian pcap) with bit `bit` of byte `at` of record `record`'s frame
+    flipped, as a failing disk leaves it."""
+    import struct
+
+    data = bytearray(capture.read_bytes())
+    pos = 24
+    for _n in range(record):
+        pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
+    data[pos + 16 + at] ^= 1 << bit
+    out.write_bytes(bytes(data))
+    return out
