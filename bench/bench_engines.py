@@ -43,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from ksniff.capture.packets import header_sum  # noqa: E402
 from ksniff.config import EngineConfig  # noqa: E402
 from ksniff.engine.local import audit_paths  # noqa: E402
 
@@ -87,6 +88,9 @@ def rewrite(data: bytes, copy: int, shift: int = 0, capture: int = 0) -> bytes:
     for frame in frames:
         for at in (26, 30):
             buf[frame + at : frame + at + 4] = new[bytes(buf[frame + at : frame + at + 4])]
+        if buf[frame + 24 : frame + 26] != b"\0\0":  # the header checksum, made right again
+            ihl = (buf[frame + 14] & 15) * 4
+            buf[frame + 24 : frame + 26] = header_sum(buf, frame + 14, ihl).to_bytes(2, "big")
     return bytes(buf[24:])
 
 

@@ -158,6 +158,7 @@ class AuditResult:
             (cap.kernel_drops, "packet dropped by the kernel"),
             (cap.dropped_by_limits, "segment dropped by memory limits"),
             (dec.errors, "malformed frame or body"),
+            (dec.unmatched_responses, "answer whose request the capture did not read"),
             (dec.oversized_frames, "frame over the size limit, skipped"),
         ):
             if n:

@@ -172,7 +172,7 @@ cdef inline void _take(object seg, list out, Py_ssize_t *missed):
 
 # A packet's time out of line with both its neighbours, while they are in line with each other, is taken as
 # damaged (ksniff.capture.walk.TIME_SLACK and out_of_line, the reference, kept equal by a test).
-cdef double TIME_SLACK = 0.01
+cdef double TIME_SLACK = 0.001
 SLACK = TIME_SLACK  # for that test
 
 

@@ -52,6 +52,15 @@ _NULL_BE = struct.Struct(">I").unpack_from
 _WORDS = {n: struct.Struct(f"!{n // 2}H").unpack_from for n in range(20, 61, 4)}
 
 
+def header_sum(mv, p: int, n: int) -> int:
+    """The checksum the IPv4 header of `n` bytes at `mv[p:]` should carry (for tools that rewrite one)."""
+    words = _WORDS[n](mv, p)
+    total = sum(words) - words[5]
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
 def header_sum_ok(mv, p: int, n: int) -> bool:
     """The IPv4 header of `n` bytes at `mv[p:]` has a checksum that holds, or 0 in its place: left to the
     NIC by capture hosts that offload it (Linux fills it in before the capture point, so a capture of

@@ -111,7 +111,8 @@ def add_file_counts(
         n = counts.damaged_times
         warnings.append(
             f"{path}: {n} packet time{'s' if n > 1 else ''} out of line with the packets around "
-            f"{'them' if n > 1 else 'it'} (damaged bytes): given the time of the packet before"
+            f"{'them' if n > 1 else 'it'} (damaged bytes, or a capture queue's reordering): given the time "
+            "of the packet before"
         )
 
 

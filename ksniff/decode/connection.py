@@ -303,7 +303,11 @@ class Connection:
         ctx.stats.responses += 1
         pending = self.pending.pop(correlation_id, None)
         if pending is None:
+            # An answer to a request the capture did not read (lost, or damaged): bytes lost on the way to
+            # the broker, known now, before the reassembler can tell (it needs the client's next bytes).
             ctx.stats.unmatched_responses += 1
+            self.unverified = True
+            out.append(ConnectionLost(self.conn, self.client, self.broker, last_ts, -1, 0, True, "unmatched"))
             return
         # Kafka answers in order: whatever was sent before this request will never be answered now.
         while self.pending:

@@ -162,7 +162,8 @@ class ConnectionLost:
     to_broker: bool  # the gap is in the client -> broker direction
     # Bytes held but damaged, rather than missing (None: a gap in the capture): "crc", a record batch of
     # `topic`-`partition` whose CRC-32C does not match its bytes; "malformed", a body that could not be
-    # read. `offset` is then -1, and `length` the damaged batch's bytes (0 for what could not be read).
+    # read; "unmatched", an answer to a request the capture did not read. `offset` is then -1, and
+    # `length` the damaged batch's bytes (0 otherwise).
     damaged: str | None = None
     topic: str | None = None
     partition: int | None = None

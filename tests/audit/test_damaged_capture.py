@@ -20,6 +20,7 @@ from pcap_edit import (  # noqa: E402
     frame_bit_flipped,
     record_batches,
     retimed,
+    without,
 )
 
 PCAPS = Path(__file__).resolve().parent.parent / "pcaps"
@@ -121,3 +122,22 @@ def test_a_flipped_bit_in_an_ip_header_is_a_gap(tmp_path: Path, capture, record,
     assert doc["capture"]["gaps"] == 1 and doc["summary"]["verdict"] != "clean"
     assert doc["capture"]["connections"] == whole["capture"]["connections"]
     assert [w for w in doc["warnings"] if "IPv4 header fails its checksum" in w]
+
+
+@pytest.mark.parametrize("record, lost", [(38, "request"), (39, "answer")])
+def test_a_lost_registration_leaves_the_writes_it_allowed_unverified(tmp_path: Path, record, lost) -> None:
+    """The capture lost one packet: the AddPartitionsToTxn request of a transaction, or its answer. The
+    producer's writes that followed, on its partition leader's connection, look written outside a
+    transaction; they were critical findings, because the loss became known only later (when the
+    client's next bytes on the coordinator's connection came). Now the answer to a request the capture
+    did not read is a loss when it comes, and a registration left unanswered leaves open what it asked
+    for: the writes are unverified, and nothing is reported that the whole capture does not have."""
+    capture = PCAPS / "txn_confluent_tansu.pcap"
+    whole = audit(capture, tmp_path)
+    doc = audit(without(capture, tmp_path / "lost.pcap", record), tmp_path)
+    assert set(serious(doc)) <= set(serious(whole))
+    outside = [f for f in doc["findings"] if f["kind"] == "write_outside_transaction"]
+    assert outside and all(f["severity"] == "info" and f["evidence"].get("unverified") for f in outside)
+    assert doc["summary"]["verdict"] == whole["summary"]["verdict"] == "findings"
+    reasons = " ".join(doc["summary"]["unverified_because"])
+    assert ("answer whose request the capture did not read" in reasons) == (lost == "request")

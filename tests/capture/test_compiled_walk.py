@@ -280,9 +280,9 @@ def test_pcapng_across_buffer_windows_identical(walks, tmp_path, monkeypatch):
 
 
 # Packet times as a damaged capture leaves them: (index: shift) spikes a flipped bit makes (days, seconds,
-# half a second, each way), a legitimate reorder of 50 microseconds and a clock stepped back 5 s, neither
+# half a second, 8 ms, each way), a reorder of half a millisecond and a clock stepped back 5 s, neither
 # of which is damage. Spikes at the walk's batch edges too (the batch cut to 4 records below).
-SPIKES = {3: 2**24, 9: -(2**23), 15: 4.0, 22: -0.5, 40: 2.0}
+SPIKES = {3: 2**24, 9: -(2**23), 15: 4.0, 22: -0.5, 26: 0.008, 40: 2.0}
 REORDERED, STEPPED = 30, 50
 
 

@@ -295,7 +295,14 @@ def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
     answer's): the damage is a ConnectionLost of the batch's connection, which every group of the Spark
     audit sees, so what is not judged and what is unverified is the local engine's, both ways; and a
     damaged packet time, repaired alike, and a damaged IPv4 header, left out alike."""
-    from pcap_edit import BASE_SEQUENCE_LOW_BYTE, PRODUCER_ID_LOW_BYTE, damaged, frame_bit_flipped, retimed
+    from pcap_edit import (
+        BASE_SEQUENCE_LOW_BYTE,
+        PRODUCER_ID_LOW_BYTE,
+        damaged,
+        frame_bit_flipped,
+        retimed,
+        without,
+    )
 
     from ksniff.engine.spark import audit_paths_spark
 
@@ -318,6 +325,11 @@ def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
     local = audit_paths([str(flipped)], CONFIG)
     assert local.capture.damaged_packets == 1 and local.capture.gaps == 1
     assert_same(local, audit_paths_spark([str(flipped)], CONFIG, spark=spark))
+    # An AddPartitionsToTxn request the capture lost: its answer, unmatched, is a loss when it comes.
+    lost = without(PCAPS / "txn_confluent_tansu.pcap", tmp_path / "lost.pcap", 38)
+    local = audit_paths([str(lost)], CONFIG)
+    assert local.decode.unmatched_responses == 1
+    assert_same(local, audit_paths_spark([str(lost)], CONFIG, spark=spark))
 
 
 def test_a_capture_that_goes_on_an_hour_later_matches_local(spark, tmp_path: Path) -> None:

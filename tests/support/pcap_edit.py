@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ksniff.capture.packets import header_sum
+
 
 def again_later(capture: Path, out: Path, seconds: int, first: int | None = None) -> Path:
     """`capture` (classic little-endian pcap, Ethernet, IPv4) followed in one file by its own packets
@@ -21,6 +23,8 @@ def again_later(capture: Path, out: Path, seconds: int, first: int | None = None
         if caplen >= 34 and frame[12:14] == b"\x08\x00":
             frame[27] ^= 0x80  # source address, second octet
             frame[31] ^= 0x80  # destination address
+            if frame[24:26] != b"\0\0":  # the header checksum, made right again
+                frame[24:26] = header_sum(frame, 14, (frame[14] & 15) * 4).to_bytes(2, "big")
         later += struct.pack("<IIII", sec + seconds, usec, caplen, length) + frame
         pos += 16 + caplen
     head = 24
@@ -123,4 +127,17 @@ def frame_bit_flipped(capture: Path, out: Path, record: int, at: int, bit: int) 
         pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
     data[pos + 16 + at] ^= 1 << bit
     out.write_bytes(bytes(data))
+    return out
+
+
+def without(capture: Path, out: Path, record: int) -> Path:
+    """`capture` (classic little-endian pcap) without record `record`: a packet the capture lost."""
+    import struct
+
+    data = capture.read_bytes()
+    pos = 24
+    for _n in range(record):
+        pos += 16 + struct.unpack_from("<I", data, pos + 8)[0]
+    end = pos + 16 + struct.unpack_from("<I", data, pos + 8)[0]
+    out.write_bytes(data[:pos] + data[end:])
     return out
