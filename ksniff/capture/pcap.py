@@ -53,12 +53,8 @@ def pcap_segments(
     fast = fast_path(link)
     buf, end, pos = b.buf, b.end, 24
     packets = damaged = 0
-    missed = [
-        0,
-        0,
-        0,
-        0,
-    ]  # frames with no segment, by parse_frame code: not TCP, fragment, cut short, damaged
+    # frames with no segment, by parse_frame code: not TCP, fragment, cut short, damaged header
+    missed = [0, 0, 0, 0]
     ts = None  # the time given to the last record walked
     walk = compiled.fastwalk
     if walk is not None:

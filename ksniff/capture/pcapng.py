@@ -122,12 +122,8 @@ class PcapngWalk:
         links, units, offsets, fasts = self.links, self.units, self.offsets, self.fasts
         fields = self.fields
         packets = damaged = 0
-        missed = [
-            0,
-            0,
-            0,
-            0,
-        ]  # frames with no segment, by parse_frame code: not TCP, fragment, cut short, damaged
+        # frames with no segment, by parse_frame code: not TCP, fragment, cut short, damaged header
+        missed = [0, 0, 0, 0]
         first_ts = None
         ts = 0.0  # the time given to the last packet walked
         walk = compiled.fastwalk
