@@ -210,6 +210,25 @@ class Connection:
 
     def close(self, ts: float, reason: str) -> list[DecodeEvent]:
         out: list[DecodeEvent] = []
+        if reason == "fin":
+            # A peer that closes in order has sent every frame whole: a frame still partial here claimed
+            # a size its bytes never reached (a damaged size), and what it hid (the answers after it) is
+            # as lost as after a gap.
+            for splitter, to_broker in ((self.requests, True), (self.responses, False)):
+                if splitter.buffered:
+                    self.ctx.stats.errors += 1
+                    out.append(
+                        ConnectionLost(
+                            self.conn,
+                            self.client,
+                            self.broker,
+                            ts,  # the bytes it swallowed run to the close: later than any request
+                            splitter.buf_offset,
+                            splitter.buffered,
+                            to_broker,
+                            "malformed",
+                        )
+                    )
         for p in self.pending.values():
             self._emit_unanswered(p, out)
         self.pending.clear()

@@ -177,6 +177,35 @@ def test_unanswered_on_close_and_at_end():
     assert dec.stats.unmatched_requests == 2
 
 
+def test_a_frame_cut_by_an_orderly_close_is_damage():
+    """A broker that closes in order has sent every frame whole: an answer whose size claims more bytes
+    than came before the FIN (a flipped bit of its size) is a malformed frame, and a loss of the
+    connection at the close, so the requests it swallowed are unanswered on bytes the capture lost. An
+    aborted connection (RST) may stop mid-frame, and is left as it was."""
+    for reason, lost in (("fin", True), ("rst", False)):
+        s = Stream()
+        dec = Decoder()
+        answer = bytearray(frame(end_txn_response(3), 3, 4))
+        answer[1] ^= 0x20  # the size: 2 MiB more than the answer
+        out = run(
+            dec,
+            [
+                s.opened(),
+                s.send(frame(end_txn(3), 3, 4)),
+                s.send(bytes(answer), from_src=False),
+                s.closed(reason),
+            ],
+        )
+        losses = [e for e in out if isinstance(e, ConnectionLost)]
+        if lost:
+            assert [(e.to_broker, e.damaged, e.length) for e in losses] == [(False, "malformed", len(answer))]
+            assert out.index(losses[0]) < out.index(exchanges(out)[0])  # known before the unanswered
+            assert dec.stats.errors == 1
+        else:
+            assert losses == [] and dec.stats.errors == 0
+        assert [e.status for e in exchanges(out)] == ["unanswered"]
+
+
 def test_skipped_response_makes_earlier_requests_unanswered():
     s = Stream()
     dec = Decoder()
