@@ -1124,7 +1124,11 @@ def _duplicate(
     first, second = sorted((other, p.base))
     if not _first_time(lg, (DUPLICATE_WRITE, p.producer_id, p.epoch, p.sequence)):
         return
-    lost = part.unverified or ctx.lost_since({part.conn}, part.ts)
+    # The other place known only from a Produce answer (whose offset no CRC covers), at or past the end
+    # of the log this Fetch answer reports: what the answer said is contradicted, not a second copy.
+    theirs = lg.at.get(other)
+    beyond = theirs is not None and theirs.fetched_ts is None and 0 <= part.high_watermark <= other
+    lost = part.unverified or beyond or ctx.lost_since({part.conn}, part.ts)
     evidence = {
         "offsets": [first, second],
         "base_sequence": p.sequence,
@@ -1140,7 +1144,7 @@ def _duplicate(
     out.append(
         make_kind(
             DUPLICATE_WRITE,
-            judge(0, unverified=lost, explained_by_loss=False),
+            judge(0, unverified=lost, explained_by_loss=beyond),
             part.ts,
             f"producer id {p.producer_id} epoch {p.epoch} sequences {p.sequence}-"
             f"{p.sequence + p.last - p.base} are in {lg.topic}-{lg.partition} twice, at offsets "

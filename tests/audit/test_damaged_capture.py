@@ -141,3 +141,17 @@ def test_a_lost_registration_leaves_the_writes_it_allowed_unverified(tmp_path: P
     assert doc["summary"]["verdict"] == whole["summary"]["verdict"] == "findings"
     reasons = " ".join(doc["summary"]["unverified_because"])
     assert ("answer whose request the capture did not read" in reasons) == (lost == "request")
+
+
+def test_a_flipped_offset_in_a_produce_answer_is_no_duplicate(tmp_path: Path) -> None:
+    """A bit of a Produce answer's base offset (no CRC covers it) flipped: the batch acknowledged at
+    524,288, and read back by the consumer at 0, looked written twice (a critical duplicate). The Fetch
+    answer's high watermark says the log ends long before 524,288: the answer's offset is contradicted,
+    so the duplicate rests on damaged bytes (info, unverified)."""
+    capture = PCAPS / "ctp_confluent_tansu.pcap"
+    whole = audit(capture, tmp_path)
+    doc = audit(frame_bit_flipped(capture, tmp_path / "offset.pcap", 146, 66 + 30, 3), tmp_path)
+    assert serious(doc) == serious(whole) == []
+    duplicates = [f for f in doc["findings"] if f["kind"] == "duplicate_write"]
+    assert [(f["severity"], f["evidence"]["offsets"]) for f in duplicates] == [("info", [0, 524288])]
+    assert duplicates[0]["evidence"]["unverified"]
