@@ -148,10 +148,10 @@ class TxnIdState(Lane):
     zombies: dict[tuple[int, int], Lane] = field(default_factory=dict)  # (producer id, epoch) -> lane
     conns: set[int] = field(default_factory=set)
     tv2: bool = False  # the client speaks transaction.version 2 (EndTxn v5, Produce v12)
-    # When an AddPartitionsToTxn or AddOffsetsToTxn of this id went unanswered in the capture (its answer
-    # lost, or never sent) since the last end the broker accepted: the transaction may then be open and
-    # hold what it asked for, which nothing later can be judged without.
-    unanswered_ts: float | None = None
+    # An AddPartitionsToTxn or AddOffsetsToTxn of this id went unanswered in the capture (its answer lost,
+    # or never sent) since the last end the broker accepted: the transaction may then be open and hold
+    # what it asked for, which nothing later can be judged without.
+    unanswered: bool = False
 
     def zombie_lane(self, producer_id: int, epoch: int) -> Lane:
         lane = self.zombies.get((producer_id, epoch))

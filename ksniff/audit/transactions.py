@@ -210,7 +210,7 @@ def illegal(
     if lane is not t:
         return True
     kind = ILLEGAL[trigger]
-    unverified = unverified or t.unanswered_ts is not None or state.lost_since(t.conns, since_last_end(t))
+    unverified = unverified or t.unanswered or state.lost_since(t.conns, since_last_end(t))
     # An EndTxn with nothing to end loses no data, whatever the answer.
     accepted = Severity.WARNING if kind is FindingKind.END_TXN_WITHOUT_TRANSACTION else Severity.CRITICAL
     sev = judge(answer, unverified=unverified, explained_by_loss=True, accepted=accepted)
@@ -373,7 +373,7 @@ def on_add_partitions(state: AuditState, ex: Exchange, out: list[Finding]) -> No
             continue
         t = state.txn_id(tid, ex.request_ts)
         if not responded:
-            t.unanswered_ts = ex.request_ts
+            t.unanswered = True
         # The partitions the broker accepted, and the request's answer (`_overall`) in the same loop.
         answer = 0 if responded else None
         accepted = []
@@ -411,7 +411,7 @@ def on_add_offsets(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     t = state.txn_id(req.transactional_id, ex.request_ts)
     answer = answer_of(ex)
     if answer is None:
-        t.unanswered_ts = ex.request_ts
+        t.unanswered = True
     lane = identify(state, t, ex, req.producer_id, req.producer_epoch, answer, "AddOffsetsToTxn", out)
     if lane is not None and answer == 0:
         rec = enter(
@@ -492,7 +492,7 @@ def _unregistered(
 ) -> None:
     """A write or offset commit to what the transaction never registered: the finding, judged by the
     broker's answer; `registered` names and lists what was registered, for the evidence."""
-    unverified = unverified or t.unanswered_ts is not None or state.lost_since(t.conns, rec.start_ts)
+    unverified = unverified or t.unanswered or state.lost_since(t.conns, rec.start_ts)
     evidence = exchange_evidence(ex, answer)
     evidence[registered[0]] = registered[1]
     verdict = "accepted" if answer == 0 else f"answered {error_name(answer)}"
@@ -527,7 +527,7 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
         state, t, lane, trigger, answer, ex, out, pid, epoch, unverified=ex.unverified, what=what
     ):
         if answer == 0 and lane is t:
-            t.unanswered_ts = None  # the broker ended whatever was open
+            t.unanswered = False  # the broker ended whatever was open
         return
     if answer is None:
         rec = lane.txn
@@ -539,7 +539,7 @@ def on_end_txn(state: AuditState, ex: Exchange, out: list[Finding]) -> None:
     if answer != 0:
         return  # e.g. CONCURRENT_TRANSACTIONS: the client retries; the transaction is still open
     if lane is t:
-        t.unanswered_ts = None  # what went unanswered before belonged to the transaction now ended
+        t.unanswered = False  # what went unanswered before belonged to the transaction now ended
     rec = lane.txn
     started = rec.start_ts if rec is not None and rec.outcome is None and rec.registration_known else None
     enter(state, lane, trigger, pid, epoch, ex.request_ts, end_ts=ex.response_ts, client=ex.client)

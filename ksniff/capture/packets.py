@@ -52,13 +52,16 @@ _NULL_BE = struct.Struct(">I").unpack_from
 _WORDS = {n: struct.Struct(f"!{n // 2}H").unpack_from for n in range(20, 61, 4)}
 
 
+def _fold(total: int) -> int:
+    """A sum of at most 30 16-bit words folded to 16 bits, one's complement (two carries at most)."""
+    total = (total & 0xFFFF) + (total >> 16)
+    return (total & 0xFFFF) + (total >> 16)
+
+
 def header_sum(mv, p: int, n: int) -> int:
     """The checksum the IPv4 header of `n` bytes at `mv[p:]` should carry (for tools that rewrite one)."""
     words = _WORDS[n](mv, p)
-    total = sum(words) - words[5]
-    while total > 0xFFFF:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
+    return ~_fold(sum(words) - words[5]) & 0xFFFF
 
 
 def header_sum_ok(mv, p: int, n: int) -> bool:
@@ -66,11 +69,7 @@ def header_sum_ok(mv, p: int, n: int) -> bool:
     NIC by capture hosts that offload it (Linux fills it in before the capture point, so a capture of
     a Linux host has it everywhere; TCP's own checksum is offloaded too often to be read this way)."""
     words = _WORDS[n](mv, p)
-    if not words[5]:
-        return True
-    total = sum(words)
-    total = (total & 0xFFFF) + (total >> 16)
-    return (total & 0xFFFF) + (total >> 16) == 0xFFFF
+    return not words[5] or _fold(sum(words)) == 0xFFFF
 
 
 _IPV6_EXT = frozenset((0, 43, 60))  # hop-by-hop, routing, destination options: length in 8-byte units

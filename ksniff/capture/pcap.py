@@ -97,16 +97,19 @@ def pcap_segments(
                 pos, buf, end = new_pos, b.buf, b.end
                 continue
             pos = p + caplen
+            raw = sec + frac / unit
             if frac >= unit:
                 ts = float(sec) if ts is None else ts
                 damaged += 1
-            elif ts is not None and pos + 8 <= end and (after := stamp(buf, pos))[1] < unit:
-                if out_of_line(ts, sec + frac / unit, after[0] + after[1] / unit):
-                    damaged += 1  # ts stays the time given to the record before
-                else:
-                    ts = sec + frac / unit
+            elif (
+                ts is not None
+                and pos + 8 <= end
+                and (after := stamp(buf, pos))[1] < unit
+                and out_of_line(ts, raw, after[0] + after[1] / unit)
+            ):
+                damaged += 1  # ts stays the time given to the record before
             else:
-                ts = sec + frac / unit
+                ts = raw
             packets += 1
             if not packets & PROGRESS_EVERY:
                 b.parsed = pos

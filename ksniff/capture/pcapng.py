@@ -201,10 +201,14 @@ class PcapngWalk:
                         break
                     raw = ((hi << 32) | lo) / units[iface] + offsets[iface]
                     after = pos + blen  # the next block's time, when it is a packet's, for out_of_line
-                    if packets and after + 20 <= end and block_head(buf, after)[0] == 6:
-                        _t, _n, nxt_iface, nxt_hi, nxt_lo = block_head(buf, after)
-                        if nxt_iface < len(links) and out_of_line(
-                            ts, raw, ((nxt_hi << 32) | nxt_lo) / units[nxt_iface] + offsets[nxt_iface]
+                    if packets and after + 20 <= end:
+                        nxt_type, _n, nxt_iface, nxt_hi, nxt_lo = block_head(buf, after)
+                        if (
+                            nxt_type == 6
+                            and nxt_iface < len(links)
+                            and out_of_line(
+                                ts, raw, ((nxt_hi << 32) | nxt_lo) / units[nxt_iface] + offsets[nxt_iface]
+                            )
                         ):
                             damaged += 1  # ts stays the time given to the packet before
                             raw = ts
