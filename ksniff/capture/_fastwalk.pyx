@@ -416,7 +416,7 @@ cdef class HotSlots:
     (one direction of a connection); and the capture's clock (`pm`, its latest timestamp so far), kept
     across calls by the reassembler."""
 
-    cdef Py_ssize_t fast, last_ts, ack_out, nxt, nxt32, parts, p_off, p_len, p_last, p_marks
+    cdef Py_ssize_t fast, last_ts, ack_out, nxt, nxt32, parts, p_off, p_len, p_last, p_marks, tail, tail_off
     cdef public double pm
     cdef public long long n  # segments taken so far (Reassembler._n)
     # ChunkMerger.start and flush_half in C (`Chunks`), when the reassembler hands them over; None: the
@@ -435,6 +435,7 @@ cdef class HotSlots:
         self.ack_out, self.nxt, self.nxt32 = _slot(half, "ack_out"), _slot(half, "nxt"), _slot(half, "nxt32")
         self.parts, self.p_off, self.p_len = _slot(half, "parts"), _slot(half, "p_off"), _slot(half, "p_len")
         self.p_last, self.p_marks = _slot(half, "p_last"), _slot(half, "p_marks")
+        self.tail, self.tail_off = _slot(half, "tail"), _slot(half, "tail_off")
         self.pm = float("-inf")
         self.n = 0
         self.keep = half
@@ -594,7 +595,7 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
     bytes come, before anything is called (the merger's methods) and when the loop returns: not an int
     made and freed for each of them per segment. Nothing outside this loop reads them in between."""
     cdef Py_ssize_t n = len(segs), plen
-    cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0, bits
+    cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0, bits, bits_old
     cdef bint joins
     cdef PyObject *field
     cdef tuple seg
@@ -636,7 +637,24 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
                 elif not (_small_slot(h, at.nxt32, &nxt32) and _small_slot(h, at.nxt, &nxt)):
                     return ~i
                 if seq != nxt32:
-                    return ~i
+                    # Bytes all delivered already (a retransmission, or the twin of a segment another
+                    # capture point gave first): the careful path's steps for them, which change only
+                    # these fields and may count a difference (OutOfOrder.compare_old, `differs`).
+                    bits_old = (nxt32 - seq) & SEQ_MASK
+                    if bits_old >= SEQ_HALF or plen > bits_old:
+                        return ~i
+                    held.store(at)
+                    if not _delivered_again(h, at, nxt - bits_old, payload, plen, merger):
+                        return ~i
+                    if PyFloat_AS_DOUBLE(ts) > at.pm:
+                        at.pm = PyFloat_AS_DOUBLE(ts)
+                    at.n += 1
+                    merger.at = at.n  # as the careful path leaves it (what a later drain's chunk starts at)
+                    _put(h, at.last_ts, ts)
+                    if bits & 0x10:  # ACK
+                        _put(h, at.ack_out, seg[6])
+                    i += 1
+                    continue
                 field = _get(h, at.parts)
                 if field is NULL:
                     return ~i
@@ -691,6 +709,99 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
         return i
     finally:
         held.store(at)
+
+
+from libc.string cimport memcmp
+from cpython.memoryview cimport PyMemoryView_GET_BUFFER
+
+
+# TCP sequence numbers: 32 bits, and half their space (halves.MASK, halves.HALF).
+cdef long long SEQ_MASK = 0xFFFFFFFFLL
+cdef long long SEQ_HALF = 0x80000000LL
+
+# OutOfOrder.compare_old's pieces of the chunk being merged compared, from its end back (overlap.py).
+cdef Py_ssize_t PIECES_COMPARED = 8
+
+
+cdef int _delivered_again(object h, HotSlots at, long long off, object data, Py_ssize_t n,
+                          object merger) except -1:
+    """`ksniff.capture.overlap.differs` (the reference) for the hot loop, counted in the merger's stats as
+    `compare_old` counts it: bytes [off, off + n) of direction `h`, all delivered already, against the
+    pieces of the chunk being merged and the last chunk's tail. 0, before anything is counted, when a
+    field is not as the reassembler makes it: the careful path takes the segment then."""
+    cdef long long end = off + n, stop, start, a, b, p_off, p_len, t_off
+    cdef Py_ssize_t k, walked = 0
+    cdef int same = 1
+    cdef PyObject *field = _get(h, at.parts)
+    cdef object parts, piece, tail
+    if field is NULL:
+        return 0
+    parts = <object> field
+    if parts is not None:
+        if type(parts) is not list or not (_small_slot(h, at.p_off, &p_off) and _small_slot(h, at.p_len, &p_len)):
+            return 0
+    field = _get(h, at.tail)
+    if field is NULL:
+        return 0
+    tail = <object> field
+    t_off = 0
+    if tail is not None and not _small_slot(h, at.tail_off, &t_off):
+        return 0
+    if parts is not None and end > p_off:
+        k = len(<list> parts)
+        stop = p_off + p_len
+        while k and walked < PIECES_COMPARED:
+            k -= 1
+            walked += 1
+            piece = (<list> parts)[k]
+            start = stop - len(piece)
+            if start < end:
+                a, b = max(start, off), min(stop, end)
+                same = _same(piece, a - start, data, a - off, b - a)
+                if not same:
+                    break
+            if start <= off:
+                break
+            stop = start
+        else:
+            if k == 0:  # every piece walked: the bytes before the chunk, against the tail
+                same = _tail_same(tail, t_off, data, off, p_off)
+    else:
+        same = _tail_same(tail, t_off, data, off, end)
+    if not same:
+        merger.stats.overlaps_differing += 1
+    return 1
+
+
+cdef int _tail_same(object tail, long long t_off, object data, long long off, long long end) except -1:
+    cdef long long a, b
+    if tail is None:
+        return 1
+    a, b = max(off, t_off), min(end, t_off + len(tail))
+    if a >= b:
+        return 1
+    return _same(tail, a - t_off, data, a - off, b - a)
+
+
+cdef int _same(object x, Py_ssize_t xo, object y, Py_ssize_t yo, Py_ssize_t n) except -1:
+    """Whether x[xo:xo + n] and y[yo:yo + n] hold the same bytes (compared in place for bytes and flat
+    views of bytes, else as Python compares their slices)."""
+    cdef const char *px = _flat(x)
+    cdef const char *py = _flat(y)
+    if px is NULL or py is NULL:
+        return x[xo:xo + n] == y[yo:yo + n]
+    return memcmp(px + xo, py + yo, n) == 0
+
+
+cdef inline const char *_flat(object x):
+    cdef Py_buffer *b
+    if type(x) is bytes:
+        return PyBytes_AS_STRING(x)
+    if type(x) is memoryview:
+        b = PyMemoryView_GET_BUFFER(x)
+        if b.ndim == 1 and b.itemsize == 1 and (b.strides is NULL or b.strides[0] == 1):
+            return <const char *> b.buf
+    return NULL
 
 
 cdef class Held:

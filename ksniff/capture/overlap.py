@@ -26,6 +26,45 @@ from ksniff.capture.halves import HALF, INF, Half
 PIECE_COST = 128
 
 
+# Pieces of the chunk being merged that a retransmitted segment is compared with, from its end back: a
+# segment's twin from a second capture point comes within a few segments of it, and the comparison costs
+# each segment a bounded amount whatever the chunk holds.
+PIECES_COMPARED = 8
+
+
+def differs(h: Half, off: int, data) -> bool:
+    """Whether bytes [off, off + len(data)) of direction `h`, all delivered already, disagree with the
+    delivered bytes still held: the last `PIECES_COMPARED` pieces of the chunk being merged, then (for
+    bytes before that chunk) the tail of the last chunk let go. Bytes further back are not compared.
+    `_fastwalk.inorder` takes the same steps."""
+    end = off + len(data)
+    parts = h.parts
+    if parts is not None and end > h.p_off:
+        k = len(parts)
+        stop = h.p_off + h.p_len
+        walked = 0
+        while k and walked < PIECES_COMPARED:
+            k -= 1
+            walked += 1
+            piece = parts[k]
+            start = stop - len(piece)
+            if start < end:
+                a, b = max(start, off), min(stop, end)
+                if piece[a - start : b - start] != data[a - off : b - off]:
+                    return True
+            if start <= off:
+                return False
+            stop = start
+        if k:
+            return False
+        end = h.p_off
+    tail = h.tail
+    if tail is None:
+        return False
+    a, b = max(off, h.tail_off), min(end, h.tail_off + len(tail))
+    return a < b and tail[a - h.tail_off : b - h.tail_off] != data[a - off : b - off]
+
+
 class OutOfOrder:
     """Bytes that came before the ones expected, per direction, under the buffer caps."""
 
@@ -66,14 +105,11 @@ class OutOfOrder:
         self._enforce_caps(h, now)
 
     def compare_old(self, h: Half, off: int, data) -> None:
-        """A retransmission of delivered bytes: count it if it disagrees with what we delivered."""
-        if h.parts is not None:
-            self.merger.flush_half(h)
-        tail = h.tail
-        if tail is None:
-            return
-        a, b = max(off, h.tail_off), min(off + len(data), h.tail_off + len(tail))
-        if a < b and tail[a - h.tail_off : b - h.tail_off] != data[a - off : b - off]:
+        """A retransmission of delivered bytes, or the same segment seen at a second capture point:
+        counted once if it disagrees with what was delivered, as far as that is still held (the pieces of
+        the chunk being merged, then the tail of the last chunk). The chunk being merged goes on: a
+        connection captured at both ends brings every segment twice."""
+        if differs(h, off, data):
             self.stats.overlaps_differing += 1
 
     def _buffer(self, h: Half, off: int, end: int, data, ts: float) -> None:

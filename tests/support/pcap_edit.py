@@ -141,3 +141,25 @@ def without(capture: Path, out: Path, record: int) -> Path:
     end = pos + 16 + struct.unpack_from("<I", data, pos + 8)[0]
     out.write_bytes(data[:pos] + data[end:])
     return out
+
+
+def shifted(capture: Path, out: Path, micros: int, keep=lambda record, frame: True) -> Path:
+    """`capture` (classic little-endian pcap, microsecond times) with every record's time `micros` later
+    (earlier when negative), keeping the records `keep(n, frame)` accepts: the same packets as another
+    capture point with another clock records them."""
+    import struct
+
+    data = capture.read_bytes()
+    assert data[:4] == b"\xd4\xc3\xb2\xa1", "a classic little-endian pcap with microsecond times"
+    parts = [data[:24]]
+    pos, n = 24, 0
+    while pos + 16 <= len(data):
+        sec, usec, caplen, wire = struct.unpack_from("<IIII", data, pos)
+        frame = data[pos + 16 : pos + 16 + caplen]
+        if keep(n, frame):
+            sec, usec = divmod(sec * 1_000_000 + usec + micros, 1_000_000)
+            parts.append(struct.pack("<IIII", sec, usec, caplen, wire) + frame)
+        pos += 16 + caplen
+        n += 1
+    out.write_bytes(b"".join(parts))
+    return out
