@@ -197,6 +197,11 @@ def _next_batch(walk: Iterator[list[tuple]]) -> list[tuple] | None:
     return None
 
 
+# Segments per list the merge of several files gathers runs into (the compiled walk's batches are up to
+# 1,024 records).
+MERGED_BATCH = 1024
+
+
 def _merged_batches(files: list[CaptureFile], shifts: list[float]) -> Iterator[list[tuple]]:
     """`_merged` a run of one file's segments at a time: the merge takes a file's next segment while it
     is still the least of all (its timestamp, then the file's place, against the next segment of every
@@ -205,6 +210,9 @@ def _merged_batches(files: list[CaptureFile], shifts: list[float]) -> Iterator[l
     their segments."""
     # (its next segment's timestamp, file, its batch, that segment's place, walk)
     heap: list[tuple] = [(ts, n, None, 0, None) for ts, n in _first_times(files, shifts)]
+    # Runs are gathered into lists of about MERGED_BATCH segments: files of two capture points of the same
+    # connections alternate segment by segment, and a list per segment would cost the loops per list.
+    out: list[tuple] = []
     while heap:
         _key, n, batch, i, walk = heap[0]
         if walk is None:  # the merge is at this file's first segment: open it
@@ -226,13 +234,21 @@ def _merged_batches(files: list[CaptureFile], shifts: list[float]) -> Iterator[l
             else:
                 while j < m and batch[j][0] < limit:
                     j += 1
-        yield batch if i == 0 and j == m else batch[i:j]
+        if i == 0 and j == m and not out:
+            yield batch  # a whole batch: as the walk made it
+        else:
+            out += batch[i:j] if j - i > 1 else (batch[i],)
+            if len(out) >= MERGED_BATCH:
+                yield out
+                out = []
         if j == m:
             batch, j = _next_batch(walk), 0
             if batch is None:
                 heapq.heappop(heap)
                 continue
         heapq.heapreplace(heap, (batch[j][0], n, batch, j, walk))
+    if out:
+        yield out
 
 
 def iter_segments(path: str) -> Iterator[tuple]:
