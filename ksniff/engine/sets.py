@@ -18,7 +18,8 @@ and overlap in time (captures taken on several brokers of one cluster at once). 
 enough: Tansu names every instance alike and librdkafka's mock draws ids that repeat, and captures taken
 at different times share no state the audit could check (joining them would invent sequence gaps across
 the hours between them). Everything else is a set of its own. `--merge` makes one set, `--separate` one
-per file.
+per file. The files of a rotated capture share its clock; two capture points of one connection each keep
+their own (`_two_points`), and ksniff.engine.clock puts them on one time line.
 
 Each set is audited by its own pipeline, one after the other: a set of one file gives exactly what that
 file gives alone, and memory is that of the largest set.
@@ -50,6 +51,11 @@ MAX_DIRECTIONS = 200_000  # TCP directions remembered per file; more are counted
 SEQ_SLACK = 1 << 20  # sequence numbers two files' views of a direction may lie apart and still meet
 CLOCK_SLACK = 300.0  # seconds two hosts' clocks may disagree by and their captures still count as at once
 MAX_SERVERS = 10_000  # addresses connections were opened to, remembered per file
+# Two files of one connection are two capture points of it (each on its own clock, `_two_points`) when
+# they ran at once for more than AT_ONCE seconds as recorded, or carry the same bytes of most directions
+# they share: at least half of the shorter one's bytes of a direction, or TWICE_BYTES of them.
+AT_ONCE = 1.0
+TWICE_BYTES = 256 << 10
 _MOD = 1 << 32
 _HALF = 1 << 31
 INF = float("inf")
@@ -254,6 +260,32 @@ def _continues(a: FileScan, b: FileScan) -> tuple | None:
     return None
 
 
+def _two_points(a: FileScan, b: FileScan) -> bool:
+    """Whether two files that carry the same TCP connection saw it at two capture points (a client's host
+    and a broker's, each with its own clock), rather than one after the other (a rotated capture: one
+    clock). Two points ran at once, as recorded, or carry the same bytes of most directions they share
+    (with clocks apart by more than the captures lasted, they need not overlap as recorded); a rotated
+    capture repeats at its cut at most a retransmitted segment."""
+    if a.first_ts is not None and b.first_ts is not None:
+        if min(a.last_ts, b.last_ts) - max(a.first_ts, b.first_ts) > AT_ONCE:
+            return True
+    small, large = (a, b) if len(a.directions) <= len(b.directions) else (b, a)
+    shared = twice = 0
+    for key, (first, lo, hi, _flags) in small.directions.items():
+        other = large.directions.get(key)
+        if other is None or hi <= lo or other[2] <= other[1]:
+            continue  # not in both, or no bytes in one of them
+        shift = (other[0] - first) % _MOD
+        if shift >= _HALF:
+            shift -= _MOD
+        olo, ohi = other[1] + shift, other[2] + shift
+        both = min(hi, ohi) - max(lo, olo)
+        shared += 1
+        if both > 0 and (both >= TWICE_BYTES or 2 * both >= min(hi - lo, ohi - olo)):
+            twice += 1
+    return 2 * twice > shared
+
+
 def _near(a: FileScan, b: FileScan, slack: float = 0.0) -> bool:
     """Both captures ran at once, give or take `slack` seconds."""
     if a.first_ts is None or b.first_ts is None:
@@ -408,9 +440,25 @@ def plan(
         {(a, b) for files in sharing.values() for x, a in enumerate(files) for b in files[x + 1 :]}
     )
     del sharing
+    # Files share a clock when they continue one another (a rotated capture); two capture points of one
+    # connection are one set, each on its own clock, put on one time line like captures of several brokers.
+    same_clock = list(range(len(paths)))
+
+    def clock_of(i: int) -> int:
+        while same_clock[i] != i:
+            same_clock[i] = same_clock[same_clock[i]]
+            i = same_clock[i]
+        return i
+
     for i, j in candidates:
         if _continues(scans[i], scans[j]) is not None:
-            join(i, j, f"{_name(scans[j].path)} and {_name(scans[i].path)} carry the same TCP connection")
+            a, b = _name(scans[j].path), _name(scans[i].path)
+            if _two_points(scans[i], scans[j]):
+                join(i, j, f"{a} and {b} carry the same TCP connection, seen at two capture points")
+            else:
+                join(i, j, f"{a} and {b} carry the same TCP connection")
+                ci, cj = clock_of(i), clock_of(j)
+                same_clock[max(ci, cj)] = min(ci, cj)
     # Identity: per group of files that continue one another, the earliest files until one names a
     # cluster (the later parts of a rotated capture rarely repeat the clients' first Metadata requests).
     # Only groups that ran at the same time as another group (give or take CLOCK_SLACK) can join it by
@@ -418,7 +466,7 @@ def plan(
     components: dict[int, list[int]] = {}
     for i in range(len(paths)):
         components.setdefault(root(i), []).append(i)
-    clock_group = {i: root(i) for i in range(len(paths))}  # files that continue one another share a clock
+    clock_group = {i: clock_of(i) for i in range(len(paths))}
     alone = _alone_in_time([[scans[m] for m in members] for members in components.values()])
     in_time = [
         sorted(members, key=lambda k: (scans[k].first_ts is None, scans[k].first_ts or 0.0))

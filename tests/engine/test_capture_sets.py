@@ -79,6 +79,9 @@ def test_rotated_files_are_one_set(tmp_path: Path) -> None:
     (only,) = plan(parts)
     assert only.paths == tuple(parts)
     assert any("same TCP connection" in why for why in only.reasons)
+    # One capture cut in two: one clock, not two capture points to put on one time line.
+    assert not any("two capture points" in why for why in only.reasons)
+    assert only.clocks == ()
     reference = audit_paths([whole], CONFIG)
     rotated = audit_paths(parts, CONFIG)
     for table in ("findings", "transactions", "producers", "partitions"):

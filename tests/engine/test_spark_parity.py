@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pcap_edit import shifted
 
 from ksniff.capture import CaptureError
 from ksniff.config import EngineConfig
@@ -288,6 +289,27 @@ def _rotated_match_the_whole(spark, tmp_path: Path) -> None:
     split = audit_paths_spark(parts, CONFIG, spark=spark)
     assert comparable(split, inputs=False) == reference
     assert [i.path for i in split.inputs] == parts
+
+
+def test_both_ends_of_open_connections_match_local(spark, tmp_path: Path, way: str) -> None:
+    """A client's capture and a broker's of the same open connections, the broker's clock 2.5 s behind:
+    each connection's segments come from both files on one time line, twice; the executors give the
+    local engine's set, clocks, outcomes and findings, both ways."""
+    from test_clock import _port_of, _servers, _tcp_flags
+
+    from ksniff.engine.spark import audit_paths_spark
+
+    capture = PCAPS / "txn_confluent_mock.pcap"
+    client = shifted(capture, tmp_path / "client.pcap", 0, lambda n, f: not _tcp_flags(f) & 0x02)
+    port = min(_servers(capture))
+    behind = -2_500_000  # microseconds
+    broker = shifted(
+        capture, tmp_path / "broker.pcap", behind, lambda n, f: not _tcp_flags(f) & 0x02 and _port_of(f, port)
+    )
+    paths = [str(client), str(broker)]
+    local = audit_paths(paths, CONFIG)
+    assert len(local.capture_sets[0].clocks) == 2
+    assert comparable(audit_paths_spark(paths, CONFIG, spark=spark)) == comparable(local)
 
 
 def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
