@@ -579,6 +579,12 @@ cdef inline void _put(object o, Py_ssize_t offset, object value):
     Py_XDECREF(old)
 
 
+# TCP sequence numbers: 32 bits, and half their space (halves.MASK, halves.HALF), as C integers (a bare
+# 0xFFFFFFFF is a Python int to Cython, and the arithmetic with it Python's).
+cdef long long SEQ_MASK = 0xFFFFFFFFLL
+cdef long long SEQ_HALF = 0x80000000LL
+
+
 def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, double sweep_at,
             Py_ssize_t max_chunk, HotSlots at):
     """The hot loop of `Reassembler.events` over `segs[i:]`, in C: segments of a known connection that
@@ -688,7 +694,7 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
                     else:
                         (<object> field).append(mark)
                 p_len += plen
-                held.keep(h, nxt + plen, (seq + plen) & 0xFFFFFFFF, p_len)
+                held.keep(h, nxt + plen, (seq + plen) & SEQ_MASK, p_len)
                 if p_len >= max_chunk:
                     held.store(at)
                     if at.chunks is not None:
@@ -698,7 +704,7 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
             else:
                 held.store(at)
                 _put(h, at.nxt, <object> (nxt + plen))
-                _put(h, at.nxt32, <object> ((seq + plen) & 0xFFFFFFFF))
+                _put(h, at.nxt32, <object> ((seq + plen) & SEQ_MASK))
                 if at.chunks is not None:
                     at.chunks.start(merger, h, <object> nxt, payload, <object> plen, ts, <object> at.n)
                 else:
@@ -714,10 +720,6 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
 from libc.string cimport memcmp
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
 
-
-# TCP sequence numbers: 32 bits, and half their space (halves.MASK, halves.HALF).
-cdef long long SEQ_MASK = 0xFFFFFFFFLL
-cdef long long SEQ_HALF = 0x80000000LL
 
 # OutOfOrder.compare_old's pieces of the chunk being merged compared, from its end back (overlap.py).
 cdef Py_ssize_t PIECES_COMPARED = 8
