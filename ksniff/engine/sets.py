@@ -251,13 +251,27 @@ def _continues(a: FileScan, b: FileScan) -> tuple | None:
         other = large.directions.get(key)
         if other is None:
             continue
-        shift = (other[0] - first) % _MOD
-        if shift >= _HALF:
-            shift -= _MOD
-        olo, ohi = other[1] + shift, other[2] + shift
+        olo, ohi = _range_against(first, other)
         if olo <= hi + SEQ_SLACK and lo <= ohi + SEQ_SLACK:
             return key
     return None
+
+
+def _root(parent: list[int], i: int) -> int:
+    """The root of `i` in the union-find forest `parent` (its paths halved on the way)."""
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+def _range_against(first: int, other: list[int]) -> tuple[int, int]:
+    """The lowest and highest byte of another file's view `other` of a direction ([its first sequence
+    number, lowest, highest]), relative to `first`, this file's first sequence number of it."""
+    shift = (other[0] - first) % _MOD
+    if shift >= _HALF:
+        shift -= _MOD
+    return other[1] + shift, other[2] + shift
 
 
 def _two_points(a: FileScan, b: FileScan) -> bool:
@@ -275,10 +289,7 @@ def _two_points(a: FileScan, b: FileScan) -> bool:
         other = large.directions.get(key)
         if other is None or hi <= lo or other[2] <= other[1]:
             continue  # not in both, or no bytes in one of them
-        shift = (other[0] - first) % _MOD
-        if shift >= _HALF:
-            shift -= _MOD
-        olo, ohi = other[1] + shift, other[2] + shift
+        olo, ohi = _range_against(first, other)
         both = min(hi, ohi) - max(lo, olo)
         shared += 1
         if both > 0 and (both >= TWICE_BYTES or 2 * both >= min(hi - lo, ohi - olo)):
@@ -421,10 +432,7 @@ def plan(
     reasons: dict[int, list[str]] = {}
 
     def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+        return _root(parent, i)
 
     def join(i: int, j: int, why: str) -> None:
         ri, rj = root(i), root(j)
@@ -445,10 +453,7 @@ def plan(
     same_clock = list(range(len(paths)))
 
     def clock_of(i: int) -> int:
-        while same_clock[i] != i:
-            same_clock[i] = same_clock[same_clock[i]]
-            i = same_clock[i]
-        return i
+        return _root(same_clock, i)
 
     for i, j in candidates:
         if _continues(scans[i], scans[j]) is not None:
