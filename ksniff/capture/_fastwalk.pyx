@@ -719,6 +719,7 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
 
 from libc.string cimport memcmp
 from cpython.memoryview cimport PyMemoryView_GET_BUFFER
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 
 
 # OutOfOrder.compare_old's pieces of the chunk being merged compared, from its end back (overlap.py).
@@ -1042,11 +1043,16 @@ def scan_batch(list segs, dict dirs, set servers, Py_ssize_t max_dirs, Py_ssize_
             if len(dirs) >= max_dirs:
                 dropped += 1
                 continue
-            dirs[key] = [seg[5], 0, n, flags & K_SYN]
+            r = [seg[5], 0, n, flags & K_SYN, S_LEVEL, None]
+            dirs[key] = r
+            if n >= S_BYTES and type(payload) is not int:
+                _sample(r, <unsigned int>(<unsigned long long>seg[5] & 0xFFFFFFFFULL), payload, n, seg[0])
             continue
         r = <list>found
         if flags & (K_FIN | K_RST):
             r[3] = r[3] | K_FIN
+            if r[3] == K_SYN | K_FIN:
+                r[5] = None  # opened and closed here: forgotten at the end (sets.scan)
         seq = seg[5]
         first = r[0]
         rel = <long long>((seq - first) & 0xFFFFFFFFULL)
@@ -1056,4 +1062,87 @@ def scan_batch(list segs, dict dirs, set servers, Py_ssize_t max_dirs, Py_ssize_
             r[1] = rel
         if rel + n > <long long>r[2]:
             r[2] = rel + n
+        if n >= S_BYTES and type(payload) is not int and r[3] != K_SYN | K_FIN:
+            _sample(r, <unsigned int>(seq & 0xFFFFFFFFULL), payload, n, seg[0])
     return dropped
+
+
+# The planner's samples of a direction's bytes (ksniff.engine.sets: SAMPLE_LEVEL, SAMPLES, SAMPLE_BYTES;
+# kept equal by a test): a record per sample, its sequence number (4 bytes, little-endian), its bytes and
+# the time of the segment that held them (a double, little-endian on the machines this builds for).
+SAMPLING = (6, 32, 8)
+cdef enum:
+    S_LEVEL = 6
+    S_MAX = 32
+    S_BYTES = 8
+    S_SIZE = 20
+
+
+cdef inline unsigned int _s_pos(const unsigned char* p):
+    return p[0] | (<unsigned int>p[1] << 8) | (<unsigned int>p[2] << 16) | (<unsigned int>p[3] << 24)
+
+
+cdef bint _s_holds(bytearray held, unsigned int pos):
+    cdef const unsigned char* p = <const unsigned char*>PyByteArray_AS_STRING(held)
+    cdef Py_ssize_t i, size = PyByteArray_GET_SIZE(held)
+    for i in range(0, size, S_SIZE):
+        if _s_pos(p + i) == pos:
+            return True
+    return False
+
+
+cdef object _s_coarsened(object held, long level):
+    """sets._coarsened: the samples at multiples of 2**level, in their order."""
+    if held is None:
+        return None
+    cdef bytearray h = <bytearray>held
+    cdef const unsigned char* p = <const unsigned char*>PyByteArray_AS_STRING(h)
+    cdef Py_ssize_t i, size = PyByteArray_GET_SIZE(h)
+    cdef unsigned int mask = <unsigned int>((1ULL << level) - 1)
+    cdef bytearray out = bytearray()
+    for i in range(0, size, S_SIZE):
+        if not _s_pos(p + i) & mask:
+            out += h[i : i + S_SIZE]
+    return out
+
+
+cdef void _sample(list r, unsigned int seq, object payload, long long n, double ts) except *:
+    """sets.sample, the reference: the bytes at each multiple of 2**level the segment holds whole."""
+    cdef long level = r[4]
+    cdef long long d, step
+    cdef unsigned int pos
+    cdef const unsigned char[:] view
+    cdef unsigned char record[S_SIZE]
+    cdef object held
+    while (n >> level) > S_MAX and level < 31:
+        level += 1
+    if level != <long>r[4]:
+        r[4] = level
+        r[5] = _s_coarsened(r[5], level)
+    step = 1LL << level
+    d = <long long>((0x100000000ULL - seq) & <unsigned long long>(step - 1))
+    if d + S_BYTES > n:
+        return
+    view = payload
+    while d + S_BYTES <= n:
+        pos = <unsigned int>((seq + <unsigned long long>d) & 0xFFFFFFFFULL)
+        held = r[5]
+        if held is None:
+            held = bytearray()
+            r[5] = held
+        if not _s_holds(<bytearray>held, pos):
+            record[0] = pos & 0xFF
+            record[1] = (pos >> 8) & 0xFF
+            record[2] = (pos >> 16) & 0xFF
+            record[3] = (pos >> 24) & 0xFF
+            memcpy(&record[4], &view[d], S_BYTES)
+            memcpy(&record[4 + S_BYTES], &ts, 8)
+            held += PyBytes_FromStringAndSize(<char*>record, S_SIZE)
+            while PyByteArray_GET_SIZE(held) > S_MAX * S_SIZE and level < 31:
+                level += 1
+                r[4] = level
+                held = _s_coarsened(held, level)
+                r[5] = held
+            step = 1LL << level
+        d += 1
+        d += <long long>((0x100000000ULL - ((seq + <unsigned long long>d) & 0xFFFFFFFFULL)) & <unsigned long long>(step - 1))

@@ -24,6 +24,9 @@ class CaptureRun:
     ) -> None:
         self._files = files
         self.offsets = list(offsets)  # seconds added to each file's timestamps (clock alignment)
+        # 4-tuple -> the 4-tuple its segments are read as (one connection seen behind an address
+        # translation: ksniff.engine.sets.CaptureSet.renamed), or None
+        self.renames: dict[tuple, tuple] | None = None
         self.stats = CaptureStats()
         self.reassembler = Reassembler(limits, self.stats)
         self.inputs: list[InputInfo] = []
@@ -52,7 +55,7 @@ class CaptureRun:
 
     def _events(self) -> Iterator[StreamEvent]:
         try:
-            yield from reassembled(self.reassembler, self._files, self.offsets)
+            yield from reassembled(self.reassembler, self._files, self.offsets, self.renames)
         finally:
             self._summarise()
 
@@ -117,23 +120,40 @@ def add_file_counts(
 
 
 def reassembled(
-    reassembler: Reassembler, files: list[CaptureFile], offsets: Sequence[float] = ()
+    reassembler: Reassembler,
+    files: list[CaptureFile],
+    offsets: Sequence[float] = (),
+    renames: dict[tuple, tuple] | None = None,
 ) -> Iterator[StreamEvent]:
     """`reassembler`'s events for the files' segments merged by time (`segments`): in the compiled
     walk's lists, cut where the merge goes to another file, through the hot loop when it is built, else
     one at a time through the Python loop."""
     if hot_loop() is not None:
-        return reassembler.batch_events(batched_segments(files, offsets))
-    return reassembler.events(segments(files, offsets))
+        return reassembler.batch_events(batched_segments(files, offsets, renames))
+    return reassembler.events(segments(files, offsets, renames))
 
 
-def segments(files: list[CaptureFile], offsets: Sequence[float] = ()) -> Iterator[tuple]:
+def segments(
+    files: list[CaptureFile], offsets: Sequence[float] = (), renames: dict[tuple, tuple] | None = None
+) -> Iterator[tuple]:
     """Segments of all files; several files are merged by timestamp, each file's shifted by its offset
-    (seconds added: ksniff.engine.clock) when given."""
+    (seconds added: ksniff.engine.clock) when given; a segment of a 4-tuple in `renames` as the 4-tuple
+    it names (one connection seen behind an address translation)."""
     shifts = list(offsets) or [0.0] * len(files)
     if len(files) == 1:
-        return _walk(files[0], shifts[0])
-    return _merged(files, shifts)
+        walk = _walk(files[0], shifts[0])
+    else:
+        walk = _merged(files, shifts)
+    if not renames:
+        return walk
+    return (seg for batch in renamed_batches(([s] for s in walk), renames) for seg in batch)
+
+
+def renamed_batches(batches: Iterator[list[tuple]], renames: dict[tuple, tuple]) -> Iterator[list[tuple]]:
+    """The batches with each segment of a 4-tuple in `renames` as the 4-tuple it names."""
+    get = renames.get
+    for batch in batches:
+        yield [seg if (to := get(seg[1:5])) is None else (seg[0], *to, *seg[5:]) for seg in batch]
 
 
 def _walk(f: CaptureFile, offset: float) -> Iterator[tuple]:
@@ -174,13 +194,17 @@ def _shifted(walk: Iterator[tuple], offset: float) -> Iterator[tuple]:
         yield (seg[0] + offset, *seg[1:])
 
 
-def batched_segments(files: list[CaptureFile], offsets: Sequence[float] = ()) -> Iterator[list[tuple]]:
-    """`segments(files, offsets)` in lists, for `Reassembler.batch_events`: the same segments in the same
-    order. One file on its own clock gives its walk's batches as they are."""
+def batched_segments(
+    files: list[CaptureFile], offsets: Sequence[float] = (), renames: dict[tuple, tuple] | None = None
+) -> Iterator[list[tuple]]:
+    """`segments(files, offsets, renames)` in lists, for `Reassembler.batch_events`: the same segments in
+    the same order. One file on its own clock gives its walk's batches as they are."""
     shifts = list(offsets) or [0.0] * len(files)
     if len(files) == 1:
-        return _batched_walk(files[0], shifts[0])
-    return _merged_batches(files, shifts)
+        batches = _batched_walk(files[0], shifts[0])
+    else:
+        batches = _merged_batches(files, shifts)
+    return batches if not renames else renamed_batches(batches, renames)
 
 
 def _batched_walk(f: CaptureFile, offset: float) -> Iterator[list[tuple]]:

@@ -52,15 +52,19 @@ _DECODED = _APIS | {"Metadata"}
 class Anchors:
     """One group of files' events that order it against other groups."""
 
-    born: dict[int, float] = field(default_factory=dict)  # producer id -> its InitProducerId answer
-    first_use: dict[int, float] = field(default_factory=dict)  # producer id -> first Produce carrying it
+    # (producer id, epoch) -> the InitProducerId answer that handed them out, and the first Produce
+    # carrying them. Keyed by the epoch too: an answer of a later epoch of the same id (a restart, a fenced
+    # zombie's successor) seen by a capture that began after the first would otherwise stand for the first.
+    born: dict[tuple[int, int], float] = field(default_factory=dict)
+    first_use: dict[tuple[int, int], float] = field(default_factory=dict)
     # (producer id, epoch) -> (first EndTxn request time, it committed, partitions added before it)
     first_end: dict[tuple[int, int], tuple[float, bool]] = field(default_factory=dict)
     added: dict[tuple[int, int], list[tuple[float, tuple[str, int]]]] = field(default_factory=dict)
     # (producer id, epoch, topic, partition) -> answer time of its batch with base sequence 0
     first_batch: dict[tuple[int, int, str, int], float] = field(default_factory=dict)
     # (producer id, epoch, topic, partition) -> first Produce request, and first AddPartitionsToTxn answer
-    # that added it
+    # that added it: only for an epoch whose InitProducerId answer this capture saw first (a capture that
+    # began later in the epoch sees a later transaction's answer first, which no write need follow)
     first_write: dict[tuple[int, int, str, int], float] = field(default_factory=dict)
     first_added: dict[tuple[int, int, str, int], float] = field(default_factory=dict)
     # (producer id, epoch) -> EndTxn (request, answer) times; (producer id, epoch, topic, partition) ->
@@ -85,8 +89,9 @@ class Anchors:
                 pid = h.producer_id
                 if pid < 0:
                     continue
-                if ex.request_ts < self.first_use.get(pid, math.inf):
-                    self.first_use[pid] = ex.request_ts
+                used = (pid, h.producer_epoch)
+                if ex.request_ts < self.first_use.get(used, math.inf):
+                    self.first_use[used] = ex.request_ts
                 if not h.transactional:
                     continue  # what follows orders transactions: an idempotent bulk load keeps nothing
                 write = (pid, h.producer_epoch, b.topic, b.partition)
@@ -100,7 +105,8 @@ class Anchors:
             resp = ex.response
             if resp is not None and resp.error_code == 0 and resp.producer_id >= 0 and ex.response_ts:
                 pid = resp.producer_id
-                self.born[pid] = min(ex.response_ts, self.born.get(pid, math.inf))
+                granted = (pid, resp.producer_epoch)
+                self.born[granted] = min(ex.response_ts, self.born.get(granted, math.inf))
                 self.boundaries.append((ex.response_ts, ex.request.transactional_id, pid))
         elif name == "AddPartitionsToTxn":
             for tid, pid, epoch, verify_only, wanted, answers in add_partitions_entries(ex):
@@ -115,7 +121,9 @@ class Anchors:
                     key = (pid, epoch, topic, partition)
                     self.adds.setdefault(key, []).append(ex.response_ts)
                     accepted = answers.get((topic, partition)) == 0
-                    if accepted and ex.response_ts < self.first_added.get(key, math.inf):
+                    if not accepted or self.born.get((pid, epoch), math.inf) > ex.response_ts:
+                        continue  # refused, or the epoch began before this capture
+                    if ex.response_ts < self.first_added.get(key, math.inf):
                         self.first_added[key] = ex.response_ts
         elif name == "EndTxn":
             req = ex.request
@@ -234,8 +242,8 @@ def bounds(a: Anchors, b: Anchors) -> tuple[float, float, int]:
     for earlier, later, sign in ((a, b, 1), (b, a, -1)):
         # earlier's event E must precede later's event L: L + off(later) >= E + off(earlier).
         found = []
-        for pid, ts in earlier.born.items():
-            use = later.first_use.get(pid)
+        for granted, ts in earlier.born.items():
+            use = later.first_use.get(granted)
             if use is not None:
                 found.append(ts - use)
         for key, ts in earlier.first_added.items():
@@ -336,10 +344,13 @@ def align(
     groups: Sequence[tuple[str, ...]],
     anchors: Sequence[Anchors],
     servers: Sequence[frozenset[str]] = (),
+    seen: dict[tuple[int, int], tuple[float, float, int]] | None = None,
 ) -> list[Clock] | None:
     """Each group's clock from its anchors (`anchors_of`, one per group), the group with most anchors the
     reference; None when fewer than two groups bound one another (nothing to align). Groups the anchors
-    do not reach keep their clock."""
+    do not reach keep their clock. `seen`: (i, j) -> (low, high, pairs) of `offset(j) - offset(i)` (i < j)
+    from the times two capture points saw the same bytes at (ksniff.engine.sets._segment_bounds): far
+    tighter than the protocol's order, and taken alone where the two disagree."""
     if len(groups) < 2:
         return None
     n = len(groups)
@@ -353,7 +364,14 @@ def align(
                 pairs += len(holes)
         if pairs:
             edges[(i, j)] = (low, high, pairs)
-            edges[(j, i)] = (-high, -low, pairs)
+    for (i, j), (s_low, s_high, s_pairs) in (seen or {}).items():
+        low, high, pairs = edges.get((i, j), (-math.inf, math.inf, 0))
+        if max(low, s_low) <= min(high, s_high):
+            edges[(i, j)] = (max(low, s_low), min(high, s_high), pairs + s_pairs)
+        else:  # the bytes' own times win over anchors that disagree with them
+            edges[(i, j)] = (s_low, s_high, s_pairs)
+    for (i, j), (low, high, pairs) in list(edges.items()):
+        edges[(j, i)] = (-high, -low, pairs)
     if not edges:
         return None
     weight = [0] * n

@@ -376,7 +376,9 @@ def _audit_set(
     """One capture set's run, labelled as the set's; `records_used`: bytes earlier sets' records already
     drew from the run's decompression budget."""
     offset_of = cset.offset_of if cset.clocks else None
-    result, identity = audit_capture(list(cset.paths), config, offset_of, progress, tables, records_used)
+    result, identity = audit_capture(
+        list(cset.paths), config, offset_of, progress, tables, records_used, renames=cset.renames()
+    )
     if cset.clocks:
         result.findings = within_uncertainty(result.findings, cset.clocks)
     stamp_set(result, cset, identity)
@@ -391,19 +393,22 @@ def audit_capture(
     tables: RowSink | None = None,
     records_used: int = 0,
     peak: list[int] | None = None,
+    renames: dict[tuple, tuple] | None = None,
 ) -> tuple[AuditResult, Identity]:
     """The audit of one capture: `paths` read as one (each file's timestamps moved by `offset_of(path)`
     seconds, the capture set's clock alignment). The result is the set's before it is labelled as one,
     with what the capture's answers named (its Identity). The Spark engine runs this in the task that
     reads a capture set's files, for a set small enough for one task. `records_used`: bytes of the run's
     --records budget (ksniff.decode.records.Inflation) the sets before it used; `peak`: when given, the
-    budget's peak this audit reached (Inflation.peak) is appended to it."""
+    budget's peak this audit reached (Inflation.peak) is appended to it; `renames`: the 4-tuples read
+    as others (the capture set's connections seen behind an address translation, CaptureSet.renamed)."""
     run = read_files(list(paths), config.limits)
     # The decoder takes a large chunk as its segments' payloads: a frame of many chunks (a bulk Produce
     # request) is joined once, from its segments, instead of from chunks joined first.
     run.reassembler.hand_pieces(PIECES_FROM)
     if offset_of is not None:  # captures of several hosts: each file on the set's time line
         run.offsets = [offset_of(f.path) for f in run.files]
+    run.renames = renames
     pipeline = Pipeline(
         config,
         on_not_kafka=run.drop,

@@ -28,6 +28,7 @@ file gives alone, and memory is that of the largest set.
 from __future__ import annotations
 
 import heapq
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import field
 
@@ -56,9 +57,24 @@ MAX_SERVERS = 10_000  # addresses connections were opened to, remembered per fil
 # they share: at least half of the shorter one's bytes of a direction, or TWICE_BYTES of them.
 AT_ONCE = 1.0
 TWICE_BYTES = 256 << 10
+# What a direction's bytes look like, to know it again behind an address translation (`_translated`):
+# the SAMPLE_BYTES bytes at every absolute sequence number that is a multiple of 2**level, the level
+# starting at SAMPLE_LEVEL and raised while a direction holds more than SAMPLES of them. Two views of one
+# direction then share every multiple of the coarser view's step that both saw.
+SAMPLE_LEVEL = 6
+SAMPLES = 32
+SAMPLE_BYTES = 8
+# A sample's record: its sequence number (4 bytes, little-endian), its bytes, and the time of the segment
+# that first held them (a little-endian double): two capture points' times of the same bytes bound their
+# clocks (`_segment_bounds`).
+SAMPLE_KEY = 4 + SAMPLE_BYTES
+TIME_SLACK = 2e-6  # seconds: a capture's times are microseconds, kept as doubles of about 2**31 seconds
+SAMPLE_SIZE = SAMPLE_KEY + 8
+MAX_VIEWS = 64  # views sharing one sample looked at, at most (one connection: a few points, a few files)
 _MOD = 1 << 32
 _HALF = 1 << 31
 INF = float("inf")
+_TIME = struct.Struct("<d")
 
 
 @slotted_dataclass
@@ -68,8 +84,9 @@ class FileScan:
     path: str
     first_ts: float | None = None
     last_ts: float | None = None
-    # (src, sport, dst, dport) -> [first seq, lowest, highest] (lowest/highest relative to the first)
-    directions: dict[tuple, list[int]] = field(default_factory=dict)
+    # (src, sport, dst, dport) -> [first seq, lowest, highest (relative to the first), SYN and FIN seen,
+    # its samples' level, its samples (bytearray of SAMPLE_SIZE records) or None]
+    directions: dict[tuple, list] = field(default_factory=dict)
     directions_dropped: int = 0
     clusters: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # id -> {(node, port)}
     addresses: dict[str, frozenset[str]] = field(default_factory=dict)  # id -> {"host:port"} of its brokers
@@ -88,6 +105,13 @@ class CaptureSet:
     reasons: tuple[str, ...]
     cluster_ids: tuple[str, ...] = ()
     clocks: tuple = ()  # ksniff.engine.clock.Clock per group of files with one clock, when aligned
+    # (4-tuple, the 4-tuple it is read as) of each direction seen behind an address translation: the
+    # audit reads the two views of such a connection as one (ksniff.capture.run: `renames`)
+    renamed: tuple = ()
+
+    def renames(self) -> dict[tuple, tuple] | None:
+        """The 4-tuples to read as another, or None."""
+        return dict(self.renamed) if self.renamed else None
 
     def offset_of(self, path: str) -> float:
         """Seconds added to the timestamps of `path` to put it on the set's time line."""
@@ -103,6 +127,11 @@ class CaptureSet:
             "reasons": list(self.reasons),
             "cluster_ids": list(self.cluster_ids),
             "clock_offsets": [row for c in self.clocks for row in c.as_contract()],
+            "translated_connections": [
+                {"seen_as": _view(key), "read_as": _view(to)}
+                for key, to in self.renamed
+                if _outward(key) == key
+            ],
         }
 
 
@@ -134,7 +163,8 @@ def scan(path: str) -> FileScan:
 def scan_segments(segs: list[tuple], out: FileScan) -> None:
     """`scan`'s work on a list of segment tuples, the reference of `_fastwalk.scan_batch`: for each TCP
     direction (src, sport, dst, dport), [its first sequence number, the lowest and the highest byte seen
-    relative to it, whether it opened (SYN) and closed (FIN)]; the address of each connection opened."""
+    relative to it, whether it opened (SYN) and closed (FIN), its samples' level and samples (`sample`)];
+    the address of each connection opened."""
     dirs = out.directions
     for seg in segs:
         key = seg[1:5]
@@ -148,17 +178,66 @@ def scan_segments(segs: list[tuple], out: FileScan) -> None:
             if len(dirs) >= MAX_DIRECTIONS:
                 out.directions_dropped += 1
                 continue
-            dirs[key] = [seq, 0, n, seg[7] & SYN]
-            continue
-        if seg[7] & (FIN | RST):
-            r[3] |= FIN
-        rel = (seq - r[0]) % _MOD
-        if rel >= _HALF:
-            rel -= _MOD
-        if rel < r[1]:
-            r[1] = rel
-        if rel + n > r[2]:
-            r[2] = rel + n
+            r = dirs[key] = [seq, 0, n, seg[7] & SYN, SAMPLE_LEVEL, None]
+        else:
+            if seg[7] & (FIN | RST):
+                r[3] |= FIN
+                if r[3] == SYN | FIN:
+                    r[5] = None  # opened and closed here: forgotten at the end (`scan`)
+            rel = (seq - r[0]) % _MOD
+            if rel >= _HALF:
+                rel -= _MOD
+            if rel < r[1]:
+                r[1] = rel
+            if rel + n > r[2]:
+                r[2] = rel + n
+        if n >= SAMPLE_BYTES and r[3] != SYN | FIN and payload.__class__ is not int:
+            sample(r, seq, payload, n, seg[0])
+
+
+def sample(r: list, seq: int, payload, n: int, ts: float) -> None:
+    """Into a direction's record `r` (`FileScan.directions`), the SAMPLE_BYTES bytes of `payload` (at
+    sequence number `seq`, `n` bytes, seen at `ts`) at each multiple of 2**r[4] it holds whole, unless
+    already sampled;
+    the level raised first when the segment alone holds more than SAMPLES multiples, and again whenever
+    the direction's samples outgrow SAMPLES (the reference of the scan's sampling in C)."""
+    level = r[4]
+    while n >> level > SAMPLES and level < 31:
+        level += 1
+    if level != r[4]:
+        r[4] = level
+        r[5] = _coarsened(r[5], level)
+    step = 1 << level
+    d = -seq & (step - 1)
+    while d + SAMPLE_BYTES <= n:
+        pos = (seq + d) & (_MOD - 1)
+        held = r[5]
+        if held is None:
+            held = r[5] = bytearray()
+        if not _holds(held, pos):
+            held += pos.to_bytes(4, "little") + bytes(payload[d : d + SAMPLE_BYTES]) + _TIME.pack(ts)
+            while len(held) > SAMPLES * SAMPLE_SIZE and level < 31:
+                level = r[4] = level + 1
+                held = r[5] = _coarsened(held, level)
+            step = 1 << level
+        d += 1
+        d += -(seq + d) & (step - 1)
+
+
+def _holds(held: bytearray, pos: int) -> bool:
+    return any(int.from_bytes(held[i : i + 4], "little") == pos for i in range(0, len(held), SAMPLE_SIZE))
+
+
+def _coarsened(held: bytearray | None, level: int) -> bytearray | None:
+    """The samples of `held` at multiples of 2**level, in their order."""
+    if held is None:
+        return None
+    mask = (1 << level) - 1
+    out = bytearray()
+    for i in range(0, len(held), SAMPLE_SIZE):
+        if not int.from_bytes(held[i : i + 4], "little") & mask:
+            out += held[i : i + SAMPLE_SIZE]
+    return out
 
 
 def identify(
@@ -247,7 +326,7 @@ def _identify_groups(
 def _continues(a: FileScan, b: FileScan) -> tuple | None:
     """A TCP direction both files carry with sequence numbers that meet: one connection in both."""
     small, large = (a, b) if len(a.directions) <= len(b.directions) else (b, a)
-    for key, (first, lo, hi, _flags) in small.directions.items():
+    for key, (first, lo, hi, *_rest) in small.directions.items():
         other = large.directions.get(key)
         if other is None:
             continue
@@ -285,7 +364,7 @@ def _two_points(a: FileScan, b: FileScan) -> bool:
             return True
     small, large = (a, b) if len(a.directions) <= len(b.directions) else (b, a)
     shared = twice = 0
-    for key, (first, lo, hi, _flags) in small.directions.items():
+    for key, (first, lo, hi, *_rest) in small.directions.items():
         other = large.directions.get(key)
         if other is None or hi <= lo or other[2] <= other[1]:
             continue  # not in both, or no bytes in one of them
@@ -295,6 +374,174 @@ def _two_points(a: FileScan, b: FileScan) -> bool:
         if both > 0 and (both >= TWICE_BYTES or 2 * both >= min(hi - lo, ohi - olo)):
             twice += 1
     return 2 * twice > shared
+
+
+def _translated(scans: Sequence[FileScan]) -> list[tuple[int, tuple, int, tuple]]:
+    """The TCP connections that two files carry under different 4-tuples, one seen behind an address
+    translation (a Kubernetes service, a load balancer's NAT, a client's SNAT), as (file, 4-tuple, other
+    file, its 4-tuple) of one direction of each such pair of views; both directions were checked.
+
+    Address translation keeps TCP's sequence numbers, so two views of one connection hold the same bytes
+    at the same sequence numbers: both directions' samples (`sample`) agree wherever both views sampled
+    one, and they share at least one (in either direction). Distinct connections' random initial
+    sequence numbers make such a match by chance negligible, and a single sample that differs rules it out."""
+    index: dict[bytes, list[tuple[int, tuple]]] = {}
+    for i, sc in enumerate(scans):
+        for key, r in sc.directions.items():
+            held = r[5] if len(r) > 5 else None
+            if held:
+                for at in range(0, len(held), SAMPLE_SIZE):
+                    index.setdefault(bytes(held[at : at + SAMPLE_KEY]), []).append((i, key))
+    pairs = set()
+    for views in index.values():
+        if 1 < len(views) <= MAX_VIEWS:
+            for x, (i, key) in enumerate(views):
+                for j, other in views[x + 1 :]:
+                    if i != j and key != other:
+                        pairs.add((i, key, j, other) if i < j else (j, other, i, key))
+    del index
+    found = []
+    for i, key, j, other in sorted(pairs):
+        back, other_back = _reverse(key), _reverse(other)
+        mine, theirs = scans[i].directions, scans[j].directions
+        if back not in mine or other_back not in theirs:
+            continue
+        if _agree(mine[key], theirs[other]) is None:
+            continue
+        replies = _agree(mine[back], theirs[other_back])
+        if replies is None or (not replies and not _ranges_meet(mine[back], theirs[other_back])):
+            continue
+        if _outward(key) != key:  # one entry per connection, whichever direction found it
+            key, other = back, other_back
+        found.append((i, key, j, other))
+    return sorted(set(found))
+
+
+def _renames(
+    scans: Sequence[FileScan], twins: Sequence[tuple], join: Callable[[int, int, str], None]
+) -> dict[tuple, tuple]:
+    """The 4-tuples to read as another (`twins`, `_translated`'s): in each group of views of one
+    connection, every direction as the earliest file that carries it names it; the files joined, with
+    the reason."""
+    parent: dict[tuple, tuple] = {}
+
+    def root(key: tuple) -> tuple:
+        while parent.get(key, key) != key:
+            key = parent[key]
+        return key
+
+    first: dict[tuple, int] = {}
+    told: dict[tuple[int, int], list[tuple]] = {}
+    for i, key, j, other in twins:
+        for a, b in ((key, other), (_reverse(key), _reverse(other))):
+            first[a] = min(first.get(a, i), i)
+            first[b] = min(first.get(b, j), j)
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+        told.setdefault((i, j), []).append((key, other))
+    named: dict[tuple, tuple] = {}
+    for key in sorted(first, key=lambda k: (first[k], k)):
+        named.setdefault(root(key), key)
+    out = {}
+    for key in first:
+        chosen = named[root(key)]
+        if chosen != key and named[root(_reverse(key))] == _reverse(chosen):
+            out[key] = chosen
+    for (i, j), seen in sorted(told.items()):
+        key, other = min(seen)
+        a, b = _name(scans[i].path), _name(scans[j].path)
+        more = f", and {len(seen) - 1} more" if len(seen) > 1 else ""
+        join(
+            i,
+            j,
+            f"{b} and {a} carry the same TCP connection behind an address translation ({_view(key)} in {a} "
+            f"is {_view(other)} in {b}{more}), seen at two capture points",
+        )
+    return out
+
+
+def _view(key: tuple) -> str:
+    return f"{_address(key[0], key[1])} > {_address(key[2], key[3])}"
+
+
+def _outward(key: tuple) -> tuple:
+    """Of a direction and its reverse, the one to the lower port (a server's, as a rule): how a
+    connection is named in the planner's reasons."""
+    back = _reverse(key)
+    return key if (key[3], key) < (back[3], back) else back
+
+
+def _reverse(key: tuple) -> tuple:
+    return (key[2], key[3], key[0], key[1])
+
+
+def _samples(r: list) -> dict[bytes, tuple[bytes, float]]:
+    """A direction's samples: sequence number (its 4 bytes) -> (the bytes there, when they were seen)."""
+    held = (r[5] if len(r) > 5 else None) or b""
+    key = SAMPLE_KEY
+    return {
+        bytes(held[at : at + 4]): (bytes(held[at + 4 : at + key]), _TIME.unpack_from(held, at + key)[0])
+        for at in range(0, len(held), SAMPLE_SIZE)
+    }
+
+
+def _agree(a: list, b: list) -> int | None:
+    """How many sequence numbers two views of a direction both sampled, when every one of them holds
+    the same bytes in both; None when one does not."""
+    mine, theirs = _samples(a), _samples(b)
+    both = mine.keys() & theirs.keys()
+    if any(mine[p][0] != theirs[p][0] for p in both):
+        return None
+    return len(both)
+
+
+def _lags(a: list, b: list) -> list[float]:
+    """For each sequence number two views of a direction both sampled: its time in `a` minus in `b`."""
+    mine, theirs = _samples(a), _samples(b)
+    return [mine[p][1] - theirs[p][1] for p in mine.keys() & theirs.keys()]
+
+
+def _segment_bounds(
+    scans: Sequence[FileScan], views: Sequence[tuple[int, tuple, int, tuple]]
+) -> dict[tuple[int, int], tuple[float, float, int]]:
+    """What two capture points' own times of the same bytes allow for their clocks: (file i, file j) ->
+    (low, high, samples) of `offset(j) - offset(i)`, from `views`, (i, a direction's 4-tuple there, j,
+    the same direction's there) of connections both carry.
+
+    A segment passes the point upstream of it first, so in one direction every sample is seen earlier
+    at one point, and in the other direction at the other: with x = its time at i minus its time at j,
+    offset(j) - offset(i) is at least every x of the direction i is upstream in and at most every x of
+    the other. Which point is upstream in which direction is the one that leaves an interval (both, for
+    points too close to tell: the two together). The intervals of every connection two files share are
+    intersected; files whose connections disagree (a capture that lost the first copy of a segment and
+    kept its retransmission) get no bounds from their segments."""
+    found: dict[tuple[int, int], tuple[float, float, int]] = {}
+    broken = set()
+    for i, key, j, other in views:
+        there, back = scans[i].directions, scans[j].directions
+        ahead = _lags(there[key], back[other])
+        behind = _lags(there.get(_reverse(key), ()), back.get(_reverse(other), ()))
+        if not ahead or not behind:
+            continue
+        ways = [
+            (lo - TIME_SLACK, hi + TIME_SLACK)
+            for lo, hi in ((max(ahead), min(behind)), (max(behind), min(ahead)))
+            if lo <= hi + 2 * TIME_SLACK
+        ]
+        if not ways:
+            broken.add((i, j))
+            continue
+        lo, hi = min(w[0] for w in ways), max(w[1] for w in ways)
+        low, high, n = found.get((i, j), (-INF, INF, 0))
+        found[(i, j)] = (max(low, lo), min(high, hi), n + len(ahead) + len(behind))
+    return {pair: b for pair, b in found.items() if pair not in broken and b[0] <= b[1]}
+
+
+def _ranges_meet(a: list, b: list) -> bool:
+    """Two views of a direction cover sequence numbers that meet or overlap (SEQ_SLACK apart at most)."""
+    lo, hi = _range_against(a[0], b)
+    return lo <= a[2] + SEQ_SLACK and a[1] <= hi + SEQ_SLACK
 
 
 def _near(a: FileScan, b: FileScan, slack: float = 0.0) -> bool:
@@ -455,15 +702,25 @@ def plan(
     def clock_of(i: int) -> int:
         return _root(same_clock, i)
 
+    views = []  # (file, 4-tuple, file, 4-tuple) of one direction seen at two capture points
     for i, j in candidates:
         if _continues(scans[i], scans[j]) is not None:
             a, b = _name(scans[j].path), _name(scans[i].path)
             if _two_points(scans[i], scans[j]):
                 join(i, j, f"{a} and {b} carry the same TCP connection, seen at two capture points")
+                mine, theirs = scans[i].directions, scans[j].directions
+                views += [(i, k, j, k) for k in mine if k in theirs and _outward(k) == k]
             else:
                 join(i, j, f"{a} and {b} carry the same TCP connection")
                 ci, cj = clock_of(i), clock_of(j)
                 same_clock[max(ci, cj)] = min(ci, cj)
+    # One connection seen under two 4-tuples (behind an address translation): two capture points, one
+    # set; the audit reads both views as one connection (`CaptureSet.renamed`), not as two.
+    twins = _translated(scans)
+    renamed = _renames(scans, twins, join)
+    views += twins
+    # The clocks of two capture points, bounded by the times each saw the same bytes at.
+    lags = _segment_bounds(scans, views)
     # Identity: per group of files that continue one another, the earliest files until one names a
     # cluster (the later parts of a rotated capture rarely repeat the clients' first Metadata requests).
     # Only groups that ran at the same time as another group (give or take CLOCK_SLACK) can join it by
@@ -553,8 +810,21 @@ def plan(
         aligned = None
         if len(groups_) > 1:
             served = [frozenset().union(*(scans[index[p]].servers for p in g)) for g in groups_]
-            aligned = align(groups_, [by_group[g] for g in groups_], served)
+            place = {p: k for k, g in enumerate(groups_) for p in g}
+            seen: dict[tuple[int, int], tuple[float, float, int]] = {}
+            for (i, j), (lo, hi, n) in lags.items():
+                gi, gj = place.get(paths[i]), place.get(paths[j])
+                if gi is None or gj is None or gi == gj:
+                    continue
+                if gi > gj:
+                    gi, gj, lo, hi = gj, gi, -hi, -lo
+                low, high, m = seen.get((gi, gj), (-INF, INF, 0))
+                seen[(gi, gj)] = (max(low, lo), min(high, hi), m + n)
+            aligned = align(groups_, [by_group[g] for g in groups_], served, seen)
+        moved = sorted({(k, renamed[k]) for m in members for k in scans[m].directions if k in renamed})
         sets.append(
-            CaptureSet(number, tuple(paths[m] for m in members), tuple(why), ids, tuple(aligned or ()))
+            CaptureSet(
+                number, tuple(paths[m] for m in members), tuple(why), ids, tuple(aligned or ()), tuple(moved)
+            )
         )
     return sets

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import pickle
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -91,6 +92,7 @@ class _Input:
     own: bool = False  # read by the task itself (a `file:` path, an S3 object), not by Spark's binaryFile
     offset: float = 0.0  # seconds added to its timestamps: its capture set's clock alignment
     cset: int = 0  # its capture set: the index in the run's plan
+    renames: bytes | None = None  # its capture set's 4-tuples read as others (CaptureSet.renamed), pickled
 
 
 class _Table:
@@ -1554,6 +1556,7 @@ def _plan_studied(
         members = [by_path[p] for p in c.paths]
         for m in members:  # captures of several hosts: each read on the set's time line
             m.offset = c.offset_of(m.path)
+            m.renames = pickle.dumps(c.renamed) if c.renamed else None
         out.append((c, members))
     return out, _left_out_warnings(left_out), len(left_out)
 
@@ -1677,6 +1680,7 @@ def _read(
         extra = [
             ("offset", "double", [i.offset for i in files]),
             ("cset", "int", [i.cset for i in files]),
+            ("renames", "binary", [i.renames for i in files]),
             ("place", "int", [n for g in remote for n, _i in enumerate(g)]),  # a file's place in its group
         ]
         tasks_n = min(len(remote), 4 * parallelism)
@@ -1730,7 +1734,7 @@ def _spread(groups: list[list[_Input]], n: int, size) -> list[list]:
 def _extract(bins: list[list[_Input]], read):
     """The task for local files: the files of bin `id` of a spark.range, through `read`
     (spark_tasks.extract, or what extract_decoded or extract_audited made)."""
-    rows = [[(i.file, i.path, i.uri, i.folder, i.offset, i.cset) for i in b] for b in bins]
+    rows = [[(i.file, i.path, i.uri, i.folder, i.offset, i.cset, i.renames) for i in b] for b in bins]
 
     def run(batches):
         import pyarrow as pa
@@ -1745,6 +1749,7 @@ def _extract(bins: list[list[_Input]], read):
                         "folder": [r[3] for r in rows[b]],
                         "offset": [r[4] for r in rows[b]],
                         "cset": pa.array([r[5] for r in rows[b]], pa.int32()),
+                        "renames": pa.array([r[6] for r in rows[b]], pa.binary()),
                         "content": pa.nulls(len(rows[b]), pa.binary()),
                     }
                 )

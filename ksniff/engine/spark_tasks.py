@@ -69,6 +69,7 @@ from ksniff.capture.compiled import load
 from ksniff.capture.events import CaptureStats, ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.packets import TRUNCATED
+from ksniff.capture.run import renamed_batches
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
 from ksniff.config import EngineConfig
 from ksniff.decode.context import DecodeContext
@@ -488,8 +489,8 @@ def extract(batches: Iterator[pa.RecordBatch], refer: bool = False) -> Iterator[
     lie, and compiled executors"). A file not opened where it lies (Spark's binaryFile source, a copy of
     an S3 object) or gzip carries its bytes, as without the compiled walk, which alone can say where a
     payload lies."""
-    for file, path, uri, folder, content, offset, cset, _place in _listed(batches):
-        yield from _extract_input(file, path, uri, folder, content, offset, cset, refer)
+    for file, path, uri, folder, content, offset, cset, _place, renames in _listed(batches):
+        yield from _extract_input(file, path, uri, folder, content, offset, cset, refer, renames)
 
 
 extract_referring = functools.partial(extract, refer=True)
@@ -520,9 +521,10 @@ def _by_group(rows: Iterable[tuple]) -> Iterator[tuple[int, list[tuple]]]:
 
 
 def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
-    """(file, path, uri, folder, content, offset, cset, place) of each listing row; `content()` gives the
-    bytes Spark read for a file system other than `file:` (the Arrow buffer itself, not a copy); no
-    `offset` or `cset` column: 0; no `place` (the file's place in its set): the rows' own order."""
+    """(file, path, uri, folder, content, offset, cset, place, renames) of each listing row; `content()`
+    gives the bytes Spark read for a file system other than `file:` (the Arrow buffer itself, not a copy);
+    no `offset` or `cset` column: 0; no `place` (the file's place in its set): the rows' own order;
+    `renames`: its capture set's 4-tuples read as others (dict), or None."""
     n = 0
     for batch in batches:
         columns = [batch.column(name).to_pylist() for name in ("file", "path", "uri", "folder")]
@@ -531,10 +533,12 @@ def _listed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple]:
         offsets = batch.column("offset").to_pylist() if "offset" in names else [0.0] * rows
         sets = batch.column("cset").to_pylist() if "cset" in names else [0] * rows
         places = batch.column("place").to_pylist() if "place" in names else list(range(n, n + rows))
+        renames = batch.column("renames").to_pylist() if "renames" in names else [None] * rows
         n += rows
         contents = batch.column("content")
         for i, (file, path, uri, folder) in enumerate(zip(*columns, strict=True)):
-            yield file, path, uri, folder, contents[i].as_buffer, offsets[i] or 0.0, sets[i], places[i]
+            moved = dict(pickle.loads(renames[i])) if renames[i] else None
+            yield file, path, uri, folder, contents[i].as_buffer, offsets[i] or 0.0, sets[i], places[i], moved
 
 
 # The largest capture decoded where it is read the exact way of --records (`extract_decoded`), which holds
@@ -602,7 +606,8 @@ def extract_audited(
         rows.cset = cset
         kept = []  # (file, path, where, offset) of the captures
         failed = False
-        for file, path, folder, where, offset in files:
+        renames = next((moved for *_row, moved in files if moved), None)  # the set's, on each of its rows
+        for file, path, folder, where, offset, _moved in files:
             try:
                 if isinstance(where, CaptureError):  # an object that could not be read (`_by_group`)
                     raise where
@@ -626,7 +631,7 @@ def extract_audited(
         peak: list[int] | None = [] if records else None
         try:
             result, identity = audit_capture(
-                [k[2] for k in kept], config, offset_of, tables=tables, peak=peak
+                [k[2] for k in kept], config, offset_of, tables=tables, peak=peak, renames=renames
             )
         except CaptureError as exc:  # met in the middle of a file: the first file it names
             text = str(exc)
@@ -667,12 +672,16 @@ def extract_audited(
         # rows of a set come in any order: once all are in, each set is audited, its files in their
         # places, and its temporary files go.
         listed = (
-            (cset, place, uri, content, file, path, folder, offset)
-            for file, path, uri, folder, content, offset, cset, place in _listed(batches)
+            (cset, place, uri, content, file, path, folder, offset, moved)
+            for file, path, uri, folder, content, offset, cset, place, moved in _listed(batches)
         )
         for cset, files in _by_group(listed):
             yield from one(
-                cset, [(file, path, folder, where, offset) for where, file, path, folder, offset in files]
+                cset,
+                [
+                    (file, path, folder, where, offset, moved)
+                    for where, file, path, folder, offset, moved in files
+                ],
             )
 
     return _rarely_collected(run)
@@ -855,15 +864,24 @@ def _extract_input(
     offset: float = 0.0,
     cset: int = 0,
     refer: bool = False,
+    renames: dict[tuple, tuple] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     try:
-        yield from _extract_opened(file, path, uri, folder, content, offset, cset, refer)
+        yield from _extract_opened(file, path, uri, folder, content, offset, cset, refer, renames)
     except CaptureError as exc:  # an object that could not be read
         yield _meta_batch(_failed(file, path, str(exc).replace(uri, path, 1), False), cset)
 
 
 def _extract_opened(
-    file: int, path: str, uri: str, folder: bool, content, offset: float, cset: int, refer: bool = False
+    file: int,
+    path: str,
+    uri: str,
+    folder: bool,
+    content,
+    offset: float,
+    cset: int,
+    refer: bool = False,
+    renames: dict[tuple, tuple] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     with opened(uri, content) as where:
         refer = refer and where == local_path(uri)  # where it lies, not a copy
@@ -873,7 +891,7 @@ def _extract_opened(
             yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), folder), cset)
             return
         try:
-            yield from _extract_file(file, path, capture, offset, cset, refer)
+            yield from _extract_file(file, path, capture, offset, cset, refer, renames)
         except CaptureError as exc:
             yield _meta_batch(_failed(file, path, str(exc).replace(where, path, 1), False), cset)
         finally:
@@ -900,9 +918,17 @@ REFERRED_MIN = 512
 
 
 def _extract_file(
-    file: int, path: str, capture: CaptureFile, offset: float = 0.0, cset: int = 0, refer: bool = False
+    file: int,
+    path: str,
+    capture: CaptureFile,
+    offset: float = 0.0,
+    cset: int = 0,
+    refer: bool = False,
+    renames: dict[tuple, tuple] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock).
+    """`offset`: seconds added to every timestamp (the capture set's clock alignment, ksniff.engine.clock);
+    `renames`: 4-tuples whose segments are read as another's (one connection seen behind an address
+    translation, CaptureSet.renamed).
 
     Segment rows of one flow travel as blocks (SEGMENTS): a row per segment cost the JVM more than all of
     stage 2's decoding (kept, sorted and shuffled, each row taken apart into Arrow columns and back).
@@ -913,7 +939,8 @@ def _extract_file(
     where_in = walks.fastwalk.payload_offsets if refer and walks.fastwalk is not None else None
     into_blocks = _into_blocks()
     state = [-INF, 0, 0, False]  # the latest time, segments so far, bytes held in open blocks, referred
-    for batch in capture.segments(batched=True):
+    batches = capture.segments(batched=True)
+    for batch in batches if not renames else renamed_batches(batches, renames):
         at = None
         if where_in is not None:
             base = capture.mapped()

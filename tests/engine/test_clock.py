@@ -141,9 +141,88 @@ def test_both_ends_of_open_connections_each_on_its_own_clock(tmp_path, name, ske
     moved = next(c for c in cset.clocks if not c.reference)
     truth = skew if moved.paths == (str(client),) else -skew
     assert moved.pairs and moved.low - 1e-6 <= truth <= moved.high + 1e-6, (moved, truth)
+    assert moved.high - moved.low < 1e-4  # bounded by the times both saw the same bytes at
     assert _outcomes(both) == _outcomes(alone)
     assert _findings(both) == _findings(alone) and _findings(alone)
     assert both.decode.exchanges == alone.decode.exchanges
+
+
+@pytest.mark.parametrize(
+    ("name", "skew", "middle"),
+    [
+        ("txn_confluent_mock.pcap", 2.5, False),  # clocks apart by more than the capture lasted
+        ("txn_confluent_mock.pcap", 0.0004, False),
+        ("anomalies_tansu.pcap", -0.3, False),
+        ("lost_write_tansu.pcap", 1.2, False),  # consumers' reads, and their critical findings
+        ("ctp_confluent_tansu.pcap", 0.0004, False),
+        # The broker's capture is the middle third of the client's, its clock behind: merged unaligned, its
+        # copies came first and each connection began there (a third of the exchanges lost).
+        ("txn_confluent_mock.pcap", -0.7, True),
+        ("consume_tansu.pcap", -0.7, True),  # consumers only: no anchor of the protocol's at all
+    ],
+)
+def test_both_ends_behind_an_address_translation_are_one_connection(tmp_path, name, skew, middle):
+    """A client's capture beside a broker's, the broker's host on the far side of an address translation
+    (a Kubernetes service, a load balancer): the same connections under other addresses, with TCP's
+    sequence numbers as they were. One capture set of two clocks, the broker's put on the client's time
+    line by the times both saw the same bytes at (to within microseconds), and each connection read
+    once: the outcomes, findings and exchanges of the client's capture alone, and the connections named
+    as the client's capture names them. (Read as other connections, every exchange counted twice, and with
+    the clocks apart by more than the capture lasted the two were two capture sets each reporting it all.)"""
+    capture = PCAPS / name
+    opened = 0x02
+    packets = len(rdpcap(str(capture)))
+    client = shifted(capture, tmp_path / "client.pcap", 0, lambda n, f: not _tcp_flags(f) & opened)
+    broker = shifted(
+        capture,
+        tmp_path / "broker.pcap",
+        round(skew * 1e6),
+        lambda n, f: not _tcp_flags(f) & opened and (not middle or packets // 3 <= n < 2 * packets // 3),
+        True,
+    )
+    alone = audit_paths([str(client)], CONFIG)
+    both = audit_paths([str(client), str(broker)], CONFIG)
+
+    (cset,) = both.capture_sets
+    assert any("behind an address translation" in why for why in cset.reasons), cset.reasons
+    assert len(cset.clocks) == 2
+    moved = next(c for c in cset.clocks if not c.reference)
+    truth = -skew if moved.paths == (str(broker),) else skew
+    assert moved.low - 1e-6 <= truth <= moved.high + 1e-6 and moved.high - moved.low < 1e-4, (moved, truth)
+    assert cset.renamed and all(nat_of(key) == to for key, to in cset.renamed)
+    assert _outcomes(both) == _outcomes(alone)
+    assert _findings(both) == _findings(alone)
+    assert both.decode.exchanges == alone.decode.exchanges
+    assert both.as_contract()["producers"] == alone.as_contract()["producers"]
+    shown = both.as_contract()["capture_sets"][0]["translated_connections"]
+    assert len(shown) == len(cset.renamed) // 2
+    assert all(row["seen_as"].startswith("127.128.") or ".128." in row["seen_as"] for row in shown)
+
+
+def nat_of(key: tuple) -> tuple:
+    """A 4-tuple as `pcap_edit.nat` made it, back as it was (the second octet of each address flipped)."""
+    src, sport, dst, dport = key
+    return (bytes([src[0], src[1] ^ 0x80, *src[2:]]), sport, bytes([dst[0], dst[1] ^ 0x80, *dst[2:]]), dport)
+
+
+def test_brokers_given_the_same_workload_are_not_one_connection(tmp_path):
+    """Two brokers on two ports given the same workload (two_ports_tansu): each broker's connections in a
+    file of its own, at the same time. They are asked and answered alike, but their sequence numbers are
+    their own: no connection is taken for another's view behind an address translation, and all 120
+    records are there."""
+    capture = PCAPS / "two_ports_tansu.pcap"
+    ports = sorted(_servers(capture))
+    assert len(ports) == 2
+    files = [
+        str(shifted(capture, tmp_path / f"broker{port}.pcap", 0, lambda n, f, port=port: _port_of(f, port)))
+        for port in ports
+    ]
+    split = audit_paths(files, CONFIG)
+    whole = audit_paths([str(capture)], CONFIG)
+    assert all(not c.renamed for c in split.capture_sets)
+    assert not any("address translation" in why for c in split.capture_sets for why in c.reasons)
+    assert split.decode.exchanges == whole.decode.exchanges
+    assert sum(p.records for p in split.producers) == sum(p.records for p in whole.producers) == 120
 
 
 def _servers(capture: Path) -> set[int]:

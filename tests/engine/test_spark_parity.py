@@ -312,6 +312,25 @@ def test_both_ends_of_open_connections_match_local(spark, tmp_path: Path, way: s
     assert comparable(audit_paths_spark(paths, CONFIG, spark=spark)) == comparable(local)
 
 
+def test_both_ends_behind_an_address_translation_match_local(spark, tmp_path: Path, way: str) -> None:
+    """The broker's capture on the far side of an address translation, its clock 2.5 s behind: the
+    executors read each connection's two views as one, as the local engine does (its set, clocks,
+    translated connections, outcomes and findings), both ways."""
+    from test_clock import _tcp_flags
+
+    from ksniff.engine.spark import audit_paths_spark
+
+    capture = PCAPS / "lost_write_tansu.pcap"
+    client = shifted(capture, tmp_path / "client.pcap", 0, lambda n, f: not _tcp_flags(f) & 0x02)
+    broker = shifted(
+        capture, tmp_path / "broker.pcap", -2_500_000, lambda n, f: not _tcp_flags(f) & 0x02, True
+    )
+    paths = [str(client), str(broker)]
+    local = audit_paths(paths, CONFIG)
+    assert local.capture_sets[0].renamed
+    assert comparable(audit_paths_spark(paths, CONFIG, spark=spark)) == comparable(local)
+
+
 def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
     """Record batches that fail their CRC-32C (a bit flipped in a Produce request's batch, and in a Fetch
     answer's): the damage is a ConnectionLost of the batch's connection, which every group of the Spark

@@ -143,10 +143,13 @@ def without(capture: Path, out: Path, record: int) -> Path:
     return out
 
 
-def shifted(capture: Path, out: Path, micros: int, keep=lambda record, frame: True) -> Path:
+def shifted(
+    capture: Path, out: Path, micros: int, keep=lambda record, frame: True, translated: bool = False
+) -> Path:
     """`capture` (classic little-endian pcap, microsecond times) with every record's time `micros` later
     (earlier when negative), keeping the records `keep(n, frame)` accepts: the same packets as another
-    capture point with another clock records them."""
+    capture point with another clock records them. `translated`: seen on the far side of an address
+    translation, every IPv4 address's second octet flipped (`nat`)."""
     import struct
 
     data = capture.read_bytes()
@@ -157,9 +160,25 @@ def shifted(capture: Path, out: Path, micros: int, keep=lambda record, frame: Tr
         sec, usec, caplen, wire = struct.unpack_from("<IIII", data, pos)
         frame = data[pos + 16 : pos + 16 + caplen]
         if keep(n, frame):
+            if translated:
+                frame = nat(frame)
             sec, usec = divmod(sec * 1_000_000 + usec + micros, 1_000_000)
             parts.append(struct.pack("<IIII", sec, usec, caplen, wire) + frame)
         pos += 16 + caplen
         n += 1
     out.write_bytes(b"".join(parts))
     return out
+
+
+def nat(frame: bytes) -> bytes:
+    """An Ethernet IPv4 frame as the far side of an address translation sees it: both addresses' second
+    octet flipped (the header checksum made right again); TCP's ports and sequence numbers as they were,
+    as Linux's connection tracking leaves them."""
+    if len(frame) < 34 or frame[12:14] != b"\x08\x00":
+        return frame
+    out = bytearray(frame)
+    out[27] ^= 0x80
+    out[31] ^= 0x80
+    if out[24:26] != b"\0\0":
+        out[24:26] = header_sum(out, 14, (out[14] & 15) * 4).to_bytes(2, "big")
+    return bytes(out)
