@@ -340,10 +340,10 @@ def test_a_set_of_more_files_than_the_process_may_open_at_once(tmp_path: Path) -
 
 
 def test_the_compiled_scan_finds_what_the_reference_finds(monkeypatch) -> None:
-    """The planner's scan of a file (its time span, the TCP directions open at its edges, the servers
-    connections were opened to) in C over the compiled walk's batches (`_fastwalk.scan_batch`) and in the
-    Python reference (`scan_segments`), on every corpus capture and with the direction and server caps
-    binding."""
+    """The planner's scan of a file (its time span, the TCP directions open at its edges with their
+    samples of bytes and times, the servers connections were opened to) in C over the compiled walk's
+    batches (`_fastwalk.scan_batch`) and in the Python reference (`scan_segments`), on every corpus
+    capture and with the direction and server caps binding."""
     from compiled_walk import fastwalk
 
     from ksniff.capture import compiled, packets
@@ -351,18 +351,21 @@ def test_the_compiled_scan_finds_what_the_reference_finds(monkeypatch) -> None:
 
     walk = fastwalk()
     assert walk.TCP_FLAGS == (packets.FIN, packets.SYN, packets.RST, packets.ACK)
+    assert walk.SAMPLING == (sets.SAMPLE_LEVEL, sets.SAMPLES, sets.SAMPLE_BYTES)
 
     def scanned(path: str, with_c: bool) -> tuple:
         monkeypatch.setattr(compiled, "fastwalk", walk if with_c else None)
         s = sets.scan(path)
         return (s.first_ts, s.last_ts, s.directions, s.directions_dropped, s.servers)
 
-    kept = 0
+    kept, levels = 0, set()
     for path in CORPUS:
         found = scanned(path, True)
         assert found == scanned(path, False), path
         kept += len(found[2])
+        levels |= {r[4] for r in found[2].values() if r[5]}
     assert kept  # some capture has connections open at its edges
+    assert len(levels) > 1  # directions sampled at the first step and at coarser ones
     monkeypatch.setattr(sets, "MAX_DIRECTIONS", 3)
     monkeypatch.setattr(sets, "MAX_SERVERS", 1)
     capped = [scanned(path, True) for path in CORPUS]
