@@ -1052,7 +1052,7 @@ def scan_batch(list segs, dict dirs, set servers, Py_ssize_t max_dirs, Py_ssize_
         if flags & (K_FIN | K_RST):
             r[3] = r[3] | K_FIN
             if r[3] == K_SYN | K_FIN:
-                r[5] = None  # opened and closed here: forgotten at the end (sets.scan)
+                r[5] = _s_trimmed(r[5])  # opened and closed here: a few samples kept (sets.scan)
         seq = seg[5]
         first = r[0]
         rel = <long long>((seq - first) & 0xFFFFFFFFULL)
@@ -1070,12 +1070,13 @@ def scan_batch(list segs, dict dirs, set servers, Py_ssize_t max_dirs, Py_ssize_
 # The planner's samples of a direction's bytes (ksniff.engine.sets: SAMPLE_LEVEL, SAMPLES, SAMPLE_BYTES;
 # kept equal by a test): a record per sample, its sequence number (4 bytes, little-endian), its bytes and
 # the time of the segment that held them (a double, little-endian on the machines this builds for).
-SAMPLING = (6, 32, 8)
+SAMPLING = (2, 32, 8, 4)
 cdef enum:
-    S_LEVEL = 6
+    S_LEVEL = 2
     S_MAX = 32
     S_BYTES = 8
     S_SIZE = 20
+    S_CLOSED = 4
 
 
 cdef inline unsigned int _s_pos(const unsigned char* p):
@@ -1089,6 +1090,31 @@ cdef bint _s_holds(bytearray held, unsigned int pos):
         if _s_pos(p + i) == pos:
             return True
     return False
+
+
+cdef object _s_trimmed(object held):
+    """sets._trimmed: the S_CLOSED samples at the lowest sequence numbers, in their order."""
+    if held is None:
+        return None
+    cdef bytearray h = <bytearray>held
+    cdef const unsigned char* p = <const unsigned char*>PyByteArray_AS_STRING(h)
+    cdef Py_ssize_t i, best, size = PyByteArray_GET_SIZE(h)
+    cdef long long last = -1, low, pos
+    cdef int k
+    cdef bytearray out = bytearray()
+    for k in range(S_CLOSED):
+        best = -1
+        low = 0x100000000LL
+        for i in range(0, size, S_SIZE):
+            pos = _s_pos(p + i)
+            if last < pos < low:
+                low = pos
+                best = i
+        if best < 0:
+            break
+        out += h[best : best + S_SIZE]
+        last = low
+    return out
 
 
 cdef object _s_coarsened(object held, long level):

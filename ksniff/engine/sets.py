@@ -61,7 +61,7 @@ TWICE_BYTES = 256 << 10
 # the SAMPLE_BYTES bytes at every absolute sequence number that is a multiple of 2**level, the level
 # starting at SAMPLE_LEVEL and raised while a direction holds more than SAMPLES of them. Two views of one
 # direction then share every multiple of the coarser view's step that both saw.
-SAMPLE_LEVEL = 6
+SAMPLE_LEVEL = 2
 SAMPLES = 32
 SAMPLE_BYTES = 8
 # A sample's record: its sequence number (4 bytes, little-endian), its bytes, and the time of the segment
@@ -70,6 +70,8 @@ SAMPLE_BYTES = 8
 SAMPLE_KEY = 4 + SAMPLE_BYTES
 TIME_SLACK = 2e-6  # seconds: a capture's times are microseconds, kept as doubles of about 2**31 seconds
 SAMPLE_SIZE = SAMPLE_KEY + 8
+CLOSED_SAMPLES = 4  # samples kept of a direction once it opened and closed (`_trimmed`)
+MAX_CLOSED = 50_000  # directions that opened and closed kept per file, with their samples
 MAX_VIEWS = 64  # views sharing one sample looked at, at most (one connection: a few points, a few files)
 _MOD = 1 << 32
 _HALF = 1 << 31
@@ -88,6 +90,10 @@ class FileScan:
     # its samples' level, its samples (bytearray of SAMPLE_SIZE records) or None]
     directions: dict[tuple, list] = field(default_factory=dict)
     directions_dropped: int = 0
+    # The directions that opened and closed inside the file, as `directions` holds them with their
+    # CLOSED_SAMPLES lowest samples (at most MAX_CLOSED): such a connection goes on in no other file, but
+    # another capture point can see it too, under its 4-tuple or behind an address translation.
+    closed: dict[tuple, list] = field(default_factory=dict)
     clusters: dict[str, frozenset[tuple[int, int]]] = field(default_factory=dict)  # id -> {(node, port)}
     addresses: dict[str, frozenset[str]] = field(default_factory=dict)  # id -> {"host:port"} of its brokers
     servers: set[str] = field(default_factory=set)  # "ip:port" that connections were opened to
@@ -128,7 +134,7 @@ class CaptureSet:
             "cluster_ids": list(self.cluster_ids),
             "clock_offsets": [row for c in self.clocks for row in c.as_contract()],
             "translated_connections": [
-                {"seen_as": _view(key), "read_as": _view(to)}
+                {"seen_as": _shown(key), "read_as": _shown(to)}
                 for key, to in self.renamed
                 if _outward(key) == key
             ],
@@ -152,11 +158,13 @@ def scan(path: str) -> FileScan:
         out.first_ts, out.last_ts = f.counts.first_ts, f.counts.last_ts
     finally:
         f.close()
-    # A connection that opened and closed inside this file cannot go on in another one: forgotten, so
-    # that what is kept is the connections open at the file's edges (bounded like the reassembler's).
-    dirs = out.directions
+    # A connection that opened and closed inside this file cannot go on in another one: what is kept of
+    # it is its samples, for another capture point's view of it (bounded like the reassembler's).
+    dirs, closed = out.directions, out.closed
     for key in [k for k, r in dirs.items() if r[3] == SYN | FIN]:
-        del dirs[key]
+        r = dirs.pop(key)
+        if r[5] and len(closed) < MAX_CLOSED:
+            closed[key] = r
     return out
 
 
@@ -183,7 +191,7 @@ def scan_segments(segs: list[tuple], out: FileScan) -> None:
             if seg[7] & (FIN | RST):
                 r[3] |= FIN
                 if r[3] == SYN | FIN:
-                    r[5] = None  # opened and closed here: forgotten at the end (`scan`)
+                    r[5] = _trimmed(r[5])  # opened and closed here: a few samples kept (`scan`)
             rel = (seq - r[0]) % _MOD
             if rel >= _HALF:
                 rel -= _MOD
@@ -222,6 +230,16 @@ def sample(r: list, seq: int, payload, n: int, ts: float) -> None:
             step = 1 << level
         d += 1
         d += -(seq + d) & (step - 1)
+
+
+def _trimmed(held: bytearray | None) -> bytearray | None:
+    """The CLOSED_SAMPLES samples of `held` at the lowest sequence numbers, in their order: what two
+    views of a whole connection both hold, whichever segments each saw its bytes in."""
+    if held is None:
+        return None
+    records = [held[i : i + SAMPLE_SIZE] for i in range(0, len(held), SAMPLE_SIZE)]
+    records.sort(key=lambda r: int.from_bytes(r[:4], "little"))
+    return bytearray(b"".join(records[:CLOSED_SAMPLES]))
 
 
 def _holds(held: bytearray, pos: int) -> bool:
@@ -377,44 +395,53 @@ def _two_points(a: FileScan, b: FileScan) -> bool:
 
 
 def _translated(scans: Sequence[FileScan]) -> list[tuple[int, tuple, int, tuple]]:
-    """The TCP connections that two files carry under different 4-tuples, one seen behind an address
-    translation (a Kubernetes service, a load balancer's NAT, a client's SNAT), as (file, 4-tuple, other
-    file, its 4-tuple) of one direction of each such pair of views; both directions were checked.
+    """The TCP connections that two files both carry, found by their bytes: under different 4-tuples,
+    one seen behind an address translation (a Kubernetes service, a load balancer's NAT, a client's
+    SNAT), or under the same 4-tuple, opened and closed inside both files (two capture points of a short
+    connection, which `_continues` does not see). As (file, 4-tuple, other file, its 4-tuple) of one
+    direction of each such pair of views; both directions were checked.
 
     Address translation keeps TCP's sequence numbers, so two views of one connection hold the same bytes
     at the same sequence numbers: both directions' samples (`sample`) agree wherever both views sampled
     one, and they share at least one (in either direction). Distinct connections' random initial
     sequence numbers make such a match by chance negligible, and a single sample that differs rules it out."""
-    index: dict[bytes, list[tuple[int, tuple]]] = {}
+    index: dict[bytes, list[tuple[int, tuple, bool]]] = {}
     for i, sc in enumerate(scans):
-        for key, r in sc.directions.items():
-            held = r[5] if len(r) > 5 else None
-            if held:
-                for at in range(0, len(held), SAMPLE_SIZE):
-                    index.setdefault(bytes(held[at : at + SAMPLE_KEY]), []).append((i, key))
+        for views, done in ((sc.directions, False), (sc.closed, True)):
+            for key, r in views.items():
+                held = r[5] if len(r) > 5 else None
+                if held:
+                    for at in range(0, len(held), SAMPLE_SIZE):
+                        index.setdefault(bytes(held[at : at + SAMPLE_KEY]), []).append((i, key, done))
     pairs = set()
     for views in index.values():
         if 1 < len(views) <= MAX_VIEWS:
-            for x, (i, key) in enumerate(views):
-                for j, other in views[x + 1 :]:
-                    if i != j and key != other:
+            for x, (i, key, done) in enumerate(views):
+                for j, other, other_done in views[x + 1 :]:
+                    # The same 4-tuple open at two files' edges is `_continues`'s (a rotated capture too)
+                    if i != j and (key != other or done and other_done):
                         pairs.add((i, key, j, other) if i < j else (j, other, i, key))
     del index
     found = []
     for i, key, j, other in sorted(pairs):
         back, other_back = _reverse(key), _reverse(other)
-        mine, theirs = scans[i].directions, scans[j].directions
-        if back not in mine or other_back not in theirs:
+        a, b = _view(scans[i], key), _view(scans[j], other)
+        ra, rb = _view(scans[i], back), _view(scans[j], other_back)
+        if ra is None or rb is None or _agree(a, b) is None:
             continue
-        if _agree(mine[key], theirs[other]) is None:
-            continue
-        replies = _agree(mine[back], theirs[other_back])
-        if replies is None or (not replies and not _ranges_meet(mine[back], theirs[other_back])):
+        replies = _agree(ra, rb)
+        if replies is None or (not replies and not _ranges_meet(ra, rb)):
             continue
         if _outward(key) != key:  # one entry per connection, whichever direction found it
             key, other = back, other_back
         found.append((i, key, j, other))
     return sorted(set(found))
+
+
+def _view(sc: FileScan, key: tuple) -> list | None:
+    """A file's record of a direction, open at its edges or opened and closed inside it."""
+    r = sc.directions.get(key)
+    return r if r is not None else sc.closed.get(key)
 
 
 def _renames(
@@ -439,7 +466,10 @@ def _renames(
             ra, rb = root(a), root(b)
             if ra != rb:
                 parent[max(ra, rb)] = min(ra, rb)
-        told.setdefault((i, j), []).append((key, other))
+        if key != other:
+            told.setdefault((i, j), []).append((key, other))
+        else:
+            told.setdefault((i, j), [])
     named: dict[tuple, tuple] = {}
     for key in sorted(first, key=lambda k: (first[k], k)):
         named.setdefault(root(key), key)
@@ -449,19 +479,22 @@ def _renames(
         if chosen != key and named[root(_reverse(key))] == _reverse(chosen):
             out[key] = chosen
     for (i, j), seen in sorted(told.items()):
-        key, other = min(seen)
         a, b = _name(scans[i].path), _name(scans[j].path)
+        if not seen:  # the same 4-tuples: connections opened and closed inside both files
+            join(i, j, f"{b} and {a} carry the same TCP connection, seen at two capture points")
+            continue
+        key, other = min(seen)
         more = f", and {len(seen) - 1} more" if len(seen) > 1 else ""
         join(
             i,
             j,
-            f"{b} and {a} carry the same TCP connection behind an address translation ({_view(key)} in {a} "
-            f"is {_view(other)} in {b}{more}), seen at two capture points",
+            f"{b} and {a} carry the same TCP connection behind an address translation ({_shown(key)} in {a} "
+            f"is {_shown(other)} in {b}{more}), seen at two capture points",
         )
     return out
 
 
-def _view(key: tuple) -> str:
+def _shown(key: tuple) -> str:
     return f"{_address(key[0], key[1])} > {_address(key[2], key[3])}"
 
 
@@ -476,9 +509,9 @@ def _reverse(key: tuple) -> tuple:
     return (key[2], key[3], key[0], key[1])
 
 
-def _samples(r: list) -> dict[bytes, tuple[bytes, float]]:
+def _samples(r: list | None) -> dict[bytes, tuple[bytes, float]]:
     """A direction's samples: sequence number (its 4 bytes) -> (the bytes there, when they were seen)."""
-    held = (r[5] if len(r) > 5 else None) or b""
+    held = (r[5] if r is not None and len(r) > 5 else None) or b""
     key = SAMPLE_KEY
     return {
         bytes(held[at : at + 4]): (bytes(held[at + 4 : at + key]), _TIME.unpack_from(held, at + key)[0])
@@ -496,7 +529,7 @@ def _agree(a: list, b: list) -> int | None:
     return len(both)
 
 
-def _lags(a: list, b: list) -> list[float]:
+def _lags(a: list | None, b: list | None) -> list[float]:
     """For each sequence number two views of a direction both sampled: its time in `a` minus in `b`."""
     mine, theirs = _samples(a), _samples(b)
     return [mine[p][1] - theirs[p][1] for p in mine.keys() & theirs.keys()]
@@ -519,9 +552,9 @@ def _segment_bounds(
     found: dict[tuple[int, int], tuple[float, float, int]] = {}
     broken = set()
     for i, key, j, other in views:
-        there, back = scans[i].directions, scans[j].directions
-        ahead = _lags(there[key], back[other])
-        behind = _lags(there.get(_reverse(key), ()), back.get(_reverse(other), ()))
+        there, back = scans[i], scans[j]
+        ahead = _lags(_view(there, key), _view(back, other))
+        behind = _lags(_view(there, _reverse(key)), _view(back, _reverse(other)))
         if not ahead or not behind:
             continue
         ways = [
@@ -542,6 +575,34 @@ def _ranges_meet(a: list, b: list) -> bool:
     """Two views of a direction cover sequence numbers that meet or overlap (SEQ_SLACK apart at most)."""
     lo, hi = _range_against(a[0], b)
     return lo <= a[2] + SEQ_SLACK and a[1] <= hi + SEQ_SLACK
+
+
+def _seen_edges(
+    groups: Sequence[tuple[str, ...]], lags: dict[tuple[int, int], tuple[float, float, int]], paths: list[str]
+) -> dict[tuple[int, int], tuple[float, float, int]]:
+    """`_segment_bounds`'s bounds between files, as bounds between a set's clock `groups` (i < j):
+    (low, high, samples) of offset(group j) - offset(group i), the files' bounds intersected."""
+    if len(groups) < 2:
+        return {}
+    place = {p: k for k, g in enumerate(groups) for p in g}
+    seen: dict[tuple[int, int], tuple[float, float, int]] = {}
+    for (i, j), (lo, hi, n) in lags.items():
+        gi, gj = place.get(paths[i]), place.get(paths[j])
+        if gi is None or gj is None or gi == gj:
+            continue
+        if gi > gj:
+            gi, gj, lo, hi = gj, gi, -hi, -lo
+        low, high, m = seen.get((gi, gj), (-INF, INF, 0))
+        seen[(gi, gj)] = (max(low, lo), min(high, hi), m + n)
+    return {pair: b for pair, b in seen.items() if b[0] <= b[1]}
+
+
+def _linked(n: int, edges: dict[tuple[int, int], tuple]) -> bool:
+    """Whether `edges` between n groups link every group to every other."""
+    parent = list(range(n))
+    for i, j in edges:
+        parent[_root(parent, i)] = _root(parent, j)
+    return len({_root(parent, k) for k in range(n)}) == 1
 
 
 def _near(a: FileScan, b: FileScan, slack: float = 0.0) -> bool:
@@ -702,11 +763,15 @@ def plan(
     def clock_of(i: int) -> int:
         return _root(same_clock, i)
 
+    # Connections two files both carry, known by their bytes (`_translated`): under other 4-tuples, or
+    # opened and closed inside both. Such files are two capture points, never one capture cut in two.
+    twins = _translated(scans)
+    pointed = {(i, j) for i, _key, j, _other in twins}
     views = []  # (file, 4-tuple, file, 4-tuple) of one direction seen at two capture points
     for i, j in candidates:
         if _continues(scans[i], scans[j]) is not None:
             a, b = _name(scans[j].path), _name(scans[i].path)
-            if _two_points(scans[i], scans[j]):
+            if (i, j) in pointed or _two_points(scans[i], scans[j]):
                 join(i, j, f"{a} and {b} carry the same TCP connection, seen at two capture points")
                 mine, theirs = scans[i].directions, scans[j].directions
                 views += [(i, k, j, k) for k in mine if k in theirs and _outward(k) == k]
@@ -716,7 +781,6 @@ def plan(
                 same_clock[max(ci, cj)] = min(ci, cj)
     # One connection seen under two 4-tuples (behind an address translation): two capture points, one
     # set; the audit reads both views as one connection (`CaptureSet.renamed`), not as two.
-    twins = _translated(scans)
     renamed = _renames(scans, twins, join)
     views += twins
     # The clocks of two capture points, bounded by the times each saw the same bytes at.
@@ -780,9 +844,16 @@ def plan(
         for m in members:
             clocks.setdefault(clock_group[m], []).append(paths[m])
         found.append((members, [tuple(g) for g in clocks.values()]))
-    # Captures of several hosts in one set are put on one time line (ksniff.engine.clock): the anchors
-    # of every such set's clock groups, found in one go.
-    several = [g for _members, groups_ in found if len(groups_) > 1 for g in groups_]
+    # Captures of several hosts in one set are put on one time line (ksniff.engine.clock): by the times
+    # two capture points saw the same bytes at, where those link every clock group of the set; else by
+    # the anchors of its clock groups (the protocol's order), found for every such set in one go.
+    seen_of = [_seen_edges(groups_, lags, paths) for _members, groups_ in found]
+    several = [
+        g
+        for (_members, groups_), seen in zip(found, seen_of, strict=True)
+        if len(groups_) > 1 and not _linked(len(groups_), seen)
+        for g in groups_
+    ]
     if anchors is None:
         found_anchors = [anchors_of(g, ports, auto_detect, limits) for g in several]
     else:
@@ -791,7 +862,7 @@ def plan(
     index = {p: k for k, p in enumerate(paths)}
     sets = []
     lone = {r for r, by_itself in zip(components, alone, strict=True) if by_itself}  # roots never joined
-    for number, (members, groups_) in enumerate(found, start=1):
+    for number, ((members, groups_), seen) in enumerate(zip(found, seen_of, strict=True), start=1):
         why = [r for m in members for r in reasons.get(m, ())]
         if not why and root(members[0]) in lone:
             why = [
@@ -810,18 +881,16 @@ def plan(
         aligned = None
         if len(groups_) > 1:
             served = [frozenset().union(*(scans[index[p]].servers for p in g)) for g in groups_]
-            place = {p: k for k, g in enumerate(groups_) for p in g}
-            seen: dict[tuple[int, int], tuple[float, float, int]] = {}
-            for (i, j), (lo, hi, n) in lags.items():
-                gi, gj = place.get(paths[i]), place.get(paths[j])
-                if gi is None or gj is None or gi == gj:
-                    continue
-                if gi > gj:
-                    gi, gj, lo, hi = gj, gi, -hi, -lo
-                low, high, m = seen.get((gi, gj), (-INF, INF, 0))
-                seen[(gi, gj)] = (max(low, lo), min(high, hi), m + n)
-            aligned = align(groups_, [by_group[g] for g in groups_], served, seen)
-        moved = sorted({(k, renamed[k]) for m in members for k in scans[m].directions if k in renamed})
+            aligned = align(groups_, [by_group.get(g) or Anchors() for g in groups_], served, seen)
+        moved = sorted(
+            {
+                (k, renamed[k])
+                for m in members
+                for views in (scans[m].directions, scans[m].closed)
+                for k in views
+                if k in renamed
+            }
+        )
         sets.append(
             CaptureSet(
                 number, tuple(paths[m] for m in members), tuple(why), ids, tuple(aligned or ()), tuple(moved)

@@ -351,12 +351,12 @@ def test_the_compiled_scan_finds_what_the_reference_finds(monkeypatch) -> None:
 
     walk = fastwalk()
     assert walk.TCP_FLAGS == (packets.FIN, packets.SYN, packets.RST, packets.ACK)
-    assert walk.SAMPLING == (sets.SAMPLE_LEVEL, sets.SAMPLES, sets.SAMPLE_BYTES)
+    assert walk.SAMPLING == (sets.SAMPLE_LEVEL, sets.SAMPLES, sets.SAMPLE_BYTES, sets.CLOSED_SAMPLES)
 
     def scanned(path: str, with_c: bool) -> tuple:
         monkeypatch.setattr(compiled, "fastwalk", walk if with_c else None)
         s = sets.scan(path)
-        return (s.first_ts, s.last_ts, s.directions, s.directions_dropped, s.servers)
+        return (s.first_ts, s.last_ts, s.directions, s.directions_dropped, s.servers, s.closed)
 
     kept, levels = 0, set()
     for path in CORPUS:
@@ -364,6 +364,7 @@ def test_the_compiled_scan_finds_what_the_reference_finds(monkeypatch) -> None:
         assert found == scanned(path, False), path
         kept += len(found[2])
         levels |= {r[4] for r in found[2].values() if r[5]}
+        assert all(0 < len(r[5]) <= sets.CLOSED_SAMPLES * sets.SAMPLE_SIZE for r in found[5].values())
     assert kept  # some capture has connections open at its edges
     assert len(levels) > 1  # directions sampled at the first step and at coarser ones
     monkeypatch.setattr(sets, "MAX_DIRECTIONS", 3)

@@ -199,6 +199,34 @@ def test_both_ends_behind_an_address_translation_are_one_connection(tmp_path, na
     assert all(row["seen_as"].startswith("127.128.") or ".128." in row["seen_as"] for row in shown)
 
 
+@pytest.mark.parametrize("translated", [False, True], ids=["same_addresses", "translated"])
+@pytest.mark.parametrize("name", ["txn_confluent_mock.pcap", "lost_write_tansu.pcap", "anomalies_tansu.pcap"])
+def test_whole_connections_seen_at_two_points(tmp_path, name, translated):
+    """Both capture points saw every connection open and close (a short test run captured on the client's
+    host and on the broker's, the broker's copy 0.4 ms later), under the same 4-tuples or behind an
+    address translation: the files join by the connections' bytes as two points, each on its own clock,
+    bounded to within microseconds by the times both saw the same bytes at, and each connection is read
+    once: the client's capture's outcomes, findings (none unverified) and exchanges. (Behind a translation
+    they counted twice; under the same 4-tuples they were taken for one clock, or aligned by the protocol's
+    order to within milliseconds, which left warnings unverified.)"""
+    capture = PCAPS / name
+    client = shifted(capture, tmp_path / "client.pcap", 0)
+    broker = shifted(capture, tmp_path / "broker.pcap", 400, translated=translated)
+    alone = audit_paths([str(client)], CONFIG)
+    both = audit_paths([str(client), str(broker)], CONFIG)
+
+    (cset,) = both.capture_sets
+    assert any("seen at two capture points" in why for why in cset.reasons), cset.reasons
+    assert bool(cset.renamed) == translated
+    moved = next(c for c in cset.clocks if not c.reference)
+    truth = -0.0004 if moved.paths == (str(broker),) else 0.0004
+    assert moved.low - 1e-6 <= truth <= moved.high + 1e-6 and moved.high - moved.low < 1e-4, (moved, truth)
+    assert _outcomes(both) == _outcomes(alone)
+    assert _findings(both) == _findings(alone)
+    assert not any(f.evidence.get("unverified") for f in both.findings)
+    assert both.decode.exchanges == alone.decode.exchanges
+
+
 @pytest.mark.parametrize("name", ["txn_confluent_mock.pcap", "txn_aiokafka_mock.pcap"])
 def test_the_protocols_order_holds_for_a_capture_begun_later(tmp_path, name):
     """The anchors of a capture of the middle third of another's time (a broker's capture begun later and
