@@ -13,13 +13,16 @@ file (`scan`) notes:
 
 `plan` then joins files into sets: two files are one set when they carry the same TCP connection
 (a direction with the same 4-tuple whose sequence numbers meet or overlap: rotated files of one capture,
-or one connection captured at both ends), or when they name the same cluster id, list compatible brokers
+or one connection captured at both ends; or the same bytes at the same sequence numbers under another
+4-tuple, one capture point behind an address translation, `_translated`, whose view the audit reads
+under the other's 4-tuples), or when they name the same cluster id, list compatible brokers
 and overlap in time (captures taken on several brokers of one cluster at once). A cluster id alone is not
 enough: Tansu names every instance alike and librdkafka's mock draws ids that repeat, and captures taken
 at different times share no state the audit could check (joining them would invent sequence gaps across
 the hours between them). Everything else is a set of its own. `--merge` makes one set, `--separate` one
 per file. The files of a rotated capture share its clock; two capture points of one connection each keep
-their own (`_two_points`), and ksniff.engine.clock puts them on one time line.
+their own (`_two_points`), and ksniff.engine.clock puts them on one time line: by the times both saw
+the same bytes at (`_segment_bounds`) where those link a set's clocks, else by the protocol's order.
 
 Each set is audited by its own pipeline, one after the other: a set of one file gives exactly what that
 file gives alone, and memory is that of the largest set.
