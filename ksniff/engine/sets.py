@@ -75,6 +75,7 @@ TIME_SLACK = 2e-6  # seconds: a capture's times are microseconds, kept as double
 SAMPLE_SIZE = SAMPLE_KEY + 8
 CLOSED_SAMPLES = 4  # samples kept of a direction once it opened and closed (`_trimmed`)
 MAX_CLOSED = 50_000  # directions that opened and closed kept per file, with their samples
+MAX_HELD = 1 << 16  # samples of open directions kept per file at most, before each keeps CLOSED_SAMPLES
 MAX_VIEWS = 64  # views sharing one sample looked at, at most (one connection: a few points, a few files)
 _MOD = 1 << 32
 _HALF = 1 << 31
@@ -168,6 +169,11 @@ def scan(path: str) -> FileScan:
         r = dirs.pop(key)
         if r[5] and len(closed) < MAX_CLOSED:
             closed[key] = r
+    # What the planner holds of a file until every file is scanned stays small: past MAX_HELD samples,
+    # each open direction keeps only its lowest few, as a closed one does.
+    if sum(len(r[5]) for r in dirs.values() if r[5]) > MAX_HELD * SAMPLE_SIZE:
+        for r in dirs.values():
+            r[5] = _trimmed(r[5])
     return out
 
 

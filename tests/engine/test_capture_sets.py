@@ -369,6 +369,9 @@ def test_the_compiled_scan_finds_what_the_reference_finds(monkeypatch) -> None:
     assert len(levels) > 1  # directions sampled at the first step and at coarser ones
     monkeypatch.setattr(sets, "MAX_DIRECTIONS", 3)
     monkeypatch.setattr(sets, "MAX_SERVERS", 1)
+    monkeypatch.setattr(sets, "MAX_HELD", 2)
     capped = [scanned(path, True) for path in CORPUS]
     assert capped == [scanned(path, False) for path in CORPUS]
     assert any(c[3] for c in capped) and all(len(c[4]) <= 1 for c in capped)
+    held = [r[5] for c in capped for r in c[2].values() if r[5]]
+    assert held and all(len(h) <= sets.CLOSED_SAMPLES * sets.SAMPLE_SIZE for h in held)
