@@ -215,9 +215,9 @@ def scan_segments(segs: list[tuple], out: FileScan) -> None:
 def sample(r: list, seq: int, payload, n: int, ts: float) -> None:
     """Into a direction's record `r` (`FileScan.directions`), the SAMPLE_BYTES bytes of `payload` (at
     sequence number `seq`, `n` bytes, seen at `ts`) at each multiple of 2**r[4] it holds whole, unless
-    already sampled;
-    the level raised first when the segment alone holds more than SAMPLES multiples, and again whenever
-    the direction's samples outgrow SAMPLES (the reference of the scan's sampling in C)."""
+    already sampled; the level raised first when the segment alone holds more than SAMPLES multiples,
+    and again whenever the direction's samples outgrow SAMPLES (the reference of the scan's sampling in
+    C, `_fastwalk._sample`)."""
     level = r[4]
     while n >> level > SAMPLES and level < 31:
         level += 1
