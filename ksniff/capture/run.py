@@ -61,8 +61,9 @@ class CaptureRun:
 
     def _summarise(self) -> None:
         stats = self.stats
-        for f in self._files:
-            add_file_counts(stats, self.warnings, f.path, f.counts, f.warnings)
+        shifts = self.offsets or [0.0] * len(self._files)
+        for f, offset in zip(self._files, shifts, strict=True):
+            add_file_counts(stats, self.warnings, f.path, f.counts, f.warnings, offset)
             self.inputs.append(InputInfo(f.path, f.format, ",".join(f.linktypes), f.counts.packets, f.size))
         self.warnings.extend(self.reassembler.warnings())
         self.warnings.extend(truncation_warnings(stats))
@@ -79,10 +80,16 @@ def truncation_warnings(stats: CaptureStats) -> list[str]:
 
 
 def add_file_counts(
-    stats: CaptureStats, warnings: list[str], path: str, counts, file_warnings: Sequence[str]
+    stats: CaptureStats,
+    warnings: list[str],
+    path: str,
+    counts,
+    file_warnings: Sequence[str],
+    offset: float = 0.0,
 ) -> None:
     """Folds one file's walk (packets, non_tcp, fragments, cut_short, damaged_headers, first_ts, last_ts,
-    damaged_times) into a run's counters and warnings; every engine sums its files this way."""
+    damaged_times) into a run's counters and warnings; every engine sums its files this way. `offset`:
+    seconds added to the file's times (its capture set's clock alignment), so the span is the set's."""
     add_counters(
         stats,
         CaptureStats(
@@ -95,8 +102,8 @@ def add_file_counts(
             - counts.fragments
             - counts.cut_short
             - counts.damaged_headers,
-            first_ts=counts.first_ts,
-            last_ts=counts.last_ts,
+            first_ts=None if counts.first_ts is None else counts.first_ts + offset,
+            last_ts=None if counts.last_ts is None else counts.last_ts + offset,
             damaged_times=counts.damaged_times,
             damaged_packets=counts.damaged_headers,
         ),

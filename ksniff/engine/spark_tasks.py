@@ -988,8 +988,8 @@ def _extract_file(
             c.non_tcp,
             c.fragments,
             c.cut_short,
-            c.first_ts,
-            c.last_ts,
+            None if c.first_ts is None else c.first_ts + offset,  # on the capture set's time line
+            None if c.last_ts is None else c.last_ts + offset,
             pm if idx else None,
             list(capture.warnings),
             stamp=capture.stamp if referred else None,

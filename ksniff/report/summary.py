@@ -33,6 +33,8 @@ def header(result: AuditResult, *, verbose: bool = False) -> RenderableType:
         grid.add_row("Clusters", _clusters_text(result))
     if any(s.clocks for s in result.capture_sets):
         grid.add_row("Clocks", _clocks_text(result))
+    if any(s.renamed for s in result.capture_sets):
+        grid.add_row("Translated", _translated_text(result))
     cap, dec = result.capture, result.decode
     grid.add_row("Capture", Text(span(cap.first_ts, cap.last_ts)))
     traffic = (
@@ -88,6 +90,17 @@ def _clocks_text(result: AuditResult) -> Text:
                 within = f" ± {u * 1e3:.3f} ms" if u is not None else " (bounded on one side only)"
                 lines.append(f"{names}: {c.offset:+.6f} s{within}, from {plural(c.pairs, 'ordered pair')}")
     return Text("\n".join(lines))
+
+
+def _translated_text(result: AuditResult) -> Text:
+    """The connections one capture point saw behind an address translation, read once as another
+    point's (ksniff.engine.sets: CaptureSet.renamed)."""
+    rows = [row for s in result.capture_sets for row in s.as_contract()["translated_connections"]]
+    first = rows[0]
+    return Text(
+        f"{plural(len(rows), 'connection')} seen at two capture points behind an address translation, "
+        f"each read once (e.g. {first['seen_as']} as {first['read_as']})"
+    )
 
 
 def _clusters_text(result: AuditResult) -> Text:

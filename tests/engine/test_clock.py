@@ -6,6 +6,7 @@ single capture of it all."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -199,16 +200,17 @@ def test_both_ends_behind_an_address_translation_are_one_connection(tmp_path, na
     assert all(row["seen_as"].startswith("127.128.") or ".128." in row["seen_as"] for row in shown)
 
 
-@pytest.mark.parametrize("translated", [False, True], ids=["same_addresses", "translated"])
+@pytest.mark.parametrize("translated", [False, True, "ports"], ids=["same_addresses", "translated", "ports"])
 @pytest.mark.parametrize("name", ["txn_confluent_mock.pcap", "lost_write_tansu.pcap", "anomalies_tansu.pcap"])
 def test_whole_connections_seen_at_two_points(tmp_path, name, translated):
     """Both capture points saw every connection open and close (a short test run captured on the client's
     host and on the broker's, the broker's copy 0.4 ms later), under the same 4-tuples or behind an
-    address translation: the files join by the connections' bytes as two points, each on its own clock,
-    bounded to within microseconds by the times both saw the same bytes at, and each connection is read
-    once: the client's capture's outcomes, findings (none unverified) and exchanges. (Behind a translation
-    they counted twice; under the same 4-tuples they were taken for one clock, or aligned by the protocol's
-    order to within milliseconds, which left warnings unverified.)"""
+    address translation (of the addresses, or of the ports too): the files join by the connections'
+    bytes as two points, each on its own clock, bounded to within microseconds by the times both saw the
+    same bytes at, and each connection is read once: the client's capture's outcomes, findings (none
+    unverified), exchanges and span, and the report says which connections were translated. (Behind a
+    translation they counted twice; under the same 4-tuples they were taken for one clock, or aligned by
+    the protocol's order to within milliseconds, which left warnings unverified.)"""
     capture = PCAPS / name
     client = shifted(capture, tmp_path / "client.pcap", 0)
     broker = shifted(capture, tmp_path / "broker.pcap", 400, translated=translated)
@@ -217,7 +219,7 @@ def test_whole_connections_seen_at_two_points(tmp_path, name, translated):
 
     (cset,) = both.capture_sets
     assert any("seen at two capture points" in why for why in cset.reasons), cset.reasons
-    assert bool(cset.renamed) == translated
+    assert bool(cset.renamed) == bool(translated)
     moved = next(c for c in cset.clocks if not c.reference)
     truth = -0.0004 if moved.paths == (str(broker),) else 0.0004
     assert moved.low - 1e-6 <= truth <= moved.high + 1e-6 and moved.high - moved.low < 1e-4, (moved, truth)
@@ -225,6 +227,23 @@ def test_whole_connections_seen_at_two_points(tmp_path, name, translated):
     assert _findings(both) == _findings(alone)
     assert not any(f.evidence.get("unverified") for f in both.findings)
     assert both.decode.exchanges == alone.decode.exchanges
+    # The capture's span is the set's, on the reference's time line: the client's, give or take the copy's
+    assert abs(both.capture.first_ts - alone.capture.first_ts) < 1e-3
+    assert abs(both.capture.last_ts - alone.capture.last_ts) < 1e-3
+    shown = _header_text(both)
+    assert ("Translated" in shown) == bool(translated)
+    assert "seen at two capture points behind an address translation" in shown or not translated
+
+
+def _header_text(result) -> str:
+    """The terminal report's header of `result`, as text."""
+    from rich.console import Console
+
+    from ksniff.report.summary import header
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(header(result))
+    return console.export_text()
 
 
 @pytest.mark.parametrize("name", ["txn_confluent_mock.pcap", "txn_aiokafka_mock.pcap"])

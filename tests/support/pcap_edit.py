@@ -144,12 +144,12 @@ def without(capture: Path, out: Path, record: int) -> Path:
 
 
 def shifted(
-    capture: Path, out: Path, micros: int, keep=lambda record, frame: True, translated: bool = False
+    capture: Path, out: Path, micros: int, keep=lambda record, frame: True, translated: bool | str = False
 ) -> Path:
     """`capture` (classic little-endian pcap, microsecond times) with every record's time `micros` later
     (earlier when negative), keeping the records `keep(n, frame)` accepts: the same packets as another
     capture point with another clock records them. `translated`: seen on the far side of an address
-    translation, every IPv4 address's second octet flipped (`nat`)."""
+    translation, every IPv4 address's second octet flipped (`nat`); "ports": the ports moved too."""
     import struct
 
     data = capture.read_bytes()
@@ -161,7 +161,7 @@ def shifted(
         frame = data[pos + 16 : pos + 16 + caplen]
         if keep(n, frame):
             if translated:
-                frame = nat(frame)
+                frame = nat(frame, translated == "ports")
             sec, usec = divmod(sec * 1_000_000 + usec + micros, 1_000_000)
             parts.append(struct.pack("<IIII", sec, usec, caplen, wire) + frame)
         pos += 16 + caplen
@@ -170,15 +170,20 @@ def shifted(
     return out
 
 
-def nat(frame: bytes) -> bytes:
+def nat(frame: bytes, ports: bool = False) -> bytes:
     """An Ethernet IPv4 frame as the far side of an address translation sees it: both addresses' second
-    octet flipped (the header checksum made right again); TCP's ports and sequence numbers as they were,
-    as Linux's connection tracking leaves them."""
+    octet flipped (the header checksum made right again); with `ports`, both TCP ports moved by 256 (a
+    service's port mapped to the broker's, a client's source port rewritten); TCP's sequence numbers as
+    they were, as Linux's connection tracking leaves them."""
     if len(frame) < 34 or frame[12:14] != b"\x08\x00":
         return frame
     out = bytearray(frame)
     out[27] ^= 0x80
     out[31] ^= 0x80
+    at = 14 + (out[14] & 15) * 4
+    if ports and out[23] == 6 and len(out) >= at + 4:
+        out[at] ^= 0x01
+        out[at + 2] ^= 0x01
     if out[24:26] != b"\0\0":
         out[24:26] = header_sum(out, 14, (out[14] & 15) * 4).to_bytes(2, "big")
     return bytes(out)
