@@ -269,6 +269,32 @@ def test_the_protocols_order_holds_for_a_capture_begun_later(tmp_path, name):
     assert pairs or "confluent" in name
 
 
+def test_a_real_capture_at_both_ends_of_an_address_translation():
+    """txn_confluent_tansu_nat: confluent-kafka and Tansu in two network namespaces joined through a third
+    that translates (nftables DNAT to the broker, masquerade from the router), captured at the client and
+    at the broker at once. The two files are one capture set whose six connections are read once, as the
+    client's file names them, on one clock (the same host's: an offset of zero, bounded by the segments to
+    within microseconds), with the client's capture's outcomes, findings and exchanges. (Before: 72
+    exchanges for 36, and each warning twice.)"""
+    client = PCAPS / "txn_confluent_tansu_nat_client.pcap"
+    broker = PCAPS / "txn_confluent_tansu_nat_broker.pcap"
+    alone = audit_paths([str(client)], CONFIG)
+    both = audit_paths([str(client), str(broker)], CONFIG)
+
+    (cset,) = both.capture_sets
+    assert any("behind an address translation" in why for why in cset.reasons), cset.reasons
+    shown = both.as_contract()["capture_sets"][0]["translated_connections"]
+    assert len(shown) == 6
+    assert all(
+        r["seen_as"].startswith("10.232.2.1:") and r["read_as"].startswith("10.232.1.2:") for r in shown
+    )
+    moved = next(c for c in cset.clocks if not c.reference)
+    assert moved.low <= 0.0 <= moved.high and moved.high - moved.low < 1e-4, moved
+    assert _outcomes(both) == _outcomes(alone) and _outcomes(alone)
+    assert _findings(both) == _findings(alone) and _findings(alone)
+    assert both.decode.exchanges == alone.decode.exchanges == 36
+
+
 def nat_of(key: tuple) -> tuple:
     """A 4-tuple as `pcap_edit.nat` made it, back as it was (the second octet of each address flipped)."""
     src, sport, dst, dport = key

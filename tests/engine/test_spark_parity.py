@@ -312,19 +312,27 @@ def test_both_ends_of_open_connections_match_local(spark, tmp_path: Path, way: s
     assert comparable(audit_paths_spark(paths, CONFIG, spark=spark)) == comparable(local)
 
 
-def test_both_ends_behind_an_address_translation_match_local(spark, tmp_path: Path, way: str) -> None:
-    """The broker's capture on the far side of an address translation, its clock 2.5 s behind: the
+@pytest.mark.parametrize("real", [True, False], ids=["real", "consumers"])
+def test_both_ends_behind_an_address_translation_match_local(
+    spark, tmp_path: Path, way: str, real: bool
+) -> None:
+    """The broker's capture on the far side of an address translation: the real one of the corpus, and
+    consumers' reads with the broker's clock 2.5 s behind and the connections open at the edges. The
     executors read each connection's two views as one, as the local engine does (its set, clocks,
     translated connections, outcomes and findings), both ways."""
     from test_clock import _tcp_flags
 
     from ksniff.engine.spark import audit_paths_spark
 
-    capture = PCAPS / "lost_write_tansu.pcap"
-    client = shifted(capture, tmp_path / "client.pcap", 0, lambda n, f: not _tcp_flags(f) & 0x02)
-    broker = shifted(
-        capture, tmp_path / "broker.pcap", -2_500_000, lambda n, f: not _tcp_flags(f) & 0x02, True
-    )
+    if real:
+        client = PCAPS / "txn_confluent_tansu_nat_client.pcap"
+        broker = PCAPS / "txn_confluent_tansu_nat_broker.pcap"
+    else:
+        capture = PCAPS / "lost_write_tansu.pcap"
+        client = shifted(capture, tmp_path / "client.pcap", 0, lambda n, f: not _tcp_flags(f) & 0x02)
+        broker = shifted(
+            capture, tmp_path / "broker.pcap", -2_500_000, lambda n, f: not _tcp_flags(f) & 0x02, True
+        )
     paths = [str(client), str(broker)]
     local = audit_paths(paths, CONFIG)
     assert local.capture_sets[0].renamed

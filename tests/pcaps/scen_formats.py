@@ -228,3 +228,126 @@ def mtu1500(out: Path) -> None:
     )
     scen_txn.settle_fence(ledger, capture, [port], told["zombie_error"])
     write_expectations(ledger, capture, [port])
+
+
+# --------------------------------------------------------------------------- behind an address translation
+
+NAT_CLIENT_NET, NAT_BROKER_NET = "10.232.1", "10.232.2"
+
+
+def _offloads_off(ns: str, dev: str) -> None:
+    run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
+
+
+@contextlib.contextmanager
+def translated_path() -> Iterator[tuple[str, str, str, str]]:
+    """A client's namespace and a broker's, joined through a third that translates addresses as a
+    Kubernetes service or a load balancer does: the client reaches {NAT_CLIENT_NET}.1:9092, which the
+    router sends on to the broker at {NAT_BROKER_NET}.2:9092 (DNAT) from its own address on the broker's
+    side (masquerade). MTU 1500, offloads off. Yields (client ns, its device, broker ns, its device)."""
+    tag = f"{os.getpid() % 100000}"
+    ns_c, ns_r, ns_b = f"ksniff-nc{tag}", f"ksniff-nr{tag}", f"ksniff-nb{tag}"
+    dev_c, dev_rc, dev_rb, dev_b = f"knc{tag}", f"knrc{tag}", f"knrb{tag}", f"knb{tag}"
+    created = []
+    try:
+        for ns in (ns_c, ns_r, ns_b):
+            run(["ip", "netns", "add", ns])
+            created.append(ns)
+        run(
+            ["ip", "link", "add", dev_c, "netns", ns_c, "type", "veth", "peer", "name", dev_rc, "netns", ns_r]
+        )
+        run(
+            ["ip", "link", "add", dev_b, "netns", ns_b, "type", "veth", "peer", "name", dev_rb, "netns", ns_r]
+        )
+        for ns, dev, address in (
+            (ns_c, dev_c, f"{NAT_CLIENT_NET}.2/24"),
+            (ns_r, dev_rc, f"{NAT_CLIENT_NET}.1/24"),
+            (ns_r, dev_rb, f"{NAT_BROKER_NET}.1/24"),
+            (ns_b, dev_b, f"{NAT_BROKER_NET}.2/24"),
+        ):
+            run(["ip", "-n", ns, "addr", "add", address, "dev", dev])
+            run(["ip", "-n", ns, "link", "set", dev, "mtu", "1500", "up"])
+            run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            _offloads_off(ns, dev)
+        run(["ip", "-n", ns_b, "route", "add", "default", "via", f"{NAT_BROKER_NET}.1"])
+        run(["ip", "-n", ns_c, "route", "add", "default", "via", f"{NAT_CLIENT_NET}.1"])
+        run(["ip", "netns", "exec", ns_r, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        rules = (
+            "table ip nat {\n"
+            "  chain prerouting {\n"
+            "    type nat hook prerouting priority dstnat;\n"
+            f"    ip daddr {NAT_CLIENT_NET}.1 tcp dport 9092 dnat to {NAT_BROKER_NET}.2:9092\n"
+            "  }\n"
+            "  chain postrouting {\n"
+            "    type nat hook postrouting priority srcnat;\n"
+            f'    oifname "{dev_rb}" masquerade\n'
+            "  }\n"
+            "}\n"
+        )
+        subprocess.run(["ip", "netns", "exec", ns_r, "nft", "-f", "-"], input=rules, text=True, check=True)
+        yield ns_c, dev_c, ns_b, dev_b
+    finally:
+        for ns in created:
+            subprocess.run(["ip", "netns", "delete", ns], check=False)
+
+
+@contextlib.contextmanager
+def tansu_behind(ns: str, listen: str, advertised: str) -> Iterator[str]:
+    """A Tansu broker in `ns` listening on `listen` ("host:port") and naming `advertised` to clients."""
+    from harness import _stop, tansu_binary, wait_for_port
+
+    host, port = listen.rsplit(":", 1)
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        tansu_binary(),
+        "broker",
+        "--listener-url",
+        f"tcp://{listen}",
+        "--advertised-listener-url",
+        f"tcp://{advertised}",
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+    logfile = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_port(host, int(port), netns=ns)
+        yield advertised
+    finally:
+        _stop(proc)
+        logfile.close()
+
+
+@scenario(
+    "txn_confluent_tansu_nat",
+    "the story through an address translation, captured at the client and at the broker (two files)",
+    needs_netns=True,
+)
+def behind_nat(out: Path) -> None:
+    name = "txn_confluent_tansu_nat"
+    at_client, at_broker = out / f"{name}_client.pcap", out / f"{name}_broker.pcap"
+    ledger = scen_txn.story_ledger(name, "tansu", STORY_CLIENT)
+    port = 9092
+    with translated_path() as (ns_c, dev_c, ns_b, dev_b):
+        advertised = f"{NAT_CLIENT_NET}.1:{port}"  # the service's address: every connection is translated
+        with tansu_behind(ns_b, f"{NAT_BROKER_NET}.2:{port}", advertised) as bootstrap:
+            _client(ns_c, "confluent", bootstrap, scen_txn.TOPIC, scen_txn.TID, "--create-only")
+            with tcpdump(at_broker, [port], dev_b, netns=ns_b), tcpdump(at_client, [port], dev_c, netns=ns_c):
+                told = json.loads(_client(ns_c, "confluent", bootstrap, scen_txn.TOPIC, scen_txn.TID))
+    for tid, counts in told["transactions"].items():
+        for outcome, n in counts.items():
+            ledger.transactions[tid][outcome] += n
+    ledger.records_produced = told["records_produced"]
+    ledger.note(
+        f"Client at {NAT_CLIENT_NET}.2 and broker at {NAT_BROKER_NET}.2 in two namespaces, joined through a "
+        f"third that translates: the broker advertises {advertised}, which the router sends on to it "
+        f"(nftables DNAT) from {NAT_BROKER_NET}.1 (masquerade). Captured at both ends at once: "
+        f"{at_client.name} at the client, {at_broker.name} at the broker, the same connections under other "
+        "addresses and the same TCP sequence numbers. Each file alone holds the whole story."
+    )
+    scen_txn.settle_fence(ledger, at_client, [port], told["zombie_error"])
+    write_expectations(ledger, at_client, [port])
+    write_expectations(ledger, at_broker, [port])
