@@ -80,6 +80,8 @@ def comparable(result, inputs: bool = True) -> dict:
         del doc["inputs"]
         for s in doc["capture_sets"]:
             del s["inputs"], s["reasons"]
+            for c in s["clock_offsets"]:  # each input as given: a file:// URI on Spark, its path locally
+                c["input"] = c["input"].replace("file://", "")
         for c in doc["clusters"]:
             del c["inputs"]
         # Warnings name an input as it was given: a file:// URI on Spark, its path locally.
