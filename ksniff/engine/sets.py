@@ -453,40 +453,15 @@ def _view(sc: FileScan, key: tuple) -> list | None:
     return r if r is not None else sc.closed.get(key)
 
 
-def _renames(
+def _join_twins(
     scans: Sequence[FileScan], twins: Sequence[tuple], join: Callable[[int, int, str], None]
-) -> dict[tuple, tuple]:
-    """The 4-tuples to read as another (`twins`, `_translated`'s): in each group of views of one
-    connection, every direction as the earliest file that carries it names it; the files joined, with
-    the reason."""
-    parent: dict[tuple, tuple] = {}
-
-    def root(key: tuple) -> tuple:
-        while parent.get(key, key) != key:
-            key = parent[key]
-        return key
-
-    first: dict[tuple, int] = {}
+) -> None:
+    """The files of `twins` (`_translated`'s) joined as two capture points, with the reason."""
     told: dict[tuple[int, int], list[tuple]] = {}
     for i, key, j, other in twins:
-        for a, b in ((key, other), (_reverse(key), _reverse(other))):
-            first[a] = min(first.get(a, i), i)
-            first[b] = min(first.get(b, j), j)
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
+        seen = told.setdefault((i, j), [])
         if key != other:
-            told.setdefault((i, j), []).append((key, other))
-        else:
-            told.setdefault((i, j), [])
-    named: dict[tuple, tuple] = {}
-    for key in sorted(first, key=lambda k: (first[k], k)):
-        named.setdefault(root(key), key)
-    out = {}
-    for key in first:
-        chosen = named[root(key)]
-        if chosen != key and named[root(_reverse(key))] == _reverse(chosen):
-            out[key] = chosen
+            seen.append((key, other))
     for (i, j), seen in sorted(told.items()):
         a, b = _name(scans[i].path), _name(scans[j].path)
         if not seen:  # the same 4-tuples: connections opened and closed inside both files
@@ -500,6 +475,41 @@ def _renames(
             f"{b} and {a} carry the same TCP connection behind an address translation ({_shown(key)} in {a} "
             f"is {_shown(other)} in {b}{more}), seen at two capture points",
         )
+
+
+def _renames(twins: Sequence[tuple], advertised: set[str]) -> dict[tuple, tuple]:
+    """The 4-tuples to read as another (`twins`, `_translated`'s): in each group of views of one
+    connection, every direction as the view that names a broker address the cluster's answers gave
+    (`advertised`: what clients are told to connect to, so the audit maps the connection to its broker
+    node) names it, else as the earliest file that carries it names it."""
+    parent: dict[tuple, tuple] = {}
+
+    def root(key: tuple) -> tuple:
+        while parent.get(key, key) != key:
+            key = parent[key]
+        return key
+
+    first: dict[tuple, int] = {}
+    for i, key, j, other in twins:
+        for a, b in ((key, other), (_reverse(key), _reverse(other))):
+            first[a] = min(first.get(a, i), i)
+            first[b] = min(first.get(b, j), j)
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+
+    def rank(key: tuple) -> tuple:
+        told = _address(key[0], key[1]) in advertised or _address(key[2], key[3]) in advertised
+        return (not told, first[key], key)
+
+    named: dict[tuple, tuple] = {}
+    for key in sorted(first, key=rank):
+        named.setdefault(root(key), key)
+    out = {}
+    for key in first:
+        chosen = named[root(key)]
+        if chosen != key and named[root(_reverse(key))] == _reverse(chosen):
+            out[key] = chosen
     return out
 
 
@@ -789,8 +799,10 @@ def plan(
                 ci, cj = clock_of(i), clock_of(j)
                 same_clock[max(ci, cj)] = min(ci, cj)
     # One connection seen under two 4-tuples (behind an address translation): two capture points, one
-    # set; the audit reads both views as one connection (`CaptureSet.renamed`), not as two.
-    renamed = _renames(scans, twins, join)
+    # set; the audit reads both views as one connection (`CaptureSet.renamed`, after the identity), not
+    # as two.
+    _join_twins(scans, twins, join)
+    translated = {m for i, key, j, other in twins if key != other for m in (i, j)}
     views += twins
     # The clocks of two capture points, bounded by the times each saw the same bytes at.
     lags = _segment_bounds(scans, views)
@@ -803,12 +815,15 @@ def plan(
         components.setdefault(root(i), []).append(i)
     clock_group = {i: clock_of(i) for i in range(len(paths))}
     alone = _alone_in_time([[scans[m] for m in members] for members in components.values()])
+    # A set with connections behind an address translation is identified too: the view kept of each is
+    # the one that names the broker addresses its answers give, where one does.
     in_time = [
         sorted(members, key=lambda k: (scans[k].first_ts is None, scans[k].first_ts or 0.0))
         for members, by_itself in zip(components.values(), alone, strict=True)
-        if not by_itself
+        if not by_itself or translated.intersection(members)
     ]
     _identify_groups(in_time, scans, identities, ports=ports, auto_detect=auto_detect, limits=limits)
+    renamed = _renames(twins, {a for sc in scans for named in sc.addresses.values() for a in named})
     named = [i for i, sc in enumerate(scans) if sc.clusters]
     # Only files that name one cluster id and ran within CLOCK_SLACK of each other can join by cluster:
     # those pairs are found per id in one sweep over time, not among every pair of named files (a fleet's

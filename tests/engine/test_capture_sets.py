@@ -33,8 +33,9 @@ def _rows(items) -> Counter:
 
 
 # The two ends of one capture behind an address translation: the one pair of the corpus that belongs
-# together, its connections read once, each exchange at the time its first copy was seen.
-ENDS = ("txn_confluent_tansu_nat_broker.pcap", "txn_confluent_tansu_nat_client.pcap")
+# together, its connections read once as the client's end names them (the address the broker advertises),
+# each exchange at the time its first copy was seen.
+ENDS = ("txn_confluent_tansu_nat_client.pcap", "txn_confluent_tansu_nat_broker.pcap")
 
 
 def _kinds(item) -> str:
@@ -49,20 +50,20 @@ def _kinds(item) -> str:
 def test_a_folder_audits_to_the_sum_of_its_files() -> None:
     whole = audit_paths([str(PCAPS)], CONFIG)
     alone = [audit_paths([p], CONFIG) for p in CORPUS if not p.endswith(ENDS)]
-    broker_end = audit_paths([str(PCAPS / ENDS[0])], CONFIG)
+    client_end = audit_paths([str(PCAPS / ENDS[0])], CONFIG)
     ends = audit_paths([str(PCAPS / e) for e in ENDS], CONFIG)
     assert len(whole.capture_sets) == len(CORPUS) - 1  # nothing else in the corpus belongs together
     (joined,) = [s.number for s in whole.capture_sets if len(s.paths) == 2]
     for table in ("findings", "transactions", "producers", "partitions"):
         expected = sum((_rows(getattr(r, table)) for r in (*alone, ends)), Counter())
         assert _rows(getattr(whole, table)) == expected, table
-        # the pair as the broker's end alone, but for the times: each exchange's first sighting
-        theirs = [_kinds(x) for x in getattr(broker_end, table)]
+        # the pair as the client's end alone, but for the times: each exchange's first sighting
+        theirs = [_kinds(x) for x in getattr(client_end, table)]
         assert sorted(_kinds(x) for x in getattr(whole, table) if x.capture_set == joined) == sorted(theirs)
     severities = Counter(f.severity for f in whole.findings)
     assert severities["critical"] == sum(1 for r in alone for f in r.findings if f.severity == "critical")
     assert whole.capture.packets == sum(r.capture.packets for r in (*alone, ends))
-    assert whole.decode.exchanges == sum(r.decode.exchanges for r in alone) + broker_end.decode.exchanges
+    assert whole.decode.exchanges == sum(r.decode.exchanges for r in alone) + client_end.decode.exchanges
     # Unrelated captures never share a partition log: a topic-partition several files wrote keeps one log
     # per set, each with only its own set's batches.
     sets_of = Counter((p.topic, p.partition) for p in whole.partitions)
