@@ -214,8 +214,11 @@ def _url_host(host: str) -> str:
 
 
 @contextlib.contextmanager
-def tansu(host: str = "127.0.0.1", port: int | None = None, netns: str | None = None) -> Iterator[str]:
-    """A Tansu broker with in-memory storage; yields its bootstrap address."""
+def tansu(
+    host: str = "127.0.0.1", port: int | None = None, netns: str | None = None, advertised: str | None = None
+) -> Iterator[str]:
+    """A Tansu broker with in-memory storage; yields its bootstrap address: the one it listens on, or
+    `advertised` ("host:port", what it names to clients: an address translated to it) when given."""
     port = port or free_port(host)
     url = f"tcp://{_url_host(host)}:{port}"
     cmd = [
@@ -224,7 +227,7 @@ def tansu(host: str = "127.0.0.1", port: int | None = None, netns: str | None = 
         "--listener-url",
         url,
         "--advertised-listener-url",
-        url,
+        f"tcp://{advertised}" if advertised else url,
         "--storage-engine",
         "memory://tansu/",
     ]
@@ -234,7 +237,7 @@ def tansu(host: str = "127.0.0.1", port: int | None = None, netns: str | None = 
     proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_for_port(host, port, netns=netns)
-        yield f"{_url_host(host)}:{port}"
+        yield advertised or f"{_url_host(host)}:{port}"
     finally:
         _stop(proc)
         logfile.close()

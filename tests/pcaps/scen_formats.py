@@ -158,32 +158,26 @@ def veth_pair() -> Iterator[tuple[str, str, str, str]]:
             run(["ip", "-n", ns, "addr", "add", f"{NET}.{host}/24", "dev", dev])
             run(["ip", "-n", ns, "link", "set", dev, "mtu", "1500", "up"])
             run(["ip", "-n", ns, "link", "set", "lo", "up"])
-            # No segmentation or checksum offload: the capture holds the segments as they are on a wire.
-            run(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    ns,
-                    "ethtool",
-                    "-K",
-                    dev,
-                    "tso",
-                    "off",
-                    "gso",
-                    "off",
-                    "gro",
-                    "off",
-                    "tx",
-                    "off",
-                    "rx",
-                    "off",
-                ]
-            )
+            _offloads_off(ns, dev)
         yield ns_b, dev_b, ns_c, dev_c
     finally:
         for ns in created:
             subprocess.run(["ip", "netns", "delete", ns], check=False)
+
+
+def _offloads_off(ns: str, dev: str) -> None:
+    """No segmentation or checksum offload on `dev`: the capture holds the segments as they are on a wire."""
+    offloads = ["tso", "off", "gso", "off", "gro", "off", "tx", "off", "rx", "off"]
+    run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, *offloads])
+
+
+def _told(ledger: Ledger, told: dict) -> None:
+    """What the story's client said it did (its transactions' outcomes, the records it produced), into
+    the ledger."""
+    for tid, counts in told["transactions"].items():
+        for outcome, n in counts.items():
+            ledger.transactions[tid][outcome] += n
+    ledger.records_produced = told["records_produced"]
 
 
 def _client(ns: str, *args: str) -> str:
@@ -216,10 +210,7 @@ def mtu1500(out: Path) -> None:
                         str(MTU_VALUE_SIZE),
                     )
                 )
-    for tid, counts in told["transactions"].items():
-        for outcome, n in counts.items():
-            ledger.transactions[tid][outcome] += n
-    ledger.records_produced = told["records_produced"]
+    _told(ledger, told)
     ledger.extra["mtu"] = 1500
     ledger.note(
         f"Broker at {NET}.1 in one namespace, client at {NET}.2 in another, joined by a veth pair "
@@ -233,10 +224,6 @@ def mtu1500(out: Path) -> None:
 # --------------------------------------------------------------------------- behind an address translation
 
 NAT_CLIENT_NET, NAT_BROKER_NET = "10.232.1", "10.232.2"
-
-
-def _offloads_off(ns: str, dev: str) -> None:
-    run(["ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"])
 
 
 @contextlib.contextmanager
@@ -291,36 +278,6 @@ def translated_path() -> Iterator[tuple[str, str, str, str]]:
             subprocess.run(["ip", "netns", "delete", ns], check=False)
 
 
-@contextlib.contextmanager
-def tansu_behind(ns: str, listen: str, advertised: str) -> Iterator[str]:
-    """A Tansu broker in `ns` listening on `listen` ("host:port") and naming `advertised` to clients."""
-    from harness import _stop, tansu_binary, wait_for_port
-
-    host, port = listen.rsplit(":", 1)
-    cmd = [
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        tansu_binary(),
-        "broker",
-        "--listener-url",
-        f"tcp://{listen}",
-        "--advertised-listener-url",
-        f"tcp://{advertised}",
-        "--storage-engine",
-        "memory://tansu/",
-    ]
-    logfile = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for_port(host, int(port), netns=ns)
-        yield advertised
-    finally:
-        _stop(proc)
-        logfile.close()
-
-
 @scenario(
     "txn_confluent_tansu_nat",
     "the story through an address translation, captured at the client and at the broker (two files)",
@@ -333,14 +290,11 @@ def behind_nat(out: Path) -> None:
     port = 9092
     with translated_path() as (ns_c, dev_c, ns_b, dev_b):
         advertised = f"{NAT_CLIENT_NET}.1:{port}"  # the service's address: every connection is translated
-        with tansu_behind(ns_b, f"{NAT_BROKER_NET}.2:{port}", advertised) as bootstrap:
+        with tansu(f"{NAT_BROKER_NET}.2", port, netns=ns_b, advertised=advertised) as bootstrap:
             _client(ns_c, "confluent", bootstrap, scen_txn.TOPIC, scen_txn.TID, "--create-only")
             with tcpdump(at_broker, [port], dev_b, netns=ns_b), tcpdump(at_client, [port], dev_c, netns=ns_c):
                 told = json.loads(_client(ns_c, "confluent", bootstrap, scen_txn.TOPIC, scen_txn.TID))
-    for tid, counts in told["transactions"].items():
-        for outcome, n in counts.items():
-            ledger.transactions[tid][outcome] += n
-    ledger.records_produced = told["records_produced"]
+    _told(ledger, told)
     ledger.note(
         f"Client at {NAT_CLIENT_NET}.2 and broker at {NAT_BROKER_NET}.2 in two namespaces, joined through a "
         f"third that translates: the broker advertises {advertised}, which the router sends on to it "
