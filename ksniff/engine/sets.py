@@ -363,8 +363,9 @@ def _continues(a: FileScan, b: FileScan) -> tuple | None:
     return None
 
 
-def _root(parent: list[int], i: int) -> int:
-    """The root of `i` in the union-find forest `parent` (its paths halved on the way)."""
+def _root(parent, i):
+    """The root of `i` in the union-find forest `parent` (a list of indices, or a dict of its nodes: each
+    node's parent, a root its own), its paths halved on the way."""
     while parent[i] != i:
         parent[i] = parent[parent[i]]
         i = parent[i]
@@ -418,7 +419,7 @@ def _translated(scans: Sequence[FileScan]) -> list[tuple[int, tuple, int, tuple]
     for i, sc in enumerate(scans):
         for views, done in ((sc.directions, False), (sc.closed, True)):
             for key, r in views.items():
-                held = r[5] if len(r) > 5 else None
+                held = r[5]
                 if held:
                     for at in range(0, len(held), SAMPLE_SIZE):
                         index.setdefault(bytes(held[at : at + SAMPLE_KEY]), []).append((i, key, done))
@@ -482,18 +483,18 @@ def _renames(twins: Sequence[tuple], advertised: set[str]) -> dict[tuple, tuple]
     connection, every direction as the view that names a broker address the cluster's answers gave
     (`advertised`: what clients are told to connect to, so the audit maps the connection to its broker
     node) names it, else as the earliest file that carries it names it."""
-    parent: dict[tuple, tuple] = {}
+    parent: dict[tuple, tuple] = {}  # a union-find forest over 4-tuples (`_root`)
 
     def root(key: tuple) -> tuple:
-        while parent.get(key, key) != key:
-            key = parent[key]
-        return key
+        return _root(parent, key)
 
     first: dict[tuple, int] = {}
     for i, key, j, other in twins:
         for a, b in ((key, other), (_reverse(key), _reverse(other))):
             first[a] = min(first.get(a, i), i)
             first[b] = min(first.get(b, j), j)
+            parent.setdefault(a, a)
+            parent.setdefault(b, b)
             ra, rb = root(a), root(b)
             if ra != rb:
                 parent[max(ra, rb)] = min(ra, rb)
@@ -530,7 +531,7 @@ def _reverse(key: tuple) -> tuple:
 
 def _samples(r: list | None) -> dict[bytes, tuple[bytes, float]]:
     """A direction's samples: sequence number (its 4 bytes) -> (the bytes there, when they were seen)."""
-    held = (r[5] if r is not None and len(r) > 5 else None) or b""
+    held = (r[5] if r is not None else None) or b""
     key = SAMPLE_KEY
     return {
         bytes(held[at : at + 4]): (bytes(held[at + 4 : at + key]), _TIME.unpack_from(held, at + key)[0])

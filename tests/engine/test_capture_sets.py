@@ -236,7 +236,7 @@ def _chains(seed: int):
             start = 1.8e9 + k * 60 + rng.uniform(-5, 5)
             scan = FileScan(path, first_ts=start, last_ts=start + 59)
             scan.directions = {
-                (bytes([10, 0, 0, c]), 40000 + c, bytes([10, 1, 0, c]), 9092): [7, 0, 100 * k, 0]
+                (bytes([10, 0, 0, c]), 40000 + c, bytes([10, 1, 0, c]), 9092): [7, 0, 100 * k, 0, 2, None]
             }
             scan.servers = {f"10.1.0.{c}:9092"}
             scans.append(scan)
