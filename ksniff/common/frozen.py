@@ -40,6 +40,13 @@ _MISSING = dataclasses.MISSING
 # The mark `dataclasses.fields` selects a class's fields by (the module's own, since Python 3.7).
 _FIELD = dataclasses._FIELD  # noqa: SLF001
 _NOT_FIELDS = ("ClassVar", "InitVar", "KW_ONLY")
+# The modules whose classes the compiled audit fold reads and writes: its own (setup.py's
+# COMPILED_SOURCES, which every exchange goes through) and the decode events. The slots of their classes
+# are reached by name through the compiled table of their offsets (`ksniff.common._slots.fast_attributes`)
+# when it is built. Not every class: the interpreter reads a slot faster by its own specialisation, which
+# a class with the table's attribute lookup no longer gets (bench/README.md, "The fold's attribute reads").
+_FOLD = ("auditor", "fold", "idempotence", "identity", "keys", "offsets", "partlog", "produce", "state")
+READ_COMPILED = frozenset([*(f"ksniff.audit.{m}" for m in (*_FOLD, "transactions")), "ksniff.decode.events"])
 
 
 @dataclass_transform(frozen_default=True)
@@ -114,6 +121,8 @@ def _make(cls: T, frozen: bool, init: bool) -> T:
     _compare_and_show(made, names, hashable=frozen)
     if init:
         codegen.deferred_init(made)
+    if codegen._slots is not None and made.__module__ in READ_COMPILED:
+        codegen._slots.fast_attributes(made)
     return made
 
 
