@@ -1,8 +1,8 @@
 """The optional compiled parts of ksniff, built by Cython: the modules written for it
 (`ksniff.capture._fastwalk`, `ksniff.decode._crc`, `ksniff.common._slots`, `ksniff.decode._bodies`,
-`ksniff.engine._pack`, from their .pyx), and the audit's fold compiled from its own Python source
-(`ksniff.audit.fold`, `partlog`, ...: the same code, without the interpreter's dispatch;
-KSNIFF_PURE_PYTHON=1 runs the source, ksniff.common.sources).
+`ksniff.engine._pack`, `ksniff.report._jsonitems`, from their .pyx), and the audit's fold compiled from
+its own Python source (`ksniff.audit.fold`, `partlog`, ...: the same code, without the interpreter's
+dispatch; KSNIFF_PURE_PYTHON=1 runs the source, ksniff.common.sources).
 
 Everything else (metadata, dependencies, packages) is in pyproject.toml. The extensions are optional: when
 Cython is missing or no C compiler works, the build goes on without them and ksniff runs its pure-Python
@@ -54,7 +54,8 @@ def extensions() -> list:
     # The capture walk, the CRC-32C of record batches (else the crc32c package computes it), and the
     # events' slot store (else their __init__ stores each field through its descriptor), and the body
     # reader (else the generated decoders read every body), and the Spark engine's codec of decode events
-    # (else ksniff.engine.pack's Python one).
+    # (else ksniff.engine.pack's Python one), and the JSON document's long lists (else json's encoder,
+    # item by item).
     exts = [
         Extension(name, [path], optional=True, extra_compile_args=["-O2"])
         for name, path in (
@@ -63,6 +64,7 @@ def extensions() -> list:
             ("ksniff.common._slots", "ksniff/common/_slots.pyx"),
             ("ksniff.decode._bodies", "ksniff/decode/_bodies.pyx"),
             ("ksniff.engine._pack", "ksniff/engine/_pack.pyx"),
+            ("ksniff.report._jsonitems", "ksniff/report/_jsonitems.pyx"),
         )
     ]
     # The audit fold's modules, each compiled from its .py as it is: every exchange goes through them

@@ -9,6 +9,9 @@ With this module the generated `__init__` keeps its signature, defaults and defa
 still binds the arguments) and hands the values to `fill`, which writes them at the offsets the slots'
 descriptors name. The descriptor path stays the reference (`KSNIFF_PURE_PYTHON=1`, or no compiler), held
 to the same objects by tests/common/test_compiled_init.py.
+
+The module also holds the table through which the compiled fold reads and writes its classes' slots by
+name (`fast_attributes`, below), held to the type's own lookup by tests/common/test_fast_attributes.py.
 """
 
 import sys

@@ -25,6 +25,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Protocol
 
+from ksniff.common import sources
 from ksniff.common.cells import json_default
 from ksniff.report.atomic import ReportError, ensure_parent, write_atomically
 
@@ -68,6 +69,11 @@ def json_text(result: AuditResult) -> str:
 _ONE_LINE = json.JSONEncoder(default=json_default, separators=(", ", ": ")).encode
 
 
+# The long lists' items in one pass (ksniff.report._jsonitems): None when not built or KSNIFF_PURE_PYTHON
+# is set, and json's encoder writes each item.
+_jsonitems = sources.load("ksniff.report._jsonitems")
+
+
 def _one_line_encoder():
     """`_ONE_LINE` for many values of one document: the C encoder that `JSONEncoder.encode` makes on
     every call (with its options and its circular-reference table), made once; the same text for every
@@ -93,7 +99,10 @@ def _two_levels(doc: dict) -> str:
     for key, value in doc.items():
         name = one_line(key)
         if isinstance(value, list) and value:
-            items = ",\n    ".join([one_line(v) for v in value])
+            if _jsonitems is not None:  # the same text, written in one pass (its docstring)
+                items = _jsonitems.joined(value, ",\n    ", one_line)
+            else:
+                items = ",\n    ".join([one_line(v) for v in value])
             parts.append(f"  {name}: [\n    {items}\n  ]")
         elif isinstance(value, dict) and value:
             items = ",\n    ".join([f"{one_line(k)}: {one_line(v)}" for k, v in value.items()])
