@@ -98,7 +98,7 @@ cdef extern from *:
         unsigned int version; /* the class's version tag when last checked */
         int writable;
     } ks_slot;
-    #define KS_SLOTS 8192     /* open addressing, at most half full */
+    #define KS_SLOTS 2048     /* open addressing, at most half full: the fold has ~30 classes */
     static ks_slot ks_slots[KS_SLOTS];
     static Py_ssize_t ks_used = 0;
 
