@@ -9,15 +9,38 @@ from ksniff.capture.errors import CaptureLimits
 from ksniff.capture.events import CaptureStats, ConnectionClosed, ConnectionOpened, Endpoint
 from ksniff.capture.halves import Conn, Half, ip_text
 from ksniff.capture.overlap import OutOfOrder
-from ksniff.capture.packets import ACK, SYN
+from ksniff.capture.packets import ACK, FIN, RST, SYN
 
 ConnIdFn = Callable[[bytes, int, bytes, int, float], int]
+
+# Two directions whose first segments are alike (`ConnectionTable.alike`): the same sequence and
+# acknowledgement numbers, flags, length and first ALIKE_BYTES of payload, under other 4-tuples, within
+# ALIKE_WINDOW seconds. Connections' initial sequence numbers are random (RFC 6528), so this is one
+# connection seen twice, each packet in and out of a host that translates its addresses (`tcpdump -i
+# any` on a Kubernetes node), unless a stack numbers its connections alike (test captures do): the
+# capture's own bytes decide (ksniff.engine.sets.read_once), this only says it is worth asking.
+ALIKE_BYTES = 16
+ALIKE_WINDOW = 1.0
+ALIKE_HELD = 4096  # first segments remembered, the latest
+_ALIKE_FLAGS = FIN | SYN | RST | ACK
 
 
 class ConnectionTable:
     """Both directions of every tracked connection, by 4-tuple (`table`) and by id (`conns`)."""
 
-    __slots__ = ("limits", "stats", "merger", "ooo", "table", "conns", "evicted", "_conn_id", "_next_id")
+    __slots__ = (
+        "limits",
+        "stats",
+        "merger",
+        "ooo",
+        "table",
+        "conns",
+        "evicted",
+        "alike",
+        "_firsts",
+        "_conn_id",
+        "_next_id",
+    )
 
     def __init__(
         self,
@@ -34,6 +57,8 @@ class ConnectionTable:
         self.table: dict[tuple, Half] = {}
         self.conns: dict[int, Conn] = {}
         self.evicted = 0
+        self.alike = 0  # directions whose first segment is alike another's (ALIKE_BYTES)
+        self._firsts: dict[tuple, tuple[tuple, float]] = {}  # a direction's first segment -> (4-tuple, time)
         self._conn_id = conn_id
         self._next_id = 1
 
@@ -58,6 +83,20 @@ class ConnectionTable:
         self.stats.connections += 1
         self.merger.emit(ConnectionOpened(conn_id, conn.src, conn.dst, ts, bool(flags & SYN)))
         return a if forward else b
+
+    def first_segment(self, key: tuple, seq: int, ack: int, flags: int, payload, ts: float) -> None:
+        """The first segment of direction `key`: counted in `alike` when it is alike another direction's
+        first under another 4-tuple (ALIKE_BYTES)."""
+        n = payload if payload.__class__ is int else len(payload)
+        head = b"" if payload.__class__ is int else bytes(payload[:ALIKE_BYTES])
+        first = (seq, ack, flags & _ALIKE_FLAGS, n, head)
+        firsts = self._firsts
+        earlier = firsts.pop(first, None)
+        if earlier is not None and earlier[0] != key and ts - earlier[1] <= ALIKE_WINDOW:
+            self.alike += 1
+        firsts[first] = (key, ts)
+        if len(firsts) > ALIKE_HELD:
+            del firsts[next(iter(firsts))]
 
     def reopen(self, old: Conn, seg: tuple) -> Half:
         self.forget(old)

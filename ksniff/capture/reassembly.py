@@ -100,6 +100,8 @@ class Reassembler:
 
     # Counters an engine that runs several reassemblers adds up before asking one of them for warnings.
     evicted = _counter_of("_conns", "evicted")
+    # Directions whose first segment is alike another's (ksniff.capture.connections).
+    alike = _counter_of("_conns", "alike")
     forced_gaps = _counter_of("_ooo", "forced_gaps")
 
     # -- the hot loop -------------------------------------------------------------------------------
@@ -357,6 +359,8 @@ class Reassembler:
                 ooo.ack_gap(h.peer, ts)
                 ooo.drain(h.peer)
                 h.peer.refresh()
+        if h.base is None:  # the direction's first segment: alike another's (ConnectionTable.alike)?
+            table.first_segment(h.key, seq, ack, flags, payload, ts)
         if flags & SYN:
             if h.base is None:
                 h.isn = seq

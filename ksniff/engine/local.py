@@ -17,6 +17,7 @@ different task (ksniff.engine.spark_tasks) puts events in the same order by sort
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import heapq
 import itertools
@@ -94,6 +95,9 @@ class RowSink(Protocol):
 
     def add(self, table: str, rows: Iterable[dict]) -> None: ...
 
+    def restart(self) -> None:
+        """Forgets the rows added so far: the capture is read again from its start."""
+
 
 class RowFanout:
     """Hands each chunk of rows to several sinks (the exports and the --producer timeline)."""
@@ -105,6 +109,10 @@ class RowFanout:
         rows = rows if isinstance(rows, list | tuple) else list(rows)
         for sink in self.sinks:
             sink.add(table, rows)
+
+    def restart(self) -> None:
+        for sink in self.sinks:
+            sink.restart()
 
 
 INF = float("inf")
@@ -376,9 +384,31 @@ def _audit_set(
     """One capture set's run, labelled as the set's; `records_used`: bytes earlier sets' records already
     drew from the run's decompression budget."""
     offset_of = cset.offset_of if cset.clocks else None
+    alike: list[int] = []
     result, identity = audit_capture(
-        list(cset.paths), config, offset_of, progress, tables, records_used, renames=cset.renames()
+        list(cset.paths),
+        config,
+        offset_of,
+        progress,
+        tables,
+        records_used,
+        renames=cset.renames(),
+        alike=alike,
     )
+    if alike[0] and not cset.scanned:
+        # Connections begun alike under other 4-tuples: perhaps one connection seen twice behind an
+        # address translation in a set the planner did not scan (one input, --merge, --separate). Its
+        # bytes decide; when they say so, the set is read again with each connection read once.
+        renamed, reasons = capture_sets.read_once(
+            cset.paths, ports=config.ports, auto_detect=config.auto_detect, limits=config.limits
+        )
+        if renamed:
+            cset = dataclasses.replace(cset, reasons=cset.reasons + reasons, renamed=renamed)
+            if tables is not None:
+                tables.restart()
+            result, identity = audit_capture(
+                list(cset.paths), config, offset_of, progress, tables, records_used, renames=cset.renames()
+            )
     if cset.clocks:
         result.findings = within_uncertainty(result.findings, cset.clocks)
     stamp_set(result, cset, identity)
@@ -394,6 +424,7 @@ def audit_capture(
     records_used: int = 0,
     peak: list[int] | None = None,
     renames: dict[tuple, tuple] | None = None,
+    alike: list[int] | None = None,
 ) -> tuple[AuditResult, Identity]:
     """The audit of one capture: `paths` read as one (each file's timestamps moved by `offset_of(path)`
     seconds, the capture set's clock alignment). The result is the set's before it is labelled as one,
@@ -401,7 +432,9 @@ def audit_capture(
     reads a capture set's files, for a set small enough for one task. `records_used`: bytes of the run's
     --records budget (ksniff.decode.records.Inflation) the sets before it used; `peak`: when given, the
     budget's peak this audit reached (Inflation.peak) is appended to it; `renames`: the 4-tuples read
-    as others (the capture set's connections seen behind an address translation, CaptureSet.renamed)."""
+    as others (the capture set's connections seen behind an address translation, CaptureSet.renamed);
+    `alike`: when given, how many directions the reassembler saw begin alike another under another
+    4-tuple (`Reassembler.alike`) is appended to it."""
     run = read_files(list(paths), config.limits)
     # The decoder takes a large chunk as its segments' payloads: a frame of many chunks (a bulk Produce
     # request) is joined once, from its segments, instead of from chunks joined first.
@@ -437,5 +470,7 @@ def audit_capture(
         result = pipeline.result(run, "local")
     if peak is not None:
         peak.append(inflation.peak)
+    if alike is not None:
+        alike.append(run.reassembler.alike)
     ending.keep(pipeline, run)  # in a process that ends without teardown, not taken apart first
     return result, pipeline.identity

@@ -118,6 +118,10 @@ class CaptureSet:
     # (4-tuple, the 4-tuple it is read as) of each direction seen behind an address translation: the
     # audit reads the two views of such a connection as one (ksniff.capture.run: `renames`)
     renamed: tuple = ()
+    # Planned from its files' scans (`scan`), which found whatever `renamed` holds; False for one input,
+    # --merge and --separate, whose connections seen twice are looked for only when the audit asks
+    # (`read_once`).
+    scanned: bool = False
 
     def renames(self) -> dict[tuple, tuple] | None:
         """The 4-tuples to read as another, or None."""
@@ -408,7 +412,9 @@ def _translated(scans: Sequence[FileScan]) -> list[tuple[int, tuple, int, tuple]
     """The TCP connections that two files both carry, found by their bytes: under different 4-tuples,
     one seen behind an address translation (a Kubernetes service, a load balancer's NAT, a client's
     SNAT), or under the same 4-tuple, opened and closed inside both files (two capture points of a short
-    connection, which `_continues` does not see). As (file, 4-tuple, other file, its 4-tuple) of one
+    connection, which `_continues` does not see). One file can carry both views of a connection too
+    (`tcpdump -i any` on a host that translates, a Kubernetes node: each packet on its way in and again
+    on its way out, `_crossing`). As (file, 4-tuple, other file or the same, its 4-tuple) of one
     direction of each such pair of views; both directions were checked.
 
     Address translation keeps TCP's sequence numbers, so two views of one connection hold the same bytes
@@ -429,8 +435,8 @@ def _translated(scans: Sequence[FileScan]) -> list[tuple[int, tuple, int, tuple]
             for x, (i, key, done) in enumerate(views):
                 for j, other, other_done in views[x + 1 :]:
                     # The same 4-tuple open at two files' edges is `_continues`'s (a rotated capture too)
-                    if i != j and (key != other or done and other_done):
-                        pairs.add((i, key, j, other) if i < j else (j, other, i, key))
+                    if key != other or (i != j and done and other_done):
+                        pairs.add((i, key, j, other) if (i, key) < (j, other) else (j, other, i, key))
     del index
     found = []
     for i, key, j, other in sorted(pairs):
@@ -442,10 +448,52 @@ def _translated(scans: Sequence[FileScan]) -> list[tuple[int, tuple, int, tuple]
         replies = _agree(ra, rb)
         if replies is None or (not replies and not _ranges_meet(ra, rb)):
             continue
+        if i == j and not _crossing(a, b, ra, rb):
+            continue
         if _outward(key) != key:  # one entry per connection, whichever direction found it
             key, other = back, other_back
         found.append((i, key, j, other))
     return sorted(set(found))
+
+
+def read_once(
+    paths: Sequence[str],
+    *,
+    ports: Sequence[int] = (9092,),
+    auto_detect: bool = True,
+    limits: CaptureLimits | None = None,
+) -> tuple[tuple, tuple[str, ...]]:
+    """For a set of `paths` that was not planned from their scans (one input, --merge, --separate): the
+    connections it carries twice behind an address translation, in one file or across its files, as
+    `CaptureSet.renamed` (each view read as the one `plan` keeps), and the reasons that say so; ((), ())
+    when there are none. Its files are scanned for this: the local engine asks only when the audit's
+    reassembler saw two connections begin alike (`Reassembler.alike`)."""
+    scans = [scan(p) for p in paths]
+    twins = _translated(scans)
+    if not twins:
+        return (), ()
+    reasons: list[str] = []
+    _join_twins(scans, twins, lambda _i, _j, why: reasons.append(why))
+    # Which view names the broker addresses clients are told (the cluster's own answers).
+    _identify_groups(
+        [list(range(len(scans)))], scans, None, ports=ports, auto_detect=auto_detect, limits=limits
+    )
+    renamed = _renames(twins, {a for sc in scans for named in sc.addresses.values() for a in named})
+    return tuple(sorted(renamed.items())), tuple(reasons)
+
+
+def _crossing(a: list, b: list, ra: list, rb: list) -> bool:
+    """Two views of a connection in one file (`a`, `b` one direction's, `ra`, `rb` the other's) as a
+    host that translates sees them: each segment comes in on one side and goes out on the other, so in
+    one direction every byte both sampled is seen first in one view, and in the other direction first in
+    the other (one clock: `_segment_bounds` with an offset of zero). Two connections that only hold the
+    same bytes (a stack that numbers its connections alike, as test captures do; a capture replayed
+    under other addresses) come one after the other in both directions, and are two."""
+    ahead, behind = _lags(a, b), _lags(ra, rb)
+    if not ahead or not behind:
+        return False
+    slack = TIME_SLACK
+    return (max(ahead) <= slack and min(behind) >= -slack) or (min(ahead) >= -slack and max(behind) <= slack)
 
 
 def _view(sc: FileScan, key: tuple) -> list | None:
@@ -457,7 +505,8 @@ def _view(sc: FileScan, key: tuple) -> list | None:
 def _join_twins(
     scans: Sequence[FileScan], twins: Sequence[tuple], join: Callable[[int, int, str], None]
 ) -> None:
-    """The files of `twins` (`_translated`'s) joined as two capture points, with the reason."""
+    """The files of `twins` (`_translated`'s) joined as two capture points, with the reason (for both
+    views in one file, the reason alone)."""
     told: dict[tuple[int, int], list[tuple]] = {}
     for i, key, j, other in twins:
         seen = told.setdefault((i, j), [])
@@ -465,6 +514,17 @@ def _join_twins(
             seen.append((key, other))
     for (i, j), seen in sorted(told.items()):
         a, b = _name(scans[i].path), _name(scans[j].path)
+        if i == j:  # both views in one file: nothing to join, what was found is said
+            key, other = min(seen)
+            n = len(seen)
+            more = f", and {n - 1} more" if n > 1 else ""
+            join(
+                i,
+                j,
+                f"{a} carries {'a TCP connection' if n == 1 else f'{n} TCP connections'} twice, behind an "
+                f"address translation ({_shown(key)} is {_shown(other)}{more}): read once",
+            )
+            continue
         if not seen:  # the same 4-tuples: connections opened and closed inside both files
             join(i, j, f"{b} and {a} carry the same TCP connection, seen at two capture points")
             continue
@@ -804,7 +864,7 @@ def plan(
     # as two.
     _join_twins(scans, twins, join)
     translated = {m for i, key, j, other in twins if key != other for m in (i, j)}
-    views += twins
+    views += [t for t in twins if t[0] != t[2]]  # both views in one file: one clock
     # The clocks of two capture points, bounded by the times each saw the same bytes at.
     lags = _segment_bounds(scans, views)
     # Identity: per group of files that continue one another, the earliest files until one names a
@@ -918,7 +978,13 @@ def plan(
         )
         sets.append(
             CaptureSet(
-                number, tuple(paths[m] for m in members), tuple(why), ids, tuple(aligned or ()), tuple(moved)
+                number,
+                tuple(paths[m] for m in members),
+                tuple(why),
+                ids,
+                tuple(aligned or ()),
+                tuple(moved),
+                scanned=True,
             )
         )
     return sets

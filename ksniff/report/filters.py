@@ -144,5 +144,5 @@ class FilteredRows:
         if kept:
             self.sink.add(table, kept)
 
-    def __getattr__(self, name: str):  # finish, discard: the sink's own
+    def __getattr__(self, name: str):  # finish, discard, restart: the sink's own
         return getattr(self.sink, name)

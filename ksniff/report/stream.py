@@ -340,19 +340,27 @@ class TableExport:
     def __init__(
         self, *, csv_dir: str | None = None, parquet_dir: str | None = None, records: bool = False
     ) -> None:
+        self._records = records
+        self._done = False
+        self._folders = [(kind, d) for kind, d in (("csv", csv_dir), ("parquet", parquet_dir)) if d]
+        self._begin()
+
+    def _begin(self) -> None:
         self._files: list[_TableFile] = []
         self._streamed: dict[str, list[_TableFile]] = {}
         self._buffers: dict[str, list[dict[str, Any]]] = {}
-        self._records = records
-        self._done = False
         self._stale: list[str] = []  # tables of an earlier run that this one does not write
         try:
-            for kind, directory in (("csv", csv_dir), ("parquet", parquet_dir)):
-                if directory:
-                    self._open(kind, directory)
+            for kind, directory in self._folders:
+                self._open(kind, directory)
         except BaseException:
             self.discard()
             raise
+
+    def restart(self) -> None:
+        """Forgets every row written so far (the run reads its captures again): the files begin anew."""
+        self.discard()
+        self._begin()
 
     def _open(self, kind: str, directory: str) -> None:
         ensure_dir(directory)

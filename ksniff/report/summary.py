@@ -93,13 +93,14 @@ def _clocks_text(result: AuditResult) -> Text:
 
 
 def _translated_text(result: AuditResult) -> Text:
-    """The connections one capture point saw behind an address translation, read once as another
-    point's (ksniff.engine.sets: CaptureSet.renamed)."""
+    """The connections seen twice behind an address translation (at two capture points, or in and out
+    of one host that translates), each read once as one of its views (ksniff.engine.sets:
+    CaptureSet.renamed)."""
     rows = [row for s in result.capture_sets for row in s.as_contract()["translated_connections"]]
     first = rows[0]
     return Text(
-        f"{plural(len(rows), 'connection')} seen at two capture points behind an address translation, "
-        f"each read once (e.g. {first['seen_as']} as {first['read_as']})"
+        f"{plural(len(rows), 'connection')} seen twice, behind an address translation, each read once "
+        f"(e.g. {first['seen_as']} as {first['read_as']})"
     )
 
 

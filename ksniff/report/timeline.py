@@ -149,7 +149,12 @@ class ProducerRows:
     """
 
     def __init__(self, producer: str) -> None:
-        self.match = ProducerMatch(producer)
+        self.producer = producer
+        self.restart()
+
+    def restart(self) -> None:
+        """Forgets every row kept so far (the run reads its captures again)."""
+        self.match = ProducerMatch(self.producer)
         self.exchanges: list[dict[str, Any]] = []
         self.batches: list[dict[str, Any]] = []
         # Before a wanted producer id shows up: rows of any transactional id, which it may turn out to have.

@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from pcap_edit import shifted
+from pcap_edit import merged, shifted
 from scapy.all import TCP, rdpcap, wrpcap
 
 from ksniff.engine.clock import widest, within_uncertainty
@@ -232,7 +232,7 @@ def test_whole_connections_seen_at_two_points(tmp_path, name, translated):
     assert abs(both.capture.last_ts - alone.capture.last_ts) < 1e-3
     shown = _header_text(both)
     assert ("Translated" in shown) == bool(translated)
-    assert "seen at two capture points behind an address translation" in shown or not translated
+    assert "seen twice, behind an address translation, each read once" in shown or not translated
 
 
 def _header_text(result) -> str:
@@ -301,6 +301,122 @@ def test_a_real_capture_at_both_ends_of_an_address_translation():
     assert cluster["connections"] == [
         {"broker": "10.232.1.1:9092", "node_id": cluster["brokers"][0]["node_id"]}
     ]
+
+
+def test_one_capture_of_both_sides_of_an_address_translation(tmp_path):
+    """The same real pair as one file (`tcpdump -i any` on the translating host sees each packet on its
+    way in and again on its way out): one input, whose six connections are each read once, as the client's
+    side names them, with the client's capture's outcomes, findings and exchanges, in the JSON, the report
+    and the streamed tables alike. (Before: 72 exchanges for 36, each warning twice.)"""
+    from ksniff.report.stream import TableExport
+
+    client = PCAPS / "txn_confluent_tansu_nat_client.pcap"
+    one = merged([client, PCAPS / "txn_confluent_tansu_nat_broker.pcap"], tmp_path / "any.pcap")
+    alone = audit_paths([str(client)], CONFIG)
+    with TableExport(csv_dir=str(tmp_path / "csv")) as export:
+        both = audit_paths([str(one)], CONFIG, tables=export)
+        export.finish(both)
+
+    (cset,) = both.capture_sets
+    assert any("any.pcap carries 6 TCP connections twice" in why for why in cset.reasons), cset.reasons
+    shown = both.as_contract()["capture_sets"][0]["translated_connections"]
+    assert len(shown) == 6
+    assert all(
+        r["seen_as"].startswith("10.232.2.1:") and r["read_as"].startswith("10.232.1.2:") for r in shown
+    )
+    assert _outcomes(both) == _outcomes(alone) and _outcomes(alone)
+    assert _findings(both) == _findings(alone) and _findings(alone)
+    assert both.decode.exchanges == alone.decode.exchanges == 36
+    assert both.capture.kafka_connections == 6
+    rows = (tmp_path / "csv" / "exchanges.csv").read_text().splitlines()
+    assert len(rows) == 1 + 36  # the rows the first reading streamed were forgotten
+    assert "Translated" in _header_text(both)
+
+
+def test_one_capture_of_both_sides_among_other_inputs(tmp_path):
+    """The same file beside other inputs: the planner, which scans every input, finds both views of each
+    connection inside the one file; its set reads each once, and the other input is a set of its own."""
+    client = PCAPS / "txn_confluent_tansu_nat_client.pcap"
+    one = merged([client, PCAPS / "txn_confluent_tansu_nat_broker.pcap"], tmp_path / "any.pcap")
+    other = PCAPS / "consume_tansu.pcap"
+    result = audit_paths([str(one), str(other)], CONFIG)
+    first, second = result.capture_sets
+    assert first.paths == (str(one),) and second.paths == (str(other),)
+    assert len(first.renamed) == 12 and not second.renamed  # both directions of six connections
+    assert result.decode.exchanges == 36 + audit_paths([str(other)], CONFIG).decode.exchanges
+
+
+@pytest.mark.parametrize("translated", [True, "ports"], ids=["translated", "ports"])
+@pytest.mark.parametrize("opened", [True, False], ids=["opened", "open_at_the_edges"])
+@pytest.mark.parametrize("name", ["txn_confluent_mock.pcap", "anomalies_tansu.pcap", "consume_tansu.pcap"])
+def test_one_file_with_every_packet_seen_again_translated(tmp_path, name, opened, translated):
+    """One file holding each packet twice, as a host that translates (of the addresses, or of the ports
+    too) forwards it, with the connections' handshakes or without them (a capture begun after the
+    clients connected): read once, as the capture alone."""
+
+    def kept(_n: int, frame: bytes) -> bool:
+        return opened or not _tcp_flags(frame) & 0x03  # no SYN nor FIN
+
+    servers = _servers(PCAPS / name)
+
+    def to_broker(_n: int, frame: bytes) -> bool:
+        at = 14 + (frame[14] & 15) * 4
+        return int.from_bytes(frame[at + 2 : at + 4], "big") in servers
+
+    capture = shifted(PCAPS / name, tmp_path / "capture.pcap", 0, keep=kept)
+    # The host forwards each segment to the broker from the side captured first to the translated side,
+    # a microsecond later, and each to the client the other way (a microsecond: answers on loopback come
+    # within tens of them, and the broker's side must see a request before its answer).
+    out = shifted(capture, tmp_path / "out.pcap", 5, keep=to_broker, translated=translated)
+    back = shifted(
+        capture, tmp_path / "back.pcap", -5, keep=lambda n, f: not to_broker(n, f), translated=translated
+    )
+    alone = audit_paths([str(capture)], CONFIG)
+    both = audit_paths([str(merged([capture, out, back], tmp_path / "any.pcap"))], CONFIG)
+
+    (cset,) = both.capture_sets
+    assert cset.renamed and any("twice, behind an address translation" in why for why in cset.reasons)
+    assert both.decode.exchanges == alone.decode.exchanges > 0
+    assert _outcomes(both) == _outcomes(alone)
+    assert _findings(both) == _findings(alone)
+    assert both.capture.kafka_connections == alone.capture.kafka_connections
+
+
+@pytest.mark.parametrize("later", [0.000030, 5.0], ids=["30us", "5s"])
+def test_a_copy_under_other_addresses_later_in_both_directions_is_another_connection(tmp_path, later):
+    """The same bytes under other addresses, later in both directions (a capture replayed under other
+    addresses, as `tcpreplay --unique-ip` does; a stack that numbers its connections alike): not one
+    connection passing a host, so both are read, whatever the delay."""
+    capture = PCAPS / "txn_confluent_mock.pcap"
+    copy = shifted(capture, tmp_path / "copy.pcap", round(later * 1e6), translated=True)
+    alone = audit_paths([str(capture)], CONFIG)
+    both = audit_paths([str(merged([capture, copy], tmp_path / "one.pcap"))], CONFIG)
+    assert not both.capture_sets[0].renamed
+    assert both.capture.connections == 2 * alone.capture.connections
+
+
+def test_connections_numbered_alike_are_not_read_as_one(tmp_path):
+    """Two connections whose stacks number their bytes alike (the same initial sequence numbers: test
+    captures do) open with the same first segment under other 4-tuples; what they carry next differs, so
+    the capture's bytes say they are two, and each is read."""
+    from capture_builders import Flow, write_ip_packets
+
+    a = Flow(("10.0.0.1", 40000))
+    b = Flow(("10.0.0.3", 40000))
+    packets = []
+    for flow in (a, b):
+        packets += flow.handshake()
+    packets += [a.send(True, b"\x00" * 40 + b"first"), b.send(True, b"\x00" * 40 + b"other")]
+    path = tmp_path / "alike.pcap"
+    write_ip_packets(path, packets)
+    from ksniff.capture import read_files
+
+    run = read_files([str(path)])
+    list(run)
+    assert run.reassembler.alike == 2  # b's SYN and SYN-ACK: the same as a's, under other 4-tuples
+    result = audit_paths([str(path)], CONFIG)
+    assert not result.capture_sets[0].renamed
+    assert result.capture.connections == 2
 
 
 def nat_of(key: tuple) -> tuple:

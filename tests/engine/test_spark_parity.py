@@ -341,6 +341,27 @@ def test_both_ends_behind_an_address_translation_match_local(
     assert comparable(audit_paths_spark(paths, CONFIG, spark=spark)) == comparable(local)
 
 
+def test_one_file_of_both_sides_of_a_translation_among_others_matches_local(
+    spark, tmp_path: Path, way: str
+) -> None:
+    """The real translated pair as one file (`tcpdump -i any` on the translating host) beside another
+    input: the planner finds both views inside the one file, and the executors read each connection once,
+    as the local engine does, both ways. (A single input on the Spark engine is not scanned for this: see
+    the README.)"""
+    from pcap_edit import merged
+
+    from ksniff.engine.spark import audit_paths_spark
+
+    one = merged(
+        [PCAPS / "txn_confluent_tansu_nat_client.pcap", PCAPS / "txn_confluent_tansu_nat_broker.pcap"],
+        tmp_path / "any.pcap",
+    )
+    paths = [str(one), str(PCAPS / "consume_tansu.pcap")]
+    local = audit_paths(paths, CONFIG)
+    assert len(local.capture_sets[0].renamed) == 12 and local.decode.exchanges > 36
+    assert comparable(audit_paths_spark(paths, CONFIG, spark=spark)) == comparable(local)
+
+
 def test_damaged_captures_match_local(spark, tmp_path: Path, way: str) -> None:
     """Record batches that fail their CRC-32C (a bit flipped in a Produce request's batch, and in a Fetch
     answer's): the damage is a ConnectionLost of the batch's connection, which every group of the Spark

@@ -170,6 +170,30 @@ def shifted(
     return out
 
 
+def merged(captures: list[Path], out: Path) -> Path:
+    """One classic pcap of every record of `captures` (each classic little-endian, microsecond times,
+    the same link type), in time order, a record of an earlier file first at equal times: what one
+    capture on every interface of a host records (`tcpdump -i any` sees a forwarded packet on its way in
+    and again on its way out)."""
+    import struct
+
+    records = []
+    head = None
+    for n, capture in enumerate(captures):
+        data = capture.read_bytes()
+        assert data[:4] == b"\xd4\xc3\xb2\xa1", "a classic little-endian pcap with microsecond times"
+        assert head is None or data[20:24] == head[20:24], "the same link type"
+        head = head or data[:24]
+        pos = 24
+        while pos + 16 <= len(data):
+            sec, usec, caplen, _wire = struct.unpack_from("<IIII", data, pos)
+            records.append((sec * 1_000_000 + usec, n, pos, data[pos : pos + 16 + caplen]))
+            pos += 16 + caplen
+    records.sort(key=lambda r: r[:3])
+    out.write_bytes(head + b"".join(r[3] for r in records))
+    return out
+
+
 def nat(frame: bytes, ports: bool = False) -> bytes:
     """An Ethernet IPv4 frame as the far side of an address translation sees it: both addresses' second
     octet flipped (the header checksum made right again); with `ports`, both TCP ports moved by 256 (a
