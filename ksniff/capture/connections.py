@@ -25,6 +25,11 @@ ALIKE_HELD = 4096  # first segments remembered, the latest
 _ALIKE_FLAGS = FIN | SYN | RST | ACK
 
 
+class Alike(Exception):
+    """A direction began alike another under another 4-tuple, where the reader asked to stop at the first
+    such (`ConnectionTable.stop_when_alike`)."""
+
+
 class ConnectionTable:
     """Both directions of every tracked connection, by 4-tuple (`table`) and by id (`conns`)."""
 
@@ -37,6 +42,7 @@ class ConnectionTable:
         "conns",
         "evicted",
         "alike",
+        "stop_when_alike",
         "_firsts",
         "_conn_id",
         "_next_id",
@@ -58,6 +64,7 @@ class ConnectionTable:
         self.conns: dict[int, Conn] = {}
         self.evicted = 0
         self.alike = 0  # directions whose first segment is alike another's (ALIKE_BYTES)
+        self.stop_when_alike = False  # raise Alike at the first, for a reader that would read again
         self._firsts: dict[tuple, tuple[tuple, float]] = {}  # a direction's first segment -> (4-tuple, time)
         self._conn_id = conn_id
         self._next_id = 1
@@ -94,6 +101,8 @@ class ConnectionTable:
         earlier = firsts.pop(first, None)
         if earlier is not None and earlier[0] != key and ts - earlier[1] <= ALIKE_WINDOW:
             self.alike += 1
+            if self.stop_when_alike:
+                raise Alike
         firsts[first] = (key, ts)
         if len(firsts) > ALIKE_HELD:
             del firsts[next(iter(firsts))]

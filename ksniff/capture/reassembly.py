@@ -100,8 +100,10 @@ class Reassembler:
 
     # Counters an engine that runs several reassemblers adds up before asking one of them for warnings.
     evicted = _counter_of("_conns", "evicted")
-    # Directions whose first segment is alike another's (ksniff.capture.connections).
+    # Directions whose first segment is alike another's (ksniff.capture.connections), and whether the
+    # first such raises connections.Alike.
     alike = _counter_of("_conns", "alike")
+    stop_when_alike = _counter_of("_conns", "stop_when_alike")
     forced_gaps = _counter_of("_ooo", "forced_gaps")
 
     # -- the hot loop -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Protocol
 
 from ksniff.audit import Auditor
 from ksniff.capture import CaptureError, Reassembler, read_files
+from ksniff.capture.connections import Alike
 from ksniff.capture.events import ConnectionOpened, StreamChunk
 from ksniff.capture.files import CaptureFile
 from ksniff.capture.folders import expand_inputs
@@ -384,31 +385,27 @@ def _audit_set(
     """One capture set's run, labelled as the set's; `records_used`: bytes earlier sets' records already
     drew from the run's decompression budget."""
     offset_of = cset.offset_of if cset.clocks else None
-    alike: list[int] = []
-    result, identity = audit_capture(
-        list(cset.paths),
-        config,
-        offset_of,
-        progress,
-        tables,
-        records_used,
-        renames=cset.renames(),
-        alike=alike,
-    )
-    if alike[0] and not cset.scanned:
-        # Connections begun alike under other 4-tuples: perhaps one connection seen twice behind an
-        # address translation in a set the planner did not scan (one input, --merge, --separate). Its
-        # bytes decide; when they say so, the set is read again with each connection read once.
+    paths = list(cset.paths)
+    try:
+        # A set the planner did not scan (one input, --merge, --separate) may hold one connection twice,
+        # behind an address translation: the reassembler stops at the first two connections that begin
+        # alike under other 4-tuples (usually within the capture's first packets).
+        result, identity = audit_capture(
+            paths, config, offset_of, progress, tables, records_used, cset.renames(), not cset.scanned
+        )
+    except Alike:
+        # The set's bytes decide (ksniff.engine.sets.read_once), and it is read from its start, each
+        # connection once where they say so, as it was before the stop where they do not.
         renamed, reasons = capture_sets.read_once(
-            cset.paths, ports=config.ports, auto_detect=config.auto_detect, limits=config.limits
+            paths, ports=config.ports, auto_detect=config.auto_detect, limits=config.limits
         )
         if renamed:
             cset = dataclasses.replace(cset, reasons=cset.reasons + reasons, renamed=renamed)
-            if tables is not None:
-                tables.restart()
-            result, identity = audit_capture(
-                list(cset.paths), config, offset_of, progress, tables, records_used, renames=cset.renames()
-            )
+        if tables is not None:
+            tables.restart()
+        result, identity = audit_capture(
+            paths, config, offset_of, progress, tables, records_used, cset.renames()
+        )
     if cset.clocks:
         result.findings = within_uncertainty(result.findings, cset.clocks)
     stamp_set(result, cset, identity)
@@ -422,9 +419,9 @@ def audit_capture(
     progress: Callable[[int, int], None] | None = None,
     tables: RowSink | None = None,
     records_used: int = 0,
-    peak: list[int] | None = None,
     renames: dict[tuple, tuple] | None = None,
-    alike: list[int] | None = None,
+    stop_when_alike: bool = False,
+    peak: list[int] | None = None,
 ) -> tuple[AuditResult, Identity]:
     """The audit of one capture: `paths` read as one (each file's timestamps moved by `offset_of(path)`
     seconds, the capture set's clock alignment). The result is the set's before it is labelled as one,
@@ -433,8 +430,8 @@ def audit_capture(
     --records budget (ksniff.decode.records.Inflation) the sets before it used; `peak`: when given, the
     budget's peak this audit reached (Inflation.peak) is appended to it; `renames`: the 4-tuples read
     as others (the capture set's connections seen behind an address translation, CaptureSet.renamed);
-    `alike`: when given, how many directions the reassembler saw begin alike another under another
-    4-tuple (`Reassembler.alike`) is appended to it."""
+    `stop_when_alike`: raise ksniff.capture.connections.Alike when two connections begin alike under
+    other 4-tuples (`Reassembler.alike`)."""
     run = read_files(list(paths), config.limits)
     # The decoder takes a large chunk as its segments' payloads: a frame of many chunks (a bulk Produce
     # request) is joined once, from its segments, instead of from chunks joined first.
@@ -442,6 +439,7 @@ def audit_capture(
     if offset_of is not None:  # captures of several hosts: each file on the set's time line
         run.offsets = [offset_of(f.path) for f in run.files]
     run.renames = renames
+    run.reassembler.stop_when_alike = stop_when_alike
     pipeline = Pipeline(
         config,
         on_not_kafka=run.drop,
@@ -470,7 +468,5 @@ def audit_capture(
         result = pipeline.result(run, "local")
     if peak is not None:
         peak.append(inflation.peak)
-    if alike is not None:
-        alike.append(run.reassembler.alike)
     ending.keep(pipeline, run)  # in a process that ends without teardown, not taken apart first
     return result, pipeline.identity
