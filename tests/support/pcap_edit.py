@@ -2,52 +2,46 @@
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 from ksniff.capture.packets import header_sum
 
+CLASSIC_LE_MICROS = b"\xd4\xc3\xb2\xa1"
+
+
+def _records(data: bytes) -> Iterator[tuple[int, int, int, bytes]]:
+    """(seconds, microseconds, length on the wire, frame) of each record of a classic pcap's bytes."""
+    pos = 24
+    while pos + 16 <= len(data):
+        sec, usec, caplen, wire = struct.unpack_from("<IIII", data, pos)
+        yield sec, usec, wire, data[pos + 16 : pos + 16 + caplen]
+        pos += 16 + caplen
+
+
+def _record(sec: int, usec: int, wire: int, frame: bytes) -> bytes:
+    return struct.pack("<IIII", sec, usec, len(frame), wire) + frame
+
 
 def again_later(capture: Path, out: Path, seconds: int, first: int | None = None) -> Path:
     """`capture` (classic little-endian pcap, Ethernet, IPv4) followed in one file by its own packets
-    `seconds` later, between other hosts (each address's second octet flipped): other connections.
+    `seconds` later, between other hosts (each address's second octet flipped, `nat`): other connections.
     `first`: only the capture's first packets come before (its connections left open, mid-traffic)."""
-    import struct
-
     data = capture.read_bytes()
-    assert data[:4] == b"\xd4\xc3\xb2\xa1" and struct.unpack_from("<I", data, 20)[0] == 1
-    later = bytearray()
-    pos = 24
-    while pos + 16 <= len(data):
-        sec, usec, caplen, length = struct.unpack_from("<IIII", data, pos)
-        frame = bytearray(data[pos + 16 : pos + 16 + caplen])
-        if caplen >= 34 and frame[12:14] == b"\x08\x00":
-            frame[27] ^= 0x80  # source address, second octet
-            frame[31] ^= 0x80  # destination address
-            if frame[24:26] != b"\0\0":  # the header checksum, made right again
-                frame[24:26] = header_sum(frame, 14, (frame[14] & 15) * 4).to_bytes(2, "big")
-        later += struct.pack("<IIII", sec + seconds, usec, caplen, length) + frame
-        pos += 16 + caplen
-    head = 24
-    for _n in range(len(data) if first is None else first):
-        if head + 16 > len(data):
-            break
-        head += 16 + struct.unpack_from("<I", data, head + 8)[0]
-    out.write_bytes(data[:head] + bytes(later))
+    assert data[:4] == CLASSIC_LE_MICROS and struct.unpack_from("<I", data, 20)[0] == 1
+    records = list(_records(data))
+    before = records if first is None else records[:first]
+    later = [(sec + seconds, usec, wire, nat(frame)) for sec, usec, wire, frame in records]
+    out.write_bytes(data[:24] + b"".join(_record(*r) for r in (*before, *later)))
     return out
 
 
 def split(capture: Path, out: Path, parts: int) -> list[Path]:
     """`capture` (classic pcap) cut into `parts` files of about equal packet counts in `out`, as a
     rotating capture (tcpdump -C) cuts a long one: connections go on from one file into the next."""
-    import struct
-
     data = capture.read_bytes()
-    records = []
-    pos = 24
-    while pos + 16 <= len(data):
-        end = pos + 16 + struct.unpack_from("<I", data, pos + 8)[0]
-        records.append(data[pos:end])
-        pos = end
+    records = [_record(*r) for r in _records(data)]
     per = -(-len(records) // parts)
     paths = []
     for n in range(parts):
@@ -60,8 +54,6 @@ def split(capture: Path, out: Path, parts: int) -> list[Path]:
 def record_batches(data: bytes) -> list[tuple[int, int]]:
     """(position, CRC-32C) of every magic-2 record batch lying whole in a capture's bytes, found by its
     header and checked by its CRC (so no other bytes pass for one), in file order."""
-    import struct
-
     from ksniff.decode.crc import crc32c
 
     found = []
@@ -104,8 +96,6 @@ def damaged(capture: Path, out: Path, copy: int, field: int, bit: int = 4) -> Pa
 def retimed(capture: Path, out: Path, record: int, bit: int) -> Path:
     """`capture` (classic little-endian pcap) with one bit of record `record`'s time flipped: bits 0-31
     of its seconds, 32-63 of its fraction, as a failing disk leaves it."""
-    import struct
-
     data = bytearray(capture.read_bytes())
     pos = 24
     for _n in range(record):
@@ -119,8 +109,6 @@ def retimed(capture: Path, out: Path, record: int, bit: int) -> Path:
 def frame_bit_flipped(capture: Path, out: Path, record: int, at: int, bit: int) -> Path:
     """`capture` (classic little-endian pcap) with bit `bit` of byte `at` of record `record`'s frame
     flipped, as a failing disk leaves it."""
-    import struct
-
     data = bytearray(capture.read_bytes())
     pos = 24
     for _n in range(record):
@@ -132,8 +120,6 @@ def frame_bit_flipped(capture: Path, out: Path, record: int, at: int, bit: int) 
 
 def without(capture: Path, out: Path, record: int) -> Path:
     """`capture` (classic little-endian pcap) without record `record`: a packet the capture lost."""
-    import struct
-
     data = capture.read_bytes()
     pos = 24
     for _n in range(record):
@@ -150,22 +136,14 @@ def shifted(
     (earlier when negative), keeping the records `keep(n, frame)` accepts: the same packets as another
     capture point with another clock records them. `translated`: seen on the far side of an address
     translation, every IPv4 address's second octet flipped (`nat`); "ports": the ports moved too."""
-    import struct
-
     data = capture.read_bytes()
-    assert data[:4] == b"\xd4\xc3\xb2\xa1", "a classic little-endian pcap with microsecond times"
+    assert data[:4] == CLASSIC_LE_MICROS, "a classic little-endian pcap with microsecond times"
     parts = [data[:24]]
-    pos, n = 24, 0
-    while pos + 16 <= len(data):
-        sec, usec, caplen, wire = struct.unpack_from("<IIII", data, pos)
-        frame = data[pos + 16 : pos + 16 + caplen]
+    for n, (sec, usec, wire, frame) in enumerate(_records(data)):
         if keep(n, frame):
             if translated:
                 frame = nat(frame, translated == "ports")
-            sec, usec = divmod(sec * 1_000_000 + usec + micros, 1_000_000)
-            parts.append(struct.pack("<IIII", sec, usec, caplen, wire) + frame)
-        pos += 16 + caplen
-        n += 1
+            parts.append(_record(*divmod(sec * 1_000_000 + usec + micros, 1_000_000), wire, frame))
     out.write_bytes(b"".join(parts))
     return out
 
@@ -175,20 +153,15 @@ def merged(captures: list[Path], out: Path) -> Path:
     the same link type), in time order, a record of an earlier file first at equal times: what one
     capture on every interface of a host records (`tcpdump -i any` sees a forwarded packet on its way in
     and again on its way out)."""
-    import struct
-
     records = []
     head = None
     for n, capture in enumerate(captures):
         data = capture.read_bytes()
-        assert data[:4] == b"\xd4\xc3\xb2\xa1", "a classic little-endian pcap with microsecond times"
+        assert data[:4] == CLASSIC_LE_MICROS, "a classic little-endian pcap with microsecond times"
         assert head is None or data[20:24] == head[20:24], "the same link type"
         head = head or data[:24]
-        pos = 24
-        while pos + 16 <= len(data):
-            sec, usec, caplen, _wire = struct.unpack_from("<IIII", data, pos)
-            records.append((sec * 1_000_000 + usec, n, pos, data[pos : pos + 16 + caplen]))
-            pos += 16 + caplen
+        for k, (sec, usec, wire, frame) in enumerate(_records(data)):
+            records.append((sec * 1_000_000 + usec, n, k, _record(sec, usec, wire, frame)))
     records.sort(key=lambda r: r[:3])
     out.write_bytes(head + b"".join(r[3] for r in records))
     return out
