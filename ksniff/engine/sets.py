@@ -486,14 +486,11 @@ def _crossing(a: list, b: list, ra: list, rb: list) -> bool:
     """Two views of a connection in one file (`a`, `b` one direction's, `ra`, `rb` the other's) as a
     host that translates sees them: each segment comes in on one side and goes out on the other, so in
     one direction every byte both sampled is seen first in one view, and in the other direction first in
-    the other (one clock: `_segment_bounds` with an offset of zero). Two connections that only hold the
+    the other (one clock: `_offsets` allows an offset of zero). Two connections that only hold the
     same bytes (a stack that numbers its connections alike, as test captures do; a capture replayed
     under other addresses) come one after the other in both directions, and are two."""
-    ahead, behind = _lags(a, b), _lags(ra, rb)
-    if not ahead or not behind:
-        return False
-    slack = TIME_SLACK
-    return (max(ahead) <= slack and min(behind) >= -slack) or (min(ahead) >= -slack and max(behind) <= slack)
+    allowed = _offsets(a, b, ra, rb)
+    return allowed is not None and any(lo <= 0.0 <= hi for lo, hi in allowed[0])
 
 
 def _view(sc: FileScan, key: tuple) -> list | None:
@@ -633,22 +630,35 @@ def _segment_bounds(
     broken = set()
     for i, key, j, other in views:
         there, back = scans[i], scans[j]
-        ahead = _lags(_view(there, key), _view(back, other))
-        behind = _lags(_view(there, _reverse(key)), _view(back, _reverse(other)))
-        if not ahead or not behind:
+        allowed = _offsets(
+            _view(there, key), _view(back, other), _view(there, _reverse(key)), _view(back, _reverse(other))
+        )
+        if allowed is None:
             continue
-        ways = [
-            (lo - TIME_SLACK, hi + TIME_SLACK)
-            for lo, hi in ((max(ahead), min(behind)), (max(behind), min(ahead)))
-            if lo <= hi + 2 * TIME_SLACK
-        ]
+        ways, samples = allowed
         if not ways:
             broken.add((i, j))
             continue
         lo, hi = min(w[0] for w in ways), max(w[1] for w in ways)
         low, high, n = found.get((i, j), (-INF, INF, 0))
-        found[(i, j)] = (max(low, lo), min(high, hi), n + len(ahead) + len(behind))
+        found[(i, j)] = (max(low, lo), min(high, hi), n + samples)
     return {pair: b for pair, b in found.items() if pair not in broken and b[0] <= b[1]}
+
+
+def _offsets(a: list | None, b: list | None, ra: list | None, rb: list | None):
+    """What one connection's two views (`a`, `b` of one direction, `ra`, `rb` of the other) allow for
+    the offset of `b`'s clock against `a`'s, from the times both saw the same bytes at
+    (`_segment_bounds`): ([(low, high)], samples), an interval for each way the views can be upstream of
+    one another (none: they disagree), or None when a direction has no sample both saw."""
+    ahead, behind = _lags(a, b), _lags(ra, rb)
+    if not ahead or not behind:
+        return None
+    ways = [
+        (lo - TIME_SLACK, hi + TIME_SLACK)
+        for lo, hi in ((max(ahead), min(behind)), (max(behind), min(ahead)))
+        if lo <= hi + 2 * TIME_SLACK
+    ]
+    return ways, len(ahead) + len(behind)
 
 
 def _ranges_meet(a: list, b: list) -> bool:
