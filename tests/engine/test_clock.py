@@ -283,16 +283,9 @@ def test_a_real_capture_at_both_ends_of_an_address_translation():
 
     (cset,) = both.capture_sets
     assert any("behind an address translation" in why for why in cset.reasons), cset.reasons
-    shown = both.as_contract()["capture_sets"][0]["translated_connections"]
-    assert len(shown) == 6
-    assert all(
-        r["seen_as"].startswith("10.232.2.1:") and r["read_as"].startswith("10.232.1.2:") for r in shown
-    )
+    _read_as_the_client_alone(both, alone)
     moved = next(c for c in cset.clocks if not c.reference)
     assert moved.low <= 0.0 <= moved.high and moved.high - moved.low < 1e-4, moved
-    assert _outcomes(both) == _outcomes(alone) and _outcomes(alone)
-    assert _findings(both) == _findings(alone) and _findings(alone)
-    assert both.decode.exchanges == alone.decode.exchanges == 36
     # Given the other way round, the client's view is still the one kept: it names the address the broker
     # advertises, so each connection maps to the broker's node
     reverse = audit_paths([str(broker), str(client)], CONFIG)
@@ -301,6 +294,19 @@ def test_a_real_capture_at_both_ends_of_an_address_translation():
     assert cluster["connections"] == [
         {"broker": "10.232.1.1:9092", "node_id": cluster["brokers"][0]["node_id"]}
     ]
+
+
+def _read_as_the_client_alone(both, alone) -> None:
+    """The real translated pair read with each of its six connections once, as the client's side names
+    them: the client's capture's outcomes, findings and exchanges."""
+    shown = both.as_contract()["capture_sets"][0]["translated_connections"]
+    assert len(shown) == 6
+    assert all(
+        r["seen_as"].startswith("10.232.2.1:") and r["read_as"].startswith("10.232.1.2:") for r in shown
+    )
+    assert _outcomes(both) == _outcomes(alone) and _outcomes(alone)
+    assert _findings(both) == _findings(alone) and _findings(alone)
+    assert both.decode.exchanges == alone.decode.exchanges == 36
 
 
 def test_one_capture_of_both_sides_of_an_address_translation(tmp_path):
@@ -319,14 +325,7 @@ def test_one_capture_of_both_sides_of_an_address_translation(tmp_path):
 
     (cset,) = both.capture_sets
     assert any("any.pcap carries 6 TCP connections twice" in why for why in cset.reasons), cset.reasons
-    shown = both.as_contract()["capture_sets"][0]["translated_connections"]
-    assert len(shown) == 6
-    assert all(
-        r["seen_as"].startswith("10.232.2.1:") and r["read_as"].startswith("10.232.1.2:") for r in shown
-    )
-    assert _outcomes(both) == _outcomes(alone) and _outcomes(alone)
-    assert _findings(both) == _findings(alone) and _findings(alone)
-    assert both.decode.exchanges == alone.decode.exchanges == 36
+    _read_as_the_client_alone(both, alone)
     assert both.capture.kafka_connections == 6
     rows = (tmp_path / "csv" / "exchanges.csv").read_text().splitlines()
     assert len(rows) == 1 + 36  # the rows the first reading streamed were forgotten
