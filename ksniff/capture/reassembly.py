@@ -58,8 +58,8 @@ END = (1, float("inf"))  # Reassembler.place of what the end of the capture lets
 MAX_TALLY_HOLES = 64  # holes remembered per direction of a dropped connection whose bytes are counted
 
 
-def _counter_of(part: str, name: str) -> property:
-    """A counter one of the reassembler's parts keeps, read and set through the reassembler."""
+def _of_part(part: str, name: str) -> property:
+    """A counter or setting one of the reassembler's parts keeps, read and set through the reassembler."""
     return property(
         lambda self: getattr(getattr(self, part), name),
         lambda self, n: setattr(getattr(self, part), name, n),
@@ -99,12 +99,12 @@ class Reassembler:
         self._merger.pieces_from = segments
 
     # Counters an engine that runs several reassemblers adds up before asking one of them for warnings.
-    evicted = _counter_of("_conns", "evicted")
+    evicted = _of_part("_conns", "evicted")
     # Directions whose first segment is alike another's (ksniff.capture.connections), and whether the
     # first such raises connections.Alike.
-    alike = _counter_of("_conns", "alike")
-    stop_when_alike = _counter_of("_conns", "stop_when_alike")
-    forced_gaps = _counter_of("_ooo", "forced_gaps")
+    alike = _of_part("_conns", "alike")
+    stop_when_alike = _of_part("_conns", "stop_when_alike")
+    forced_gaps = _of_part("_ooo", "forced_gaps")
 
     # -- the hot loop -------------------------------------------------------------------------------
 
