@@ -19,7 +19,7 @@ the same results on every body of the corpus and the protocol fixtures.
 
 from cpython.object cimport PyObject
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.float cimport PyFloat_FromDouble
 from cpython.long cimport PyLong_FromLong, PyLong_FromLongLong, PyLong_FromUnsignedLong
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
@@ -797,3 +797,427 @@ cdef class FetchedPartitions:
                     ))
                 )
         return tuple(out)
+
+
+# -- the per-frame path ---------------------------------------------------------------------------------
+
+
+cdef inline object _get(object obj, Py_ssize_t offset):
+    """The object slot at `offset` of `obj` (whose exact class the caller checked)."""
+    cdef PyObject *v = (<PyObject **> (<char *> <PyObject *> obj + offset))[0]
+    if v is NULL:
+        raise AttributeError("slot not set")
+    return <object> v
+
+
+cdef inline void _put(object obj, Py_ssize_t offset, object value):
+    """`value` into the object slot at `offset` of `obj`: the old value let go after the new one is in."""
+    cdef PyObject **slot = <PyObject **> (<char *> <PyObject *> obj + offset)
+    cdef PyObject *old = slot[0]
+    Py_INCREF(value)
+    slot[0] = <PyObject *> value
+    Py_XDECREF(old)
+
+
+cdef inline void _add(object obj, Py_ssize_t offset, object n):
+    _put(obj, offset, _get(obj, offset) + n)
+
+
+cdef tuple _time_at(tuple marks, Py_ssize_t m, object ts, object at):
+    """`frames._time_at`: the capture time of stream offset `at`, given `ts` before marks[m:], and the
+    index of the first mark after `at` (a mark: (stream offset, capture time), in stream order)."""
+    cdef Py_ssize_t after = m, n = len(marks)
+    while after < n and not (at < marks[after][0]):
+        after += 1
+    return (marks[after - 1][1] if after > m else ts), after
+
+
+cdef enum:
+    PRODUCE_KEY = 0
+    FETCH_KEY = 1
+    METADATA_KEY = 3
+
+
+cdef class FrameLane:
+    """`Connection.chunk`'s usual case in C (ksniff.decode.connection): a chunk of whole frames (one, or
+    several a client pipelined or a broker answered together) with nothing held before it, each frame read
+    as the connection's `_request` or `_response` reads it, with the times `FrameSplitter.split` gives it,
+    the exchange made and emitted as `_emit` and `_exchange` make it, on the same objects (the
+    connection's, its splitters', the version plan's and the counters' slots read and written in place).
+    Anything off that path goes to the Python methods: the whole chunk before anything changed (a frame
+    cut across chunks, bytes held, resynchronisation), or the one frame at the step where it leaves the
+    path (an unknown version, a header with tagged fields, an answer nobody asked for). The methods are
+    the reference: tests/decode/test_compiled_lane.py holds the two to the same events and counters.
+    Python's interpreter ran these few hundred steps per frame at 18% of a run over many small
+    transactions (bench/README.md, "The per-frame path in C")."""
+
+    cdef type conn_cls, splitter_cls, pending_cls, plan_cls, counts_cls, stats_cls
+    cdef Py_ssize_t c_ctx, c_conn, c_client, c_broker, c_client_is_src, c_pending, c_seq
+    cdef Py_ssize_t c_last_correlation, c_unverified, c_last_ts, c_requests, c_responses
+    cdef Py_ssize_t s_buf, s_syncing, s_confirm_at, s_min_size, s_max_frame, s_next_offset
+    cdef Py_ssize_t p_seq, p_api, p_api_key, p_api_name, p_api_version, p_correlation_id, p_client_id
+    cdef Py_ssize_t p_body, p_decode_error, p_first_ts, p_last_ts, p_unverified, p_plan
+    cdef Py_ssize_t v_api, v_name, v_request_flexible, v_response_flexible, v_counts, v_request, v_response
+    cdef Py_ssize_t n_requests, n_responses, n_exchanges
+    cdef Py_ssize_t t_requests, t_responses, t_exchanges, t_errors, t_unmatched, t_evicted
+    cdef Maker pending_maker, exchange_maker
+    cdef object produced, fetched, damage
+    # The context of the connections last seen, and what is read of it once (set in its __init__ and
+    # never changed after).
+    cdef object ctx, plans, stats
+    cdef long long max_body_items
+    cdef Py_ssize_t max_in_flight
+
+    def __init__(self, type conn_cls, type splitter_cls, type pending_cls, type plan_cls, type counts_cls,
+                 type stats_cls, Maker pending_maker, Maker exchange_maker, produced, fetched, damage):
+        """TypeError when a class's fields are not the slots read here (the Python path then runs)."""
+        self.conn_cls, self.splitter_cls, self.pending_cls = conn_cls, splitter_cls, pending_cls
+        self.plan_cls, self.counts_cls, self.stats_cls = plan_cls, counts_cls, stats_cls
+        if pending_maker.made is not pending_cls:
+            raise TypeError("the pending maker makes another class")
+        self.pending_maker, self.exchange_maker = pending_maker, exchange_maker
+        self.produced, self.fetched, self.damage = produced, fetched, damage
+        c = conn_cls
+        self.c_ctx, self.c_conn = slot_offset(c, "ctx"), slot_offset(c, "conn")
+        self.c_client, self.c_broker = slot_offset(c, "client"), slot_offset(c, "broker")
+        self.c_client_is_src, self.c_pending = slot_offset(c, "client_is_src"), slot_offset(c, "pending")
+        self.c_seq, self.c_last_correlation = slot_offset(c, "seq"), slot_offset(c, "last_correlation")
+        self.c_unverified, self.c_last_ts = slot_offset(c, "unverified"), slot_offset(c, "last_ts")
+        self.c_requests, self.c_responses = slot_offset(c, "requests"), slot_offset(c, "responses")
+        s = splitter_cls
+        self.s_buf, self.s_syncing = slot_offset(s, "buf"), slot_offset(s, "syncing")
+        self.s_confirm_at, self.s_min_size = slot_offset(s, "confirm_at"), slot_offset(s, "min_size")
+        self.s_max_frame, self.s_next_offset = slot_offset(s, "max_frame"), slot_offset(s, "next_offset")
+        p = pending_cls
+        self.p_seq, self.p_api, self.p_api_key = slot_offset(p, "seq"), slot_offset(p, "api"), slot_offset(p, "api_key")
+        self.p_api_name, self.p_api_version = slot_offset(p, "api_name"), slot_offset(p, "api_version")
+        self.p_correlation_id, self.p_client_id = slot_offset(p, "correlation_id"), slot_offset(p, "client_id")
+        self.p_body, self.p_decode_error = slot_offset(p, "body"), slot_offset(p, "decode_error")
+        self.p_first_ts, self.p_last_ts = slot_offset(p, "first_ts"), slot_offset(p, "last_ts")
+        self.p_unverified, self.p_plan = slot_offset(p, "unverified"), slot_offset(p, "plan")
+        v = plan_cls
+        self.v_api, self.v_name, self.v_counts = slot_offset(v, "api"), slot_offset(v, "name"), slot_offset(v, "counts")
+        self.v_request_flexible = slot_offset(v, "request_flexible")
+        self.v_response_flexible = slot_offset(v, "response_flexible")
+        self.v_request, self.v_response = slot_offset(v, "request"), slot_offset(v, "response")
+        n = counts_cls
+        self.n_requests, self.n_responses = slot_offset(n, "requests"), slot_offset(n, "responses")
+        self.n_exchanges = slot_offset(n, "exchanges")
+        t = stats_cls
+        self.t_requests, self.t_responses = slot_offset(t, "requests"), slot_offset(t, "responses")
+        self.t_exchanges, self.t_errors = slot_offset(t, "exchanges"), slot_offset(t, "errors")
+        self.t_unmatched = slot_offset(t, "unmatched_requests")
+        self.t_evicted = slot_offset(t, "in_flight_evicted")
+
+    cdef int _context(self, object ctx) except -1:
+        """1 when `ctx`'s counters are of the classes read here (what is read of it kept), else 0."""
+        if ctx is self.ctx:
+            return 1
+        stats = ctx.stats
+        if type(stats) is not self.stats_cls:
+            return 0
+        self.ctx, self.plans, self.stats = ctx, ctx.plans, stats
+        self.max_body_items, self.max_in_flight = ctx.max_body_items, ctx.max_in_flight
+        return 1
+
+    def chunk(self, conn, from_src, data, first_ts, last_ts, offset, marks):
+        """The events of the chunk as `conn.chunk` gives them, or None when the chunk is not whole frames
+        with nothing held (nothing changed then: `conn.chunk` takes it)."""
+        cdef Py_ssize_t n, pos, stop, frames = 0
+        cdef long long size, low, high
+        cdef const unsigned char *q
+        if type(conn) is not self.conn_cls or type(data) is not bytes or type(marks) is not tuple:
+            return None
+        to_broker = from_src == _get(conn, self.c_client_is_src)
+        splitter = _get(conn, self.c_requests if to_broker else self.c_responses)
+        if type(splitter) is not self.splitter_cls or _get(splitter, self.s_buf):
+            return None
+        if _get(splitter, self.s_syncing) or _get(splitter, self.s_confirm_at) is not None:
+            return None
+        n = PyBytes_GET_SIZE(data)
+        q = <const unsigned char *> PyBytes_AS_STRING(data)
+        low, high = _get(splitter, self.s_min_size), _get(splitter, self.s_max_frame)
+        # Whole frames end to end, each of a size the splitter takes (FrameSplitter.split's loop over them
+        # would find nothing else to do), or else nothing here.
+        pos = 0
+        while pos < n:
+            if n - pos < 4:
+                return None
+            size = <int> <unsigned int> _be(q + pos, 4)
+            if size < low or size > high or size > n - pos - 4:
+                return None
+            pos += 4 + size
+            frames += 1
+        if frames == 0 or not self._context(_get(conn, self.c_ctx)):
+            return None
+        out = []
+        _put(conn, self.c_last_ts, last_ts)
+        _put(splitter, self.s_next_offset, offset + n)
+        if frames == 1:  # Connection.chunk's own case: the chunk's times are the frame's
+            if to_broker:
+                self._request(conn, data, 0, n, first_ts, last_ts, out)
+            else:
+                self._response(conn, data, 0, n, last_ts, out)
+            return out
+        # Several frames: each with the times of the segments carrying its first and last bytes, as
+        # FrameSplitter.split gives them (all frames split before any is read, as there).
+        times = []
+        ts, m, n_marks = first_ts, 0, len(marks)
+        pos = 0
+        while pos < n:
+            stop = pos + 4 + <int> <unsigned int> _be(q + pos, 4)
+            if m < n_marks and marks[m][0] < offset + stop:
+                frame_first, m = _time_at(<tuple> marks, m, ts, offset + pos)
+                if m < n_marks and marks[m][0] < offset + stop:
+                    ts, m = _time_at(<tuple> marks, m, frame_first, offset + stop - 1)
+                else:
+                    ts = frame_first
+            else:
+                frame_first = ts
+            times.append((pos, stop, frame_first, ts))
+            pos = stop
+        for at, stop, frame_first, frame_last in times:
+            if to_broker:
+                self._request(conn, data, at, stop, frame_first, frame_last, out)
+            else:
+                self._response(conn, data, at, stop, frame_last, out)
+        return out
+
+    cdef _body(self, object decode, object api, object version, bint is_request, object data,
+               Py_ssize_t start, Py_ssize_t stop, object counts):
+        """(body, error) of the body at data[start:stop], as the connection's inline `ctx.run` reads it:
+        the compiled program over the chunk's bytes where `decode` is one."""
+        cdef Cursor c
+        cdef Body b
+        whole = memoryview(data)
+        if type(decode) is Body:
+            b = <Body> decode
+            c.p = <const unsigned char *> PyBytes_AS_STRING(data)
+            c.pos = start
+            c.end = stop
+            c.budget = self.max_body_items
+            try:
+                body = _struct(b.program, &c, whole, b.parse, b.make_uuid)
+            except Exception:
+                pass  # off the plain path (or an error): read again as `Body.__call__` and `ctx.run` do
+            else:
+                if c.pos != stop:
+                    self.ctx.leftover(stop - c.pos, counts)
+                return body, None
+        view = whole[start:stop]
+        try:
+            body, end = decode(view, self.max_body_items)
+        except Exception:
+            return self.ctx.run(decode, api, version, is_request, view)
+        if end != len(view):
+            self.ctx.leftover(len(view) - end, counts)
+        return body, None
+
+    cdef _request(self, conn, data, Py_ssize_t at, Py_ssize_t stop, first_ts, last_ts, list out):
+        """`Connection._request` of the frame at data[at:stop] (its size first)."""
+        cdef const unsigned char *q = <const unsigned char *> PyBytes_AS_STRING(data) + at + 4
+        cdef Py_ssize_t size = stop - at - 4, pos = 10
+        cdef short length
+        cdef int api_key, api_version, correlation_id
+        if size < 10:
+            conn._request(memoryview(data)[at + 4 : stop], first_ts, last_ts, out)
+            return
+        api_key = <short> ((q[0] << 8) | q[1])
+        api_version = <short> ((q[2] << 8) | q[3])
+        plan = self.plans.get((api_key, api_version))
+        if type(plan) is not self.plan_cls:
+            conn._request(memoryview(data)[at + 4 : stop], first_ts, last_ts, out)
+            return
+        counts = _get(plan, self.v_counts)
+        # The request header's plain path (request_head's): anything else is the Python method's.
+        client_id = None
+        length = <short> ((q[8] << 8) | q[9])
+        if length >= 0:
+            if pos + length > size:
+                conn._request(memoryview(data)[at + 4 : stop], first_ts, last_ts, out)
+                return
+            client_id = PyUnicode_DecodeUTF8(<const char *> q + pos, length, "replace")
+            pos += length
+        elif length != -1:
+            conn._request(memoryview(data)[at + 4 : stop], first_ts, last_ts, out)
+            return
+        if _get(plan, self.v_request_flexible):
+            if pos >= size or q[pos] != 0 or type(counts) is not self.counts_cls:
+                conn._request(memoryview(data)[at + 4 : stop], first_ts, last_ts, out)
+                return
+            pos += 1
+        elif type(counts) is not self.counts_cls:
+            conn._request(memoryview(data)[at + 4 : stop], first_ts, last_ts, out)
+            return
+        correlation_id = <int> <unsigned int> _be(q + 4, 4)
+        api = _get(plan, self.v_api)
+        version = api_version
+        _add(counts, self.n_requests, 1)
+        _add(self.stats, self.t_requests, 1)
+        body, error = self._body(_get(plan, self.v_request), api, version, True, data, at + 4 + pos, stop, counts)
+        if error is not None:
+            counts.not_decoded(error)
+        cid = correlation_id
+        _put(conn, self.c_last_correlation, cid)
+        seq = _get(conn, self.c_seq) + 1
+        _put(conn, self.c_seq, seq)
+        pending = self.pending_maker.make((
+            seq,
+            api,
+            api_key,
+            _get(plan, self.v_name),
+            version,
+            cid,
+            client_id,
+            body,
+            error,
+            first_ts,
+            last_ts,
+            _get(conn, self.c_unverified),
+            plan,
+        ))
+        if api_key == PRODUCE_KEY and body is not None and getattr(body, "acks", None) == 0:
+            self._emit(conn, out, pending, None, None, None, "no_response")
+            return
+        waiting = <dict?> _get(conn, self.c_pending)
+        old = waiting.pop(cid, None)
+        if old is not None:  # a reused correlation id: the older request was never answered
+            self._unanswered(conn, old, out)
+        waiting[cid] = pending
+        if len(waiting) > self.max_in_flight:
+            _add(self.stats, self.t_evicted, 1)
+            self._unanswered(conn, waiting.pop(next(iter(waiting))), out)
+
+    cdef _unanswered(self, conn, p, list out):
+        _add(self.stats, self.t_unmatched, 1)
+        self._emit(conn, out, p, None, None, None, "unanswered")
+
+    cdef _response(self, conn, data, Py_ssize_t at, Py_ssize_t stop, last_ts, list out):
+        """`Connection._response` of the frame at data[at:stop] (its size first)."""
+        cdef const unsigned char *q = <const unsigned char *> PyBytes_AS_STRING(data) + at + 4
+        cdef Py_ssize_t size = stop - at - 4, start
+        waiting = <dict?> _get(conn, self.c_pending)
+        cid = <int> <unsigned int> _be(q, 4)
+        pending = waiting.get(cid)
+        if type(pending) is not self.pending_cls:  # unmatched (or not of the class read here)
+            conn._response(memoryview(data)[at + 4 : stop], last_ts, out)
+            return
+        plan = _get(pending, self.p_plan)
+        if type(plan) is not self.plan_cls:
+            conn._response(memoryview(data)[at + 4 : stop], last_ts, out)
+            return
+        counts = _get(plan, self.v_counts)
+        if type(counts) is not self.counts_cls:
+            conn._response(memoryview(data)[at + 4 : stop], last_ts, out)
+            return
+        if not _get(plan, self.v_response_flexible):
+            start = at + 8
+        elif size > 4 and q[4] == 0:
+            start = at + 9
+        else:  # tagged fields in the response header
+            conn._response(memoryview(data)[at + 4 : stop], last_ts, out)
+            return
+        _add(self.stats, self.t_responses, 1)
+        del waiting[cid]
+        # Kafka answers in order: whatever was sent before this request will never be answered now.
+        seq = _get(pending, self.p_seq)
+        while waiting:
+            first = next(iter(waiting.values()))
+            if first.seq > seq:
+                break
+            self._unanswered(conn, waiting.pop(first.correlation_id), out)
+        _add(counts, self.n_responses, 1)
+        _add(counts, self.n_exchanges, 1)
+        _add(self.stats, self.t_exchanges, 1)
+        body, error = self._body(
+            _get(plan, self.v_response), _get(pending, self.p_api), _get(pending, self.p_api_version), False,
+            data, start, stop, counts,
+        )
+        if error is not None:
+            counts.not_decoded(error)
+        if body is not None and _get(pending, self.p_api_key) == METADATA_KEY:
+            conn._learn_topic_ids(body)
+        self._emit(conn, out, pending, body, error, last_ts, "ok")
+
+    cdef _emit(self, conn, list out, p, response, response_error, response_ts, status):
+        """`Connection._emit`: the exchange into `out`, after what it shows was damaged (`damage`)."""
+        if type(p) is not self.pending_cls:
+            conn._emit(out, p, response, response_error, response_ts, status)
+            return
+        ex = self._exchange(conn, p, response, response_error, response_ts, status)
+        if ex.decode_error is None and not ex.fetched:
+            batches = ex.batches
+            if not batches:
+                out.append(ex)  # the usual case
+                return
+            answered = response is not None
+            for b in batches:
+                if b.header.crc_ok is False or (answered and b.error_code is None):
+                    break
+            else:
+                out.append(ex)
+                return
+        lost = self.damage(ex)
+        if lost is not None:
+            if lost.damaged == "malformed" and ex.decode_error is None:  # an answer that does not fit
+                _add(self.stats, self.t_errors, 1)
+            out.append(lost)
+            if not _get(conn, self.c_unverified):
+                _put(conn, self.c_unverified, True)
+                ex = self._exchange(conn, p, response, response_error, response_ts, status)
+        out.append(ex)
+
+    cdef _exchange(self, conn, p, response, response_error, response_ts, status):
+        """`Connection._exchange`, of a Pending `p`."""
+        error = _get(p, self.p_decode_error)
+        if response_error is not None and response_error != error:
+            error = response_error if error is None else f"{error}; response {response_error}"
+        unverified = _get(p, self.p_unverified) or _get(conn, self.c_unverified)
+        batches = ()
+        fetched = ()
+        api_key = _get(p, self.p_api_key)
+        body = _get(p, self.p_body)
+        if api_key == PRODUCE_KEY and body is not None:
+            made = None
+            if self.produced is not None:
+                made = self.produced(body, response, self.ctx.topic_names, self._head(conn, p), response_ts,
+                                     unverified)
+            batches = made if made is not None else conn._produced(p, response, response_ts, unverified)
+        elif api_key == FETCH_KEY and response is not None and body is not None:
+            made = None
+            if self.fetched is not None:
+                made = self.fetched(body, response, self.ctx.topic_names, self._head(conn, p), response_ts,
+                                    unverified)
+            fetched = made if made is not None else conn._fetched(p, response, response_ts, unverified)
+        return self.exchange_maker.make((
+            _get(conn, self.c_conn),
+            _get(conn, self.c_client),
+            _get(conn, self.c_broker),
+            api_key,
+            _get(p, self.p_api_name),
+            _get(p, self.p_api_version),
+            _get(p, self.p_correlation_id),
+            _get(p, self.p_client_id),
+            body,
+            response,
+            _get(p, self.p_first_ts),
+            _get(p, self.p_last_ts),
+            response_ts,
+            status,
+            unverified,
+            error,
+            batches,
+            fetched,
+        ))
+
+    cdef tuple _head(self, conn, p):
+        """`Connection._head`."""
+        return (
+            _get(p, self.p_first_ts),
+            _get(conn, self.c_conn),
+            _get(conn, self.c_client),
+            _get(conn, self.c_broker),
+            _get(p, self.p_client_id),
+            _get(p, self.p_correlation_id),
+            _get(p, self.p_api_version),
+        )

@@ -74,6 +74,22 @@ class Pending:
 class Connection:
     """Decoding state of one Kafka connection (client and broker sides known)."""
 
+    __slots__ = (
+        "ctx",
+        "conn",
+        "client",
+        "broker",
+        "client_is_src",
+        "pending",
+        "seq",
+        "last_correlation",
+        "unverified",
+        "last_ts",
+        "moved",
+        "requests",
+        "responses",
+    )
+
     def __init__(
         self, ctx: DecodeContext, conn: int, client: str, broker: str, client_is_src: bool, mid_stream: bool
     ) -> None:
@@ -739,3 +755,37 @@ def damage(ex: Exchange) -> ConnectionLost | None:
                     part.partition,
                 )
     return None
+
+
+def _compiled_lane() -> Any:
+    """`Connection.chunk`'s usual case in C (ksniff.decode._bodies.FrameLane, when built): a chunk of whole
+    frames with nothing held before it, read and paired as the methods here read and pair them, which are
+    the reference it is held to (tests/decode/test_compiled_lane.py) and which it hands everything else
+    to. Without it the methods read every chunk, the results the same."""
+    m = load("ksniff.decode._bodies")
+    lane = getattr(m, "FrameLane", None)
+    if lane is None or _PENDING is Pending or _EXCHANGE is Exchange:
+        return None
+    from ksniff.decode.context import VersionPlan
+    from ksniff.decode.events import ApiCounts, DecodeStats
+
+    try:
+        return lane(
+            Connection,
+            FrameSplitter,
+            Pending,
+            VersionPlan,
+            ApiCounts,
+            DecodeStats,
+            _PENDING,
+            _EXCHANGE,
+            _PRODUCED,
+            _FETCHED,
+            damage,
+        )
+    except TypeError:  # a class whose fields are not the slots the lane reads
+        return None
+
+
+# Used by Decoder.feed for each chunk of a known connection (None: Connection.chunk for every chunk).
+LANE = _compiled_lane()

@@ -21,6 +21,7 @@ from ksniff.capture.events import (
     StreamGap,
 )
 from ksniff.common.frozen import slotted_dataclass
+from ksniff.decode import connection
 from ksniff.decode.connection import Connection
 from ksniff.decode.context import BodyDecoder, DecodeContext
 from ksniff.decode.events import DecodeEvent, DecodeStats, ElsewhereCounts
@@ -184,7 +185,12 @@ class Decoder:
                 # is passed).
                 waiting = len(c.pending)
                 e = event
-                out = c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
+                lane = connection.LANE  # the usual chunks in C (None: not built, or off in a test)
+                out = None
+                if lane is not None:
+                    out = lane.chunk(c, e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
+                if out is None:
+                    out = c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
                 self._in_flight += len(c.pending) - waiting
                 if c.moved:
                     self._partial += c.moved

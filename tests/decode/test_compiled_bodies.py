@@ -268,6 +268,7 @@ def test_corpus_decode_events_identical(path, monkeypatch):
     monkeypatch.setattr(connection, "_PRODUCED", None)
     monkeypatch.setattr(connection, "_FETCHED", None)
     monkeypatch.setattr(connection, "_EXCHANGE", connection.Exchange)
+    monkeypatch.setattr(connection, "LANE", None)
     monkeypatch.setattr(connection, "request_head", frames.request_head_python)
     assert compiled.fast_decoder_for(ALL_APIS[0], 9, True) is compiled.decoder_for(ALL_APIS[0], 9, True)
     assert ours == _decoded(path)
