@@ -86,14 +86,30 @@ cdef class Program:
     # construction nobody changed): then the struct is allocated as that and filled in place, without
     # the values' own tuple.
     cdef readonly bint direct
+    # Whether record batches are read anywhere in the struct (its fields', elements' and tags'): the
+    # only values made from views of the bytes rather than from the bytes themselves.
+    cdef readonly bint records
 
     def __init__(self, cls, bint flexible, tuple ops, dict tags=None):
         self.cls, self.flexible, self.ops = cls, flexible, ops
         self.tags = tags if tags is not None else {}
+        self.records = any(_reads_records(op) for op in ops) or any(
+            _reads_records(hit[1]) for hit in self.tags.values()
+        )
         self.direct = (
             isinstance(cls, type) and issubclass(cls, tuple) and cls.__new__ is tuple.__new__
             and cls.__init__ is object.__init__ and type(cls).__call__ is type.__call__
         )
+
+
+cdef bint _reads_records(Op op):
+    if op.kind == K_RECORDS:
+        return True
+    if op.kind == K_STRUCT:
+        return op.sub.records
+    if op.kind == K_ARRAY_OF:
+        return _reads_records(op.element)
+    return False
 
 
 cdef inline int _need(Cursor *c, Py_ssize_t n) except -1:
@@ -851,9 +867,10 @@ cdef class FrameLane:
     Python's interpreter ran these few hundred steps per frame at 18% of a run over many small
     transactions (bench/README.md, "The per-frame path in C")."""
 
-    cdef type conn_cls, splitter_cls, pending_cls, plan_cls, counts_cls, stats_cls
-    cdef Py_ssize_t c_ctx, c_conn, c_client, c_broker, c_client_is_src, c_pending, c_seq
+    cdef type conn_cls, splitter_cls, pending_cls, plan_cls, counts_cls, stats_cls, chunk_cls
+    cdef Py_ssize_t c_ctx, c_conn, c_client, c_broker, c_client_is_src, c_pending, c_seq, c_moved
     cdef Py_ssize_t c_last_correlation, c_unverified, c_last_ts, c_requests, c_responses
+    cdef Py_ssize_t e_conn, e_from_src, e_offset, e_data, e_first_ts, e_last_ts, e_marks
     cdef Py_ssize_t s_buf, s_syncing, s_confirm_at, s_min_size, s_max_frame, s_next_offset
     cdef Py_ssize_t p_seq, p_api, p_api_key, p_api_name, p_api_version, p_correlation_id, p_client_id
     cdef Py_ssize_t p_body, p_decode_error, p_first_ts, p_last_ts, p_unverified, p_plan
@@ -868,9 +885,15 @@ cdef class FrameLane:
     cdef long long max_body_items
     cdef Py_ssize_t max_in_flight
 
-    def __init__(self, type conn_cls, type splitter_cls, type pending_cls, type plan_cls, type counts_cls,
-                 type stats_cls, Maker pending_maker, Maker exchange_maker, produced, fetched, damage):
+    def __init__(self, type chunk_cls, type conn_cls, type splitter_cls, type pending_cls, type plan_cls,
+                 type counts_cls, type stats_cls, Maker pending_maker, Maker exchange_maker, produced, fetched,
+                 damage):
         """TypeError when a class's fields are not the slots read here (the Python path then runs)."""
+        self.chunk_cls = chunk_cls
+        e = chunk_cls
+        self.e_conn, self.e_from_src, self.e_offset = slot_offset(e, "conn"), slot_offset(e, "from_src"), slot_offset(e, "offset")
+        self.e_data, self.e_marks = slot_offset(e, "data"), slot_offset(e, "marks")
+        self.e_first_ts, self.e_last_ts = slot_offset(e, "first_ts"), slot_offset(e, "last_ts")
         self.conn_cls, self.splitter_cls, self.pending_cls = conn_cls, splitter_cls, pending_cls
         self.plan_cls, self.counts_cls, self.stats_cls = plan_cls, counts_cls, stats_cls
         if pending_maker.made is not pending_cls:
@@ -884,6 +907,7 @@ cdef class FrameLane:
         self.c_seq, self.c_last_correlation = slot_offset(c, "seq"), slot_offset(c, "last_correlation")
         self.c_unverified, self.c_last_ts = slot_offset(c, "unverified"), slot_offset(c, "last_ts")
         self.c_requests, self.c_responses = slot_offset(c, "requests"), slot_offset(c, "responses")
+        self.c_moved = slot_offset(c, "moved")
         s = splitter_cls
         self.s_buf, self.s_syncing = slot_offset(s, "buf"), slot_offset(s, "syncing")
         self.s_confirm_at, self.s_min_size = slot_offset(s, "confirm_at"), slot_offset(s, "min_size")
@@ -919,6 +943,33 @@ cdef class FrameLane:
         self.ctx, self.plans, self.stats = ctx, ctx.plans, stats
         self.max_body_items, self.max_in_flight = ctx.max_body_items, ctx.max_in_flight
         return 1
+
+    def feed(self, decoder, event):
+        """`Decoder.feed` of a chunk of one of `decoder`'s connections that `chunk` takes: the run-wide
+        totals moved and their caps checked as there. None for any other event or chunk (nothing changed
+        then: `Decoder.feed`'s Python takes it)."""
+        if type(event) is not self.chunk_cls:
+            return None
+        c = (<dict?> decoder._conns).get(_get(event, self.e_conn))
+        if type(c) is not self.conn_cls:
+            return None
+        waiting = _get(c, self.c_pending)
+        before = len(waiting)
+        out = self.chunk(
+            c, _get(event, self.e_from_src), _get(event, self.e_data), _get(event, self.e_first_ts),
+            _get(event, self.e_last_ts), _get(event, self.e_offset), _get(event, self.e_marks),
+        )
+        if out is None:
+            return None
+        in_flight = decoder._in_flight + (len(waiting) - before)
+        decoder._in_flight = in_flight
+        moved = _get(c, self.c_moved)
+        if moved:
+            decoder._partial += moved
+            _put(c, self.c_moved, 0)
+        if decoder._partial > decoder.max_partial_total or in_flight > decoder.max_in_flight_total:
+            return decoder._account(c, 0, 0, out, True)
+        return out
 
     def chunk(self, conn, from_src, data, first_ts, last_ts, offset, marks):
         """The events of the chunk as `conn.chunk` gives them, or None when the chunk is not whole frames
@@ -989,9 +1040,10 @@ cdef class FrameLane:
         the compiled program over the chunk's bytes where `decode` is one."""
         cdef Cursor c
         cdef Body b
-        whole = memoryview(data)
         if type(decode) is Body:
             b = <Body> decode
+            # The bytes as the program's record batches are read from (views of them), when it has any.
+            whole = memoryview(data) if b.program.records else data
             c.p = <const unsigned char *> PyBytes_AS_STRING(data)
             c.pos = start
             c.end = stop
@@ -1004,7 +1056,7 @@ cdef class FrameLane:
                 if c.pos != stop:
                     self.ctx.leftover(stop - c.pos, counts)
                 return body, None
-        view = whole[start:stop]
+        view = memoryview(data)[start:stop]
         try:
             body, end = decode(view, self.max_body_items)
         except Exception:
@@ -1080,9 +1132,8 @@ cdef class FrameLane:
             self._emit(conn, out, pending, None, None, None, "no_response")
             return
         waiting = <dict?> _get(conn, self.c_pending)
-        old = waiting.pop(cid, None)
-        if old is not None:  # a reused correlation id: the older request was never answered
-            self._unanswered(conn, old, out)
+        if cid in waiting:  # a reused correlation id: the older request was never answered
+            self._unanswered(conn, waiting.pop(cid), out)
         waiting[cid] = pending
         if len(waiting) > self.max_in_flight:
             _add(self.stats, self.t_evicted, 1)

@@ -766,11 +766,13 @@ def _compiled_lane() -> Any:
     lane = getattr(m, "FrameLane", None)
     if lane is None or _PENDING is Pending or _EXCHANGE is Exchange:
         return None
+    from ksniff.capture.events import StreamChunk
     from ksniff.decode.context import VersionPlan
     from ksniff.decode.events import ApiCounts, DecodeStats
 
     try:
         return lane(
+            StreamChunk,
             Connection,
             FrameSplitter,
             Pending,
@@ -787,5 +789,6 @@ def _compiled_lane() -> Any:
         return None
 
 
-# Used by Decoder.feed for each chunk of a known connection (None: Connection.chunk for every chunk).
+# A Decoder made while it is set feeds each chunk of a known connection through it first (None: the
+# connection's methods read every chunk; tests set it so to compare the two).
 LANE = _compiled_lane()

@@ -173,6 +173,10 @@ class Decoder:
         # Gaps that came before a ported connection's first bytes: its decoding starts resynchronising.
         self._early_gaps: dict[int, list[StreamGap]] = {}
         self._ignored: set[int] = set()
+        # `feed` of a chunk of a known connection in C (ksniff.decode._bodies.FrameLane: whole frames with
+        # nothing held) when built, the Python below for everything it hands back; callers that feed
+        # every chunk may call `lane.feed(decoder, event)` themselves first (ksniff.engine.local).
+        self.lane = connection.LANE
 
     # -- the engine's interface --------------------------------------------------------------------
 
@@ -183,14 +187,14 @@ class Decoder:
                 # Once per chunk: the run-wide totals move by what the chunk changed, the bytes its
                 # splitter holds (`Connection.moved`) and the requests in flight (`_account` when a cap
                 # is passed).
+                lane = self.lane  # the usual chunks in C (`connection.LANE`), and this path the rest
+                if lane is not None:
+                    out = lane.feed(self, event)
+                    if out is not None:
+                        return out
                 waiting = len(c.pending)
                 e = event
-                lane = connection.LANE  # the usual chunks in C (None: not built, or off in a test)
-                out = None
-                if lane is not None:
-                    out = lane.chunk(c, e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
-                if out is None:
-                    out = c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
+                out = c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)
                 self._in_flight += len(c.pending) - waiting
                 if c.moved:
                     self._partial += c.moved

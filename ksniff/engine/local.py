@@ -202,6 +202,7 @@ class Pipeline:
         self.config = config
         self.tables = tables
         self.decoder = config.decoder(on_not_kafka, on_elsewhere)
+        self._lane = self.decoder.lane
         self.auditor = Auditor(config.audit_config())
         self.reorder = Reorder(config.reorder_window)
         self.identity = Identity()
@@ -232,7 +233,10 @@ class Pipeline:
             ts = earliest = None
         else:
             ts = earliest = getattr(capture_event, "ts", None)
-        events = self.decoder.feed(capture_event)
+        lane = self._lane  # Decoder.feed's usual case in C, without its Python frame (None: the Python)
+        events = None if lane is None else lane.feed(self.decoder, capture_event)
+        if events is None:
+            events = self.decoder.feed(capture_event)
         if ts is not None:
             last = self.last_ts
             if last is None:

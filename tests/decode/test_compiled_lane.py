@@ -44,17 +44,18 @@ def lane():
 
 
 class Counted:
-    """The lane, counting the chunks it took and the ones it handed to the Python methods."""
+    """The lane, counting the chunks of known connections it took and the ones it handed back."""
 
     def __init__(self, lane) -> None:
         self.lane, self.took, self.handed = lane, 0, 0
 
-    def chunk(self, *args):
-        out = self.lane.chunk(*args)
-        if out is None:
-            self.handed += 1
-        else:
-            self.took += 1
+    def feed(self, decoder, event):
+        out = self.lane.feed(decoder, event)
+        if isinstance(event, StreamChunk) and event.conn in decoder._conns:
+            if out is None:
+                self.handed += 1
+            else:
+                self.took += 1
         return out
 
 
