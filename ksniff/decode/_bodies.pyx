@@ -854,6 +854,15 @@ cdef enum:
     METADATA_KEY = 3
 
 
+cdef class _Run:
+    """What the frames of one chunk read of their connection's context (FrameLane._run)."""
+
+    cdef object ctx, stats
+    cdef dict plans
+    cdef long long max_body_items
+    cdef Py_ssize_t max_in_flight
+
+
 cdef class FrameLane:
     """`Connection.chunk`'s usual case in C (ksniff.decode.connection): a chunk of whole frames (one, or
     several a client pipelined or a broker answered together) with nothing held before it, each frame read
@@ -879,11 +888,6 @@ cdef class FrameLane:
     cdef Py_ssize_t t_requests, t_responses, t_exchanges, t_errors, t_unmatched, t_evicted
     cdef Maker pending_maker, exchange_maker
     cdef object produced, fetched, damage
-    # The context of the connections last seen, and what is read of it once (set in its __init__ and
-    # never changed after).
-    cdef object ctx, plans, stats
-    cdef long long max_body_items
-    cdef Py_ssize_t max_in_flight
 
     def __init__(self, type chunk_cls, type conn_cls, type splitter_cls, type pending_cls, type plan_cls,
                  type counts_cls, type stats_cls, Maker pending_maker, Maker exchange_maker, produced, fetched,
@@ -933,16 +937,18 @@ cdef class FrameLane:
         self.t_unmatched = slot_offset(t, "unmatched_requests")
         self.t_evicted = slot_offset(t, "in_flight_evicted")
 
-    cdef int _context(self, object ctx) except -1:
-        """1 when `ctx`'s counters are of the classes read here (what is read of it kept), else 0."""
-        if ctx is self.ctx:
-            return 1
-        stats = ctx.stats
-        if type(stats) is not self.stats_cls:
-            return 0
-        self.ctx, self.plans, self.stats = ctx, ctx.plans, stats
-        self.max_body_items, self.max_in_flight = ctx.max_body_items, ctx.max_in_flight
-        return 1
+    cdef _Run _run(self, object ctx):
+        """What one chunk's frames read of their connection's context, or None when its counters are not
+        of the classes read here. Read for each chunk, never kept: the lane is shared by every decoder of
+        the process, whatever thread runs it."""
+        cdef _Run x
+        stats, plans = ctx.stats, ctx.plans
+        if type(stats) is not self.stats_cls or type(plans) is not dict:
+            return None
+        x = _Run.__new__(_Run)
+        x.ctx, x.plans, x.stats = ctx, <dict> plans, stats
+        x.max_body_items, x.max_in_flight = ctx.max_body_items, ctx.max_in_flight
+        return x
 
     def feed(self, decoder, event):
         """`Decoder.feed` of a chunk of one of `decoder`'s connections that `chunk` takes: the run-wide
@@ -977,6 +983,7 @@ cdef class FrameLane:
         cdef Py_ssize_t n, pos, stop, frames = 0
         cdef long long size, low, high
         cdef const unsigned char *q
+        cdef _Run x
         if type(conn) is not self.conn_cls or type(data) is not bytes or type(marks) is not tuple:
             return None
         to_broker = from_src == _get(conn, self.c_client_is_src)
@@ -999,16 +1006,19 @@ cdef class FrameLane:
                 return None
             pos += 4 + size
             frames += 1
-        if frames == 0 or not self._context(_get(conn, self.c_ctx)):
+        if frames == 0:
+            return None
+        x = self._run(_get(conn, self.c_ctx))
+        if x is None:
             return None
         out = []
         _put(conn, self.c_last_ts, last_ts)
         _put(splitter, self.s_next_offset, offset + n)
         if frames == 1:  # Connection.chunk's own case: the chunk's times are the frame's
             if to_broker:
-                self._request(conn, data, 0, n, first_ts, last_ts, out)
+                self._request(x, conn, data, 0, n, first_ts, last_ts, out)
             else:
-                self._response(conn, data, 0, n, last_ts, out)
+                self._response(x, conn, data, 0, n, last_ts, out)
             return out
         # Several frames: each with the times of the segments carrying its first and last bytes, as
         # FrameSplitter.split gives them (all frames split before any is read, as there).
@@ -1029,12 +1039,12 @@ cdef class FrameLane:
             pos = stop
         for at, stop, frame_first, frame_last in times:
             if to_broker:
-                self._request(conn, data, at, stop, frame_first, frame_last, out)
+                self._request(x, conn, data, at, stop, frame_first, frame_last, out)
             else:
-                self._response(conn, data, at, stop, frame_last, out)
+                self._response(x, conn, data, at, stop, frame_last, out)
         return out
 
-    cdef _body(self, object decode, object api, object version, bint is_request, object data,
+    cdef _body(self, _Run x, object decode, object api, object version, bint is_request, object data,
                Py_ssize_t start, Py_ssize_t stop, object counts):
         """(body, error) of the body at data[start:stop], as the connection's inline `ctx.run` reads it:
         the compiled program over the chunk's bytes where `decode` is one."""
@@ -1047,25 +1057,25 @@ cdef class FrameLane:
             c.p = <const unsigned char *> PyBytes_AS_STRING(data)
             c.pos = start
             c.end = stop
-            c.budget = self.max_body_items
+            c.budget = x.max_body_items
             try:
                 body = _struct(b.program, &c, whole, b.parse, b.make_uuid)
             except Exception:
                 pass  # off the plain path (or an error): read again as `Body.__call__` and `ctx.run` do
             else:
                 if c.pos != stop:
-                    self.ctx.leftover(stop - c.pos, counts)
+                    x.ctx.leftover(stop - c.pos, counts)
                 return body, None
         view = memoryview(data)[start:stop]
         try:
-            body, end = decode(view, self.max_body_items)
+            body, end = decode(view, x.max_body_items)
         except Exception:
-            return self.ctx.run(decode, api, version, is_request, view)
+            return x.ctx.run(decode, api, version, is_request, view)
         if end != len(view):
-            self.ctx.leftover(len(view) - end, counts)
+            x.ctx.leftover(len(view) - end, counts)
         return body, None
 
-    cdef _request(self, conn, data, Py_ssize_t at, Py_ssize_t stop, first_ts, last_ts, list out):
+    cdef _request(self, _Run x, conn, data, Py_ssize_t at, Py_ssize_t stop, first_ts, last_ts, list out):
         """`Connection._request` of the frame at data[at:stop] (its size first)."""
         cdef const unsigned char *q = <const unsigned char *> PyBytes_AS_STRING(data) + at + 4
         cdef Py_ssize_t size = stop - at - 4, pos = 10
@@ -1076,7 +1086,7 @@ cdef class FrameLane:
             return
         api_key = <short> ((q[0] << 8) | q[1])
         api_version = <short> ((q[2] << 8) | q[3])
-        plan = self.plans.get((api_key, api_version))
+        plan = x.plans.get((api_key, api_version))
         if type(plan) is not self.plan_cls:
             conn._request(memoryview(data)[at + 4 : stop], first_ts, last_ts, out)
             return
@@ -1105,8 +1115,8 @@ cdef class FrameLane:
         api = _get(plan, self.v_api)
         version = api_version
         _add(counts, self.n_requests, 1)
-        _add(self.stats, self.t_requests, 1)
-        body, error = self._body(_get(plan, self.v_request), api, version, True, data, at + 4 + pos, stop, counts)
+        _add(x.stats, self.t_requests, 1)
+        body, error = self._body(x, _get(plan, self.v_request), api, version, True, data, at + 4 + pos, stop, counts)
         if error is not None:
             counts.not_decoded(error)
         cid = correlation_id
@@ -1129,21 +1139,21 @@ cdef class FrameLane:
             plan,
         ))
         if api_key == PRODUCE_KEY and body is not None and getattr(body, "acks", None) == 0:
-            self._emit(conn, out, pending, None, None, None, "no_response")
+            self._emit(x, conn, out, pending, None, None, None, "no_response")
             return
         waiting = <dict?> _get(conn, self.c_pending)
         if cid in waiting:  # a reused correlation id: the older request was never answered
-            self._unanswered(conn, waiting.pop(cid), out)
+            self._unanswered(x, conn, waiting.pop(cid), out)
         waiting[cid] = pending
-        if len(waiting) > self.max_in_flight:
-            _add(self.stats, self.t_evicted, 1)
-            self._unanswered(conn, waiting.pop(next(iter(waiting))), out)
+        if len(waiting) > x.max_in_flight:
+            _add(x.stats, self.t_evicted, 1)
+            self._unanswered(x, conn, waiting.pop(next(iter(waiting))), out)
 
-    cdef _unanswered(self, conn, p, list out):
-        _add(self.stats, self.t_unmatched, 1)
-        self._emit(conn, out, p, None, None, None, "unanswered")
+    cdef _unanswered(self, _Run x, conn, p, list out):
+        _add(x.stats, self.t_unmatched, 1)
+        self._emit(x, conn, out, p, None, None, None, "unanswered")
 
-    cdef _response(self, conn, data, Py_ssize_t at, Py_ssize_t stop, last_ts, list out):
+    cdef _response(self, _Run x, conn, data, Py_ssize_t at, Py_ssize_t stop, last_ts, list out):
         """`Connection._response` of the frame at data[at:stop] (its size first)."""
         cdef const unsigned char *q = <const unsigned char *> PyBytes_AS_STRING(data) + at + 4
         cdef Py_ssize_t size = stop - at - 4, start
@@ -1168,7 +1178,7 @@ cdef class FrameLane:
         else:  # tagged fields in the response header
             conn._response(memoryview(data)[at + 4 : stop], last_ts, out)
             return
-        _add(self.stats, self.t_responses, 1)
+        _add(x.stats, self.t_responses, 1)
         del waiting[cid]
         # Kafka answers in order: whatever was sent before this request will never be answered now.
         seq = _get(pending, self.p_seq)
@@ -1176,10 +1186,10 @@ cdef class FrameLane:
             first = next(iter(waiting.values()))
             if first.seq > seq:
                 break
-            self._unanswered(conn, waiting.pop(first.correlation_id), out)
+            self._unanswered(x, conn, waiting.pop(first.correlation_id), out)
         _add(counts, self.n_responses, 1)
         _add(counts, self.n_exchanges, 1)
-        _add(self.stats, self.t_exchanges, 1)
+        _add(x.stats, self.t_exchanges, 1)
         body, error = self._body(
             _get(plan, self.v_response), _get(pending, self.p_api), _get(pending, self.p_api_version), False,
             data, start, stop, counts,
@@ -1188,14 +1198,14 @@ cdef class FrameLane:
             counts.not_decoded(error)
         if body is not None and _get(pending, self.p_api_key) == METADATA_KEY:
             conn._learn_topic_ids(body)
-        self._emit(conn, out, pending, body, error, last_ts, "ok")
+        self._emit(x, conn, out, pending, body, error, last_ts, "ok")
 
-    cdef _emit(self, conn, list out, p, response, response_error, response_ts, status):
+    cdef _emit(self, _Run x, conn, list out, p, response, response_error, response_ts, status):
         """`Connection._emit`: the exchange into `out`, after what it shows was damaged (`damage`)."""
         if type(p) is not self.pending_cls:
             conn._emit(out, p, response, response_error, response_ts, status)
             return
-        ex = self._exchange(conn, p, response, response_error, response_ts, status)
+        ex = self._exchange(x, conn, p, response, response_error, response_ts, status)
         if ex.decode_error is None and not ex.fetched:
             batches = ex.batches
             if not batches:
@@ -1211,14 +1221,14 @@ cdef class FrameLane:
         lost = self.damage(ex)
         if lost is not None:
             if lost.damaged == "malformed" and ex.decode_error is None:  # an answer that does not fit
-                _add(self.stats, self.t_errors, 1)
+                _add(x.stats, self.t_errors, 1)
             out.append(lost)
             if not _get(conn, self.c_unverified):
                 _put(conn, self.c_unverified, True)
-                ex = self._exchange(conn, p, response, response_error, response_ts, status)
+                ex = self._exchange(x, conn, p, response, response_error, response_ts, status)
         out.append(ex)
 
-    cdef _exchange(self, conn, p, response, response_error, response_ts, status):
+    cdef _exchange(self, _Run x, conn, p, response, response_error, response_ts, status):
         """`Connection._exchange`, of a Pending `p`."""
         error = _get(p, self.p_decode_error)
         if response_error is not None and response_error != error:
@@ -1231,13 +1241,13 @@ cdef class FrameLane:
         if api_key == PRODUCE_KEY and body is not None:
             made = None
             if self.produced is not None:
-                made = self.produced(body, response, self.ctx.topic_names, self._head(conn, p), response_ts,
+                made = self.produced(body, response, x.ctx.topic_names, self._head(conn, p), response_ts,
                                      unverified)
             batches = made if made is not None else conn._produced(p, response, response_ts, unverified)
         elif api_key == FETCH_KEY and response is not None and body is not None:
             made = None
             if self.fetched is not None:
-                made = self.fetched(body, response, self.ctx.topic_names, self._head(conn, p), response_ts,
+                made = self.fetched(body, response, x.ctx.topic_names, self._head(conn, p), response_ts,
                                     unverified)
             fetched = made if made is not None else conn._fetched(p, response, response_ts, unverified)
         return self.exchange_maker.make((

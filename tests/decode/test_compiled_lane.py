@@ -192,3 +192,30 @@ def test_frames_of_one_chunk_keep_the_times_of_their_own_bytes(monkeypatch, lane
     assert [e.request_end_ts for e in exchanges] == [first, first + 0.5, first + 1.0]
     answered = events[4].first_ts
     assert [e.response_ts for e in exchanges] == [answered, answered + 0.5, answered + 1.0]
+
+
+def test_two_decoders_fed_in_turn_count_each_its_own(monkeypatch, lane):
+    """The lane is one object for every decoder of the process: two runs fed chunk by chunk in turn give
+    each the events and counters it gives alone (nothing of one run's context is kept between chunks)."""
+    monkeypatch.setattr(connection, "LANE", lane)
+    paths = [PCAPS / "txn_confluent_tansu.pcap", PCAPS / "consume_tansu.pcap"]
+    alone = [_decoded(p) for p in paths]
+    runs, decoders, outs = [], [], []
+    for p in paths:
+        run = read_files([str(p)])
+        run.reassembler.hand_pieces(PIECES_FROM)
+        runs.append(iter(run))
+        decoders.append(EngineConfig(keep_tables=False).decoder(run.drop, run.drop))
+        outs.append([])
+    live = [0, 1]
+    while live:
+        for i in list(live):
+            event = next(runs[i], None)
+            if event is None:
+                live.remove(i)
+                outs[i].extend(decoders[i].finish())
+            else:
+                outs[i].extend(decoders[i].feed(event))
+    together = [[outs[i], decoders[i].stats.as_contract()] for i in range(2)]
+    assert together == alone
+    assert all(sum(isinstance(e, Exchange) for e in out[0]) > 20 for out in together)
