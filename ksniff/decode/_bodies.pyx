@@ -26,7 +26,7 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_DECREF, Py_INCREF, Py_XDECREF
 from libc.string cimport memcpy
 
-from ksniff.common._slotdesc cimport slot_offset
+from ksniff.common._slotdesc cimport slot_get as _get, slot_offset, slot_put as _put
 
 
 cdef extern from "Python.h":
@@ -818,23 +818,6 @@ cdef class FetchedPartitions:
 # -- the per-frame path ---------------------------------------------------------------------------------
 
 
-cdef inline object _get(object obj, Py_ssize_t offset):
-    """The object slot at `offset` of `obj` (whose exact class the caller checked)."""
-    cdef PyObject *v = (<PyObject **> (<char *> <PyObject *> obj + offset))[0]
-    if v is NULL:
-        raise AttributeError("slot not set")
-    return <object> v
-
-
-cdef inline void _put(object obj, Py_ssize_t offset, object value):
-    """`value` into the object slot at `offset` of `obj`: the old value let go after the new one is in."""
-    cdef PyObject **slot = <PyObject **> (<char *> <PyObject *> obj + offset)
-    cdef PyObject *old = slot[0]
-    Py_INCREF(value)
-    slot[0] = <PyObject *> value
-    Py_XDECREF(old)
-
-
 cdef inline void _add(object obj, Py_ssize_t offset, object n):
     _put(obj, offset, _get(obj, offset) + n)
 
@@ -855,7 +838,8 @@ cdef enum:
 
 
 cdef class _Run:
-    """What the frames of one chunk read of their connection's context (FrameLane._run)."""
+    """What the lane reads of a connection's context (FrameLane._run), kept on the connection (its `lane`
+    slot): nothing of it is kept in the lane itself, which every decoder and thread of the process share."""
 
     cdef object ctx, stats
     cdef dict plans
@@ -877,7 +861,7 @@ cdef class FrameLane:
     transactions (bench/README.md, "The per-frame path in C")."""
 
     cdef type conn_cls, splitter_cls, pending_cls, plan_cls, counts_cls, stats_cls, chunk_cls
-    cdef Py_ssize_t c_ctx, c_conn, c_client, c_broker, c_client_is_src, c_pending, c_seq, c_moved
+    cdef Py_ssize_t c_ctx, c_conn, c_client, c_broker, c_client_is_src, c_pending, c_seq, c_moved, c_lane
     cdef Py_ssize_t c_last_correlation, c_unverified, c_last_ts, c_requests, c_responses
     cdef Py_ssize_t e_conn, e_from_src, e_offset, e_data, e_first_ts, e_last_ts, e_marks
     cdef Py_ssize_t s_buf, s_syncing, s_confirm_at, s_min_size, s_max_frame, s_next_offset
@@ -911,7 +895,7 @@ cdef class FrameLane:
         self.c_seq, self.c_last_correlation = slot_offset(c, "seq"), slot_offset(c, "last_correlation")
         self.c_unverified, self.c_last_ts = slot_offset(c, "unverified"), slot_offset(c, "last_ts")
         self.c_requests, self.c_responses = slot_offset(c, "requests"), slot_offset(c, "responses")
-        self.c_moved = slot_offset(c, "moved")
+        self.c_moved, self.c_lane = slot_offset(c, "moved"), slot_offset(c, "lane")
         s = splitter_cls
         self.s_buf, self.s_syncing = slot_offset(s, "buf"), slot_offset(s, "syncing")
         self.s_confirm_at, self.s_min_size = slot_offset(s, "confirm_at"), slot_offset(s, "min_size")
@@ -937,17 +921,21 @@ cdef class FrameLane:
         self.t_unmatched = slot_offset(t, "unmatched_requests")
         self.t_evicted = slot_offset(t, "in_flight_evicted")
 
-    cdef _Run _run(self, object ctx):
-        """What one chunk's frames read of their connection's context, or None when its counters are not
-        of the classes read here. Read for each chunk, never kept: the lane is shared by every decoder of
-        the process, whatever thread runs it."""
+    cdef _Run _run(self, object conn):
+        """What the lane reads of `conn`'s context (its counters, its version plans, its caps), read once
+        and kept on the connection; None when its counters are not of the classes read here."""
         cdef _Run x
+        kept = _get(conn, self.c_lane)
+        if kept is not None:
+            return <_Run?> kept
+        ctx = _get(conn, self.c_ctx)
         stats, plans = ctx.stats, ctx.plans
         if type(stats) is not self.stats_cls or type(plans) is not dict:
             return None
         x = _Run.__new__(_Run)
         x.ctx, x.plans, x.stats = ctx, <dict> plans, stats
         x.max_body_items, x.max_in_flight = ctx.max_body_items, ctx.max_in_flight
+        _put(conn, self.c_lane, x)
         return x
 
     def feed(self, decoder, event):
@@ -1008,7 +996,7 @@ cdef class FrameLane:
             frames += 1
         if frames == 0:
             return None
-        x = self._run(_get(conn, self.c_ctx))
+        x = self._run(conn)
         if x is None:
             return None
         out = []
@@ -1191,8 +1179,8 @@ cdef class FrameLane:
         _add(counts, self.n_exchanges, 1)
         _add(x.stats, self.t_exchanges, 1)
         body, error = self._body(
-            _get(plan, self.v_response), _get(pending, self.p_api), _get(pending, self.p_api_version), False,
-            data, start, stop, counts,
+            x, _get(plan, self.v_response), _get(pending, self.p_api), _get(pending, self.p_api_version),
+            False, data, start, stop, counts,
         )
         if error is not None:
             counts.not_decoded(error)

@@ -88,6 +88,7 @@ class Connection:
         "moved",
         "requests",
         "responses",
+        "lane",
     )
 
     def __init__(
@@ -106,6 +107,7 @@ class Connection:
         # How much `chunk` changed the bytes the splitters hold, until the decoder adds it to its run-wide
         # total (a chunk holding one whole frame changes nothing).
         self.moved = 0
+        self.lane = None  # what the compiled per-frame path read of `ctx`, once (FrameLane)
 
         def last() -> int | None:
             return self.last_correlation
