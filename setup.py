@@ -55,7 +55,7 @@ def extensions() -> list:
     # events' slot store (else their __init__ stores each field through its descriptor), and the body
     # reader (else the generated decoders read every body), and the Spark engine's codec of decode events
     # (else ksniff.engine.pack's Python one), and the JSON document's long lists (else json's encoder,
-    # item by item).
+    # item by item), and the partition logs' placing of acknowledged batches (else partlog's Python).
     exts = [
         Extension(name, [path], optional=True, extra_compile_args=["-O2"])
         for name, path in (
@@ -65,6 +65,7 @@ def extensions() -> list:
             ("ksniff.decode._bodies", "ksniff/decode/_bodies.pyx"),
             ("ksniff.engine._pack", "ksniff/engine/_pack.pyx"),
             ("ksniff.report._jsonitems", "ksniff/report/_jsonitems.pyx"),
+            ("ksniff.audit._placing", "ksniff/audit/_placing.pyx"),
         )
     ]
     # The audit fold's modules, each compiled from its .py as it is: every exchange goes through them

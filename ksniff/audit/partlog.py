@@ -36,6 +36,7 @@ for everything else, so that gigabytes of Fetch traffic cost a few counters per 
 from __future__ import annotations
 
 import bisect
+import sys
 from collections.abc import Iterable
 from dataclasses import field
 from typing import Any
@@ -46,6 +47,7 @@ from ksniff.audit.keys import LOG_APIS  # noqa: E402,F401 - the exchanges folded
 from ksniff.audit.model import Finding, FindingKind, PartitionSummary, Severity
 from ksniff.common.codegen import fast_init
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
+from ksniff.common.sources import load
 from ksniff.decode.events import (
     ISOLATION_LEVELS,
     Exchange,
@@ -1430,3 +1432,40 @@ def summaries(st: LogState) -> tuple[PartitionSummary, ...]:
             )
         )
     return tuple(rows)
+
+
+def _compiled_on_produce(python: Any = _on_produce) -> Any:
+    """`_on_produce` in C (ksniff.audit._placing.Placing, when built): the same steps on the same objects,
+    `python` (the function above) the reference it is held to (tests/audit/test_placing.py) and what runs
+    for anything of other classes; None without the compiled module."""
+    m = load("ksniff.audit._placing")
+    if m is None:
+        return None
+    from ksniff.decode.events import Exchange, ProducedBatch, RecordBatchHeader
+
+    classes = {
+        "LogState": LogState,
+        "Exchange": Exchange,
+        "ProducedBatch": ProducedBatch,
+        "RecordBatchHeader": RecordBatchHeader,
+        "PartitionLog": PartitionLog,
+        "Placed": Placed,
+        "ProducerOnPartition": ProducerOnPartition,
+    }
+    makers = {
+        "Placed": _PLACED,
+        "AckedBatch": _ACKED_BATCH,
+        "AckedExchange": _ACKED_EXCHANGE,
+        "TxnWrite": _TXN_WRITE,
+        "ProducerOnPartition": ProducerOnPartition,
+        "PartitionLog": PartitionLog,
+    }
+    try:
+        return m.Placing(python, classes, makers, FENCING_ERRORS, sys.modules[__name__]).on_produce
+    except TypeError:  # a field read there that is not a slot of its class: this module's function
+        return None
+
+
+# Each Produce exchange's batches placed in their logs (`on_exchange`): in C when built.
+_on_produce_python = _on_produce
+_on_produce = _compiled_on_produce() or _on_produce_python

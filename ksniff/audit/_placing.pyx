@@ -1,0 +1,241 @@
+# cython: language_level=3
+"""`partlog._on_produce` in C: each acknowledged batch of a Produce exchange placed in its partition's
+log, on the same objects, with the same steps in the same order (the log found or made, its counters,
+the placed batch and its acknowledgement records made, the batch at its offset, the producer's row on the
+partition, the batch by its sequence, the acknowledged offsets, the open transaction's writes).
+
+The batches, their headers, the exchange, the logs, the placed batches and the producers' rows are read
+and written through their slots (their exact classes checked first); the dicts, sets and lists they hold
+through their own C calls. What is rare stays Python's: a write the broker refused for an older epoch
+(the log found by `LogState.log`), a placed batch a Fetch answer had returned first (`_lost`, and the
+batch's acknowledgement set on it), a log past its cap (`forget_oldest`), an offset before the last
+acknowledged one (`bisect.insort`). Anything of another class than those checked, and the whole exchange
+is the Python function's. The Python function is the reference: the corpus audits give the same documents
+and tables with this one and without it (tests/audit/test_compiled_fold.py, tests/audit/test_placing.py).
+"""
+
+import bisect
+
+from ksniff.common._slotdesc cimport slot_get as _get, slot_offset, slot_put as _put
+
+
+cdef class Placing:
+    """`on_produce(st, ex, out, ctx)`: `partlog._on_produce`, for the classes given."""
+
+    cdef type state_cls, ex_cls, batch_cls, header_cls, log_cls, placed_cls, owner_cls
+    cdef object python, fencing, placed, acked_batch, acked_exchange, txn_write, owner, new_log, module
+    # LogState
+    cdef Py_ssize_t st_txn_ids, st_split, st_txn_writes, st_names, st_logs
+    # Exchange
+    cdef Py_ssize_t x_batches, x_response_ts, x_request_ts, x_conn, x_client, x_broker, x_api_name
+    cdef Py_ssize_t x_api_version, x_correlation_id, x_client_id, x_response, x_unverified
+    # ProducedBatch
+    cdef Py_ssize_t b_header, b_tid, b_code, b_partition, b_topic, b_base, b_acks, b_ts, b_response_ts
+    cdef Py_ssize_t b_client, b_unverified
+    # RecordBatchHeader
+    cdef Py_ssize_t h_crc_ok, h_pid, h_epoch, h_control, h_delta, h_sequence, h_transactional
+    # PartitionLog
+    cdef Py_ssize_t l_acked_batches, l_acked_records, l_at, l_end, l_by_sequence, l_acked_bases
+    cdef Py_ssize_t l_open_txn, l_producers
+    # Placed
+    cdef Py_ssize_t p_fetched_ts, p_outcome, p_acked, p_acked_ex, p_tid
+    # ProducerOnPartition
+    cdef Py_ssize_t o_tid, o_epochs, o_batches, o_records, o_first_offset, o_last_offset
+    cdef Py_ssize_t o_first_sequence, o_last_sequence
+
+    def __init__(self, python, dict classes, dict makers, fencing, module):
+        """`classes`: LogState, Exchange, ProducedBatch, RecordBatchHeader, PartitionLog, Placed and
+        ProducerOnPartition by those names; `makers`: the placed batch's, its acknowledgement records'
+        and the transactional write's (by position) and the producer's row (by its id); `module`: where
+        the cap on each log (MAX_BATCHES) is read, at each exchange, as the Python function reads it.
+        TypeError when a field read here is not a slot of its class (the Python function then runs)."""
+        self.python, self.fencing, self.module = python, fencing, module
+        st = self.state_cls = classes["LogState"]
+        ex = self.ex_cls = classes["Exchange"]
+        b = self.batch_cls = classes["ProducedBatch"]
+        h = self.header_cls = classes["RecordBatchHeader"]
+        lg = self.log_cls = classes["PartitionLog"]
+        p = self.placed_cls = classes["Placed"]
+        o = self.owner_cls = classes["ProducerOnPartition"]
+        self.placed, self.acked_batch = makers["Placed"], makers["AckedBatch"]
+        self.acked_exchange, self.txn_write = makers["AckedExchange"], makers["TxnWrite"]
+        self.owner, self.new_log = makers["ProducerOnPartition"], makers["PartitionLog"]
+        self.st_txn_ids, self.st_split = slot_offset(st, "txn_ids"), slot_offset(st, "split")
+        self.st_txn_writes, self.st_names = slot_offset(st, "txn_writes"), slot_offset(st, "names")
+        self.st_logs = slot_offset(st, "logs")
+        self.x_batches, self.x_conn = slot_offset(ex, "batches"), slot_offset(ex, "conn")
+        self.x_response_ts, self.x_request_ts = slot_offset(ex, "response_ts"), slot_offset(ex, "request_ts")
+        self.x_client, self.x_broker = slot_offset(ex, "client"), slot_offset(ex, "broker")
+        self.x_api_name, self.x_api_version = slot_offset(ex, "api_name"), slot_offset(ex, "api_version")
+        self.x_correlation_id, self.x_client_id = slot_offset(ex, "correlation_id"), slot_offset(ex, "client_id")
+        self.x_response, self.x_unverified = slot_offset(ex, "response"), slot_offset(ex, "unverified")
+        self.b_header, self.b_tid = slot_offset(b, "header"), slot_offset(b, "transactional_id")
+        self.b_code, self.b_partition = slot_offset(b, "error_code"), slot_offset(b, "partition")
+        self.b_topic, self.b_base = slot_offset(b, "topic"), slot_offset(b, "base_offset")
+        self.b_acks, self.b_ts, self.b_client = slot_offset(b, "acks"), slot_offset(b, "ts"), slot_offset(b, "client")
+        self.b_response_ts, self.b_unverified = slot_offset(b, "response_ts"), slot_offset(b, "unverified")
+        self.h_crc_ok, self.h_pid = slot_offset(h, "crc_ok"), slot_offset(h, "producer_id")
+        self.h_epoch, self.h_control = slot_offset(h, "producer_epoch"), slot_offset(h, "control")
+        self.h_delta, self.h_sequence = slot_offset(h, "last_offset_delta"), slot_offset(h, "base_sequence")
+        self.h_transactional = slot_offset(h, "transactional")
+        self.l_acked_batches, self.l_acked_records = slot_offset(lg, "acked_batches"), slot_offset(lg, "acked_records")
+        self.l_at, self.l_end = slot_offset(lg, "at"), slot_offset(lg, "end")
+        self.l_by_sequence, self.l_acked_bases = slot_offset(lg, "by_sequence"), slot_offset(lg, "acked_bases")
+        self.l_open_txn, self.l_producers = slot_offset(lg, "open_txn"), slot_offset(lg, "producers")
+        self.p_fetched_ts, self.p_outcome = slot_offset(p, "fetched_ts"), slot_offset(p, "outcome")
+        self.p_acked, self.p_acked_ex = slot_offset(p, "acked"), slot_offset(p, "acked_ex")
+        self.p_tid = slot_offset(p, "transactional_id")
+        self.o_tid, self.o_epochs = slot_offset(o, "transactional_id"), slot_offset(o, "epochs")
+        self.o_batches, self.o_records = slot_offset(o, "batches"), slot_offset(o, "records")
+        self.o_first_offset, self.o_last_offset = slot_offset(o, "first_offset"), slot_offset(o, "last_offset")
+        self.o_first_sequence = slot_offset(o, "first_sequence")
+        self.o_last_sequence = slot_offset(o, "last_sequence")
+
+    def on_produce(self, st, ex, list out, ctx):
+        cdef dict txn_ids, txn_writes, names, logs, at, by_sequence
+        cdef list bases
+        cdef Py_ssize_t max_batches
+        if type(st) is not self.state_cls or type(ex) is not self.ex_cls:
+            return self.python(st, ex, out, ctx)
+        batches = _get(ex, self.x_batches)
+        if type(batches) is not tuple:
+            return self.python(st, ex, out, ctx)
+        for b in <tuple> batches:  # every batch and header of the classes read here, before any change
+            if type(b) is not self.batch_cls or type(_get(b, self.b_header)) is not self.header_cls:
+                return self.python(st, ex, out, ctx)
+        max_batches = self.module.MAX_BATCHES
+        txn_ids = _get(st, self.st_txn_ids)
+        txn_writes = _get(st, self.st_txn_writes)
+        names = _get(st, self.st_names)
+        logs = _get(st, self.st_logs)
+        split = _get(st, self.st_split)
+        head = None  # the exchange as placed batches keep it, made for its first acknowledged batch
+        for b in <tuple> batches:
+            h = _get(b, self.b_header)
+            if _get(h, self.h_crc_ok) is False:
+                continue
+            pid = _get(h, self.h_pid)
+            tid = _get(b, self.b_tid)
+            code = _get(b, self.b_code)
+            partition = _get(b, self.b_partition)
+            if tid and pid >= 0:
+                txn_ids[pid] = tid
+            if split is not None and partition % split[0] != split[1]:
+                continue  # another fold's partition: only its producer's transactional id is learnt
+            if tid and pid >= 0:
+                if code in self.fencing:  # kept to tell a late write an epoch bump refused
+                    txn_writes.setdefault((pid, _get(h, self.h_epoch)), []).append(
+                        self.txn_write(
+                            st.log(_get(b, self.b_topic), partition),
+                            None,
+                            _get(ex, self.x_response_ts),
+                            _get(ex, self.x_request_ts),
+                            ex,
+                            b,
+                        )
+                    )
+            base = _get(b, self.b_base)
+            acks = _get(b, self.b_acks)
+            if base is None or code != 0 or acks == 0 or _get(h, self.h_control):
+                continue
+            topic = _get(b, self.b_topic)
+            if names:
+                topic = names.get(topic, topic)
+            key = (topic, partition)
+            lg = logs.get(key)
+            if lg is None:
+                lg = logs[key] = self.new_log(topic, partition)
+            if type(lg) is not self.log_cls:  # never: `logs` holds the logs made here and by `LogState.log`
+                raise TypeError(f"a partition log of {type(lg).__name__}")
+            delta = _get(h, self.h_delta)
+            _put(lg, self.l_acked_batches, _get(lg, self.l_acked_batches) + 1)
+            _put(lg, self.l_acked_records, _get(lg, self.l_acked_records) + (delta + 1))
+            at = _get(lg, self.l_at)
+            old = at.get(base)
+            if head is None:
+                head = self.acked_exchange(
+                    _get(ex, self.x_conn),
+                    _get(ex, self.x_client),
+                    _get(ex, self.x_broker),
+                    _get(ex, self.x_api_name),
+                    _get(ex, self.x_api_version),
+                    _get(ex, self.x_correlation_id),
+                    _get(ex, self.x_client_id),
+                    True if _get(ex, self.x_response) is not None else None,
+                    _get(ex, self.x_request_ts),
+                    _get(ex, self.x_unverified),
+                )
+            acked = self.acked_batch(
+                _get(b, self.b_ts), _get(b, self.b_response_ts), _get(b, self.b_client), acks,
+                _get(b, self.b_unverified),
+            )
+            epoch = _get(h, self.h_epoch)
+            sequence = _get(h, self.h_sequence)
+            last = base + delta
+            p = self.placed(
+                base, last, pid, epoch, sequence, _get(h, self.h_transactional), None, tid, acked, head,
+                None, None, None, None, None,
+            )
+            if old is not None and old.fetched_ts is not None:  # returned by a Fetch answer first: rare
+                if not old.same(h):
+                    self._lost(lg, p, old, ex, out, ctx)
+                old.acked, old.acked_ex, old.transactional_id = acked, head, tid
+                p = old
+            else:
+                at[base] = p
+                if len(at) > max_batches:
+                    lg.forget_oldest()
+                if last + 1 > _get(lg, self.l_end):
+                    _put(lg, self.l_end, last + 1)
+                if pid >= 0:
+                    self._producer(lg, p, pid, tid, epoch, base, last, sequence)
+                    if sequence >= 0:
+                        by_sequence = _get(lg, self.l_by_sequence)
+                        by_sequence.setdefault((pid, epoch, sequence, delta), base)
+                        if len(by_sequence) > max_batches:  # bounded as the fetched batches' entries
+                            del by_sequence[next(iter(by_sequence))]
+            bases = _get(lg, self.l_acked_bases)
+            if not bases or base > bases[-1]:
+                bases.append(base)  # bisect.insort, where an offset past the last goes
+            else:
+                bisect.insort(bases, base)
+            if _get(h, self.h_transactional) and pid >= 0:
+                if old is None and _get(p, self.p_outcome) is None:  # p: the batch just made
+                    (<dict> _get(lg, self.l_open_txn)).setdefault(pid, []).append(base)
+                txn_writes.setdefault((pid, epoch), []).append(
+                    self.txn_write(lg, base, _get(ex, self.x_response_ts), _get(ex, self.x_request_ts), ex, b)
+                )
+
+    cdef _lost(self, lg, p, old, ex, list out, ctx):
+        from ksniff.audit.partlog import _lost
+
+        _lost(lg, p, old, ex, out, ctx)
+
+    cdef _producer(self, lg, p, pid, tid, epoch, base, last, sequence):
+        """`PartitionLog.producer(p)` of the batch `p` just placed (not a marker: `control` is None)."""
+        cdef dict producers = _get(lg, self.l_producers)
+        s = producers.get(pid)
+        if s is not None and type(s) is not self.owner_cls:
+            lg.producer(p)  # never: `producers` holds the rows made below
+            return
+        if s is None:
+            s = producers[pid] = self.owner(pid)
+        if not _get(s, self.o_tid):
+            _put(s, self.o_tid, tid)
+        (<set> _get(s, self.o_epochs)).add(epoch)
+        _put(s, self.o_batches, _get(s, self.o_batches) + 1)
+        _put(s, self.o_records, _get(s, self.o_records) + (last - base + 1))
+        first = _get(s, self.o_first_offset)
+        if first is None or base < first:
+            _put(s, self.o_first_offset, base)
+        final = _get(s, self.o_last_offset)
+        if final is None or last > final:
+            _put(s, self.o_last_offset, last)
+        if sequence >= 0:
+            last_seq = sequence + last - base
+            first = _get(s, self.o_first_sequence)
+            if first is None or sequence < first:
+                _put(s, self.o_first_sequence, sequence)
+            final = _get(s, self.o_last_sequence)
+            if final is None or last_seq > final:
+                _put(s, self.o_last_sequence, last_seq)

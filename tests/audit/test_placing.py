@@ -1,0 +1,118 @@
+"""The partition logs' placing of acknowledged batches in C (ksniff.audit._placing, `partlog._on_produce`)
+against the Python function, the reference: every corpus capture audits to the same document and tables
+with either; fed the corpus's exchanges directly, the two leave the same logs, transactional writes and
+findings, whole or split by partition as the Spark engine splits them, and with the logs' cap at three
+batches; and the C function places every Produce exchange of the corpus itself. Where the compiled
+module is not built these tests skip (CI fails instead)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from compiled_support import require_compiled
+
+from ksniff.audit import partlog
+from ksniff.capture import read_files
+from ksniff.config import EngineConfig
+from ksniff.decode.events import Exchange
+from ksniff.engine.local import PIECES_FROM, audit_paths
+from ksniff.report.tables import frames
+
+PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
+CORPUS = sorted(p for p in PCAPS.glob("*.pcap*") if p.stat().st_size > 24)
+
+
+@pytest.fixture(scope="module")
+def placing():
+    require_compiled("ksniff.audit._placing", "the partition logs' placing in C")
+    assert partlog._on_produce is not partlog._on_produce_python, "the placing in C was not taken up"
+    return partlog._on_produce
+
+
+def _audited(path: Path) -> tuple:
+    result = audit_paths([str(path)], EngineConfig())
+    tables = {name: t.to_json(orient="split", date_format="iso") for name, t in frames(result).items()}
+    return json.dumps(result.as_contract(), sort_keys=True), tables
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_corpus_audits_identical(path, monkeypatch, placing):
+    ours = _audited(path)
+    monkeypatch.setattr(partlog, "_on_produce", partlog._on_produce_python)
+    assert ours == _audited(path)
+
+
+def _exchanges(path: Path) -> list[Exchange]:
+    run = read_files([str(path)])
+    run.reassembler.hand_pieces(PIECES_FROM)
+    decoder = EngineConfig(keep_tables=False).decoder(run.drop, run.drop)
+    events = []
+    for event in run:
+        events.extend(decoder.feed(event))
+    events.extend(decoder.finish())
+    return sorted((e for e in events if isinstance(e, Exchange)), key=lambda e: e.request_ts)
+
+
+def _placed(exchanges: list[Exchange], on_produce, split) -> tuple:
+    st = partlog.LogState(split=split)
+    ctx = partlog.Context({})
+    out: list = []
+    for ex in exchanges:
+        if ex.api_name == "Produce" and ex.request is not None:
+            on_produce(st, ex, out, ctx)
+        else:
+            partlog.on_exchange(st, ex, out, ctx)
+    return st.logs, st.txn_writes, st.txn_ids, out
+
+
+PRODUCING = [p for p in CORPUS if any(e.api_name == "Produce" for e in _exchanges(p))]
+
+
+@pytest.mark.parametrize("split", [None, (2, 0), (2, 1)])
+@pytest.mark.parametrize("path", PRODUCING, ids=lambda p: p.name)
+def test_the_same_logs_whole_and_split(path, split, placing):
+    exchanges = _exchanges(path)
+    ours = _placed(exchanges, placing, split)
+    assert ours == _placed(exchanges, partlog._on_produce_python, split)
+
+
+@pytest.mark.parametrize("path", PRODUCING, ids=lambda p: p.name)
+def test_the_same_logs_past_their_cap(path, monkeypatch, placing):
+    """Three batches a partition at most (the cap read as the Python function reads it, at each
+    exchange): the oldest forgotten as the Python function forgets them."""
+    monkeypatch.setattr(partlog, "MAX_BATCHES", 3)
+    exchanges = _exchanges(path)
+    ours = _placed(exchanges, placing, None)
+    assert ours == _placed(exchanges, partlog._on_produce_python, None)
+    logs = ours[0].values()
+    assert all(len(lg.at) <= 3 for lg in logs)
+    if any(lg.acked_batches > 3 for lg in logs):  # more placed than kept: the oldest were forgotten
+        assert any(lg.forgotten for lg in logs)
+
+
+def test_the_cap_is_reached_in_the_corpus(placing):
+    """The test above forgets batches for some captures (not only compares logs under their cap)."""
+    assert any(
+        lg.acked_batches > 3
+        for path in PRODUCING
+        for lg in _placed(_exchanges(path), partlog._on_produce_python, None)[0].values()
+    )
+
+
+def test_every_produce_exchange_of_the_corpus_is_placed_in_c(placing):
+    handed: list = []
+
+    def python(st, ex, out, ctx):
+        handed.append(ex)
+        return partlog._on_produce_python(st, ex, out, ctx)
+
+    counted = partlog._compiled_on_produce(python)
+    placed = 0
+    for path in PRODUCING:
+        exchanges = _exchanges(path)
+        placed += sum(e.api_name == "Produce" and e.request is not None for e in exchanges)
+        _placed(exchanges, counted, None)
+    assert placed > 200
+    assert handed == []
