@@ -65,7 +65,7 @@ def extensions() -> list:
             ("ksniff.decode._bodies", "ksniff/decode/_bodies.pyx"),
             ("ksniff.engine._pack", "ksniff/engine/_pack.pyx"),
             ("ksniff.report._jsonitems", "ksniff/report/_jsonitems.pyx"),
-            ("ksniff.audit._placing", "ksniff/audit/_placing.pyx"),
+            ("ksniff.audit._steps", "ksniff/audit/_steps.pyx"),
         )
     ]
     # The audit fold's modules, each compiled from its .py as it is: every exchange goes through them

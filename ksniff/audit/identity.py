@@ -9,12 +9,15 @@ activity, judged by the broker's answer: rejected -> `producer_fenced` (warning)
 
 from __future__ import annotations
 
+from typing import Any
+
 from ksniff.audit.codes import FENCING_ERRORS, error_name
 from ksniff.audit.findings import broker_verdict, exchange_evidence, judge, make
 from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, ProducerState, TxnIdState
 from ksniff.common.codegen import fast_init
 from ksniff.common.frozen import frozen_dataclass
+from ksniff.common.sources import load
 from ksniff.decode.events import Exchange
 
 
@@ -237,3 +240,27 @@ def highest_epoch(state: AuditState, producer_id: int) -> int:
     """The highest epoch seen so far for `producer_id` (-1 when none)."""
     p = state.producers.get(producer_id)
     return -1 if p is None else p.max_epoch
+
+
+def _compiled_see_producer(python: Any = see_producer) -> Any:
+    """`see_producer` in C (ksniff.audit._steps.Seeing, when built): the same steps on the same objects,
+    `python` (the function above) the reference it is held to (tests/audit/test_steps.py) and what runs
+    for anything of other classes; None without the compiled module."""
+    m = load("ksniff.audit._steps")
+    if m is None:
+        return None
+    classes = {
+        "AuditState": AuditState,
+        "Exchange": Exchange,
+        "ProducerState": ProducerState,
+        "TxnIdState": TxnIdState,
+    }
+    try:
+        return m.Seeing(python, classes).see_producer
+    except TypeError:  # a field read there that is not a slot of its class: this module's function
+        return None
+
+
+# Once per batch of every Produce (produce.on_produce), and by the transaction handlers: in C when built.
+see_producer_python = see_producer
+see_producer = _compiled_see_producer() or see_producer_python

@@ -1435,10 +1435,10 @@ def summaries(st: LogState) -> tuple[PartitionSummary, ...]:
 
 
 def _compiled_on_produce(python: Any = _on_produce) -> Any:
-    """`_on_produce` in C (ksniff.audit._placing.Placing, when built): the same steps on the same objects,
-    `python` (the function above) the reference it is held to (tests/audit/test_placing.py) and what runs
+    """`_on_produce` in C (ksniff.audit._steps.Placing, when built): the same steps on the same objects,
+    `python` (the function above) the reference it is held to (tests/audit/test_steps.py) and what runs
     for anything of other classes; None without the compiled module."""
-    m = load("ksniff.audit._placing")
+    m = load("ksniff.audit._steps")
     if m is None:
         return None
     from ksniff.decode.events import Exchange, ProducedBatch, RecordBatchHeader

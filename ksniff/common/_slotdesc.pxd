@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Where a class's `__slots__` entry lives in its instances, read from the slot's member descriptor: for
 the compiled modules that store into or read slots directly (ksniff.common._slots,
-ksniff.capture._fastwalk, ksniff.decode._bodies, ksniff.audit._placing), and those reads and stores."""
+ksniff.capture._fastwalk, ksniff.decode._bodies, ksniff.audit._steps), and those reads and stores."""
 
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF

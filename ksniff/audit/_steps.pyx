@@ -1,17 +1,26 @@
 # cython: language_level=3
-"""`partlog._on_produce` in C: each acknowledged batch of a Produce exchange placed in its partition's
-log, on the same objects, with the same steps in the same order (the log found or made, its counters,
-the placed batch and its acknowledgement records made, the batch at its offset, the producer's row on the
-partition, the batch by its sequence, the acknowledged offsets, the open transaction's writes).
+"""Steps of the audit's fold in C, each on the same objects as its Python function, which is the reference
+it is held to and what runs for anything of other classes than those it checks (the fold's own modules
+take these in place of their functions when this module is built: `partlog._on_produce`,
+`identity.see_producer`).
 
-The batches, their headers, the exchange, the logs, the placed batches and the producers' rows are read
-and written through their slots (their exact classes checked first); the dicts, sets and lists they hold
-through their own C calls. What is rare stays Python's: a write the broker refused for an older epoch
-(the log found by `LogState.log`), a placed batch a Fetch answer had returned first (`_lost`, and the
-batch's acknowledgement set on it), a log past its cap (`forget_oldest`), an offset before the last
-acknowledged one (`bisect.insort`). Anything of another class than those checked, and the whole exchange
-is the Python function's. The Python function is the reference: the corpus audits give the same documents
-and tables with this one and without it (tests/audit/test_compiled_fold.py, tests/audit/test_placing.py).
+`Placing.on_produce`, `partlog._on_produce`: each acknowledged batch of a Produce exchange placed in its
+partition's log, with the same steps in the same order (the log found or made, its counters, the placed
+batch and its acknowledgement records made, the batch at its offset, the producer's row on the partition,
+the batch by its sequence, the acknowledged offsets, the open transaction's writes). The batches, their
+headers, the exchange, the logs, the placed batches and the producers' rows are read and written through
+their slots (their exact classes checked first); the dicts, sets and lists they hold through their own C
+calls. What is rare stays Python's: a write the broker refused for an older epoch (the log found by
+`LogState.log`), a placed batch a Fetch answer had returned first (`_lost`, and the batch's
+acknowledgement set on it), a log past its cap (`forget_oldest`), an offset before the last acknowledged
+one (`bisect.insort`). Anything of another class than those checked, and the whole exchange is the Python
+function's.
+
+`Seeing.see_producer`, `identity.see_producer`: a producer id seen at an epoch on an exchange's
+connection (its epochs, clients, client ids, connections; its transactional id's connections).
+
+The corpus audits give the same documents and tables with these and without them
+(tests/audit/test_compiled_fold.py, tests/audit/test_steps.py).
 """
 
 import bisect
@@ -201,7 +210,7 @@ cdef class Placing:
                 bisect.insort(bases, base)
             if _get(h, self.h_transactional) and pid >= 0:
                 if old is None and _get(p, self.p_outcome) is None:  # p: the batch just made
-                    (<dict> _get(lg, self.l_open_txn)).setdefault(pid, []).append(base)
+                    (<dict?> _get(lg, self.l_open_txn)).setdefault(pid, []).append(base)
                 txn_writes.setdefault((pid, epoch), []).append(
                     self.txn_write(lg, base, _get(ex, self.x_response_ts), _get(ex, self.x_request_ts), ex, b)
                 )
@@ -222,7 +231,7 @@ cdef class Placing:
             s = producers[pid] = self.owner(pid)
         if not _get(s, self.o_tid):
             _put(s, self.o_tid, tid)
-        (<set> _get(s, self.o_epochs)).add(epoch)
+        (<set?> _get(s, self.o_epochs)).add(epoch)
         _put(s, self.o_batches, _get(s, self.o_batches) + 1)
         _put(s, self.o_records, _get(s, self.o_records) + (last - base + 1))
         first = _get(s, self.o_first_offset)
@@ -239,3 +248,62 @@ cdef class Placing:
             final = _get(s, self.o_last_sequence)
             if final is None or last_seq > final:
                 _put(s, self.o_last_sequence, last_seq)
+
+
+cdef class Seeing:
+    """`see_producer(state, producer_id, epoch, ex, transactional_id)`: `identity.see_producer`."""
+
+    cdef type state_cls, ex_cls, producer_cls, txn_cls
+    cdef object python
+    cdef Py_ssize_t s_producers, s_txn_ids, x_request_ts, x_client, x_client_id, x_conn
+    cdef Py_ssize_t p_epochs, p_top_epoch, p_started_epochs, p_clients, p_client_ids, p_conns, p_tid, t_conns
+
+    def __init__(self, python, dict classes):
+        """`classes`: AuditState, Exchange, ProducerState and TxnIdState by those names. TypeError when a
+        field read here is not a slot of its class (the Python function then runs)."""
+        self.python = python
+        st = self.state_cls = classes["AuditState"]
+        ex = self.ex_cls = classes["Exchange"]
+        p = self.producer_cls = classes["ProducerState"]
+        t = self.txn_cls = classes["TxnIdState"]
+        self.s_producers, self.s_txn_ids = slot_offset(st, "producers"), slot_offset(st, "txn_ids")
+        self.x_request_ts, self.x_client = slot_offset(ex, "request_ts"), slot_offset(ex, "client")
+        self.x_client_id, self.x_conn = slot_offset(ex, "client_id"), slot_offset(ex, "conn")
+        self.p_epochs, self.p_top_epoch = slot_offset(p, "epochs"), slot_offset(p, "top_epoch")
+        self.p_started_epochs, self.p_clients = slot_offset(p, "started_epochs"), slot_offset(p, "clients")
+        self.p_client_ids, self.p_conns = slot_offset(p, "client_ids"), slot_offset(p, "conns")
+        self.p_tid = slot_offset(p, "transactional_id")
+        self.t_conns = slot_offset(t, "conns")
+
+    def see_producer(self, state, producer_id, epoch, ex, transactional_id):
+        cdef set epochs
+        if type(state) is not self.state_cls or type(ex) is not self.ex_cls:
+            return self.python(state, producer_id, epoch, ex, transactional_id)
+        p = (<dict?> _get(state, self.s_producers)).get(producer_id)  # state.producer(), inline
+        if p is None:
+            p = state.producer(producer_id, _get(ex, self.x_request_ts))
+        if type(p) is not self.producer_cls:  # never: `producers` holds the ProducerStates it makes
+            return self.python(state, producer_id, epoch, ex, transactional_id)
+        epochs = _get(p, self.p_epochs)
+        if epoch >= 0 and epoch not in epochs:  # the usual case, an epoch already seen, changes nothing
+            if epochs and epoch > _get(p, self.p_top_epoch):
+                (<set?> _get(p, self.p_started_epochs)).add(epoch)  # bumped in front of us
+            epochs.add(epoch)
+            if epoch > _get(p, self.p_top_epoch):
+                _put(p, self.p_top_epoch, epoch)
+        (<set?> _get(p, self.p_clients)).add(_get(ex, self.x_client))
+        client_id = _get(ex, self.x_client_id)
+        if client_id:
+            (<set?> _get(p, self.p_client_ids)).add(client_id)
+        conn = _get(ex, self.x_conn)
+        (<set?> _get(p, self.p_conns)).add(conn)
+        if transactional_id is not None:
+            _put(p, self.p_tid, transactional_id)
+            t = (<dict?> _get(state, self.s_txn_ids)).get(transactional_id)
+            if t is None:
+                t = state.txn_id(transactional_id, _get(ex, self.x_request_ts))
+            if type(t) is self.txn_cls:
+                (<set?> _get(t, self.t_conns)).add(conn)
+            else:  # never: `txn_ids` holds the TxnIdStates it makes
+                t.conns.add(conn)
+        return p

@@ -1,9 +1,11 @@
-"""The partition logs' placing of acknowledged batches in C (ksniff.audit._placing, `partlog._on_produce`)
-against the Python function, the reference: every corpus capture audits to the same document and tables
-with either; fed the corpus's exchanges directly, the two leave the same logs, transactional writes and
-findings, whole or split by partition as the Spark engine splits them, and with the logs' cap at three
-batches; and the C function places every Produce exchange of the corpus itself. Where the compiled
-module is not built these tests skip (CI fails instead)."""
+"""The fold's steps in C (ksniff.audit._steps) against their Python functions, the references.
+
+The partition logs' placing of acknowledged batches (`partlog._on_produce`): every corpus capture audits
+to the same document and tables with either; fed the corpus's exchanges directly, the two leave the same
+logs, transactional writes and findings, whole or split by partition as the Spark engine splits them,
+and with the logs' cap at three batches; and the C function places every Produce exchange of the corpus
+itself. A producer seen (`identity.see_producer`): the same audits, and the C function takes every call.
+Where the compiled module is not built these tests skip (CI fails instead)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from compiled_support import require_compiled
 
-from ksniff.audit import partlog
+from ksniff.audit import identity, partlog, transactions
 from ksniff.capture import read_files
 from ksniff.config import EngineConfig
 from ksniff.decode.events import Exchange
@@ -26,7 +28,7 @@ CORPUS = sorted(p for p in PCAPS.glob("*.pcap*") if p.stat().st_size > 24)
 
 @pytest.fixture(scope="module")
 def placing():
-    require_compiled("ksniff.audit._placing", "the partition logs' placing in C")
+    require_compiled("ksniff.audit._steps", "the fold's steps in C")
     assert partlog._on_produce is not partlog._on_produce_python, "the placing in C was not taken up"
     return partlog._on_produce
 
@@ -115,4 +117,42 @@ def test_every_produce_exchange_of_the_corpus_is_placed_in_c(placing):
         placed += sum(e.api_name == "Produce" and e.request is not None for e in exchanges)
         _placed(exchanges, counted, None)
     assert placed > 200
+    assert handed == []
+
+
+@pytest.fixture(scope="module")
+def seeing():
+    require_compiled("ksniff.audit._steps", "the fold's steps in C")
+    assert identity.see_producer is not identity.see_producer_python, "see_producer in C was not taken up"
+    assert transactions.see_producer is identity.see_producer
+    return identity.see_producer
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_corpus_audits_identical_seeing_producers_in_python(path, monkeypatch, seeing):
+    ours = _audited(path)
+    monkeypatch.setattr(identity, "see_producer", identity.see_producer_python)
+    monkeypatch.setattr(transactions, "see_producer", identity.see_producer_python)
+    assert ours == _audited(path)
+
+
+def test_every_producer_seen_in_the_corpus_is_seen_in_c(monkeypatch, seeing):
+    handed: list = []
+
+    def python(*args):
+        handed.append(args)
+        return identity.see_producer_python(*args)
+
+    counted = identity._compiled_see_producer(python)
+    calls = []
+
+    def seen(*args):
+        calls.append(args)
+        return counted(*args)
+
+    monkeypatch.setattr(identity, "see_producer", seen)
+    monkeypatch.setattr(transactions, "see_producer", seen)
+    for path in PRODUCING:
+        _audited(path)
+    assert len(calls) > 200
     assert handed == []
