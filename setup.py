@@ -1,8 +1,8 @@
 """The optional compiled parts of ksniff, built by Cython: the modules written for it
 (`ksniff.capture._fastwalk`, `ksniff.decode._crc`, `ksniff.common._slots`, `ksniff.decode._bodies`,
-`ksniff.engine._pack`, `ksniff.report._jsonitems`, from their .pyx), and the audit's fold compiled from
-its own Python source (`ksniff.audit.fold`, `partlog`, ...: the same code, without the interpreter's
-dispatch; KSNIFF_PURE_PYTHON=1 runs the source, ksniff.common.sources).
+`ksniff.engine._pack`, `ksniff.report._jsonitems`, `ksniff.audit._steps`, from their .pyx), and the
+audit's fold compiled from its own Python source (`ksniff.audit.fold`, `partlog`, ...: the same code,
+without the interpreter's dispatch; KSNIFF_PURE_PYTHON=1 runs the source, ksniff.common.sources).
 
 Everything else (metadata, dependencies, packages) is in pyproject.toml. The extensions are optional: when
 Cython is missing or no C compiler works, the build goes on without them and ksniff runs its pure-Python
