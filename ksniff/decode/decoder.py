@@ -184,14 +184,14 @@ class Decoder:
         if isinstance(event, StreamChunk):
             c = self._conns.get(event.conn)
             if c is not None:
-                # Once per chunk: the run-wide totals move by what the chunk changed, the bytes its
-                # splitter holds (`Connection.moved`) and the requests in flight (`_account` when a cap
-                # is passed).
                 lane = self.lane  # the usual chunks in C (`connection.LANE`), and this path the rest
                 if lane is not None:
                     out = lane.feed(self, event)
                     if out is not None:
                         return out
+                # Once per chunk: the run-wide totals move by what the chunk changed, the bytes its
+                # splitter holds (`Connection.moved`) and the requests in flight (`_account` when a cap
+                # is passed).
                 waiting = len(c.pending)
                 e = event
                 out = c.chunk(e.from_src, e.data, e.first_ts, e.last_ts, e.offset, e.marks)

@@ -103,8 +103,9 @@ def _chunked(requests: list, responses: list, per_chunk: int, step: float) -> li
     time changing at each of its frames after the first (marks, as a reassembler gives merged segments)."""
     s = Stream()
     events = [s.opened(True)]
-    for items in (requests, responses):  # gaps left out: each direction's bytes all there
-        items[:] = [i for i in items if isinstance(i, bytes)]
+    # Gaps left out: each direction's bytes all there.
+    requests = [f for f in requests if isinstance(f, bytes)]
+    responses = [f for f in responses if isinstance(f, bytes)]
     pairs = max(len(requests), len(responses))
     for start in range(0, pairs, per_chunk):
         for items, from_src in ((requests, True), (responses, False)):
