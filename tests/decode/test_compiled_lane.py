@@ -19,6 +19,8 @@ from decode_builders import (
     frame,
     init_producer_id,
     init_producer_id_response,
+    produce_request,
+    produce_response,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -220,3 +222,71 @@ def test_two_decoders_fed_in_turn_count_each_its_own(monkeypatch, lane):
     together = [[outs[i], decoders[i].stats.as_contract()] for i in range(2)]
     assert together == alone
     assert all(sum(isinstance(e, Exchange) for e in out[0]) > 20 for out in together)
+
+
+def _conversation(requests: list, answers: list, max_in_flight: int) -> tuple:
+    """The decode of one connection: an ApiVersions exchange (the decoder makes the connection at its
+    first bytes), then `requests` in one chunk and `answers` in another, with and without the lane."""
+    first = _chunked([frame(api_versions(), 3, 99)], [frame(api_versions_response(), 3, 99)], 1, 0.1)[:-1]
+    rest = _chunked(requests, answers, len(requests), 0.1)[1:]
+    gone = {True: len(first[1].data), False: len(first[2].data)}
+    rest = [
+        StreamChunk(
+            e.conn,
+            e.from_src,
+            e.offset + gone[e.from_src],
+            e.data,
+            e.first_ts + 1,
+            e.last_ts + 1,
+            tuple((at + gone[e.from_src], t + 1) for at, t in e.marks),
+        )
+        if isinstance(e, StreamChunk)
+        else e
+        for e in rest
+    ]
+    events = first + rest
+
+    def run() -> list:
+        dec = Decoder(ports=(9092,), max_in_flight=max_in_flight)
+        out = []
+        for ev in events:
+            out += dec.feed(ev)
+        out += dec.finish()
+        return [out, dec.stats.as_contract()]
+
+    return run
+
+
+def test_the_lanes_own_steps_for_what_the_corpus_does_not_show(monkeypatch, lane):
+    """Requests the corpus never has, through the lane's own steps: a Produce with acks=0 (no answer comes:
+    `no_response`), a correlation id used again before its answer (the first request unanswered), and
+    more requests in flight than the cap (the oldest given up): the same events and counters."""
+    requests = [
+        frame(produce_request(acks=0), 9, 1),
+        frame(end_txn(), 3, 2),
+        frame(end_txn(), 3, 2),  # the same correlation id again
+        frame(init_producer_id(), 4, 3),
+        frame(init_producer_id(), 4, 4),
+        frame(init_producer_id(), 4, 5),
+    ]
+    answers = [frame(init_producer_id_response(), 4, c) for c in (3, 4, 5)] + [
+        frame(produce_response(), 9, 7)
+    ]
+    counted = Counted(lane)
+    run = _conversation(requests, answers, max_in_flight=2)
+    ours, python = _both(monkeypatch, counted, run)
+    assert ours == python
+    assert counted.took >= 2 and counted.handed == 0
+    statuses = [(e.correlation_id, e.status) for e in ours[0] if isinstance(e, Exchange)]
+    # 2 used again (the first unanswered); with two in flight at most, the second 2 and then 3 given up
+    assert statuses == [
+        (99, "ok"),
+        (1, "no_response"),
+        (2, "unanswered"),
+        (2, "unanswered"),
+        (3, "unanswered"),
+        (4, "ok"),
+        (5, "ok"),
+    ]
+    # the answers to 3 (given up) and to 7 (never asked) find nothing waiting
+    assert ours[1]["in_flight_evicted"] == 2 and ours[1]["unmatched_responses"] == 2
