@@ -192,8 +192,10 @@ cdef Py_ssize_t _uvarint(Cursor *c) except -2:
         shift += 7
 
 
-cdef Py_ssize_t _length(Cursor *c, bint flexible, bint wide) except -2:
-    """A length prefix (-1 for null): uvarint - 1 when flexible, else INT32 (`wide`) or INT16."""
+cdef Py_ssize_t _length(Cursor *c, bint flexible, bint wide) except? -2:
+    """A length prefix (-1 for null): uvarint - 1 when flexible, else INT32 (`wide`) or INT16. Any negative
+    length can be read (a hostile -2 too), so -2 says an exception was raised only when one was: `except?`
+    (`except -2` took a length of -2 for an error without an exception, which came out as a SystemError)."""
     cdef const unsigned char *q
     if flexible:
         if c.pos < c.end and c.p[c.pos] < 0x80:

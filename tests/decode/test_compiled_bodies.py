@@ -148,6 +148,17 @@ def test_equal_on_random_bytes(case, data):
     same(api, version, is_request, data)
 
 
+@pytest.mark.parametrize("api, version, is_request", CASES)
+def test_equal_on_negative_lengths(api, version, is_request):
+    """Lengths of -2 (and other negatives) wherever a length can be: every INT16 and INT32 read as -2,
+    from the body's first byte and from each of the next three. The compiled reader once took a length
+    of -2 for its own error signal and raised a SystemError where the generated decoder says malformed."""
+    for pattern in (b"\xff\xfe", b"\xff\xff\xff\xfe", b"\xff\xfe\x00\x01"):
+        for shift in range(4):
+            (kind, *rest), _ = same(api, version, is_request, bytes(shift) + pattern * 24)
+            assert kind == "ok" or rest[0] is not SystemError
+
+
 FETCH = ALL_APIS[1]  # Fetch
 
 
