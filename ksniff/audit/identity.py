@@ -17,7 +17,7 @@ from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.state import AuditState, Instance, ProducerState, TxnIdState
 from ksniff.common.codegen import fast_init
 from ksniff.common.frozen import frozen_dataclass
-from ksniff.common.sources import load
+from ksniff.common.sources import made
 from ksniff.decode.events import Exchange
 
 
@@ -246,19 +246,14 @@ def _compiled_see_producer(python: Any = see_producer) -> Any:
     """`see_producer` in C (ksniff.audit._steps.Seeing, when built): the same steps on the same objects,
     `python` (the function above) the reference it is held to (tests/audit/test_steps.py) and what runs
     for anything of other classes; None without the compiled module."""
-    m = load("ksniff.audit._steps")
-    if m is None:
-        return None
     classes = {
         "AuditState": AuditState,
         "Exchange": Exchange,
         "ProducerState": ProducerState,
         "TxnIdState": TxnIdState,
     }
-    try:
-        return m.Seeing(python, classes).see_producer
-    except TypeError:  # a field read there that is not a slot of its class: this module's function
-        return None
+    seeing = made("ksniff.audit._steps", "Seeing", python, classes)
+    return None if seeing is None else seeing.see_producer
 
 
 # Once per batch of every Produce (produce.on_produce), and by the transaction handlers: in C when built.

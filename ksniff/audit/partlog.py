@@ -47,7 +47,7 @@ from ksniff.audit.keys import LOG_APIS  # noqa: E402,F401 - the exchanges folded
 from ksniff.audit.model import Finding, FindingKind, PartitionSummary, Severity
 from ksniff.common.codegen import fast_init
 from ksniff.common.frozen import frozen_dataclass, slotted_dataclass
-from ksniff.common.sources import load
+from ksniff.common.sources import made
 from ksniff.decode.events import (
     ISOLATION_LEVELS,
     Exchange,
@@ -1438,9 +1438,6 @@ def _compiled_on_produce(python: Any = _on_produce) -> Any:
     """`_on_produce` in C (ksniff.audit._steps.Placing, when built): the same steps on the same objects,
     `python` (the function above) the reference it is held to (tests/audit/test_steps.py) and what runs
     for anything of other classes; None without the compiled module."""
-    m = load("ksniff.audit._steps")
-    if m is None:
-        return None
     from ksniff.decode.events import Exchange, ProducedBatch, RecordBatchHeader
 
     classes = {
@@ -1460,10 +1457,10 @@ def _compiled_on_produce(python: Any = _on_produce) -> Any:
         "ProducerOnPartition": ProducerOnPartition,
         "PartitionLog": PartitionLog,
     }
-    try:
-        return m.Placing(python, classes, makers, FENCING_ERRORS, sys.modules[__name__]).on_produce
-    except TypeError:  # a field read there that is not a slot of its class: this module's function
-        return None
+    placing = made(
+        "ksniff.audit._steps", "Placing", python, classes, makers, FENCING_ERRORS, sys.modules[__name__]
+    )
+    return None if placing is None else placing.on_produce
 
 
 # Each Produce exchange's batches placed in their logs (`on_exchange`): in C when built.

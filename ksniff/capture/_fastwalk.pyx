@@ -392,7 +392,7 @@ def ring_block(ring, Py_ssize_t block, Py_ssize_t size, bint skip_outgoing, Py_s
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF
 
-from ksniff.common._slotdesc cimport slot_offset as _slot
+from ksniff.common._slotdesc cimport slot_offset as _slot, slot_put as _put
 
 cdef extern from "Python.h":
     PyObject *PyDict_GetItemWithError(object, object) except? NULL
@@ -568,15 +568,6 @@ cdef class Chunks:
 cdef inline PyObject *_get(object o, Py_ssize_t offset):
     """The object in the slot at `offset` of `o`, borrowed (NULL when the slot is empty)."""
     return (<PyObject **> (<char *> <PyObject *> o + offset))[0]
-
-
-cdef inline void _put(object o, Py_ssize_t offset, object value):
-    """Stores `value` in the slot at `offset` of `o`, releasing what it held."""
-    cdef PyObject **slot = <PyObject **> (<char *> <PyObject *> o + offset)
-    cdef PyObject *old = slot[0]
-    Py_INCREF(value)
-    slot[0] = <PyObject *> value
-    Py_XDECREF(old)
 
 
 # TCP sequence numbers: 32 bits, and half their space (halves.MASK, halves.HALF), as C integers (a bare

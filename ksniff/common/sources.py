@@ -44,6 +44,21 @@ def load(module: str):
         return None
 
 
+def made(module: str, name: str, *args):
+    """An object of the class `name` of the compiled module `module`, made from `args`; None when the
+    module is not built (or KSNIFF_PURE_PYTHON is set), has no such class (a build older than it), or the
+    class refuses what it is given (TypeError: its build reads fields the classes given no longer have).
+    How the Python code takes up a compiled step beside itself: None means its own functions run."""
+    m = load(module)
+    cls = getattr(m, name, None)
+    if cls is None:
+        return None
+    try:
+        return cls(*args)
+    except TypeError:
+        return None
+
+
 class SourceFinder:
     """Finds ksniff's compiled-from-source modules as their source where it must (the module docstring).
     A meta path finder by its `find_spec` (importlib.abc, and importlib.util until a source is found

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ksniff.capture.compiled import load
 from ksniff.common.frozen import slotted_dataclass
+from ksniff.common.sources import made
 from ksniff.decode.events import (
     ConnectionEnded,
     ConnectionLost,
@@ -764,31 +765,16 @@ def _compiled_lane() -> Any:
     frames with nothing held before it, read and paired as the methods here read and pair them, which are
     the reference it is held to (tests/decode/test_compiled_lane.py) and which it hands everything else
     to. Without it the methods read every chunk, the results the same."""
-    m = load("ksniff.decode._bodies")
-    lane = getattr(m, "FrameLane", None)
-    if lane is None or _PENDING is Pending or _EXCHANGE is Exchange:
+    if _PENDING is Pending or _EXCHANGE is Exchange:  # the events made by their classes: no makers to use
         return None
     from ksniff.capture.events import StreamChunk
     from ksniff.decode.context import VersionPlan
     from ksniff.decode.events import ApiCounts, DecodeStats
 
-    try:
-        return lane(
-            StreamChunk,
-            Connection,
-            FrameSplitter,
-            Pending,
-            VersionPlan,
-            ApiCounts,
-            DecodeStats,
-            _PENDING,
-            _EXCHANGE,
-            _PRODUCED,
-            _FETCHED,
-            damage,
-        )
-    except TypeError:  # a class whose fields are not the slots the lane reads
-        return None
+    classes = (StreamChunk, Connection, FrameSplitter, Pending, VersionPlan, ApiCounts, DecodeStats)
+    return made(
+        "ksniff.decode._bodies", "FrameLane", *classes, _PENDING, _EXCHANGE, _PRODUCED, _FETCHED, damage
+    )
 
 
 # A Decoder made while it is set feeds each chunk of a known connection through it first (None: the

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from compiled_support import require_compiled
+from corpus_decode import decoded
 
 from ksniff.audit import identity, partlog, transactions
-from ksniff.capture import read_files
 from ksniff.config import EngineConfig
 from ksniff.decode.events import Exchange
-from ksniff.engine.local import PIECES_FROM, audit_paths
+from ksniff.engine.local import audit_paths
 from ksniff.report.tables import frames
 
 PCAPS = Path(__file__).resolve().parents[1] / "pcaps"
@@ -48,13 +48,7 @@ def test_corpus_audits_identical(path, monkeypatch, placing):
 
 
 def _exchanges(path: Path) -> list[Exchange]:
-    run = read_files([str(path)])
-    run.reassembler.hand_pieces(PIECES_FROM)
-    decoder = EngineConfig(keep_tables=False).decoder(run.drop, run.drop)
-    events = []
-    for event in run:
-        events.extend(decoder.feed(event))
-    events.extend(decoder.finish())
+    events = decoded(path, pieces=True)[0]
     return sorted((e for e in events if isinstance(e, Exchange)), key=lambda e: e.request_ts)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from compiled_support import require_compiled
+from corpus_decode import decoded
 from decode_builders import (
     CODECS,
     control_batch,
@@ -260,13 +261,7 @@ def test_made_once_per_version():
 
 
 def _decoded(path: Path) -> list:
-    run = read_files([str(path)])
-    decoder = EngineConfig(keep_tables=False).decoder(run.drop, run.drop)
-    out = []
-    for event in run:
-        out.extend(decoder.feed(event))
-    out.extend(decoder.finish())
-    return [out, decoder.stats.as_contract()]
+    return decoded(path)
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from compiled_support import require_compiled
+from corpus_decode import decoded
 from decode_builders import (
     Stream,
     api_versions,
@@ -63,14 +64,7 @@ class Counted:
 
 def _decoded(path: Path) -> list:
     """Decode events and counters of a capture read as the engine reads it (large chunks as pieces)."""
-    run = read_files([str(path)])
-    run.reassembler.hand_pieces(PIECES_FROM)
-    decoder = EngineConfig(keep_tables=False).decoder(run.drop, run.drop)
-    out = []
-    for event in run:
-        out.extend(decoder.feed(event))
-    out.extend(decoder.finish())
-    return [out, decoder.stats.as_contract()]
+    return decoded(path, pieces=True)
 
 
 def _both(monkeypatch, lane, decode):

@@ -19,3 +19,21 @@ def decode(path: Path, ports: list[int]) -> tuple[Decoder, list[Exchange]]:
         out += dec.feed(ev)
     out += dec.finish()
     return dec, [e for e in out if isinstance(e, Exchange)]
+
+
+def decoded(path: Path, pieces: bool = False) -> list:
+    """[every decode event, the decode counters] of the capture at `path`, read by the decoder the engine
+    makes (`EngineConfig.decoder`); `pieces`: a large chunk handed over as its segments, as the engine's
+    reassembler hands it."""
+    from ksniff.config import EngineConfig
+    from ksniff.engine.local import PIECES_FROM
+
+    run = read_files([str(path)])
+    if pieces:
+        run.reassembler.hand_pieces(PIECES_FROM)
+    decoder = EngineConfig(keep_tables=False).decoder(run.drop, run.drop)
+    out = []
+    for event in run:
+        out.extend(decoder.feed(event))
+    out.extend(decoder.finish())
+    return [out, decoder.stats.as_contract()]
