@@ -307,3 +307,274 @@ cdef class Seeing:
             else:  # never: `txn_ids` holds the TxnIdStates it makes
                 t.conns.add(conn)
         return p
+
+
+cdef class Producing:
+    """`on_produce(state, ex, out)`: `produce.on_produce`, for the classes given.
+
+    Every batch goes through the same checks in the same order as the Python function's. The usual
+    outcomes are read here: an epoch already known, the current instance's write, a sequence in order
+    (`produce._sequence` then `_advance`). What is rare or has something to report is the Python
+    functions' own, looked up in `produce`'s namespace where that function looks them up: an epoch gone
+    back (`identity.epoch_regression`), a zombie (`identity.zombie`, `write` into its lane), a newer
+    instance adopted (`identity.adopt`, `new_instance`), a fencing answer (`identity.fenced_by_broker`),
+    and any batch out of order (`produce._sequence`, called before anything of its own was changed).
+    `write` itself, and `identity.see_producer`, are called as that function calls them."""
+
+    cdef type state_cls, ex_cls, batch_cls, header_cls, producer_cls, txn_cls, instance_cls, seq_cls
+    cdef type record_cls
+    cdef object python, produce, fencing, duplicate, accepted, seq_mod, ongoing
+    cdef bint writes  # a write can go on in an ongoing transaction, by the table (ksniff.audit.txn)
+    # AuditState
+    cdef Py_ssize_t s_producers, s_txn_ids, s_sequences, s_keys
+    # Exchange
+    cdef Py_ssize_t x_request, x_batches, x_unverified, x_request_ts, x_response_ts, x_conn, x_api_version
+    # ProducedBatch
+    cdef Py_ssize_t b_header, b_code, b_unverified, b_acks, b_topic, b_partition, b_base
+    # RecordBatchHeader
+    cdef Py_ssize_t h_crc_ok, h_pid, h_epoch, h_control, h_records, h_sequence, h_transactional
+    # ProducerState
+    cdef Py_ssize_t p_top_epoch, p_first_ts, p_started_epochs, p_batches, p_records
+    # TxnIdState, Instance
+    cdef Py_ssize_t t_superseded, t_fenced_upto, t_current, t_tv2, t_state, t_txn, i_pid, i_epoch
+    # TxnRecord
+    cdef Py_ssize_t r_outcome, r_intent, r_taken_over_ts, r_known, r_registered, r_partitions, r_records
+    cdef Py_ssize_t r_batches
+    # PartitionSeq
+    cdef Py_ssize_t q_epoch, q_next, q_last_ts, q_recent, q_order, q_unanswered
+
+    def __init__(self, python, dict classes, accepted, produce, fencing, duplicate, table):
+        """`classes`: AuditState, Exchange, ProducedBatch, RecordBatchHeader, ProducerState, Lane,
+        TxnIdState, TxnRecord, Instance and PartitionSeq by those names; `accepted`: the maker of an
+        accepted batch's record (by position); `produce`: the module whose namespace the Python function
+        reads (its helpers, and RECENT_BATCHES at each exchange); `fencing`: the fencing error codes;
+        `duplicate`: DUPLICATE_SEQUENCE_NUMBER; `table`: the transaction table's ALLOWED, ONGOING, WRITE
+        and WRITE_TV2. TypeError when a field read here is not a slot of its class."""
+        self.python, self.produce, self.accepted = python, produce, accepted
+        allowed, self.ongoing, plain, tv2 = table
+        self.writes = allowed[self.ongoing].get(plain) is not None and allowed[self.ongoing].get(tv2) is not None
+        self.fencing, self.duplicate, self.seq_mod = fencing, duplicate, produce.SEQ_MOD
+        st = self.state_cls = classes["AuditState"]
+        ex = self.ex_cls = classes["Exchange"]
+        b = self.batch_cls = classes["ProducedBatch"]
+        h = self.header_cls = classes["RecordBatchHeader"]
+        p = self.producer_cls = classes["ProducerState"]
+        t = self.txn_cls = classes["TxnIdState"]
+        i = self.instance_cls = classes["Instance"]
+        q = self.seq_cls = classes["PartitionSeq"]
+        self.s_producers, self.s_txn_ids = slot_offset(st, "producers"), slot_offset(st, "txn_ids")
+        self.s_sequences, self.s_keys = slot_offset(st, "sequences"), slot_offset(st, "keys")
+        self.x_request, self.x_batches = slot_offset(ex, "request"), slot_offset(ex, "batches")
+        self.x_unverified, self.x_request_ts = slot_offset(ex, "unverified"), slot_offset(ex, "request_ts")
+        self.x_response_ts, self.x_conn = slot_offset(ex, "response_ts"), slot_offset(ex, "conn")
+        self.b_header, self.b_code = slot_offset(b, "header"), slot_offset(b, "error_code")
+        self.b_unverified, self.b_acks = slot_offset(b, "unverified"), slot_offset(b, "acks")
+        self.b_topic, self.b_partition = slot_offset(b, "topic"), slot_offset(b, "partition")
+        self.b_base = slot_offset(b, "base_offset")
+        self.h_crc_ok, self.h_pid = slot_offset(h, "crc_ok"), slot_offset(h, "producer_id")
+        self.h_epoch, self.h_control = slot_offset(h, "producer_epoch"), slot_offset(h, "control")
+        self.h_records, self.h_sequence = slot_offset(h, "records_count"), slot_offset(h, "base_sequence")
+        self.h_transactional = slot_offset(h, "transactional")
+        self.p_top_epoch, self.p_first_ts = slot_offset(p, "top_epoch"), slot_offset(p, "first_ts")
+        self.p_started_epochs = slot_offset(p, "started_epochs")
+        self.p_batches, self.p_records = slot_offset(p, "batches"), slot_offset(p, "records")
+        self.t_superseded = slot_offset(t, "superseded_pids")
+        self.t_fenced_upto = slot_offset(t, "fenced_upto")
+        self.t_current, self.t_tv2 = slot_offset(t, "current"), slot_offset(t, "tv2")
+        lane = classes["Lane"]  # TxnIdState's base: where its state and transaction are
+        self.t_state, self.t_txn = slot_offset(lane, "state"), slot_offset(lane, "txn")
+        r = self.record_cls = classes["TxnRecord"]
+        self.r_outcome, self.r_intent = slot_offset(r, "outcome"), slot_offset(r, "intent")
+        self.r_taken_over_ts, self.r_known = slot_offset(r, "taken_over_ts"), slot_offset(r, "registration_known")
+        self.r_registered, self.r_partitions = slot_offset(r, "registered"), slot_offset(r, "partitions")
+        self.r_records, self.r_batches = slot_offset(r, "records"), slot_offset(r, "batches")
+        self.x_api_version = slot_offset(ex, "api_version")
+        self.i_pid, self.i_epoch = slot_offset(i, "producer_id"), slot_offset(i, "epoch")
+        self.q_epoch, self.q_next = slot_offset(q, "epoch"), slot_offset(q, "next_seq")
+        self.q_last_ts = slot_offset(q, "last_ts")
+        self.q_recent, self.q_order = slot_offset(q, "recent"), slot_offset(q, "order")
+        self.q_unanswered = slot_offset(q, "unanswered")
+
+    def on_produce(self, state, ex, list out):
+        cdef dict producers, txn_ids
+        cdef set regressed = None
+        cdef bint fenced_reported = False
+        if type(state) is not self.state_cls or type(ex) is not self.ex_cls:
+            return self.python(state, ex, out)
+        batches = _get(ex, self.x_batches)
+        if type(batches) is not tuple:
+            return self.python(state, ex, out)
+        for b in <tuple> batches:  # every batch and header of the classes read here, before any change
+            if type(b) is not self.batch_cls or type(_get(b, self.b_header)) is not self.header_cls:
+                return self.python(state, ex, out)
+        producers = _get(state, self.s_producers)
+        txn_ids = _get(state, self.s_txn_ids)
+        produce = self.produce
+        identity = produce.identity
+        see_producer = identity.see_producer
+        write = produce.write
+        tid = _get(ex, self.x_request).transactional_id or None
+        for b in <tuple> batches:
+            h = _get(b, self.b_header)
+            if _get(h, self.h_crc_ok) is False:
+                continue
+            pid = _get(h, self.h_pid)
+            epoch = _get(h, self.h_epoch)
+            if _get(h, self.h_control) or pid < 0:
+                continue
+            if tid is None:  # state.owns(f"pid:{pid}"), inline
+                keys = _get(state, self.s_keys)
+                if keys is not None and f"pid:{pid}" not in keys:
+                    continue
+            answer = _get(b, self.b_code)
+            unverified = _get(b, self.b_unverified) or _get(ex, self.x_unverified)
+            c = None
+            seen = producers.get(pid)
+            highest = -1 if seen is None else seen.top_epoch
+            p = see_producer(state, pid, epoch, ex, tid)
+            if type(p) is not self.producer_cls:  # never: see_producer gives the ProducerStates it keeps
+                raise TypeError(f"a producer of {type(p).__name__}")
+            if epoch < highest:
+                if regressed is None:
+                    regressed = set()
+                if pid not in regressed:
+                    regressed.add(pid)
+                    c = produce._claim(ex, b, unverified)
+                    identity.epoch_regression(tid, highest, c, out)
+            if tid is not None:
+                t = txn_ids[tid]  # see_producer made it
+                if self._superseded(t, pid, epoch):
+                    claim = c or produce._claim(ex, b, unverified)
+                    identity.zombie(state, t, claim, out, report_rejection=not fenced_reported)
+                    fenced_reported = fenced_reported or answer not in (0, None)
+                    if answer == 0:
+                        self._count(p, h)
+                        if _get(h, self.h_transactional):
+                            write(state, t, t.zombie_lane(pid, epoch), ex, b, out, unverified=unverified)
+                    continue
+                if answer == 0:
+                    cur = t.current
+                    if (cur is None or cur.producer_id != pid or epoch > cur.epoch) and identity.adopt(
+                        t, pid, epoch, ex
+                    ):
+                        produce.new_instance(state, t, pid, epoch, _get(ex, self.x_request_ts))
+            else:
+                t = None
+                if epoch < highest:
+                    if answer == 0:
+                        self._count(p, h)
+                    continue
+            if answer in self.fencing and identity.fenced_by_broker(
+                state, t, c or produce._claim(ex, b, unverified), [] if fenced_reported else out
+            ):
+                fenced_reported = True
+                continue
+            if self._sequence(state, ex, b, h, p, out, unverified, produce):
+                self._count(p, h)
+            if t is not None and _get(h, self.h_transactional):
+                self._write(state, t, ex, b, h, out, unverified, write)
+
+    cdef _write(self, state, t, ex, b, h, list out, unverified, write):
+        """`transactions.write(state, t, t, ex, b, out, unverified=...)`: a write the broker accepted into
+        the current instance's ongoing transaction, which it had registered (or under transaction.version
+        2, which needs no registration), is counted here; any other is the Python function's."""
+        if (
+            not self.writes
+            or _get(b, self.b_code) != 0
+            or type(t) is not self.txn_cls
+            or _get(t, self.t_state) is not self.ongoing
+        ):
+            return write(state, t, t, ex, b, out, unverified=unverified)
+        rec = _get(t, self.t_txn)
+        if (
+            type(rec) is not self.record_cls
+            or _get(rec, self.r_outcome) is not None
+            or _get(rec, self.r_intent) is not None
+            or _get(rec, self.r_taken_over_ts) is not None
+        ):
+            return write(state, t, t, ex, b, out, unverified=unverified)
+        topic, partition = _get(b, self.b_topic), _get(b, self.b_partition)
+        tv2 = _get(ex, self.x_api_version) >= 12  # Produce v12+: transaction.version 2
+        if not tv2 and _get(rec, self.r_known) and (topic, partition) not in <set?> _get(rec, self.r_registered):
+            return write(state, t, t, ex, b, out, unverified=unverified)  # a write it had not registered
+        if tv2:
+            _put(t, self.t_tv2, True)
+        (<dict?> _get(rec, self.r_partitions)).setdefault(f"{topic}-{partition}", None)
+        _put(rec, self.r_records, _get(rec, self.r_records) + _get(h, self.h_records))
+        _put(rec, self.r_batches, _get(rec, self.r_batches) + 1)
+
+    cdef inline void _count(self, p, h):
+        """`produce._count` of a batch the broker wrote."""
+        _put(p, self.p_batches, _get(p, self.p_batches) + 1)
+        _put(p, self.p_records, _get(p, self.p_records) + _get(h, self.h_records))
+
+    cdef bint _superseded(self, t, pid, epoch) except -1:
+        """`TxnIdState.is_superseded(pid, epoch)`."""
+        if type(t) is not self.txn_cls:  # never: txn_ids holds the TxnIdStates it makes
+            return t.is_superseded(pid, epoch)
+        if pid in <set?> _get(t, self.t_superseded):
+            return True
+        if epoch <= (<dict?> _get(t, self.t_fenced_upto)).get(pid, -1):
+            return True
+        cur = _get(t, self.t_current)
+        if cur is None:
+            return False
+        if type(cur) is not self.instance_cls:
+            return cur.producer_id == pid and epoch < cur.epoch
+        return _get(cur, self.i_pid) == pid and epoch < _get(cur, self.i_epoch)
+
+    cdef _sequence(self, state, ex, b, h, p, list out, unverified, produce):
+        """`produce._sequence` of a batch in order (`_advance` too); the Python function's, from its
+        start, for any other (nothing of this one changed before)."""
+        cdef dict sequences
+        answer = _get(b, self.b_code)
+        accepted = answer == 0 or (answer is None and _get(b, self.b_acks) == 0)
+        base = _get(h, self.h_sequence)
+        if base < 0:
+            return accepted
+        epoch = _get(h, self.h_epoch)
+        key = (_get(h, self.h_pid), _get(b, self.b_topic), _get(b, self.b_partition))
+        sequences = _get(state, self.s_sequences)
+        seq = sequences.get(key)
+        fresh = seq is None
+        if seq is not None and type(seq) is not self.seq_cls:  # never: `sequences` holds those made here
+            return produce._sequence(state, ex, b, p, out, unverified)
+        if fresh or epoch > _get(seq, self.q_epoch):
+            expected = 0 if (not fresh or epoch in <set?> _get(p, self.p_started_epochs)) else None
+            fresh = True
+        elif epoch < _get(seq, self.q_epoch):
+            return accepted
+        else:
+            expected = _get(seq, self.q_next)
+        if expected is not None and expected != base:  # not in order: the Python function's
+            return produce._sequence(state, ex, b, p, out, unverified)
+        if fresh:
+            seq = self.seq_cls(epoch, expected, _get(ex, self.x_request_ts))
+            sequences[key] = seq
+        records = _get(h, self.h_records)
+        last = (base + records - 1) % self.seq_mod if records > 1 else base  # last_sequence(base, records)
+        if accepted or answer == self.duplicate:
+            self._advance(seq, base, last, b, ex, produce.RECENT_BATCHES)
+            return True
+        if answer is None:
+            (<list?> _get(seq, self.q_unanswered)).append((base, last))
+        return False
+
+    cdef _advance(self, seq, base, last, b, ex, recent_batches):
+        """`produce._advance`."""
+        cdef dict recent
+        cdef list unanswered
+        _put(seq, self.q_next, (last + 1) % self.seq_mod)
+        _put(seq, self.q_last_ts, _get(ex, self.x_request_ts))
+        unanswered = _get(seq, self.q_unanswered)
+        if unanswered:
+            unanswered.clear()
+        recent = _get(seq, self.q_recent)
+        if base not in recent:
+            order = _get(seq, self.q_order)
+            order.append(base)
+            if len(order) > recent_batches:
+                recent.pop(order.popleft(), None)
+        recent[base] = self.accepted(
+            last, _get(b, self.b_base), _get(ex, self.x_conn), _get(ex, self.x_response_ts)
+        )

@@ -9,6 +9,9 @@ duplicate: `warning` when the broker deduplicated it, `critical` when it wrote i
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 from ksniff.audit import identity
 from ksniff.audit.codes import DUPLICATE_SEQUENCE_NUMBER, FENCING_ERRORS
 from ksniff.audit.findings import batch_evidence, broker_verdict, judge, make
@@ -16,6 +19,7 @@ from ksniff.audit.model import Finding, FindingKind, Severity
 from ksniff.audit.sequences import SEQ_MOD, Placement, distance, last_sequence, next_sequence, place
 from ksniff.audit.state import RECENT_BATCHES, Accepted, AuditState, PartitionSeq, ProducerState
 from ksniff.audit.transactions import new_instance, write
+from ksniff.common.sources import made
 from ksniff.decode.events import Exchange, ProducedBatch, made_by_position
 
 _ACCEPTED = made_by_position(Accepted)  # one per accepted batch: in C when built
@@ -245,3 +249,43 @@ def _sequence_finding(
             partition=b.partition,
         )
     )
+
+
+def _compiled_on_produce(python: Any = on_produce) -> Any:
+    """`on_produce` in C (ksniff.audit._steps.Producing, when built): the same checks in the same order
+    on the same objects, its usual outcomes in C and the rest through this module's functions, `python`
+    (the function above) the reference it is held to (tests/audit/test_steps.py) and what runs for
+    anything of other classes; None without the compiled module."""
+    from ksniff.audit.state import Instance, Lane, TxnIdState, TxnRecord
+    from ksniff.audit.txn import ALLOWED, Trigger, TxnState
+    from ksniff.decode.events import RecordBatchHeader
+
+    classes = {
+        "AuditState": AuditState,
+        "Exchange": Exchange,
+        "ProducedBatch": ProducedBatch,
+        "RecordBatchHeader": RecordBatchHeader,
+        "ProducerState": ProducerState,
+        "Lane": Lane,
+        "TxnIdState": TxnIdState,
+        "TxnRecord": TxnRecord,
+        "Instance": Instance,
+        "PartitionSeq": PartitionSeq,
+    }
+    producing = made(
+        "ksniff.audit._steps",
+        "Producing",
+        python,
+        classes,
+        _ACCEPTED,
+        sys.modules[__name__],
+        FENCING_ERRORS,
+        DUPLICATE_SEQUENCE_NUMBER,
+        (ALLOWED, TxnState.ONGOING, Trigger.WRITE, Trigger.WRITE_TV2),
+    )
+    return None if producing is None else producing.on_produce
+
+
+# Once per Produce exchange (ksniff.audit.fold's HANDLERS): in C when built.
+on_produce_python = on_produce
+on_produce = _compiled_on_produce() or on_produce_python

@@ -17,7 +17,9 @@ import pytest
 from compiled_support import require_compiled
 from corpus_decode import decoded
 
-from ksniff.audit import identity, partlog, transactions
+from ksniff.audit import fold, identity, partlog, produce, transactions
+from ksniff.audit.keys import producer_keys
+from ksniff.audit.state import AuditState
 from ksniff.config import EngineConfig
 from ksniff.decode.events import Exchange
 from ksniff.engine.local import audit_paths
@@ -184,3 +186,137 @@ def _orders(exchanges: list[Exchange]) -> dict[str, list[Exchange]]:
 def test_the_same_logs_in_rare_orders(path, order, placing):
     exchanges = _orders(_exchanges(path))[order]
     assert _placed(exchanges, placing, None) == _placed(exchanges, partlog._on_produce_python, None)
+
+
+@pytest.fixture(scope="module")
+def producing():
+    require_compiled("ksniff.audit._steps", "the fold's steps in C")
+    assert produce.on_produce is not produce.on_produce_python, "on_produce in C was not taken up"
+    assert fold.HANDLERS["Produce"] is produce.on_produce
+    return produce.on_produce
+
+
+def _judging_in_python(monkeypatch) -> None:
+    monkeypatch.setattr(produce, "on_produce", produce.on_produce_python)
+    monkeypatch.setitem(fold.HANDLERS, "Produce", produce.on_produce_python)
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.name)
+def test_corpus_audits_identical_judging_produce_in_python(path, monkeypatch, producing):
+    ours = _audited(path)
+    _judging_in_python(monkeypatch)
+    assert ours == _audited(path)
+
+
+def _folded(exchanges: list[Exchange], on_produce, monkeypatch, key: str | None = None) -> tuple:
+    """What the fold knows and reports after `exchanges`, each Produce judged by `on_produce`: the
+    producers, transactional ids, transactions, sequences, findings, and the finished output."""
+    monkeypatch.setitem(fold.HANDLERS, "Produce", on_produce)
+    state = AuditState.initial(key=key)
+    out = [f for ex in exchanges for f in fold.feed(state, ex)]
+    known = (state.producers, state.txn_ids, state.transactions, state.sequences)
+    return (*known, out, fold.finish(state, exchanges[-1].request_ts if exchanges else None))
+
+
+def _judged_orders(exchanges: list[Exchange]) -> dict[str, list[Exchange]]:
+    """The corpus's exchanges as they came, and in orders and states that reach the judging's rare
+    steps: the placing's rare orders (`_orders`: the Produce exchanges reversed, so sequences and epochs
+    go back, with gaps, duplicates, batches out of order, epoch regressions and zombies; every third batch
+    damaged), every third Produce left unanswered (its batches waiting for an answer, which a later batch
+    may cover), every Produce sent twice on its connection (the broker's answer to the second the same),
+    every Produce sent with acks=0, and every Produce as Produce v12 (transaction.version 2, where a
+    transactional write needs no registration: the corpus's clients send v7-v11)."""
+    unanswered, twice, fire, tv2 = [], [], [], []
+    for i, ex in enumerate(exchanges):
+        if ex.api_name != "Produce" or not ex.batches:
+            unanswered.append(ex), twice.append(ex), fire.append(ex), tv2.append(ex)
+            continue
+        tv2.append(dataclasses.replace(ex, api_version=12))
+        lost = tuple(dataclasses.replace(b, error_code=None, base_offset=None) for b in ex.batches)
+        unanswered.append(
+            dataclasses.replace(ex, response=None, response_ts=None, status="unanswered", batches=lost)
+            if i % 3 == 0
+            else ex
+        )
+        twice += [ex, dataclasses.replace(ex, correlation_id=ex.correlation_id + 1_000_000)]
+        quiet = tuple(dataclasses.replace(b, acks=0, error_code=None, base_offset=None) for b in ex.batches)
+        fire.append(dataclasses.replace(ex, response=None, status="no_response", batches=quiet))
+    return {
+        "as captured": exchanges,
+        **_orders(exchanges),
+        "unanswered": unanswered,
+        "sent twice": twice,
+        "acks=0": fire,
+        "produce v12": tv2,
+    }
+
+
+JUDGED_ORDERS = [
+    "as captured",
+    "produce reversed",
+    "fetches first",
+    "batches damaged",
+    "unanswered",
+    "sent twice",
+    "acks=0",
+    "produce v12",
+]
+
+
+@pytest.mark.parametrize("order", JUDGED_ORDERS)
+@pytest.mark.parametrize("path", PRODUCING, ids=lambda p: p.name)
+def test_the_same_judgement_in_every_order(path, order, monkeypatch, producing):
+    exchanges = _judged_orders(_exchanges(path))[order]
+    ours = _folded(exchanges, producing, monkeypatch)
+    assert ours == _folded(exchanges, produce.on_produce_python, monkeypatch)
+
+
+def _produce_keys(path: Path) -> list[str]:
+    return sorted({k for ex in _exchanges(path) if ex.api_name == "Produce" for k in producer_keys(ex) if k})
+
+
+KEYED = [p for p in PRODUCING if _produce_keys(p)]
+
+
+@pytest.mark.parametrize("path", KEYED, ids=lambda p: p.name)
+def test_the_same_judgement_by_producer_key(path, monkeypatch, producing):
+    """Each producer key's own fold, as the Spark engine folds them: a batch of a producer id the fold
+    does not own is passed over (an idempotent producer's, `state.owns`) the same way."""
+    exchanges = _exchanges(path)
+    for key in _produce_keys(path):
+        ours = _folded(exchanges, producing, monkeypatch, key)
+        assert ours == _folded(exchanges, produce.on_produce_python, monkeypatch, key), key
+
+
+def test_idempotent_producers_are_folded_by_key():
+    """The test above folds idempotent producers by their producer id's key, not only transactional ids."""
+    assert any(k.startswith("pid:") for p in KEYED for k in _produce_keys(p))
+
+
+def test_the_rare_steps_are_reached(monkeypatch, producing):
+    """The orders above reach what the C function hands to the Python functions: sequences out of order
+    (gaps, duplicates), unanswered batches, epoch regressions and zombies, and findings of each."""
+    kinds: set = set()
+    for path in PRODUCING:
+        for order in JUDGED_ORDERS:
+            out = _folded(_judged_orders(_exchanges(path))[order], producing, monkeypatch)[4]
+            kinds |= {f.kind for f in out}
+    assert {"sequence_gap", "sequence_duplicate", "epoch_regression"} <= kinds, kinds
+    assert kinds & {"zombie_write_accepted", "producer_fenced"}, kinds
+
+
+def test_every_produce_exchange_of_the_corpus_is_judged_in_c(monkeypatch, producing):
+    handed: list = []
+
+    def python(state, ex, out):
+        handed.append(ex)
+        return produce.on_produce_python(state, ex, out)
+
+    counted = produce._compiled_on_produce(python)
+    judged = 0
+    for path in PRODUCING:
+        exchanges = _exchanges(path)
+        judged += sum(e.api_name == "Produce" and e.request is not None for e in exchanges)
+        _folded(exchanges, counted, monkeypatch)
+    assert judged > 200
+    assert handed == []
