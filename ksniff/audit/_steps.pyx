@@ -2,7 +2,7 @@
 """Steps of the audit's fold in C, each on the same objects as its Python function, which is the reference
 it is held to and what runs for anything of other classes than those it checks (the fold's own modules
 take these in place of their functions when this module is built: `partlog._on_produce`,
-`identity.see_producer`).
+`identity.see_producer`, `produce.on_produce`).
 
 `Placing.on_produce`, `partlog._on_produce`: each acknowledged batch of a Produce exchange placed in its
 partition's log, with the same steps in the same order (the log found or made, its counters, the placed
@@ -18,6 +18,9 @@ function's.
 
 `Seeing.see_producer`, `identity.see_producer`: a producer id seen at an epoch on an exchange's
 connection (its epochs, clients, client ids, connections; its transactional id's connections).
+
+`Producing.on_produce`, `produce.on_produce`: each batch of a Produce exchange judged (identity, sequence,
+transaction), its usual outcomes in C and the rest by the Python functions the reference calls.
 
 The corpus audits give the same documents and tables with these and without them
 (tests/audit/test_compiled_fold.py, tests/audit/test_steps.py).
@@ -313,13 +316,15 @@ cdef class Producing:
     """`on_produce(state, ex, out)`: `produce.on_produce`, for the classes given.
 
     Every batch goes through the same checks in the same order as the Python function's. The usual
-    outcomes are read here: an epoch already known, the current instance's write, a sequence in order
-    (`produce._sequence` then `_advance`). What is rare or has something to report is the Python
-    functions' own, looked up in `produce`'s namespace where that function looks them up: an epoch gone
-    back (`identity.epoch_regression`), a zombie (`identity.zombie`, `write` into its lane), a newer
-    instance adopted (`identity.adopt`, `new_instance`), a fencing answer (`identity.fenced_by_broker`),
-    and any batch out of order (`produce._sequence`, called before anything of its own was changed).
-    `write` itself, and `identity.see_producer`, are called as that function calls them."""
+    outcomes are read here: a batch of the instance that holds its transactional id (`is_superseded`
+    inline), a sequence in order (`produce._sequence`, then `_advance`), and a write into the ongoing
+    transaction that registered its partition or needs no registration (`transactions.write`'s usual
+    case). What is rare or has something to report is the Python functions' own, looked up in `produce`'s
+    namespace where that function looks them up: an epoch gone back (`identity.epoch_regression`), a
+    zombie (`identity.zombie`, `write` into its lane), a newer instance adopted (`identity.adopt`,
+    `new_instance`), a fencing answer (`identity.fenced_by_broker`), any other write (`write`), and any
+    batch out of order (`produce._sequence`, called before anything of the batch was changed here).
+    `identity.see_producer` is called as that function calls it."""
 
     cdef type state_cls, ex_cls, batch_cls, header_cls, producer_cls, txn_cls, instance_cls, seq_cls
     cdef type record_cls
@@ -334,7 +339,7 @@ cdef class Producing:
     # RecordBatchHeader
     cdef Py_ssize_t h_crc_ok, h_pid, h_epoch, h_control, h_records, h_sequence, h_transactional
     # ProducerState
-    cdef Py_ssize_t p_top_epoch, p_first_ts, p_started_epochs, p_batches, p_records
+    cdef Py_ssize_t p_top_epoch, p_started_epochs, p_batches, p_records
     # TxnIdState, Instance
     cdef Py_ssize_t t_superseded, t_fenced_upto, t_current, t_tv2, t_state, t_txn, i_pid, i_epoch
     # TxnRecord
@@ -352,7 +357,8 @@ cdef class Producing:
         and WRITE_TV2. TypeError when a field read here is not a slot of its class."""
         self.python, self.produce, self.accepted = python, produce, accepted
         allowed, self.ongoing, plain, tv2 = table
-        self.writes = allowed[self.ongoing].get(plain) is not None and allowed[self.ongoing].get(tv2) is not None
+        ongoing = allowed[self.ongoing]
+        self.writes = ongoing.get(plain) is not None and ongoing.get(tv2) is not None
         self.fencing, self.duplicate, self.seq_mod = fencing, duplicate, produce.SEQ_MOD
         st = self.state_cls = classes["AuditState"]
         ex = self.ex_cls = classes["Exchange"]
@@ -375,7 +381,7 @@ cdef class Producing:
         self.h_epoch, self.h_control = slot_offset(h, "producer_epoch"), slot_offset(h, "control")
         self.h_records, self.h_sequence = slot_offset(h, "records_count"), slot_offset(h, "base_sequence")
         self.h_transactional = slot_offset(h, "transactional")
-        self.p_top_epoch, self.p_first_ts = slot_offset(p, "top_epoch"), slot_offset(p, "first_ts")
+        self.p_top_epoch = slot_offset(p, "top_epoch")
         self.p_started_epochs = slot_offset(p, "started_epochs")
         self.p_batches, self.p_records = slot_offset(p, "batches"), slot_offset(p, "records")
         self.t_superseded = slot_offset(t, "superseded_pids")
@@ -385,7 +391,8 @@ cdef class Producing:
         self.t_state, self.t_txn = slot_offset(lane, "state"), slot_offset(lane, "txn")
         r = self.record_cls = classes["TxnRecord"]
         self.r_outcome, self.r_intent = slot_offset(r, "outcome"), slot_offset(r, "intent")
-        self.r_taken_over_ts, self.r_known = slot_offset(r, "taken_over_ts"), slot_offset(r, "registration_known")
+        self.r_taken_over_ts = slot_offset(r, "taken_over_ts")
+        self.r_known = slot_offset(r, "registration_known")
         self.r_registered, self.r_partitions = slot_offset(r, "registered"), slot_offset(r, "partitions")
         self.r_records, self.r_batches = slot_offset(r, "records"), slot_offset(r, "batches")
         self.x_api_version = slot_offset(ex, "api_version")
@@ -430,7 +437,10 @@ cdef class Producing:
             unverified = _get(b, self.b_unverified) or _get(ex, self.x_unverified)
             c = None
             seen = producers.get(pid)
-            highest = -1 if seen is None else seen.top_epoch
+            if seen is None:
+                highest = -1
+            else:
+                highest = _get(seen, self.p_top_epoch) if type(seen) is self.producer_cls else seen.top_epoch
             p = see_producer(state, pid, epoch, ex, tid)
             if type(p) is not self.producer_cls:  # never: see_producer gives the ProducerStates it keeps
                 raise TypeError(f"a producer of {type(p).__name__}")
@@ -495,8 +505,9 @@ cdef class Producing:
             return write(state, t, t, ex, b, out, unverified=unverified)
         topic, partition = _get(b, self.b_topic), _get(b, self.b_partition)
         tv2 = _get(ex, self.x_api_version) >= 12  # Produce v12+: transaction.version 2
-        if not tv2 and _get(rec, self.r_known) and (topic, partition) not in <set?> _get(rec, self.r_registered):
-            return write(state, t, t, ex, b, out, unverified=unverified)  # a write it had not registered
+        if not tv2 and _get(rec, self.r_known):
+            if (topic, partition) not in <set?> _get(rec, self.r_registered):
+                return write(state, t, t, ex, b, out, unverified=unverified)  # not registered: a finding
         if tv2:
             _put(t, self.t_tv2, True)
         (<dict?> _get(rec, self.r_partitions)).setdefault(f"{topic}-{partition}", None)
