@@ -421,6 +421,7 @@ cdef class Producing:
         see_producer = identity.see_producer
         write = produce.write
         tid = _get(ex, self.x_request).transactional_id or None
+        keys = _get(state, self.s_keys)  # the producer keys this fold owns (None: all)
         for b in <tuple> batches:
             h = _get(b, self.b_header)
             if _get(h, self.h_crc_ok) is False:
@@ -429,10 +430,8 @@ cdef class Producing:
             epoch = _get(h, self.h_epoch)
             if _get(h, self.h_control) or pid < 0:
                 continue
-            if tid is None:  # state.owns(f"pid:{pid}"), inline
-                keys = _get(state, self.s_keys)
-                if keys is not None and f"pid:{pid}" not in keys:
-                    continue
+            if tid is None and keys is not None and f"pid:{pid}" not in keys:  # state.owns(f"pid:{pid}")
+                continue
             answer = _get(b, self.b_code)
             unverified = _get(b, self.b_unverified) or _get(ex, self.x_unverified)
             c = None

@@ -100,19 +100,31 @@ def test_the_cap_is_reached_in_the_corpus(placing):
     )
 
 
-def test_every_produce_exchange_of_the_corpus_is_placed_in_c(placing):
+def _handed_back(make, reference, feed) -> tuple[int, list]:
+    """The corpus's Produce exchanges fed (`feed(exchanges, step)`) to the C step `make(python)` makes,
+    its Python fallback `reference` wrapped to note each exchange it is handed: how many Produce
+    exchanges there were, and those the C step handed to Python."""
     handed: list = []
 
-    def python(st, ex, out, ctx):
-        handed.append(ex)
-        return partlog._on_produce_python(st, ex, out, ctx)
+    def python(*args):
+        handed.append(args[1])
+        return reference(*args)
 
-    counted = partlog._compiled_on_produce(python)
-    placed = 0
+    step = make(python)
+    produced = 0
     for path in PRODUCING:
         exchanges = _exchanges(path)
-        placed += sum(e.api_name == "Produce" and e.request is not None for e in exchanges)
-        _placed(exchanges, counted, None)
+        produced += sum(e.api_name == "Produce" and e.request is not None for e in exchanges)
+        feed(exchanges, step)
+    return produced, handed
+
+
+def test_every_produce_exchange_of_the_corpus_is_placed_in_c(placing):
+    placed, handed = _handed_back(
+        partlog._compiled_on_produce,
+        partlog._on_produce_python,
+        lambda exchanges, step: _placed(exchanges, step, None),
+    )
     assert placed > 200
     assert handed == []
 
@@ -306,17 +318,10 @@ def test_the_rare_steps_are_reached(monkeypatch, producing):
 
 
 def test_every_produce_exchange_of_the_corpus_is_judged_in_c(monkeypatch, producing):
-    handed: list = []
-
-    def python(state, ex, out):
-        handed.append(ex)
-        return produce.on_produce_python(state, ex, out)
-
-    counted = produce._compiled_on_produce(python)
-    judged = 0
-    for path in PRODUCING:
-        exchanges = _exchanges(path)
-        judged += sum(e.api_name == "Produce" and e.request is not None for e in exchanges)
-        _folded(exchanges, counted, monkeypatch)
+    judged, handed = _handed_back(
+        produce._compiled_on_produce,
+        produce.on_produce_python,
+        lambda exchanges, step: _folded(exchanges, step, monkeypatch),
+    )
     assert judged > 200
     assert handed == []
