@@ -21,6 +21,7 @@ bytes, and whether all are views of a mapped capture file), as `ksniff.decode.fr
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cdef extern from *:
     """
@@ -94,28 +95,44 @@ cdef inline bint _header_sum_ok(const unsigned char *h, Py_ssize_t n):
 # (CaptureFile(path).segments(), CPU, the median of 5 runs alternating in one process each, load average
 # 10-13 on 2 cores) over bench/bench_capture.py's 100 MB pcap of 100,200 frames: 0.160 s pure-Python,
 # 0.071 s compiled; the same file as pcapng: 0.199 s and 0.092 s. test_compiled_walk.py holds them equal.
-cdef inline object _segment(buf, const unsigned char *b, Py_ssize_t p, Py_ssize_t q, Py_ssize_t et_off,
-                            Py_ssize_t l2, double ts, object parse, object link):
-    """The segment in frame bytes b[p:q], or the code `parse` gives, as ksniff.capture.packets'
-    segment_of: the common frame (IPv4 of 20 bytes carrying TCP, not a fragment, whole) read straight
-    from the bytes when the link has a fast path (l2 >= 0), every other frame by `parse`."""
-    cdef Py_ssize_t ip, t, d, ip_end
+cdef inline int _headers(const unsigned char *b, Py_ssize_t p, Py_ssize_t q, Py_ssize_t et_off,
+                         Py_ssize_t l2, Py_ssize_t *t, Py_ssize_t *d, Py_ssize_t *e):
+    """Whether the frame in b[p:q] is the common one (IPv4 of 20 bytes carrying TCP, not a fragment,
+    whole) on a link with a fast path (l2 >= 0): 1, its TCP header at t[0] and its payload b[d[0]:e[0]];
+    -1, such a frame whose IPv4 header fails its checksum; 0, any other frame (for `parse`)."""
+    cdef Py_ssize_t ip, ip_end
     if l2 >= 0 and q - p >= l2 + 34:
         ip = p + l2
         if (ks_be16(b + p + et_off) == 0x0800 and b[ip] == 0x45 and b[ip + 9] == 6
                 and not ks_be16(b + ip + 6) & 0x3FFF):
             if not _header_sum_ok(b + ip, 20):
-                return DAMAGED
+                return -1
             ip_end = ip + ks_be16(b + ip + 2)
-            t = ip + 20
-            d = t + (b[t + 12] >> 4) * 4
-            if d <= ip_end <= q:
-                payload = ks_subview(buf, d, ip_end)
-                if payload is None:
-                    payload = buf[d:ip_end]
-                return (ts, _address(b + ip + 12), _port(ks_be16(b + t)),
-                        _address(b + ip + 16), _port(ks_be16(b + t + 2)),
-                        ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], payload)
+            t[0] = ip + 20
+            d[0] = t[0] + (b[t[0] + 12] >> 4) * 4
+            e[0] = ip_end
+            if d[0] <= ip_end <= q:
+                return 1
+    return 0
+
+
+cdef inline object _payload(buf, Py_ssize_t d, Py_ssize_t e):
+    payload = ks_subview(buf, d, e)
+    return buf[d:e] if payload is None else payload
+
+
+cdef inline object _segment(buf, const unsigned char *b, Py_ssize_t p, Py_ssize_t q, Py_ssize_t et_off,
+                            Py_ssize_t l2, double ts, object parse, object link):
+    """The segment in frame bytes b[p:q], or the code `parse` gives, as ksniff.capture.packets'
+    segment_of: the common frame (`_headers`) read straight from the bytes, every other frame by
+    `parse`."""
+    cdef Py_ssize_t t, d, e
+    cdef int common = _headers(b, p, q, et_off, l2, &t, &d, &e)
+    if common > 0:
+        return (ts, _address(b + t - 8), _port(ks_be16(b + t)), _address(b + t - 4), _port(ks_be16(b + t + 2)),
+                ks_be32(b + t + 4), ks_be32(b + t + 8), b[t + 13], _payload(buf, d, e))
+    if common < 0:
+        return DAMAGED
     return parse(ts, buf, p, q, link)
 
 
@@ -170,6 +187,105 @@ cdef inline void _take(object seg, list out, Py_ssize_t *missed):
         missed[0] += 1
 
 
+cdef inline object _address_of(unsigned int value):
+    """The IPv4 address `value` (as read by ks_be32) as `_address` hands it out."""
+    cdef unsigned char a[4]
+    a[0], a[1], a[2], a[3] = value >> 24, (value >> 16) & 0xFF, (value >> 8) & 0xFF, value & 0xFF
+    return _address(a)
+
+
+cdef class Segments:
+    """A batch of the compiled walk's segments in columns: the numbers of each common frame's segment
+    (`_headers`) kept as C numbers, its payload view made as `_segment` makes it, and a segment `parse`
+    made kept as its tuple. Read as a sequence it is the list of segment tuples the walk appends to a
+    list (each tuple made when asked for, of the same objects), for any loop over segments; the
+    reassembler's hot loop (`inorder`) reads the columns themselves, without a tuple, a float and two
+    ints made and freed for every packet (bench/README.md, "The 1 GB run, in columns")."""
+
+    cdef readonly Py_ssize_t n, cap
+    cdef double *ts
+    cdef unsigned int *sip
+    cdef unsigned int *dip
+    cdef unsigned int *seq
+    cdef unsigned int *ack
+    cdef unsigned short *sp
+    cdef unsigned short *dp
+    cdef unsigned char *flags
+    cdef list items  # per segment: its payload, or the whole tuple `parse` made
+
+    def __cinit__(self, Py_ssize_t cap):
+        if cap < 0:
+            raise ValueError("a negative capacity")
+        self.cap, self.n = cap, 0
+        self.ts = <double *> PyMem_Malloc(cap * sizeof(double) + 1)
+        self.sip = <unsigned int *> PyMem_Malloc(cap * sizeof(unsigned int) * 4 + 1)
+        self.sp = <unsigned short *> PyMem_Malloc(cap * sizeof(unsigned short) * 2 + 1)
+        self.flags = <unsigned char *> PyMem_Malloc(cap + 1)
+        if self.ts is NULL or self.sip is NULL or self.sp is NULL or self.flags is NULL:
+            raise MemoryError()
+        self.dip, self.seq, self.ack = self.sip + cap, self.sip + 2 * cap, self.sip + 3 * cap
+        self.dp = self.sp + cap
+        self.items = []
+
+    def __dealloc__(self):
+        PyMem_Free(self.ts)
+        PyMem_Free(self.sip)
+        PyMem_Free(self.sp)
+        PyMem_Free(self.flags)
+
+    cdef inline int add(self, buf, const unsigned char *b, Py_ssize_t p, Py_ssize_t q, Py_ssize_t et_off,
+                        Py_ssize_t l2, double ts, object parse, object link, Py_ssize_t *missed) except -1:
+        """The frame in b[p:q], as `_take(_segment(...))` takes it (codes counted in `missed`)."""
+        cdef Py_ssize_t t, d, e, k = self.n
+        cdef int common = _headers(b, p, q, et_off, l2, &t, &d, &e)
+        if k >= self.cap:
+            raise IndexError("a batch of segments past its capacity")
+        if common > 0:
+            self.ts[k] = ts
+            self.sip[k], self.dip[k] = ks_be32(b + t - 8), ks_be32(b + t - 4)
+            self.sp[k], self.dp[k] = ks_be16(b + t), ks_be16(b + t + 2)
+            self.seq[k], self.ack[k] = ks_be32(b + t + 4), ks_be32(b + t + 8)
+            self.flags[k] = b[t + 13]
+            self.items.append(_payload(buf, d, e))
+            self.n = k + 1
+        elif common < 0:
+            missed[3] += 1
+        else:
+            seg = parse(ts, buf, p, q, link)
+            if type(seg) is tuple:
+                self.items.append(seg)
+                self.n = k + 1
+            else:
+                _take(seg, None, missed)
+        return 0
+
+    cdef inline tuple made(self, Py_ssize_t k):
+        cdef object item = (<list> self.items)[k]
+        if type(item) is tuple:
+            return <tuple> item
+        return (self.ts[k], _address_of(self.sip[k]), _port(self.sp[k]), _address_of(self.dip[k]),
+                _port(self.dp[k]), self.seq[k], self.ack[k], self.flags[k], item)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, index):
+        cdef Py_ssize_t k
+        if isinstance(index, slice):
+            return [self.made(k) for k in range(*index.indices(self.n))]
+        k = index
+        if k < 0:
+            k += self.n
+        if not 0 <= k < self.n:
+            raise IndexError("segment index out of range")
+        return self.made(k)
+
+    def __iter__(self):
+        cdef Py_ssize_t k
+        for k in range(self.n):
+            yield self.made(k)
+
+
 # A packet's time out of line with both its neighbours, while they are in line with each other, is taken as
 # damaged (ksniff.capture.walk.TIME_SLACK and out_of_line, the reference, kept equal by a test).
 cdef double TIME_SLACK = 0.001
@@ -181,9 +297,21 @@ cdef inline bint _out_of_line(double prev, double ts, double nxt):
     return prev <= nxt + TIME_SLACK and (ts < prev - TIME_SLACK or ts > nxt + TIME_SLACK)
 
 
+cdef Segments _columns(object out, Py_ssize_t limit):
+    """`out` when it is a `Segments` (refused when it has no room for `limit` more), else None: a list."""
+    if type(out) is Segments:
+        if (<Segments> out).cap - (<Segments> out).n < limit:
+            raise ValueError("a batch of segments without room for the records asked for")
+        return <Segments> out
+    if type(out) is not list:
+        raise TypeError("segments go to a list or to a Segments")
+    return None
+
+
 def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit, int link,
-               Py_ssize_t et_off, Py_ssize_t l2, object parse, list out, Py_ssize_t limit, object prev):
-    """Walks whole pcap records from `pos`, at most `limit` of them, appending segment tuples to `out`.
+               Py_ssize_t et_off, Py_ssize_t l2, object parse, object out, Py_ssize_t limit, object prev):
+    """Walks whole pcap records from `pos`, at most `limit` of them, appending segment tuples to `out`
+    (a list, or a `Segments` with room for them).
 
     `et_off` and `l2` place the link type field and the IPv4 header in the frame (l2 < 0: no fast path
     for this link type, every frame goes to `parse`). `prev` is the time given to the record before
@@ -200,6 +328,7 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
     cdef double ts = 0.0, last = 0.0
     cdef bint has_last = prev is not None
     cdef object link_type = link  # made a Python int once, for `parse`
+    cdef Segments cols = _columns(out, limit)
     if has_last:
         last = prev
     if end > view.shape[0]:
@@ -231,15 +360,18 @@ def pcap_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, double unit
                 damaged += 1
         last, has_last = ts, True
         packets += 1
-        _take(_segment(buf, b, p, q, et_off, l2, ts, parse, link_type), out, missed)
+        if cols is not None:
+            cols.add(buf, b, p, q, et_off, l2, ts, parse, link_type, missed)
+        else:
+            _take(_segment(buf, b, p, q, et_off, l2, ts, parse, link_type), out, missed)
     return pos, packets, missed[0], missed[1], missed[2], missed[3], (ts if packets else None), damaged
 
 
 def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list links, list units,
-                 list offsets, list fields, object parse, list out, Py_ssize_t limit, Py_ssize_t max_block,
+                 list offsets, list fields, object parse, object out, Py_ssize_t limit, Py_ssize_t max_block,
                  object prev):
     """Walks whole enhanced packet blocks of one section from `pos`, at most `limit` of them, appending
-    segment tuples to `out`; stops before any other block, a block running past `end`, and anything the
+    segment tuples to `out` (as `pcap_batch`); stops before any other block, a block running past `end`, and anything the
     Python walk must judge (a bad length, an interface not described). Per interface: its link type,
     timestamp ticks per second, offset in seconds and (link type field offset, link header length) of
     the fast path or None. `prev` and the times taken as damaged as in `pcap_batch` (the next block's
@@ -254,6 +386,7 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
     cdef double ts = 0.0, first = 0.0, last = 0.0, nxt
     cdef bint has_last = prev is not None
     cdef object f
+    cdef Segments cols = _columns(out, limit)
     if has_last:
         last = prev
     if end > view.shape[0]:
@@ -291,7 +424,10 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
         packets += 1
         f = fields[iface]
         et_off, l2 = f if f is not None else (0, -1)
-        _take(_segment(buf, b, p, q, et_off, l2, ts, parse, links[iface]), out, missed)
+        if cols is not None:
+            cols.add(buf, b, p, q, et_off, l2, ts, parse, links[iface], missed)
+        else:
+            _take(_segment(buf, b, p, q, et_off, l2, ts, parse, links[iface]), out, missed)
     return (pos, packets, missed[0], missed[1], missed[2], missed[3], (first if packets else None),
             (ts if packets else None), damaged)
 
@@ -399,6 +535,7 @@ cdef extern from "Python.h":
     Py_ssize_t PyTuple_GET_SIZE(object)
     PyObject *PyTuple_GET_ITEM(object, Py_ssize_t)
     double PyFloat_AS_DOUBLE(object)
+    object PyFloat_FromDouble(double)
     long long PyLong_AsLongLongAndOverflow(object, int *) except? -1
 
 cdef long long SMALL = 1LL << 62  # the numbers the hot loop adds to stay far from overflow
@@ -429,6 +566,12 @@ cdef class HotSlots:
     # (`Half.fast`: a direction leaves the connection table only through a release, which clears it).
     cdef list found  # [sip, sp, dip, dp, half] per entry, FOUND entries, the newest replacing in turn
     cdef Py_ssize_t turn
+    # The same for the segments of a `Segments` batch, by their addresses' and ports' numbers.
+    cdef unsigned int v_sip[FOUND]
+    cdef unsigned int v_dip[FOUND]
+    cdef unsigned int v_ports[FOUND]  # source port << 16 | destination port
+    cdef list v_half
+    cdef Py_ssize_t v_turn
 
     def __init__(self, type half):
         self.fast, self.last_ts = _slot(half, "fast"), _slot(half, "last_ts")
@@ -441,6 +584,8 @@ cdef class HotSlots:
         self.keep = half
         self.found = [None] * (FOUND * 5)
         self.turn = 0
+        self.v_half = [None] * FOUND
+        self.v_turn = 0
 
     cdef object half_of(self, tuple seg, dict table):
         """The direction of `seg` (borrowing the table's), or None: unknown, or known and not on the hot
@@ -464,6 +609,33 @@ cdef class HotSlots:
         k = self.turn
         found[k], found[k + 1], found[k + 2], found[k + 3], found[k + 4] = seg[1], seg[2], seg[3], seg[4], h
         self.turn = (k + 5) % (FOUND * 5)
+        return h
+
+
+    cdef object half_at(self, Segments segs, Py_ssize_t k, dict table):
+        """`half_of` for the segment `k` of a `Segments` batch, a common frame's."""
+        cdef unsigned int sip = segs.sip[k], dip = segs.dip[k]
+        cdef unsigned int ports = (<unsigned int> segs.sp[k]) << 16 | segs.dp[k]
+        cdef Py_ssize_t j
+        cdef PyObject *hit
+        for j in range(FOUND):
+            if self.v_sip[j] == sip and self.v_dip[j] == dip and self.v_ports[j] == ports:
+                h = self.v_half[j]
+                if h is None:
+                    break
+                hit = _get(h, self.fast)
+                if hit is not NULL and <object> hit is True:
+                    return h
+                break
+        key = (_address_of(sip), _port(segs.sp[k]), _address_of(dip), _port(segs.dp[k]))
+        hit = PyDict_GetItemWithError(table, key)
+        if hit is NULL:
+            return None
+        h = <object> hit
+        j = self.v_turn
+        self.v_sip[j], self.v_dip[j], self.v_ports[j] = sip, dip, ports
+        self.v_half[j] = h
+        self.v_turn = (j + 1) % FOUND
         return h
 
 
@@ -576,46 +748,77 @@ cdef long long SEQ_MASK = 0xFFFFFFFFLL
 cdef long long SEQ_HALF = 0x80000000LL
 
 
-def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, double sweep_at,
+def inorder(segs, Py_ssize_t i, dict table, object merger, object out, double sweep_at,
             Py_ssize_t max_chunk, HotSlots at):
-    """The hot loop of `Reassembler.events` over `segs[i:]`, in C: segments of a known connection that
-    may take the hot path (`Half.fast`), with no slow flag and their bytes in order, update their
-    direction and join its chunk being merged (`ChunkMerger.start` and `flush_half` are called as the
-    Python loop calls them), the clock (`at.pm`) and the count of segments (`at.n`). Stops after a segment that left events in `out`
-    (returns the next index, so the caller yields them before going on), or before one the Python loop
-    must take (returns ~index: a sweep or a cell's end due at `sweep_at` passed, an unknown connection,
-    a slow flag, bytes out of order, anything not of the usual types); nothing of that segment is
-    changed then. Returns len(segs) at the end.
+    """The hot loop of `Reassembler.events` over `segs[i:]` (a list of segment tuples, or a `Segments`
+    batch), in C: segments of a known connection that may take the hot path (`Half.fast`), with no slow
+    flag and their bytes in order, update their direction and join its chunk being merged
+    (`ChunkMerger.start` and `flush_half` are called as the Python loop calls them), the clock (`at.pm`)
+    and the count of segments (`at.n`). Stops after a segment that left events in `out` (returns the
+    next index, so the caller yields them before going on), or before one the Python loop must take
+    (returns ~index: a sweep or a cell's end due at `sweep_at` passed, an unknown connection, a slow
+    flag, bytes out of order, anything not of the usual types); nothing of that segment is changed then.
+    Returns len(segs) at the end.
 
     The numbers a run of segments of one direction moves on (`nxt`, `nxt32`, and `p_len` of its chunk)
-    are kept as C integers while the run lasts and stored in its slots once, when another direction's
-    bytes come, before anything is called (the merger's methods) and when the loop returns: not an int
-    made and freed for each of them per segment. Nothing outside this loop reads them in between."""
-    cdef Py_ssize_t n = len(segs), plen
-    cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0, bits, bits_old
+    are kept as C integers while the run lasts, and its `last_ts` and `ack_out` as C numbers or the
+    segment's own objects (`Held`); they are stored in its slots once, when another direction's
+    segment comes, before anything is called (the merger's methods) and when the loop returns: not an
+    int or a float made and freed for each of them per segment. Nothing outside this loop reads them in
+    between. A `Segments` batch's common frames are read from its columns: no tuple, and a float for
+    the segment's time only where one is kept (a time mark, the chunk's first and last times)."""
+    cdef Segments cols = None
+    cdef list lst = None
+    cdef Py_ssize_t n, plen
+    cdef long long seq, nxt, nxt32, p_off = 0, p_len = 0, bits, bits_old, ackv = 0
+    cdef double tsd
     cdef bint joins
     cdef PyObject *field
     cdef tuple seg
-    cdef object h, ts, payload, flags, mark
+    cdef object h, ts, payload, flags, mark, ack
     cdef Held held = Held()  # the direction whose numbers are kept in C, if any
+    if type(segs) is Segments:
+        cols = <Segments> segs
+        n = cols.n
+    elif type(segs) is list:
+        lst = <list> segs
+        n = len(lst)
+    else:
+        raise TypeError("the hot loop takes a list of segments or a Segments batch")
     try:
         while i < n:
-            item = segs[i]
-            if type(item) is not tuple or PyTuple_GET_SIZE(item) != 9:
-                return ~i
-            seg = <tuple> item
-            ts = seg[0]
-            flags = seg[7]
-            payload = seg[8]
-            if type(ts) is not float or type(flags) is not int:
-                return ~i
-            if PyFloat_AS_DOUBLE(ts) > at.pm and PyFloat_AS_DOUBLE(ts) >= sweep_at:
-                return ~i
-            if not _small(flags, &bits) or bits & SLOW:
-                return ~i
-            if type(payload) is not memoryview and type(payload) is not bytes:
-                return ~i
-            h = at.half_of(seg, table)
+            item = (<list> cols.items)[i] if cols is not None else lst[i]
+            if cols is not None and type(item) is not tuple:
+                # a common frame's segment, from the columns
+                tsd = cols.ts[i]
+                ts = ack = None
+                bits = cols.flags[i]
+                payload = item
+                if tsd > at.pm and tsd >= sweep_at:
+                    return ~i
+                if bits & SLOW:
+                    return ~i
+                h = at.half_at(cols, i, table)
+                seq, ackv = cols.seq[i], cols.ack[i]
+            else:
+                if type(item) is not tuple or PyTuple_GET_SIZE(item) != 9:
+                    return ~i
+                seg = <tuple> item
+                ts = seg[0]
+                flags = seg[7]
+                payload = seg[8]
+                if type(ts) is not float or type(flags) is not int:
+                    return ~i
+                tsd = PyFloat_AS_DOUBLE(ts)
+                if tsd > at.pm and tsd >= sweep_at:
+                    return ~i
+                if not _small(flags, &bits) or bits & SLOW:
+                    return ~i
+                if type(payload) is not memoryview and type(payload) is not bytes:
+                    return ~i
+                h = at.half_of(seg, table)
+                ack = seg[6]
+                seq = -1  # read below, where it is needed
             if h is None:
                 return ~i
             field = _get(h, at.fast)
@@ -627,7 +830,7 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
                 if held.half is not h:
                     held.store(at)
                 # Every number this segment changes read first, as C integers (ints of the usual size only).
-                if not _small(seg[5], &seq):
+                if ts is not None and not _small(seg[5], &seq):
                     return ~i
                 if held.half is h:
                     nxt, nxt32 = held.nxt, held.nxt32
@@ -643,13 +846,11 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
                     held.store(at)
                     if not _delivered_again(h, at, nxt - bits_old, payload, plen, merger):
                         return ~i
-                    if PyFloat_AS_DOUBLE(ts) > at.pm:
-                        at.pm = PyFloat_AS_DOUBLE(ts)
+                    if tsd > at.pm:
+                        at.pm = tsd
                     at.n += 1
                     merger.at = at.n  # as the careful path leaves it (what a later drain's chunk starts at)
-                    _put(h, at.last_ts, ts)
-                    if bits & 0x10:  # ACK
-                        _put(h, at.ack_out, seg[6])
+                    held.saw(at, h, tsd, ts, bits & 0x10, ackv, ack)
                     i += 1
                     continue
                 field = _get(h, at.parts)
@@ -664,19 +865,19 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
                         p_len = held.p_len
                     elif not _small_slot(h, at.p_len, &p_len):
                         return ~i
-            if PyFloat_AS_DOUBLE(ts) > at.pm:
-                at.pm = PyFloat_AS_DOUBLE(ts)
+            if tsd > at.pm:
+                at.pm = tsd
             at.n += 1
-            _put(h, at.last_ts, ts)
-            _put(h, at.ack_out, seg[6])
+            held.saw(at, h, tsd, ts, True, ackv, ack)
             i += 1
             if not plen:
                 continue
             if joins:
                 (<list> _get(h, at.parts)).append(payload)
                 field = _get(h, at.p_last)
-                if (PyFloat_AS_DOUBLE(ts) != PyFloat_AS_DOUBLE(<object> field) if type(<object> field) is float
-                        else ts != <object> field):
+                if (tsd != PyFloat_AS_DOUBLE(<object> field) if type(<object> field) is float
+                        else (ts if ts is not None else held.time()) != <object> field):
+                    ts = held.time()
                     _put(h, at.p_last, ts)
                     mark = (<object> (p_off + p_len), ts)
                     field = _get(h, at.p_marks)
@@ -693,6 +894,7 @@ def inorder(list segs, Py_ssize_t i, dict table, object merger, object out, doub
                     else:
                         merger.flush_half(h)
             else:
+                ts = held.time()
                 held.store(at)
                 _put(h, at.nxt, <object> (nxt + plen))
                 _put(h, at.nxt32, <object> ((seq + plen) & SEQ_MASK))
@@ -799,17 +1001,52 @@ cdef inline const char *_flat(object x):
 
 
 cdef class Held:
-    """The direction whose `nxt`, `nxt32` and chunk's `p_len` the hot loop keeps as C integers (`half`
-    None: none), until `store` puts them in its slots."""
+    """What the hot loop keeps in C until `store` puts it in the slots: the direction whose `nxt`,
+    `nxt32` and chunk's `p_len` it keeps as C integers (`half`; None: none), and the direction whose
+    `last_ts` and `ack_out` it keeps (`seen`; None: none), each as the segment's own object when it came
+    with one (a tuple's), else as a C number (a `Segments` column's), its object made when stored."""
 
     cdef object half
     cdef long long nxt, nxt32, p_len
+    cdef object seen, seen_ts, seen_ack
+    cdef double seen_tsd
+    cdef long long seen_ackv
+    cdef bint has_ack
 
     cdef inline void keep(self, object half, long long nxt, long long nxt32, long long p_len):
         self.half = half
         self.nxt, self.nxt32, self.p_len = nxt, nxt32, p_len
 
+    cdef inline int saw(self, HotSlots at, object h, double tsd, object ts, bint acked, long long ackv,
+                        object ack) except -1:
+        """Direction `h`'s segment at time `tsd` (its float `ts`, or None) came; with `acked`, its
+        acknowledgement number is the direction's `ack_out` (`ack`, or None and `ackv`)."""
+        if self.seen is not h:
+            self.store_seen(at)
+            self.seen = h
+        self.seen_tsd, self.seen_ts = tsd, ts
+        if acked:
+            self.has_ack = True
+            self.seen_ackv, self.seen_ack = ackv, ack
+        return 0
+
+    cdef inline object time(self):
+        """The float of the time `saw` was last given (made once, and kept for its store)."""
+        if self.seen_ts is None:
+            self.seen_ts = PyFloat_FromDouble(self.seen_tsd)
+        return self.seen_ts
+
+    cdef inline void store_seen(self, HotSlots at):
+        if self.seen is None:
+            return
+        _put(self.seen, at.last_ts, self.time())
+        if self.has_ack:
+            _put(self.seen, at.ack_out, self.seen_ack if self.seen_ack is not None else <object> self.seen_ackv)
+        self.seen = self.seen_ts = self.seen_ack = None
+        self.has_ack = False
+
     cdef inline void store(self, HotSlots at):
+        self.store_seen(at)
         if self.half is None:
             return
         _put(self.half, at.nxt, <object> self.nxt)

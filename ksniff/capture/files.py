@@ -107,20 +107,21 @@ class CaptureFile:
         self._buffer.close()
         raise CaptureError(f"{self.path}: {why}")
 
-    def segments(self, batched: bool = False) -> Iterator:
+    def segments(self, batched: bool = False, columns: bool = False) -> Iterator:
         """Every TCP segment in the file, in file order; the walk's counts land in `counts`. With
-        `batched`, the segments come in lists (Reassembler.batch_events). The file is opened for the walk
-        and closed at its end; a file is walked once."""
+        `batched`, the segments come in lists (Reassembler.batch_events); with `columns` too, the compiled
+        walk's lists are its `Segments` columns (read as lists, kept for the reassembler's hot loop). The
+        file is opened for the walk and closed at its end; a file is walked once."""
         if not self._walked:
             self._walked = True
             self._buffer = CaptureBuffer(self.path, self._inflate_cap(self.path))
         b = self._buffer
         try:
             if self.format == "pcap":
-                yield from pcap_segments(b, self._pcap, self.counts, self.warnings, batched)
+                yield from pcap_segments(b, self._pcap, self.counts, self.warnings, batched, columns)
             else:
                 walk = PcapngWalk(b, self.counts, self.warnings, self.linktypes, self.limits.max_interfaces)
-                yield from walk.segments(batched)
+                yield from walk.segments(batched, columns)
         finally:
             if b.inflate_capped:
                 self.warnings.append(

@@ -40,10 +40,17 @@ class PcapHeader:
 
 
 def pcap_segments(
-    b: CaptureBuffer, head: PcapHeader, counts: WalkCounts, warnings: list[str], batched: bool = False
+    b: CaptureBuffer,
+    head: PcapHeader,
+    counts: WalkCounts,
+    warnings: list[str],
+    batched: bool = False,
+    columns: bool = False,
 ) -> Iterator:
     """Every TCP segment of the file in order; damage ends the walk with a warning. With `batched`, in
-    lists (each of the compiled walk's batches whole, a segment of the Python loop alone). A damaged
+    lists (each of the compiled walk's batches whole, a segment of the Python loop alone); with
+    `columns` too, the compiled walk's batches are `_fastwalk.Segments` (the same segments, read as a
+    list, kept in columns for the reassembler's hot loop). A damaged
     record time (a fraction of a second of a second or more, or `out_of_line` with the records around
     it, the next one's read ahead when its header is in hand) is replaced by the time of the record
     before it, and counted (`counts.damaged_times`)."""
@@ -59,6 +66,7 @@ def pcap_segments(
     walk = compiled.fastwalk
     if walk is not None:
         batch = walk.pcap_batch
+        columned = getattr(walk, "Segments", None) if columns else None  # None: an older build, lists
         big = head.order == ">"
         et_off, l2c = FAST_FIELDS.get(link, (0, -1))
         limit = compiled.BATCH
@@ -67,7 +75,7 @@ def pcap_segments(
             if walk is not None:
                 # The compiled walk takes every whole record it can; the loop below then meets the first
                 # one that runs past `end` (more bytes, a truncated file, a corrupt length).
-                out: list[tuple] = []
+                out = [] if columned is None else columned(limit)
                 pos, n, *codes, last, bad = batch(
                     buf, pos, end, big, unit, link, et_off, l2c, parse, out, limit, ts
                 )

@@ -111,8 +111,9 @@ class PcapngWalk:
             return True
         return False
 
-    def segments(self, batched: bool = False) -> Iterator:
-        """Every TCP segment of the file in order; with `batched`, in lists (as `pcap_segments`)."""
+    def segments(self, batched: bool = False, columns: bool = False) -> Iterator:
+        """Every TCP segment of the file in order; with `batched`, in lists, with `columns` too in the
+        compiled walk's columns (as `pcap_segments`)."""
         b = self.b
         warnings = self.warnings
         buf, end, pos = b.buf, b.end, 0
@@ -128,13 +129,14 @@ class PcapngWalk:
         ts = 0.0  # the time given to the last packet walked
         walk = compiled.fastwalk
         batch = walk.pcapng_batch if walk is not None else None
+        columned = getattr(walk, "Segments", None) if columns else None  # None: an older build, lists
         limit = compiled.BATCH
         try:
             while True:
                 if batch is not None and block is not None:
                     # The compiled walk takes the enhanced packet blocks it can; every other block, and
                     # anything to judge (lengths, interfaces, the end of the bytes in hand), is below.
-                    out: list[tuple] = []
+                    out = [] if columned is None else columned(limit)
                     pos, n, nt, fr, cs, dm, first, last, bad = batch(
                         buf,
                         pos,

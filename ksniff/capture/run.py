@@ -205,18 +205,19 @@ def batched_segments(
     files: list[CaptureFile], offsets: Sequence[float] = (), renames: dict[tuple, tuple] | None = None
 ) -> Iterator[list[tuple]]:
     """`segments(files, offsets, renames)` in lists, for `Reassembler.batch_events`: the same segments in
-    the same order. One file on its own clock gives its walk's batches as they are."""
+    the same order. One file on its own clock gives its walk's batches as they are, in the compiled
+    walk's columns when nothing reads them as tuples on the way (no address to rename)."""
     shifts = list(offsets) or [0.0] * len(files)
     if len(files) == 1:
-        batches = _batched_walk(files[0], shifts[0])
+        batches = _batched_walk(files[0], shifts[0], columns=not renames)
     else:
         batches = _merged_batches(files, shifts)
     return batches if not renames else renamed_batches(batches, renames)
 
 
-def _batched_walk(f: CaptureFile, offset: float) -> Iterator[list[tuple]]:
+def _batched_walk(f: CaptureFile, offset: float, columns: bool = False) -> Iterator[list[tuple]]:
     if not offset:
-        return f.segments(batched=True)
+        return f.segments(batched=True, columns=columns)
     return ([(seg[0] + offset, *seg[1:]) for seg in batch] for batch in f.segments(batched=True))
 
 

@@ -41,9 +41,28 @@ def walks(monkeypatch):
 
 
 def walk(path, limits=None) -> tuple:
+    """The file's segments (types, fields, payload bytes), counts and warnings. With the compiled walk
+    in use, the file is walked a second time in its columns (`segments(batched=True, columns=True)`,
+    what the reassembler's hot loop reads), which must read as the same segments, counts and warnings."""
+    got = _walked(path, limits)
+    if compiled.fastwalk is not None:
+        columns = _walked(path, limits, columns=True)
+        assert columns == got
+    return got
+
+
+def _walked(path, limits=None, columns: bool = False) -> tuple:
     f = CaptureFile(str(path), limits)
     segs = []
-    for s in f.segments():
+    kinds = set()
+    if columns:
+        batches = list(f.segments(batched=True, columns=True))
+        kinds = {type(b).__name__ for b in batches}
+        assert kinds <= {"Segments", "list"}  # a list: a segment of the Python loop, alone
+        walked = (s for b in batches for s in b)
+    else:
+        walked = f.segments()
+    for s in walked:
         # the payload view becomes bytes; the tuple's types must agree too (float, bytes, int, ...)
         payload = s[8] if isinstance(s[8], int) else bytes(s[8])
         segs.append((tuple(type(x).__name__ for x in s), s[:8], payload))
@@ -99,6 +118,29 @@ def test_payload_views_of_the_map_hold_it_open_and_let_it_go(tmp_path):
     del views
     mapped.close()  # none left: the map closes
     assert mapped.closed and first
+
+
+def test_a_batch_in_columns_reads_as_the_list_of_its_segments():
+    """A `Segments` batch is a sequence of the segment tuples the list walk makes: its length, each
+    index from either end, slices, iteration, and an index past either end refused."""
+    fast = fastwalk()
+    path = next(p for p in CORPUS if p.suffix == ".pcap")
+    listed = [b for b in CaptureFile(str(path)).segments(batched=True)]
+    columned = [b for b in CaptureFile(str(path)).segments(batched=True, columns=True)]
+    assert len(listed) == len(columned) and type(columned[0]) is fast.Segments
+    for a, b in zip(listed, columned, strict=True):
+        assert len(a) == len(b)
+        assert [s[:8] for s in a] == [s[:8] for s in b]
+        assert [bytes(s[8]) for s in a] == [bytes(s[8]) for s in b]
+        assert b[-1][:8] == a[-1][:8] and b[0][:8] == a[0][:8] and b[-len(a)][:8] == a[0][:8]
+        assert [s[:8] for s in b[1:-1:2]] == [s[:8] for s in a[1:-1:2]]
+        for bad in (len(a), -len(a) - 1):
+            with pytest.raises(IndexError):
+                b[bad]
+    with pytest.raises(ValueError):  # a batch without room for the records asked for
+        fast.pcap_batch(
+            memoryview(path.read_bytes()), 24, 1 << 20, False, 1e6, 1, 12, 14, None, fast.Segments(3), 4, None
+        )
 
 
 def test_codes_agree_with_the_pure_walk():

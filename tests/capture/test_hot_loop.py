@@ -20,6 +20,7 @@ from compiled_walk import fastwalk
 from ksniff.capture import CaptureLimits, chunks, compiled, read_files, reassembly
 from ksniff.capture.chunks import ChunkMerger
 from ksniff.capture.events import ConnectionOpened, StreamChunk
+from ksniff.capture.files import CaptureFile
 from ksniff.capture.halves import MASK, Half
 from ksniff.capture.reassembly import Reassembler
 
@@ -443,3 +444,111 @@ def test_the_corpus_as_one_run_identical(monkeypatch, hot):
     fast, pure = both(monkeypatch, hot, lambda: _read_run(CORPUS))
     assert fast == pure
     assert sum(e[0] == "StreamChunk" for e in fast[0]) > 1000
+
+
+# -- the walk's batches in columns (`_fastwalk.Segments`) -----------------------------------------------
+
+
+class _Spied:
+    """The compiled walk, with its hot loop counting the kinds of batch it is given."""
+
+    def __init__(self, hot):
+        self._hot = hot
+        self.kinds: dict[str, int] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._hot, name)
+
+    def inorder(self, segs, *args):
+        self.kinds[type(segs).__name__] = self.kinds.get(type(segs).__name__, 0) + 1
+        return self._hot.inorder(segs, *args)
+
+
+def test_one_file_reaches_the_hot_loop_in_columns(monkeypatch, hot):
+    """A single file read on its own clock hands the hot loop its walk's columns, not lists of tuples;
+    several files merged by time, lists (the merge reads each segment's time)."""
+    spied = _Spied(hot)
+    monkeypatch.setattr(compiled, "fastwalk", spied)
+    path = next(p for p in CORPUS if p.suffix == ".pcap")
+    read(path)
+    assert spied.kinds.get("Segments", 0) > 0 and "list" not in spied.kinds
+    spied.kinds.clear()
+    _read_run(CORPUS[:2])
+    assert spied.kinds.get("list", 0) > 0 and "Segments" not in spied.kinds
+
+
+def _mixed_shapes(tmp_path, link: str) -> Path:
+    """Three connections through the same batches: IPv4 of the common shape (read from the columns),
+    IPv4 with options and IPv6 (both made into tuples by the Python parser), in turn, each with bursts
+    of several segments per capture time (time marks), pure ACKs and a retransmission."""
+    from capture_builders import ipv4, tcp
+
+    flows = [Flow(client=("10.0.0.1", 40000)), Flow(client=("fd00::1", 40001), server=("fd00::2", 9092))]
+    optioned = Flow(client=("10.0.0.3", 40002))
+    packets: list[bytes] = []
+    for f in (*flows, optioned):
+        packets += f.handshake()
+    for i in range(900):
+        k = i % 3
+        payload = bytes([i % 251]) * (1 + (i * 37) % 1448)
+        if k < 2:
+            f = flows[k]
+            packets.append(f.send(i % 5 != 4, payload) if i % 11 else f.send(False, flags="A"))
+            if i % 97 == 0:
+                packets.append(f.raw(True, f.seq[True] - len(payload), "PA", payload))
+        else:  # IP options: the walk's parser, not its common frame
+            seq = optioned.seq[True]
+            optioned.seq[True] = (seq + len(payload)) & MASK
+            segment = tcp(40002, 9092, seq, optioned.seq[False], "PA", payload)
+            packets.append(ipv4("10.0.0.3", "10.0.0.2", segment, options=b"\x01\x01\x01\x00"))
+    path = tmp_path / "mixed.pcap"
+    write_ip_packets(path, packets, link=link, step=0.0000004)  # several segments per microsecond
+    return path
+
+
+@pytest.mark.parametrize("link", ["EN10MB", "LINUX_SLL2", "RAW"])
+@pytest.mark.parametrize("max_chunk", [256 << 10, 3000])
+def test_columns_and_parsed_tuples_in_one_batch_identical(monkeypatch, hot, tmp_path, link, max_chunk):
+    """Batches in columns that also hold tuples the Python parser made (IPv6, IP options): the same
+    events, counters and warnings as the Python loop, and every kind of segment reached the hot loop."""
+    path = _mixed_shapes(tmp_path, link)
+    limits = CaptureLimits(max_chunk_bytes=max_chunk)
+    fast, pure = both(monkeypatch, hot, lambda: read(path, limits))
+    assert fast == pure
+    chunks = [dict((n, v) for n, _t, v in e[1:]) for e in fast[0] if e[0] == "StreamChunk"]
+    assert {c["conn"] for c in chunks} == {1, 2, 3} and any(c["marks"] for c in chunks)
+    monkeypatch.setattr(compiled, "fastwalk", hot)
+    batches = list(CaptureFile(str(path)).segments(batched=True, columns=True))
+    inside = [s for b in batches if type(b) is hot.Segments for s in b]
+    assert {len(s[1]) for s in inside} == {4, 16}  # IPv4 from the columns and IPv6 from the parser
+
+
+def _directions(run) -> list[tuple]:
+    """Every direction's state that the hot loop writes, as Python code sees it between two events."""
+    out = []
+    for conn in run.reassembler._conns.conns.values():
+        for h in conn.halves:
+            parts = None if h.parts is None else [bytes(p) for p in h.parts]
+            marks = None if h.p_marks is None else list(h.p_marks)
+            out.append((conn.id, h.from_src, h.last_ts, h.ack_out, h.nxt, h.nxt32, parts, h.p_off, h.p_len))
+            out.append((h.p_first, h.p_last, marks, h.p_at, h.tail, h.tail_off))
+    return out
+
+
+@pytest.mark.parametrize("pieces", [0, 8], ids=["joined", "pieces"])
+def test_directions_between_events_as_the_python_loop_leaves_them(monkeypatch, hot, tmp_path, pieces):
+    """At every event handed out, every direction's time of its last segment, acknowledgement number,
+    sequence numbers and chunk being merged are what the Python loop leaves there: the hot loop keeps
+    some of them in C while a run of segments lasts (and the columns' times and acknowledgements as C
+    numbers), and must have stored them back by then."""
+    path = _mixed_shapes(tmp_path, "EN10MB")
+
+    def states():
+        run = read_files([str(path)], CaptureLimits(max_chunk_bytes=8 << 10))
+        run.reassembler.hand_pieces(pieces)
+        return [(described(event), _directions(run)) for event in run]
+
+    fast, pure = both(monkeypatch, hot, states)
+    assert len(fast) == len(pure) > 100
+    for a, b in zip(fast, pure, strict=True):
+        assert a == b
