@@ -21,7 +21,8 @@ bytes, and whether all are views of a mapped capture file), as `ksniff.decode.fr
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 
 cdef extern from *:
     """
@@ -715,7 +716,7 @@ cdef class Chunks:
         data = b"".join(joined)
         marks = <object> _get(h, self.p_marks)
         _put(h, self.p_marks, None)
-        marks = () if marks is None else tuple(marks)
+        marks = () if marks is None else (<Marks> marks).as_tuple() if type(marks) is Marks else tuple(marks)
         chunk = self.make(self.chunk)
         p_off = <object> _get(h, self.p_off)
         _put(chunk, self.c_conn, <object> _get(<object> conn, self.conn_id))
@@ -737,9 +738,187 @@ cdef class Chunks:
         return 0
 
 
+cdef struct Mark:
+    long long at
+    double ts
+
+
+cdef class Marks:
+    """A chunk's time marks (`StreamChunk.marks`: where the capture time changes, as (stream offset, time)
+    pairs in stream order), kept as C numbers: the hot loop adds one per segment of bulk traffic, and a
+    pair of objects and the tuple holding them per mark were a fifth of its work on the 1 GB capture
+    (it keeps a chunk's first MARKS_LISTED marks as the list the Python loop makes, then this).
+    It reads as the sequence of those pairs (each made when asked for: `len`, an index, iteration,
+    equality); a slice is a new `Marks`. The Python code that appends to a chunk's marks (`append`,
+    `extend`) keeps using it as the list it was; a mark that is not an int offset and a float time (a
+    test's integer times) turns it into such a list inside (`spilled`), so every value stays as given.
+    A chunk handed on as its pieces (ChunkMerger.pieces_from) keeps it as its marks, for the decoder's
+    frame splitter, which reads a frame's times from it (`time_at`) and holds a frame's marks in one
+    (`extend`); a chunk joined gets the tuple of its pairs, as before."""
+
+    cdef Mark *marks
+    cdef Py_ssize_t n, cap
+    cdef list spilled
+
+    def __cinit__(self, marks=()):
+        self.n = self.cap = 0
+        if marks:
+            self.extend(marks)
+
+    def __dealloc__(self):
+        PyMem_Free(self.marks)
+
+    cdef int add(self, long long at, double ts) except -1:
+        """The mark (at, ts), unless spilled (then as a tuple of an int and a float)."""
+        cdef Py_ssize_t cap
+        cdef void *grown
+        if self.spilled is not None:
+            self.spilled.append((at, PyFloat_FromDouble(ts)))
+            return 0
+        if self.n == self.cap:
+            cap = self.cap * 4 if self.cap else 4  # most chunks of small exchanges have one or two
+            grown = PyMem_Realloc(self.marks, cap * sizeof(Mark))
+            if grown is NULL:
+                raise MemoryError()
+            self.marks = <Mark *> grown
+            self.cap = cap
+        self.marks[self.n].at = at
+        self.marks[self.n].ts = ts
+        self.n += 1
+        return 0
+
+    cdef int take(self, list marks) except -1:
+        """`extend` by a list of marks (made by the Python loop or the hot loop's first ones)."""
+        cdef long long at
+        for mark in marks:
+            if (self.spilled is None and type(mark) is tuple and len(<tuple> mark) == 2
+                    and type((<tuple> mark)[1]) is float and _small((<tuple> mark)[0], &at)):
+                self.add(at, PyFloat_AS_DOUBLE((<tuple> mark)[1]))
+            else:
+                self.append(mark)
+        return 0
+
+    cdef int spill(self) except -1:
+        if self.spilled is None:
+            self.spilled = [self.item(k) for k in range(self.n)]
+            self.n = 0
+        return 0
+
+    cdef inline tuple item(self, Py_ssize_t k):
+        return (<object> self.marks[k].at, PyFloat_FromDouble(self.marks[k].ts))
+
+    def append(self, mark):
+        """list.append: a mark (offset, time)."""
+        cdef long long at
+        if self.spilled is None and type(mark) is tuple and len(mark) == 2 and type(mark[1]) is float:
+            if _small(mark[0], &at):
+                self.add(at, PyFloat_AS_DOUBLE(mark[1]))
+                return
+        self.spill()
+        self.spilled.append(mark)
+
+    def extend(self, marks):
+        """list.extend: the marks of another `Marks` copied as numbers, any other's one at a time."""
+        cdef Marks other
+        cdef Py_ssize_t k
+        if type(marks) is Marks and self.spilled is None and (<Marks> marks).spilled is None:
+            other = <Marks> marks
+            for k in range(other.n):
+                self.add(other.marks[k].at, other.marks[k].ts)
+            return
+        for mark in list(marks):
+            self.append(mark)
+
+    def clear(self):
+        self.n = 0
+        self.spilled = None
+
+    def time_at(self, Py_ssize_t m, ts, at):
+        """`ksniff.decode.frames._time_at` over these marks: the capture time of stream offset `at`, given
+        `ts` before marks[m:], and the index of the first mark after `at`."""
+        cdef Py_ssize_t lo, hi, mid
+        cdef long long where
+        if self.spilled is not None or not _small(at, &where):
+            lo, hi = m, len(self)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if at < self[mid][0]:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return (self[lo - 1][1] if lo > m else ts), lo
+        lo, hi = m, self.n
+        if lo < 0:
+            lo = 0
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if where < self.marks[mid].at:
+                hi = mid
+            else:
+                lo = mid + 1
+        return (PyFloat_FromDouble(self.marks[lo - 1].ts) if lo > m else ts), lo
+
+    cdef tuple as_tuple(self):
+        cdef Py_ssize_t k
+        cdef tuple out
+        if self.spilled is not None:
+            return tuple(self.spilled)
+        out = PyTuple_New(self.n)
+        for k in range(self.n):
+            pair = self.item(k)
+            Py_INCREF(pair)  # PyTuple_SET_ITEM takes this reference
+            PyTuple_SET_ITEM(out, k, pair)
+        return out
+
+    def __len__(self):
+        return len(self.spilled) if self.spilled is not None else self.n
+
+    def __getitem__(self, index):
+        cdef Py_ssize_t k
+        cdef Marks part
+        if self.spilled is not None:
+            got = self.spilled[index]
+            return Marks(got) if isinstance(index, slice) else got
+        if isinstance(index, slice):
+            part = Marks()
+            for k in range(*index.indices(self.n)):
+                part.add(self.marks[k].at, self.marks[k].ts)
+            return part
+        k = index
+        if k < 0:
+            k += self.n
+        if not 0 <= k < self.n:
+            raise IndexError("mark index out of range")
+        return self.item(k)
+
+    def __iter__(self):
+        return iter(self.as_tuple())
+
+    def __eq__(self, other):
+        if type(other) is Marks or type(other) is tuple or type(other) is list:
+            return self.as_tuple() == tuple(other)
+        return NotImplemented
+
+    def __ne__(self, other):
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __repr__(self):
+        return f"Marks({list(self.as_tuple())!r})"
+
+    def __reduce__(self):
+        return (Marks, (self.as_tuple(),))
+
+
 cdef inline PyObject *_get(object o, Py_ssize_t offset):
     """The object in the slot at `offset` of `o`, borrowed (NULL when the slot is empty)."""
     return (<PyObject **> (<char *> <PyObject *> o + offset))[0]
+
+
+# The hot loop keeps a chunk's first marks as the list of pairs the Python loop makes, and the rest as
+# numbers (`Marks`) once the chunk has this many: chunks of small exchanges, which are joined and carry a
+# tuple of their marks, have one or two; a bulk chunk handed on as its pieces has one per segment.
+cdef Py_ssize_t MARKS_LISTED = 8
 
 
 # TCP sequence numbers: 32 bits, and half their space (halves.MASK, halves.HALF), as C integers (a bare
@@ -775,7 +954,8 @@ def inorder(segs, Py_ssize_t i, dict table, object merger, object out, double sw
     cdef bint joins
     cdef PyObject *field
     cdef tuple seg
-    cdef object h, ts, payload, flags, mark, ack
+    cdef object h, ts, payload, flags, ack, marks
+    cdef bint differs
     cdef Held held = Held()  # the direction whose numbers are kept in C, if any
     if type(segs) is Segments:
         cols = <Segments> segs
@@ -874,19 +1054,29 @@ def inorder(segs, Py_ssize_t i, dict table, object merger, object out, double sw
                 continue
             if joins:
                 (<list> _get(h, at.parts)).append(payload)
-                field = _get(h, at.p_last)
-                if (tsd != PyFloat_AS_DOUBLE(<object> field) if type(<object> field) is float
-                        else (ts if ts is not None else held.time()) != <object> field):
-                    ts = held.time()
-                    _put(h, at.p_last, ts)
-                    mark = (<object> (p_off + p_len), ts)
+                if held.half is h and held.has_last:  # the chunk's last time, kept in C
+                    differs = tsd != held.p_last
+                else:
+                    field = _get(h, at.p_last)
+                    differs = (tsd != PyFloat_AS_DOUBLE(<object> field) if type(<object> field) is float
+                               else (ts if ts is not None else held.time()) != <object> field)
+                if differs:
                     field = _get(h, at.p_marks)
-                    if field is NULL or <object> field is None:
-                        _put(h, at.p_marks, [mark])
+                    if field is not NULL and type(<object> field) is Marks:
+                        (<Marks> field).add(p_off + p_len, tsd)
+                    elif field is NULL or <object> field is None:
+                        _put(h, at.p_marks, [(<object> (p_off + p_len), held.time())])
+                    elif type(<object> field) is list and len(<list> field) >= MARKS_LISTED:
+                        marks = Marks.__new__(Marks)
+                        (<Marks> marks).take(<list> field)
+                        (<Marks> marks).add(p_off + p_len, tsd)
+                        _put(h, at.p_marks, marks)
                     else:
-                        (<object> field).append(mark)
+                        (<object> field).append((<object> (p_off + p_len), held.time()))
                 p_len += plen
                 held.keep(h, nxt + plen, (seq + plen) & SEQ_MASK, p_len)
+                if differs:
+                    held.keep_last(tsd)
                 if p_len >= max_chunk:
                     held.store(at)
                     if at.chunks is not None:
@@ -1002,12 +1192,15 @@ cdef inline const char *_flat(object x):
 
 cdef class Held:
     """What the hot loop keeps in C until `store` puts it in the slots: the direction whose `nxt`,
-    `nxt32` and chunk's `p_len` it keeps as C integers (`half`; None: none), and the direction whose
+    `nxt32` and chunk's `p_len` it keeps as C integers, and its chunk's last time `p_last` as a C double
+    once it moved (`half`; None: none), and the direction whose
     `last_ts` and `ack_out` it keeps (`seen`; None: none), each as the segment's own object when it came
     with one (a tuple's), else as a C number (a `Segments` column's), its object made when stored."""
 
     cdef object half
     cdef long long nxt, nxt32, p_len
+    cdef double p_last  # `half`'s chunk's last time, when `has_last`
+    cdef bint has_last
     cdef object seen, seen_ts, seen_ack
     cdef double seen_tsd
     cdef long long seen_ackv
@@ -1016,6 +1209,10 @@ cdef class Held:
     cdef inline void keep(self, object half, long long nxt, long long nxt32, long long p_len):
         self.half = half
         self.nxt, self.nxt32, self.p_len = nxt, nxt32, p_len
+
+    cdef inline void keep_last(self, double p_last):
+        """`half`'s chunk goes on with bytes of another capture time (`ChunkMerger.mark`'s `p_last`)."""
+        self.p_last, self.has_last = p_last, True
 
     cdef inline int saw(self, HotSlots at, object h, double tsd, object ts, bint acked, long long ackv,
                         object ack) except -1:
@@ -1046,6 +1243,12 @@ cdef class Held:
         self.has_ack = False
 
     cdef inline void store(self, HotSlots at):
+        if self.half is not None and self.has_last:  # one float for both times when they are the same
+            if self.seen is self.half and self.seen_tsd == self.p_last:
+                _put(self.half, at.p_last, self.time())
+            else:
+                _put(self.half, at.p_last, PyFloat_FromDouble(self.p_last))
+        self.has_last = False
         self.store_seen(at)
         if self.half is None:
             return

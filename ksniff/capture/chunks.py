@@ -126,8 +126,13 @@ class ChunkMerger:
         parts = h.parts
         h.parts = None
         marks, h.p_marks = h.p_marks, None
-        marks = () if marks is None else tuple(marks)
         pieces = self.pieces_from and len(parts) >= self.pieces_from
+        # The marks as a tuple of pairs; the hot loop's (`_fastwalk.Marks`, kept as numbers) stay as they
+        # are on a chunk handed on as its pieces, which the decoder's frame splitter reads them from.
+        if marks is None:
+            marks = ()
+        elif not pieces or marks.__class__ is list:
+            marks = tuple(marks)
         data = tuple(parts) if pieces else b"".join(parts)
         self.out.append(StreamChunk(h.conn.id, h.from_src, h.p_off, data, h.p_first, h.p_last, marks, h.p_at))
         if pieces:

@@ -312,7 +312,8 @@ class FrameSplitter:
 
     def _keep_marks(self, at: int, marks, m: int, ts: float) -> None:
         self.buf_ts, m = _time_at(marks, m, ts, at)
-        self.buf_marks = list(marks[m:])
+        kept = marks[m:]  # a list, or the compiled walk's marks (`_fastwalk.Marks`), which extend the same
+        self.buf_marks = list(kept) if kept.__class__ is tuple else kept
 
     def _resync(self, data: bytes, pos: int, offset: int, marks, m: int, ts: float) -> int:
         """Advance to the next plausible frame; when none is found, keep a tail for the next chunk (with
@@ -410,7 +411,10 @@ def _held(data: bytes, pos: int) -> bytes | memoryview:
 def _time_at(marks, m: int, ts: float, at: int) -> tuple[float, int]:
     """The capture time of stream offset `at`, given `ts` before marks[m:] (StreamChunk.marks), and the
     index of the first mark after `at`. Marks are in stream order, so a binary search: bulk data has a
-    mark per segment, up to a couple of hundred per chunk, and a frame of bulk data spans hundreds."""
+    mark per segment, up to a couple of hundred per chunk, and a frame of bulk data spans hundreds. The
+    compiled walk's marks (`_fastwalk.Marks`) search their numbers themselves."""
+    if marks.__class__ is not tuple and marks.__class__ is not list:
+        return marks.time_at(m, ts, at)
     after = bisect_right(marks, at, m, key=_OFFSET)
     return (marks[after - 1][1] if after > m else ts), after
 

@@ -40,10 +40,14 @@ def hot():
 
 
 def described(event) -> tuple:
-    """An event as its class and every field's value (a payload view as bytes), types included."""
+    """An event as its class and every field's value (a payload view as bytes), types included; the
+    compiled walk's time marks (`_fastwalk.Marks`, on a chunk handed on as its pieces) as the tuple of
+    pairs they read as."""
     values = []
     for name in event.__slots__:
         value = getattr(event, name)
+        if type(value).__name__ == "Marks":
+            value = tuple(value)
         values.append((name, type(value).__name__, bytes(value) if isinstance(value, memoryview) else value))
     return (type(event).__name__, *values)
 
@@ -552,3 +556,17 @@ def test_directions_between_events_as_the_python_loop_leaves_them(monkeypatch, h
     assert len(fast) == len(pure) > 100
     for a, b in zip(fast, pure, strict=True):
         assert a == b
+
+
+def test_chunks_in_pieces_keep_the_hot_loops_marks(monkeypatch, hot, tmp_path):
+    """Bulk traffic through the hot loop: the time marks of a chunk of many segments are kept as numbers
+    (`Marks`) on a chunk handed on as its pieces; joined chunks, and chunks of a few marks, carry the
+    tuple of their pairs."""
+    monkeypatch.setattr(compiled, "fastwalk", hot)
+    path = _bulk(tmp_path, answer_every=500)
+    for pieces, kinds in ((1, {hot.Marks, tuple}), (0, {tuple})):
+        run = read_files([str(path)])
+        run.reassembler.hand_pieces(pieces)
+        marks = [e.marks for e in run if type(e) is StreamChunk and e.marks]
+        assert {type(m) for m in marks} == kinds
+        assert all(len(m) > 8 for m in marks if type(m) is hot.Marks)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import mmap
+import pickle
 import random
 import shutil
 import struct
@@ -147,6 +148,54 @@ def test_large_frames_in_pieces_cut_anywhere_split_as_the_joined_chunks(tmp_path
             splitter = FrameSplitter(min_size=4)
             assert _frames(splitter, pieces) == _frames(FrameSplitter(min_size=4), joined)
             assert splitter.buffered == 0
+            # The marks as the compiled hot loop keeps them (`_fastwalk.Marks`): the same frames and times.
+            fast = fastwalk()
+            kept = [(parts, t, last, at, fast.Marks(marks)) for parts, t, last, at, marks in pieces]
+            splitter = FrameSplitter(min_size=4)
+            assert _frames(splitter, kept) == _frames(FrameSplitter(min_size=4), joined)
+            assert splitter.buffered == 0
+
+
+def test_marks_kept_as_numbers_read_as_the_pairs_they_hold():
+    """`_fastwalk.Marks` against the tuple of (offset, time) pairs it stands for: length, indexes from
+    either end, slices (a new Marks), iteration, equality, append and extend as a list's, the time at
+    any offset as `frames._time_at` finds it in the tuple, and values of other types kept as given."""
+    fast = fastwalk()
+    rng = random.Random(3)
+    pairs, at = [], 100
+    for _ in range(500):
+        at += rng.choice((0, 1, 1448, 70_000))
+        pairs.append((at, 1700000000.0 + rng.random()))
+    marks = fast.Marks()
+    for pair in pairs[:300]:
+        marks.append(pair)
+    marks.extend(fast.Marks(pairs[300:400]))
+    marks.extend(pairs[400:])
+    ref = tuple(pairs)
+    assert len(marks) == len(ref) and marks == ref and tuple(marks) == ref and list(marks) == list(ref)
+    assert marks[0] == ref[0] and marks[-1] == ref[-1] and marks[-500] == ref[0]
+    assert type(marks[7][0]) is int and type(marks[7][1]) is float
+    part = marks[123:456]
+    assert type(part) is fast.Marks and part == ref[123:456] and marks[::7] == ref[::7]
+    part.append((10**9, 1.5))
+    assert len(marks) == len(ref)  # a slice is a copy
+    for bad in (len(ref), -len(ref) - 1):
+        with pytest.raises(IndexError):
+            marks[bad]
+    for m in (0, 1, 250, 499, 500):
+        for probe in (0, 100, ref[m - 1][0] if m else 5, ref[min(m, 499)][0] + 1, at + 5, 10**30):
+            assert marks.time_at(m, 1.25, probe) == frames._time_at(ref, m, 1.25, probe)
+    assert pickle.loads(pickle.dumps(marks)) == ref
+    assert fast.Marks() == () and not fast.Marks() and marks != ref[1:]
+    # a mark of other types (a test's integer time, a huge offset): kept as given, the rest unchanged
+    odd = fast.Marks(pairs[:3])
+    odd.append((5, 7))
+    odd.append((2**70, 8.5))
+    assert tuple(odd) == (*pairs[:3], (5, 7), (2**70, 8.5)) and type(odd[3][1]) is int
+    assert odd.time_at(0, 0.5, 6) == frames._time_at(tuple(odd), 0, 0.5, 6)
+    assert odd[1:] == (*pairs[1:3], (5, 7), (2**70, 8.5))
+    odd.clear()
+    assert len(odd) == 0 and odd == ()
 
 
 def test_a_frame_held_in_pieces_holds_views_of_a_mapped_file_only(tmp_path):
