@@ -20,6 +20,7 @@ objects; every other segment is handed back to the Python loop, the reference it
 bytes, and whether all are views of a mapped capture file), as `ksniff.decode.frames.measure_python` does.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
@@ -81,12 +82,16 @@ CODES = (FRAGMENT, CUT_SHORT, DAMAGED)  # for the test that keeps them equal to 
 cdef inline bint _header_sum_ok(const unsigned char *h, Py_ssize_t n):
     """An IPv4 header of `n` bytes whose checksum holds, or is 0 (not filled in: left to the NIC by
     some capture hosts); ksniff.capture.packets.header_sum_ok, the reference."""
-    cdef unsigned int total = 0
+    cdef unsigned long long total = 0
     cdef Py_ssize_t i
     if not (h[10] | h[11]):
         return True
-    for i in range(0, n, 2):
-        total += (h[i] << 8) | h[i + 1]
+    # The ones' complement sum of its 16-bit words, taken 32 bits at a time (an IPv4 header is whole
+    # 32-bit words) and folded: the carries out of each half go back in, as the 16-bit sum's do.
+    for i in range(0, n, 4):
+        total += ks_be32(h + i)
+    total = (total & 0xFFFFFFFFLL) + (total >> 32)  # LL: a C constant, not a Python int
+    total = (total & 0xFFFF) + (total >> 16)
     total = (total & 0xFFFF) + (total >> 16)
     total = (total & 0xFFFF) + (total >> 16)
     return total == 0xFFFF
@@ -195,6 +200,7 @@ cdef inline object _address_of(unsigned int value):
     return _address(a)
 
 
+@cython.final
 cdef class Segments:
     """A batch of the compiled walk's segments in columns: the numbers of each common frame's segment
     (`_headers`) kept as C numbers, its payload view made as `_segment` makes it, and a segment `parse`
@@ -212,6 +218,7 @@ cdef class Segments:
     cdef unsigned short *sp
     cdef unsigned short *dp
     cdef unsigned char *flags
+    cdef Py_ssize_t *size  # the payload's bytes
     cdef list items  # per segment: its payload, or the whole tuple `parse` made
 
     def __cinit__(self, Py_ssize_t cap):
@@ -222,7 +229,8 @@ cdef class Segments:
         self.sip = <unsigned int *> PyMem_Malloc(cap * sizeof(unsigned int) * 4 + 1)
         self.sp = <unsigned short *> PyMem_Malloc(cap * sizeof(unsigned short) * 2 + 1)
         self.flags = <unsigned char *> PyMem_Malloc(cap + 1)
-        if self.ts is NULL or self.sip is NULL or self.sp is NULL or self.flags is NULL:
+        self.size = <Py_ssize_t *> PyMem_Malloc(cap * sizeof(Py_ssize_t) + 1)
+        if self.ts is NULL or self.sip is NULL or self.sp is NULL or self.flags is NULL or self.size is NULL:
             raise MemoryError()
         self.dip, self.seq, self.ack = self.sip + cap, self.sip + 2 * cap, self.sip + 3 * cap
         self.dp = self.sp + cap
@@ -233,6 +241,7 @@ cdef class Segments:
         PyMem_Free(self.sip)
         PyMem_Free(self.sp)
         PyMem_Free(self.flags)
+        PyMem_Free(self.size)
 
     cdef inline int add(self, buf, const unsigned char *b, Py_ssize_t p, Py_ssize_t q, Py_ssize_t et_off,
                         Py_ssize_t l2, double ts, object parse, object link, Py_ssize_t *missed) except -1:
@@ -247,6 +256,7 @@ cdef class Segments:
             self.sp[k], self.dp[k] = ks_be16(b + t), ks_be16(b + t + 2)
             self.seq[k], self.ack[k] = ks_be32(b + t + 4), ks_be32(b + t + 8)
             self.flags[k] = b[t + 13]
+            self.size[k] = e - d
             self.items.append(_payload(buf, d, e))
             self.n = k + 1
         elif common < 0:
@@ -549,6 +559,7 @@ SLOW_FLAGS = 0x01 | 0x02 | 0x04 | 0x100 | 0x200
 cdef long long SLOW = SLOW_FLAGS  # the same, as a C integer for the hot loop
 
 
+@cython.final
 cdef class HotSlots:
     """Where the hot loop finds the fields it reads and writes: the slots of the reassembler's `Half`
     (one direction of a connection); and the capture's clock (`pm`, its latest timestamp so far), kept
@@ -640,6 +651,7 @@ cdef class HotSlots:
         return h
 
 
+@cython.final
 cdef class Chunks:
     """`ChunkMerger.start` and `ChunkMerger.flush_half` (ksniff.capture.chunks, the reference) in C, for the
     hot loop: the same steps on the same objects, the chunk made as a `StreamChunk` with every field in
@@ -743,6 +755,7 @@ cdef struct Mark:
     double ts
 
 
+@cython.final
 cdef class Marks:
     """A chunk's time marks (`StreamChunk.marks`: where the capture time changes, as (stream offset, time)
     pairs in stream order), kept as C numbers: the hot loop adds one per segment of bulk traffic, and a
@@ -980,6 +993,7 @@ def inorder(segs, Py_ssize_t i, dict table, object merger, object out, double sw
                     return ~i
                 h = at.half_at(cols, i, table)
                 seq, ackv = cols.seq[i], cols.ack[i]
+                plen = cols.size[i]
             else:
                 if type(item) is not tuple or PyTuple_GET_SIZE(item) != 9:
                     return ~i
@@ -999,12 +1013,12 @@ def inorder(segs, Py_ssize_t i, dict table, object merger, object out, double sw
                 h = at.half_of(seg, table)
                 ack = seg[6]
                 seq = -1  # read below, where it is needed
+                plen = len(payload)
             if h is None:
                 return ~i
             field = _get(h, at.fast)
             if field is NULL or <object> field is not True:  # False, or not a bool: the Python loop judges
                 return ~i
-            plen = len(payload)
             joins = False
             if plen:
                 if held.half is not h:
@@ -1190,6 +1204,7 @@ cdef inline const char *_flat(object x):
     return NULL
 
 
+@cython.final
 cdef class Held:
     """What the hot loop keeps in C until `store` puts it in the slots: the direction whose `nxt`,
     `nxt32` and chunk's `p_len` it keeps as C integers, and its chunk's last time `p_last` as a C double
