@@ -175,3 +175,33 @@ def test_the_same_errors(joined):
         got = _outcome(lambda v=values, e=mine: module.joined(v, SEPARATOR, e))
         want = _outcome(lambda v=values, e=theirs: SEPARATOR.join([e(x) for x in v]))
         assert got == want and got[0] == "error", values
+
+
+def test_floats_of_every_kind_written_as_repr(joined):
+    """Times and durations of microseconds are written from their integer of microseconds, every other
+    float by Python's shortest digits: both give float.__repr__'s text (json's), for capture times,
+    durations, the edges of the range written from microseconds (1e-4, 2**33), integers, negatives,
+    values with a seventh decimal, and doubles of any bits."""
+    import random
+    import struct
+
+    rng = random.Random(23)
+    values = [1796694148.201503, 5.0, 0.5, 0.000123, 1e-4, 9.99e-5, 2**33 - 0.5, 2**33, -1.25, -0.0, 0.0]
+    values += [1e16, 1e15 + 0.5, 0.1, 0.3, 2.675, 1234567.8912345, 8589934591.999999, 0.0001000001]
+    for _ in range(40_000):
+        roll = rng.random()
+        if roll < 0.3:  # capture times
+            values.append(rng.randrange(10**9, 2 * 10**9) + rng.randrange(10**6) / 1e6)
+        elif roll < 0.5:  # durations, either sign
+            values.append(rng.randrange(10**6) / 1e6 * rng.choice((1, 10, 1000, -1)))
+        elif roll < 0.7:
+            values.append(struct.unpack("<d", rng.randbytes(8))[0])
+        elif roll < 0.85:
+            values.append(rng.uniform(1e-5, 2**34))
+        else:
+            values.append(round(rng.uniform(1e-4, 2**33), rng.randrange(0, 8)))
+    values = [v for v in values if math.isfinite(v)]
+    items = [{"ts": v, "span": [v, -v]} for v in values]
+    fast, reference = joined(items)
+    assert fast == reference
+    assert len(values) > 35_000
