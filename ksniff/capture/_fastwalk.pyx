@@ -552,6 +552,7 @@ cdef extern from "Python.h":
 cdef long long SMALL = 1LL << 62  # the numbers the hot loop adds to stay far from overflow
 cdef enum:
     FOUND = 4  # directions the hot loop remembers by their segments' address and port objects
+    VALUE_SLOTS = 256  # ... and by their numbers (a power of two)
 
 # The flags the hot loop leaves to the careful path (ksniff.capture.reassembly._SLOW_FLAGS, kept equal
 # by a test): FIN, SYN, RST, TRUNCATED, TICK.
@@ -578,12 +579,13 @@ cdef class HotSlots:
     # (`Half.fast`: a direction leaves the connection table only through a release, which clears it).
     cdef list found  # [sip, sp, dip, dp, half] per entry, FOUND entries, the newest replacing in turn
     cdef Py_ssize_t turn
-    # The same for the segments of a `Segments` batch, by their addresses' and ports' numbers.
-    cdef unsigned int v_sip[FOUND]
-    cdef unsigned int v_dip[FOUND]
-    cdef unsigned int v_ports[FOUND]  # source port << 16 | destination port
+    # The same for the segments of a `Segments` batch, by their addresses' and ports' numbers, in a table
+    # of VALUE_SLOTS directions each on the slot its numbers hash to (traffic of many connections, as
+    # small transactions are, finds its direction there without a key made and looked up in the dict).
+    cdef unsigned int v_sip[VALUE_SLOTS]
+    cdef unsigned int v_dip[VALUE_SLOTS]
+    cdef unsigned int v_ports[VALUE_SLOTS]  # source port << 16 | destination port
     cdef list v_half
-    cdef Py_ssize_t v_turn
 
     def __init__(self, type half):
         self.fast, self.last_ts = _slot(half, "fast"), _slot(half, "last_ts")
@@ -596,8 +598,7 @@ cdef class HotSlots:
         self.keep = half
         self.found = [None] * (FOUND * 5)
         self.turn = 0
-        self.v_half = [None] * FOUND
-        self.v_turn = 0
+        self.v_half = [None] * VALUE_SLOTS
 
     cdef object half_of(self, tuple seg, dict table):
         """The direction of `seg` (borrowing the table's), or None: unknown, or known and not on the hot
@@ -628,26 +629,22 @@ cdef class HotSlots:
         """`half_of` for the segment `k` of a `Segments` batch, a common frame's."""
         cdef unsigned int sip = segs.sip[k], dip = segs.dip[k]
         cdef unsigned int ports = (<unsigned int> segs.sp[k]) << 16 | segs.dp[k]
-        cdef Py_ssize_t j
+        cdef unsigned int mixed = sip * 0x9E3779B1u ^ dip * 0x85EBCA77u ^ ports * 0xC2B2AE3Du
+        cdef Py_ssize_t j = (mixed ^ (mixed >> 16)) & (VALUE_SLOTS - 1)
         cdef PyObject *hit
-        for j in range(FOUND):
-            if self.v_sip[j] == sip and self.v_dip[j] == dip and self.v_ports[j] == ports:
-                h = self.v_half[j]
-                if h is None:
-                    break
+        if self.v_sip[j] == sip and self.v_dip[j] == dip and self.v_ports[j] == ports:
+            h = self.v_half[j]
+            if h is not None:
                 hit = _get(h, self.fast)
                 if hit is not NULL and <object> hit is True:
                     return h
-                break
         key = (_address_of(sip), _port(segs.sp[k]), _address_of(dip), _port(segs.dp[k]))
         hit = PyDict_GetItemWithError(table, key)
         if hit is NULL:
             return None
         h = <object> hit
-        j = self.v_turn
         self.v_sip[j], self.v_dip[j], self.v_ports[j] = sip, dip, ports
         self.v_half[j] = h
-        self.v_turn = (j + 1) % FOUND
         return h
 
 

@@ -570,3 +570,29 @@ def test_chunks_in_pieces_keep_the_hot_loops_marks(monkeypatch, hot, tmp_path):
         marks = [e.marks for e in run if type(e) is StreamChunk and e.marks]
         assert {type(m) for m in marks} == kinds
         assert all(len(m) > 8 for m in marks if type(m) is hot.Marks)
+
+
+def test_many_connections_interleaved_identical(monkeypatch, hot, tmp_path):
+    """Hundreds of connections sending in turn (more directions than the hot loop's table of directions
+    has slots, so they share slots and replace each other), some closed and opened again on the same
+    4-tuple: the hot loop over columns gives the Python loop's events."""
+    rng = random.Random(9)
+    # a few client hosts, each with many connections (directions that differ only by their port)
+    flows = [Flow(client=(f"10.1.0.{1 + i % 5}", 30000 + i)) for i in range(700)]
+    packets: list[bytes] = []
+    for f in flows:
+        packets += f.handshake()
+    for step in range(6000):
+        i = rng.randrange(len(flows))
+        f = flows[i]
+        packets.append(f.send(rng.random() < 0.6, bytes([step % 251]) * rng.choice((1, 90, 1448))))
+        if step % 997 == 0:  # closed, then the same 4-tuple opened again
+            packets += f.close()
+            flows[i] = Flow(client=f.client, isn_c=rng.randrange(1 << 32), isn_s=rng.randrange(1 << 32))
+            packets += flows[i].handshake()
+    path = tmp_path / "many.pcap"
+    write_ip_packets(path, packets, step=0.0000003)
+    fast, pure = both(monkeypatch, hot, lambda: read(path, CaptureLimits(max_chunk_bytes=4000)))
+    assert fast == pure
+    chunks = [dict((n, v) for n, _t, v in e[1:]) for e in fast[0] if e[0] == "StreamChunk"]
+    assert len({c["conn"] for c in chunks}) > 700
