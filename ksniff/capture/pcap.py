@@ -50,10 +50,10 @@ def pcap_segments(
     """Every TCP segment of the file in order; damage ends the walk with a warning. With `batched`, in
     lists (each of the compiled walk's batches whole, a segment of the Python loop alone); with
     `columns` too, the compiled walk's batches are `_fastwalk.Segments` (the same segments, read as a
-    list, kept in columns for the reassembler's hot loop). A damaged
-    record time (a fraction of a second of a second or more, or `out_of_line` with the records around
-    it, the next one's read ahead when its header is in hand) is replaced by the time of the record
-    before it, and counted (`counts.damaged_times`)."""
+    list, kept in columns for the reassembler's hot loop). A damaged record time (a fraction of a second
+    of a second or more, or `out_of_line` with the records around it, the next one's read ahead when its
+    header is in hand) is replaced by the time of the record before it, and counted
+    (`counts.damaged_times`)."""
     record = struct.Struct(head.order + "IIII").unpack_from
     stamp = struct.Struct(head.order + "II").unpack_from
     unit, link, segment = head.unit, head.link, segment_of
