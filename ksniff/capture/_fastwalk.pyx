@@ -207,7 +207,7 @@ cdef class Segments:
     made kept as its tuple. Read as a sequence it is the list of segment tuples the walk appends to a
     list (each tuple made when asked for, of the same objects), for any loop over segments; the
     reassembler's hot loop (`inorder`) reads the columns themselves, without a tuple, a float and two
-    ints made and freed for every packet (bench/README.md, "The 1 GB run, in columns")."""
+    ints made and freed for every packet (bench/README.md, "The walk's batches in columns")."""
 
     cdef readonly Py_ssize_t n, cap
     cdef double *ts
@@ -382,8 +382,8 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
                  list offsets, list fields, object parse, object out, Py_ssize_t limit, Py_ssize_t max_block,
                  object prev):
     """Walks whole enhanced packet blocks of one section from `pos`, at most `limit` of them, appending
-    segment tuples to `out` (as `pcap_batch`); stops before any other block, a block running past `end`, and anything the
-    Python walk must judge (a bad length, an interface not described). Per interface: its link type,
+    segment tuples to `out` (as `pcap_batch`); stops before any other block, a block running past
+    `end`, and anything the Python walk must judge (a bad length, an interface not described). Per interface: its link type,
     timestamp ticks per second, offset in seconds and (link type field offset, link header length) of
     the fast path or None. `prev` and the times taken as damaged as in `pcap_batch` (the next block's
     time read ahead when it is an enhanced packet block of an interface described). Returns (pos,
@@ -756,7 +756,7 @@ cdef struct Mark:
 cdef class Marks:
     """A chunk's time marks (`StreamChunk.marks`: where the capture time changes, as (stream offset, time)
     pairs in stream order), kept as C numbers: the hot loop adds one per segment of bulk traffic, and a
-    pair of objects and the tuple holding them per mark were a fifth of its work on the 1 GB capture
+    pair of objects and the tuple holding them per mark were about a quarter of its work on the 1 GB capture
     (it keeps a chunk's first MARKS_LISTED marks as the list the Python loop makes, then this).
     It reads as the sequence of those pairs (each made when asked for: `len`, an index, iteration,
     equality); a slice is a new `Marks`. The Python code that appends to a chunk's marks (`append`,
