@@ -382,13 +382,12 @@ def pcapng_batch(buf, Py_ssize_t pos, Py_ssize_t end, bint big_endian, list link
                  list offsets, list fields, object parse, object out, Py_ssize_t limit, Py_ssize_t max_block,
                  object prev):
     """Walks whole enhanced packet blocks of one section from `pos`, at most `limit` of them, appending
-    segment tuples to `out` (as `pcap_batch`); stops before any other block, a block running past
-    `end`, and anything the Python walk must judge (a bad length, an interface not described). Per interface: its link type,
-    timestamp ticks per second, offset in seconds and (link type field offset, link header length) of
-    the fast path or None. `prev` and the times taken as damaged as in `pcap_batch` (the next block's
-    time read ahead when it is an enhanced packet block of an interface described). Returns (pos,
-    packets, not TCP, fragments, cut short, damaged headers, first time, last time, times taken as
-    damaged)."""
+    segment tuples to `out` (as `pcap_batch`); stops before any other block, a block running past `end`, and
+    anything the Python walk must judge (a bad length, an interface not described). Per interface: its link
+    type, timestamp ticks per second, offset in seconds and (link type field offset, link header length) of
+    the fast path or None. `prev` and the times taken as damaged as in `pcap_batch` (the next block's time
+    read ahead when it is an enhanced packet block of an interface described). Returns (pos, packets, not
+    TCP, fragments, cut short, damaged headers, first time, last time, times taken as damaged)."""
     cdef const unsigned char[::1] view = buf
     cdef const unsigned char *b = &view[0] if view.shape[0] else NULL
     cdef Py_ssize_t p, q, l2, et_off, packets = 0, damaged = 0, n_ifaces = len(links)
