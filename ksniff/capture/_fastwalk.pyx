@@ -284,12 +284,7 @@ cdef class Segments:
         cdef Py_ssize_t k
         if isinstance(index, slice):
             return [self.made(k) for k in range(*index.indices(self.n))]
-        k = index
-        if k < 0:
-            k += self.n
-        if not 0 <= k < self.n:
-            raise IndexError("segment index out of range")
-        return self.made(k)
+        return self.made(_index(index, self.n, "segment"))
 
     def __iter__(self):
         cdef Py_ssize_t k
@@ -306,6 +301,16 @@ SLACK = TIME_SLACK  # for that test
 cdef inline bint _out_of_line(double prev, double ts, double nxt):
     """A spike: `ts` more than TIME_SLACK before `prev` or after `nxt`, the two neighbours in line."""
     return prev <= nxt + TIME_SLACK and (ts < prev - TIME_SLACK or ts > nxt + TIME_SLACK)
+
+
+cdef Py_ssize_t _index(object index, Py_ssize_t n, str what) except -1:
+    """The place of `index` (from the end when negative) in a sequence of `n`, as a list takes it."""
+    cdef Py_ssize_t k = index
+    if k < 0:
+        k += n
+    if not 0 <= k < n:
+        raise IndexError(f"{what} index out of range")
+    return k
 
 
 cdef Segments _columns(object out, Py_ssize_t limit):
@@ -746,6 +751,12 @@ cdef class Chunks:
         return 0
 
 
+from bisect import bisect_right as _bisect_right
+from operator import itemgetter as _itemgetter
+
+_offset = _itemgetter(0)
+
+
 cdef struct Mark:
     long long at
     double ts
@@ -847,15 +858,10 @@ cdef class Marks:
         `ts` before marks[m:], and the index of the first mark after `at`."""
         cdef Py_ssize_t lo, hi, mid
         cdef long long where
-        if self.spilled is not None or not _small(at, &where):
-            lo, hi = m, len(self)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if at < self[mid][0]:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            return (self[lo - 1][1] if lo > m else ts), lo
+        if self.spilled is not None or not _small(at, &where):  # the pairs themselves, as frames does
+            pairs = self.spilled if self.spilled is not None else self.as_tuple()
+            lo = _bisect_right(pairs, at, m, key=_offset)
+            return (pairs[lo - 1][1] if lo > m else ts), lo
         lo, hi = m, self.n
         if lo < 0:
             lo = 0
@@ -893,12 +899,7 @@ cdef class Marks:
             for k in range(*index.indices(self.n)):
                 part.add(self.marks[k].at, self.marks[k].ts)
             return part
-        k = index
-        if k < 0:
-            k += self.n
-        if not 0 <= k < self.n:
-            raise IndexError("mark index out of range")
-        return self.item(k)
+        return self.item(_index(index, self.n, "mark"))
 
     def __iter__(self):
         return iter(self.as_tuple())

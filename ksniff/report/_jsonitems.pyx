@@ -103,24 +103,31 @@ cdef int _string(Buf *b, str s) except -1:
     return _put_str(b, _escape(s))
 
 
-cdef int _integer(Buf *b, object v) except -1:
-    cdef int overflow = 0
-    cdef long long x = PyLong_AsLongLongAndOverflow(v, &overflow)
-    cdef unsigned long long u
-    cdef char digits[24]
-    cdef int at = 24
-    if overflow:
-        return _put_str(b, str(v))
-    u = <unsigned long long> (-(x + 1)) + 1 if x < 0 else <unsigned long long> x
+cdef inline int _decimal(char *digits, int at, unsigned long long u, bint negative):
+    """Writes `u` in decimal (with a '-' before it when `negative`) to end just before digits[at];
+    returns where the text starts."""
     while True:
         at -= 1
         digits[at] = <char> (48 + u % 10)
         u //= 10
         if u == 0:
             break
-    if x < 0:
+    if negative:
         at -= 1
         digits[at] = 45  # '-'
+    return at
+
+
+cdef int _integer(Buf *b, object v) except -1:
+    cdef int overflow = 0
+    cdef long long x = PyLong_AsLongLongAndOverflow(v, &overflow)
+    cdef unsigned long long u
+    cdef char digits[24]
+    cdef int at
+    if overflow:
+        return _put_str(b, str(v))
+    u = <unsigned long long> (-(x + 1)) + 1 if x < 0 else <unsigned long long> x
+    at = _decimal(digits, 24, u, x < 0)
     return _put(b, digits + at, 24 - at)
 
 
@@ -138,15 +145,15 @@ cdef int _micros(Buf *b, double d) except -1:
     """Writes repr(d) and returns 1 when it has at most six decimals and no exponent; else 0 (nothing
     written)."""
     cdef double a = -d if d < 0 else d
-    cdef long long n, whole, frac
+    cdef long long n, frac
     cdef char digits[32]
-    cdef Py_ssize_t at = 32, k
+    cdef int at = 32, k
     if not (MICROS_FROM <= a < MICROS_BELOW):
         return 0
     n = llround(a * 1e6)
     if <double> n / 1e6 != a:
         return 0
-    whole, frac = n // 1000000, n % 1000000
+    frac = n % 1000000
     k = 6
     while k > 1 and frac % 10 == 0:  # trailing zeros dropped, one digit kept ("5.0")
         frac //= 10
@@ -158,15 +165,7 @@ cdef int _micros(Buf *b, double d) except -1:
         k -= 1
     at -= 1
     digits[at] = 46  # '.'
-    while True:
-        at -= 1
-        digits[at] = <char> (48 + whole % 10)
-        whole //= 10
-        if whole == 0:
-            break
-    if d < 0:
-        at -= 1
-        digits[at] = 45  # '-'
+    at = _decimal(digits, at, <unsigned long long> (n // 1000000), d < 0)
     _put(b, digits + at, 32 - at)
     return 1
 
